@@ -1,0 +1,45 @@
+"""The one table of servegym environment ids and their registration with Gymnasium.
+
+Gymnasium 1.x has no plugin loader, so ``import servegym`` calls :func:`register_envs`.
+It is idempotent and cheap (no env module is imported until ``gym.make``), and it
+runs in every process that imports ``servegym``, including SubprocVecEnv children
+started with ``spawn`` or ``forkserver``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+
+@dataclass(frozen=True)
+class EnvSpecEntry:
+    """One registered id: ``entry_point`` is ``"module:Class"``, imported lazily by gym.make."""
+
+    id: str
+    entry_point: str
+    max_episode_steps: int | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+# Family issues add their ids here; tests/test_registration.py makes every one of them.
+ENV_SPECS: tuple[EnvSpecEntry, ...] = ()
+
+
+def register_envs() -> list[str]:
+    """Register every servegym id that is not registered yet; return the ids now registered.
+
+    Calling it again is a no-op, so re-imports (spawned children, reloads) never warn.
+    """
+    for entry in ENV_SPECS:
+        if entry.id in gym.registry:
+            continue
+        gym.register(
+            id=entry.id,
+            entry_point=entry.entry_point,
+            max_episode_steps=entry.max_episode_steps,
+            kwargs=dict(entry.kwargs),
+        )
+    return [entry.id for entry in ENV_SPECS]
