@@ -19,6 +19,7 @@ from servegym.errors import ServegymError
 # One line per module that adds subcommands (the order is the order in --help).
 COMMAND_MODULES: tuple[str, ...] = (
     "servegym.envs.data.cli",
+    "servegym.envs.geo.cli",
 )
 
 
