@@ -20,6 +20,7 @@ from servegym.errors import ServegymError
 COMMAND_MODULES: tuple[str, ...] = (
     "servegym.envs.data.cli",
     "servegym.envs.geo.cli",
+    "servegym.envs.geo.bench_cli",
 )
 
 

@@ -1,0 +1,40 @@
+"""``servegym bench speed geo``: the geo simulator's speed benchmark on the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    bench = subparsers.add_parser("bench", help="speed benchmarks of the simulators")
+    kinds = bench.add_subparsers(dest="bench_kind", metavar="KIND", required=True)
+    speed = kinds.add_parser("speed", help="simulated seconds per wall second")
+    fams = speed.add_subparsers(dest="family", metavar="FAMILY", required=True)
+    geo = fams.add_parser("geo", help="geo simulator at a preset and arrival rate")
+    geo.add_argument("--preset", default="paper", help="paper | small | mini (default paper)")
+    geo.add_argument("--model", default="llama3.1-8b", help="llama3.1-8b | llama3.1-8b-tp2 | qwen2.5-7b | mixtral-8x7b")
+    geo.add_argument("--rate", type=float, default=4000.0, help="arrival rate in req/s (default 4000)")
+    geo.add_argument("--sim-seconds", type=float, default=10.0, help="simulated seconds of arrivals (default 10)")
+    geo.add_argument("--policy", default="rr", help="rr | ll (default rr)")
+    geo.add_argument("--seed", type=int, default=0)
+    geo.add_argument("--json", action="store_true", help="print one JSON object")
+    geo.set_defaults(func=_bench_geo)
+
+
+def _bench_geo(args: argparse.Namespace) -> int:
+    from servegym.envs.geo.bench import speed_bench
+
+    from servegym.errors import check_range
+
+    check_range("--sim-seconds", args.sim_seconds, 0.0, None, low_inclusive=False)
+    check_range("--rate", args.rate, 0.0, None, low_inclusive=False)
+    out = speed_bench(args.preset, args.rate, args.sim_seconds, model=args.model, policy=args.policy, seed=args.seed)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"geo {out['preset']} ({out['engines']} engines, {out['dcs']} DCs) at {out['rate_rps']:g} req/s, "
+              f"{out['sim_seconds']:g} simulated s in {out['wall_s']:.2f} wall s (+{out['setup_s']:.2f} s set-up)")
+        print(f"  speedup {out['speedup']:.1f}x real time, {out['requests_per_s']:.0f} requests/s, "
+              f"{out['engine_iterations_per_s']:.0f} engine iterations/s")
+    return 0
