@@ -9,6 +9,9 @@ Every fit works on a :class:`pandas.DataFrame` whose columns are documented in
 - ``energy-prefill``: ``n_tokens``, ``sum_sq``, ``energy_j`` (J, all GPUs of the engine);
 - ``energy-decode``: ``batch``, ``kv_tokens``, ``energy_j``.
 
+Energy tables may carry an optional ``max_energy_j`` column (J): the fit is then constrained so
+that the predicted energy never exceeds it in any row (used to keep step power <= TDP x tp).
+
 All fits minimise the *relative* squared error (rows weighted by 1/y), because the paper
 reports MAPE and step times span three orders of magnitude. Non-negativity bounds come from
 :func:`scipy.optimize.lsq_linear`. The prefill knee is found by a grid search over the
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
-from scipy.optimize import lsq_linear, minimize_scalar
+from scipy.optimize import lsq_linear, minimize, minimize_scalar
 from servegym.envs.geo.profile import DecodeTimeModel, PrefillTimeModel
 
 from servegym.errors import ConfigError
@@ -55,8 +58,9 @@ def check_table(df: pd.DataFrame, kind: str, source: str = "table") -> pd.DataFr
             f"{source}: {kind} table is missing column(s) {missing}; required columns: {list(need)} "
             f"(found: {list(df.columns)})"
         )
-    out = df[list(need)].apply(pd.to_numeric, errors="coerce").astype(float)
-    for c in need:
+    keep = list(need) + (["max_energy_j"] if kind.startswith("energy") and "max_energy_j" in df.columns else [])
+    out = df[keep].apply(pd.to_numeric, errors="coerce").astype(float)
+    for c in keep:
         bad = ~np.isfinite(out[c].to_numpy())
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
@@ -98,6 +102,31 @@ def _weighted_lsq(x: NDArray, y: NDArray, lower: Sequence[float], upper: Sequenc
     res = lsq_linear(a / scale, np.ones_like(y), bounds=(lo, hi), method="bvls", lsmr_tol="auto")
     coef = res.x / scale
     return coef, float(np.sum((x @ coef * w - 1.0) ** 2))
+
+
+def _capped_lsq(x: NDArray, y: NDArray, cap: NDArray) -> NDArray:
+    """Non-negative relative least squares with ``x @ c <= cap`` in every row (SLSQP)."""
+    c0, _ = _weighted_lsq(x, y, [0.0] * x.shape[1], [np.inf] * x.shape[1])
+    pred = x @ c0
+    if np.all(pred <= cap * (1 + 1e-9)):
+        return c0
+    scale = np.linalg.norm(x / y[:, None], axis=0)
+    scale[scale == 0] = 1.0
+    xs = x / scale
+    start = c0 * scale * min(1.0, float(np.min(cap / np.maximum(pred, 1e-300)))) * 0.999
+
+    def obj(c: NDArray) -> float:
+        r = xs @ c / y - 1.0
+        return float(r @ r)
+
+    def jac(c: NDArray) -> NDArray:
+        return 2.0 * (xs / y[:, None]).T @ (xs @ c / y - 1.0)
+
+    cap = cap * 0.995  # SLSQP satisfies constraints only to its tolerance: keep a margin
+    cons = {"type": "ineq", "fun": lambda c: (cap - xs @ c) / cap, "jac": lambda c: -xs / cap[:, None]}
+    res = minimize(obj, start, jac=jac, bounds=[(0.0, None)] * x.shape[1], constraints=[cons], method="SLSQP",
+                   options={"maxiter": 500, "ftol": 1e-12})
+    return np.maximum(res.x, 0.0) / scale
 
 
 # ---------------------------------------------------------------- prefill
@@ -193,11 +222,18 @@ class DecodeEnergyFit:
         return self.e0 + self.e_d * np.asarray(batch, float) + self.e_k * np.asarray(kv_tokens, float)
 
 
+def _energy_fit(x: NDArray, df: pd.DataFrame) -> NDArray:
+    y = df["energy_j"].to_numpy()
+    if "max_energy_j" in df.columns:
+        return _capped_lsq(x, y, df["max_energy_j"].to_numpy(float))
+    return _weighted_lsq(x, y, [0, 0, 0], [np.inf] * 3)[0]
+
+
 def fit_prefill_energy(df: pd.DataFrame) -> PrefillEnergyFit:
     """Non-negative fit of the prefill step energy form."""
     df = check_table(df, "energy-prefill")
     x = np.column_stack([np.ones(len(df)), df["n_tokens"], df["sum_sq"]])
-    c, _ = _weighted_lsq(x, df["energy_j"].to_numpy(), [0, 0, 0], [np.inf] * 3)
+    c = _energy_fit(x, df)
     return PrefillEnergyFit(float(c[0]), float(c[1]), float(c[2]))
 
 
@@ -205,7 +241,7 @@ def fit_decode_energy(df: pd.DataFrame) -> DecodeEnergyFit:
     """Non-negative fit of the decode step energy form."""
     df = check_table(df, "energy-decode")
     x = np.column_stack([np.ones(len(df)), df["batch"], df["kv_tokens"]])
-    c, _ = _weighted_lsq(x, df["energy_j"].to_numpy(), [0, 0, 0], [np.inf] * 3)
+    c = _energy_fit(x, df)
     return DecodeEnergyFit(float(c[0]), float(c[1]), float(c[2]))
 
 

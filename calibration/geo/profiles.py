@@ -127,6 +127,10 @@ def build_profile(name: str, data: Path | None = None) -> EngineProfile:
 
     f_pre = fitting.fit_table(pre, "prefill", name)
     f_dec = fitting.fit_table(dec, "decode", name)
+    # step power from the fitted models must stay <= TDP on every GPU (the engine divides by fitted time)
+    cap_w = GPUS["a100-40gb"].tdp_w * setup.tp
+    pre["max_energy_j"] = cap_w * np.minimum(pre["time_s"], fitting.predict_prefill(f_pre.model, pre))
+    dec["max_energy_j"] = cap_w * np.minimum(dec["time_s"], fitting.predict_decode(f_dec.model, dec))
     f_epre = fitting.fit_table(pre, "energy-prefill", name)
     f_edec = fitting.fit_table(dec, "energy-decode", name)
     ep, ed = f_epre.model, f_edec.model
