@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "servegym.envs.data.cli",
     "servegym.envs.geo.cli",
     "servegym.envs.geo.bench_cli",
+    "servegym.calibration.cli",
 )
 
 
