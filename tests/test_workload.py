@@ -233,3 +233,24 @@ def test_azure_timestamps_with_other_lengths() -> None:
     arrival = trace_arrivals("azure-code")
     r = make_requests(arrival, length_sampler("lveval"), _rng(1))
     assert len(r) == 8819 and r.input_tokens.min() >= 8_800
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.floats(1.5, 5e4), st.floats(0.05, 4.0), st.floats(1.05, 20.0))
+def test_solved_location_gives_the_exact_clipped_mean(mean: float, cv: float, cap_factor: float) -> None:
+    from servegym.envs.workload import _clipped_lognormal_mean, _solve_mu
+
+    hi = mean * cap_factor
+    mu, sigma = _solve_mu(mean, cv, 1.0, hi)
+    assert _clipped_lognormal_mean(mu, sigma, 1.0, hi) == pytest.approx(mean, rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(0, 50), min_size=1, max_size=20), st.floats(0.1, 10), st.integers(0, 2**32 - 1))
+def test_rate_schedule_stays_inside_its_span(rates: list[float], interval_s: float, seed: int) -> None:
+    t = rate_schedule_arrivals(rates, interval_s, _rng(seed))
+    assert np.all(np.diff(t) >= 0)
+    assert t.size == 0 or (t[0] >= 0 and t[-1] < len(rates) * interval_s)
+    # No arrivals fall in zero-rate intervals.
+    zero = np.flatnonzero(np.asarray(rates) == 0)
+    assert not np.isin((t // interval_s).astype(int), zero).any()
