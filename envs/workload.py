@@ -87,7 +87,12 @@ class Requests:
         return int(self.arrival_s.size)
 
     def _slice(self, sl: slice) -> Requests:
-        return Requests(self.arrival_s[sl], self.input_tokens[sl], self.output_tokens[sl], self.origin[sl])
+        # A slice of a validated stream is valid (and read-only), so skip __post_init__: window() sits in
+        # environment step loops.
+        out = object.__new__(Requests)
+        for name in ("arrival_s", "input_tokens", "output_tokens", "origin"):
+            object.__setattr__(out, name, getattr(self, name)[sl])
+        return out
 
     def window(self, t0: float, t1: float) -> Requests:
         """The requests with arrival in [t0, t1) s (a view; empty when t1 <= t0)."""
