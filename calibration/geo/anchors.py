@@ -22,7 +22,7 @@ CNN_ISL, CNN_OSL = 841, 71
 def prefill_request_s(p: EngineProfile, isl: float) -> float:
     """Prefill time (s) of one prompt alone, split into chunks of max_num_batched_tokens."""
     budget = p.max_num_batched_tokens
-    full, rest = divmod(int(round(isl)), budget)
+    full, rest = divmod(round(float(isl)), budget)
     chunks = [budget] * full + ([rest] if rest else [])
     return float(sum(p.prefill(c, 1, c * c) for c in chunks))
 

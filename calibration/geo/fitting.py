@@ -178,16 +178,43 @@ def _decode_design(df: pd.DataFrame) -> NDArray:
     return np.column_stack([np.ones_like(b), b, b * b, ell, ell * b, ell * b * b])
 
 
+def _linear_constrained_lsq(x: NDArray, y: NDArray, lower: Sequence[float], g: NDArray) -> NDArray:
+    """Relative least squares with bounds ``c >= lower`` and linear constraints ``g @ c >= 0`` (SLSQP)."""
+    c0, _ = _weighted_lsq(x, y, lower, [np.inf] * x.shape[1])
+    if np.all(g @ c0 >= 0):
+        return c0
+    scale = np.linalg.norm(x / y[:, None], axis=0)
+    scale[scale == 0] = 1.0
+    xs, gs = x / scale, g / scale
+    gs = gs / np.linalg.norm(gs, axis=1, keepdims=True)
+    xw = xs / y[:, None]
+    start = c0 * scale
+    res = minimize(lambda c: float(np.sum((xw @ c - 1.0) ** 2)), start,
+                   jac=lambda c: 2.0 * xw.T @ (xw @ c - 1.0),
+                   bounds=[(lo * s if np.isfinite(lo) else None, None) for lo, s in zip(lower, scale, strict=True)],
+                   constraints=[{"type": "ineq", "fun": lambda c: gs @ c, "jac": lambda c: gs}],
+                   method="SLSQP", options={"maxiter": 1000, "ftol": 1e-14})
+    return res.x / scale
+
+
 def fit_decode_time(df: pd.DataFrame) -> DecodeTimeModel:
     """Fit ``t_dec = a0 + a1 B + a2 B²`` with ``a_j = α_j + β_j K/B``.
 
-    Bounds: α0, α1, β0, β1 >= 0 (a step never gets cheaper with more requests or longer
-    contexts at first order); α2 and β2 are free so the fit can bend sublinearly or upward.
+    Bounds: α0, α1, β0, β1 >= 0; α2 and β2 may be negative so the fit can bend sublinearly, but
+    only as far as the step time stays non-decreasing in B and in K/B over the table's batch range
+    (linear constraints at B = 1 and B = max batch, enforced with SLSQP).
     """
     df = check_table(df, "decode")
     y = df["time_s"].to_numpy()
     inf = np.inf
-    coef, _ = _weighted_lsq(_decode_design(df), y, [0, 0, -inf, 0, 0, -inf], [inf] * 6)
+    bmax = float(df["batch"].max())
+    # c = [α0, α1, α2, β0, β1, β2]
+    g = np.array([
+        [0, 1, 2.0, 0, 0, 0], [0, 1, 2.0 * bmax, 0, 0, 0],          # d t / dB >= 0 at ell = 0
+        [0, 0, 0, 0, 1, 2.0], [0, 0, 0, 0, 1, 2.0 * bmax],          # ... and its ell slope
+        [0, 0, 0, 1, 1, 1.0], [0, 0, 0, 1, bmax, bmax * bmax],      # d t / d ell >= 0
+    ])
+    coef = _linear_constrained_lsq(_decode_design(df), y, [0, 0, -inf, 0, 0, -inf], g)
     return DecodeTimeModel(alpha=(float(coef[0]), float(coef[1]), float(coef[2])),
                            beta=(float(coef[3]), float(coef[4]), float(coef[5])))
 
