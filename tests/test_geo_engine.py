@@ -326,12 +326,12 @@ def test_bad_config_and_advance() -> None:
         pool.advance(1.0)
 
 
-def test_validate_cli_json_small_grid(capsys) -> None:
+def test_validate_cli_json_small_grid(capsys, tmp_path) -> None:
     from servegym.envs.geo import cli
 
     parser = argparse.ArgumentParser()
     cli.add_commands(parser.add_subparsers())
-    path = "/tmp/servegym_test_geo_profile.json"
+    path = str(tmp_path / "profile.json")
     make_profile().save(path)
     args = parser.parse_args(["geo", "validate", "--profile", path, "--rates", "2,60", "--requests", "200", "--json"])
     rc = args.func(args)

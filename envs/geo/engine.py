@@ -54,8 +54,8 @@ class EngineStats:
 
     ``batch``: requests admitted and not finished (equals ``in_flight``); ``queued``: requests
     waiting in the engine queue (ready, not admitted); ``in_transit``: submitted, not yet ready;
-    ``queued_tokens``: prompt tokens of the waiting requests plus not-yet-prefilled tokens of
-    admitted ones (tokens); ``kv_tokens``: cached KV tokens; ``kv_frac``: ``kv_tokens /
+    ``queued_tokens``: prompt tokens of the waiting requests plus the prompt tokens of admitted
+    ones not yet taken by a prefill step (a running step's chunk counts as done) (tokens); ``kv_tokens``: cached KV tokens; ``kv_frac``: ``kv_tokens /
     kv_capacity_tokens``; ``kv_reserved_tokens``: the admission reservations; ``prefill_duty``:
     fraction of ``window_s`` spent in prefill steps since the previous poll (steps counted when
     they start, clipped to [0, 1]).
