@@ -22,6 +22,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "servegym.envs.geo.cli",
     "servegym.envs.geo.bench_cli",
     "servegym.calibration.cli",
+    "servegym.envs.pd.cli",
+    "servegym.envs.npu.cli",
 )
 
 

@@ -1,0 +1,142 @@
+"""``servegym pd ...``: capacity, Pareto front and paper validation of the PD provisioning model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from servegym.envs.pd.workload_moments import WORKLOAD_SPECS
+
+
+def add_commands(subparsers: Any) -> None:
+    pd = subparsers.add_parser("pd", help="prefill-decode provisioning model (capacity, power, Pareto)",
+                               description="Analytical capacity/power model of PD-disaggregated serving.")
+    sub = pd.add_subparsers(dest="pd_command", metavar="SUBCOMMAND")
+    pd.set_defaults(func=lambda args: (pd.print_help(), 2)[1])
+
+    cap = sub.add_parser("capacity", help="capacity and power of one deployment")
+    cap.add_argument("--workload", required=True, help=f"one of: {WORKLOAD_SPECS}")
+    cap.add_argument("--deployment", required=True, help="<n_P>p<n_D>d, e.g. 3p2d")
+    _serving_args(cap)
+    cap.add_argument("--json", action="store_true", help="print JSON")
+    cap.set_defaults(func=_capacity)
+
+    par = sub.add_parser("pareto", help="epsilon-Pareto front of capacity vs power")
+    par.add_argument("--workload", required=True, help=f"one of: {WORKLOAD_SPECS}")
+    par.add_argument("--max-instances", type=int, default=8, help="n_P + n_D <= this (default 8)")
+    par.add_argument("--eps", type=float, default=0.03, help="epsilon on both axes (default 0.03)")
+    _serving_args(par)
+    par.add_argument("--json", action="store_true", help="print JSON")
+    par.add_argument("--plot", metavar="PNG", help="write a capacity-power plot")
+    par.set_defaults(func=_pareto)
+
+    val = sub.add_parser("validate", help="model vs the paper's anchors, with pass/fail")
+    val.add_argument("--json", action="store_true", help="print JSON")
+    val.set_defaults(func=_validate)
+
+
+def _serving_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kv-tokens", type=float, default=None, help="C_tok, KV token slots per decode instance")
+    p.add_argument("--reserve", type=float, default=None, help="R, reserved output slots per request")
+
+
+def _model(args: argparse.Namespace) -> Any:
+    from servegym.envs.pd.catalog import paper_system
+    from servegym.envs.pd.model import PDModel
+    from servegym.envs.pd.workload_moments import parse_workload
+
+    system = paper_system().with_serving(kv_tokens=args.kv_tokens, reserve_tokens=args.reserve)
+    return PDModel(parse_workload(args.workload), system)
+
+
+def _capacity(args: argparse.Namespace) -> int:
+    from servegym.envs.pd.model import parse_deployment
+
+    n_p, n_d = parse_deployment(args.deployment)
+    model = _model(args)
+    c = model.capacity(n_p, n_d)
+    out = {"workload": model.workload.name, "deployment": c.label, "mu": c.mu, "mu_p": c.mu_p, "mu_d": c.mu_d,
+           "batch": c.batch, "mu_d_max": c.mu_d_max, "power_w": c.power_w, "b_max": c.b_max, "rho_p": c.rho_p,
+           "wait_s": c.wait_s, "kv_tokens": model.c_tok, "reserve_tokens": model.system.serving.reserve_tokens}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{c.label} on {model.workload.name}: capacity {c.mu:.3f} req/s "
+          f"({'prefill' if c.rho_p > 0.999 else 'decode-side'} balance rho_P={c.rho_p:.3f})")
+    print(f"  prefill  mu_P = {c.mu_p:.3f} req/s per instance (x{n_p} = {n_p * c.mu_p:.3f})")
+    print(f"  decode   mu_D = {c.mu_d:.3f} req/s per instance at batch B = {c.batch:.1f} "
+          f"(full pool: B_max = {c.b_max:.1f}, mu_D^max = {c.mu_d_max:.3f})")
+    print(f"  prefill wait {c.wait_s:.3f} s; power at capacity {c.power_w:.0f} W; "
+          f"C_tok = {model.c_tok:.0f}, R = {model.system.serving.reserve_tokens:.0f}")
+    return 0
+
+
+def _pareto(args: argparse.Namespace) -> int:
+    from servegym.envs.pd.pareto import eps_front, exact_front
+
+    model = _model(args)
+    grid = model.grid(args.max_instances)
+    front = eps_front(grid.mu, grid.power_w, args.eps)
+    exact = exact_front(grid.mu, grid.power_w)
+    labels = grid.labels()
+
+    def rows(idx: Any) -> list[dict[str, Any]]:
+        return [{"deployment": labels[i], "n_p": int(grid.n_p[i]), "n_d": int(grid.n_d[i]),
+                 "mu": float(grid.mu[i]), "power_w": float(grid.power_w[i])} for i in idx]
+
+    if args.plot:
+        _plot(grid, labels, front, exact, model.workload.name, args.plot)
+    if args.json:
+        print(json.dumps({"workload": model.workload.name, "eps": args.eps, "max_instances": args.max_instances,
+                          "deployments": len(grid), "front": rows(front), "exact_front": rows(exact)}, indent=2))
+        return 0
+    print(f"{model.workload.name}: {len(grid)} deployments (n_P + n_D <= {args.max_instances}); "
+          f"eps-Pareto front (eps = {args.eps:g}), {len(front)} of {len(exact)} exact-front points:")
+    print(f"  {'deployment':>10} {'capacity req/s':>15} {'power W':>9}")
+    for r in rows(front):
+        print(f"  {r['deployment']:>10} {r['mu']:15.3f} {r['power_w']:9.0f}")
+    if args.plot:
+        print(f"plot written to {args.plot}")
+    return 0
+
+
+def _plot(grid: Any, labels: list[str], front: Any, exact: Any, title: str, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    ax.scatter(grid.mu, grid.power_w, s=12, color="0.7", label="deployments")
+    ax.plot(grid.mu[exact], grid.power_w[exact], ":", color="0.4", label="exact front")
+    ax.plot(grid.mu[front], grid.power_w[front], "o-", color="C3", label="epsilon-Pareto front")
+    for i in front:
+        ax.annotate(labels[i], (grid.mu[i], grid.power_w[i]), textcoords="offset points", xytext=(4, -10),
+                    fontsize=8)
+    ax.set_xlabel("serving capacity (req/s)")
+    ax.set_ylabel("power at capacity (W)")
+    ax.set_title(f"PD deployments, {title}")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from servegym.envs.pd.validate import all_required_pass, run_checks
+
+    checks = run_checks()
+    ok = all_required_pass(checks)
+    if args.json:
+        print(json.dumps({"passed": ok, "checks": [c.as_dict() for c in checks]}, indent=2))
+        return 0 if ok else 1
+    print(f"{'check':<58} {'model':>10} {'paper':>9} {'error':>8}  result  source")
+    for c in checks:
+        res = "-" if c.passed is None else ("PASS" if c.passed else "FAIL")
+        if not c.required and c.passed is not None:
+            res = res.lower()
+        print(f"{c.name:<58} {c.model:10.3f} {c.paper:9.3f} {c.rel_error:+8.1%}  {res:<6}  {c.source}")
+    print("all required anchors pass" if ok else "some required anchors FAIL", file=sys.stdout)
+    return 0 if ok else 1

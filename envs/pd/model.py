@@ -1,0 +1,291 @@
+"""Analytical serving-capacity and power model of a prefill-decode (PD) disaggregated deployment.
+
+Implements §3-4 and Algorithm 1 of the PD provisioning paper (shared/papers/pd-power-aware-provisioning.md):
+
+* prefill (compute roofline, eqs. 3-5): t_P(l) = a_P l + b_P l^2 with a_P = 2N / (pi MFU),
+  b_P = c_a L d / (pi MFU); mu_P = 1 / E[t_P]  (s, req/s);
+* decode (memory roofline with overheads, eqs. 8, 9, 30): t_D = a_D + b_D B with
+  a_D = 2N / (beta MBU) + t_iter, b_D = kappa l_ctx / (beta MBU) + t_req; mu_D(B) = B / (E[l_out-1] t_D);
+* operating batch B: the root of the KV memory balance g(B) = 0 (eq. 10 / §4.2) with prefill reservations
+  l_in + R held for the Kingman waiting time (eq. 21, CVa^2 = 1/n_P) plus the prefill time, decode
+  occupancy B (l_ctx + R) and the unused space E[(l_in+R)^2] / (2 E[l_in+R]) (eq. 24); unique in
+  (0, min(B_max, B_rho)) (Theorem 4.3);
+* deployment capacity mu = min(n_P mu_P, n_D mu_D) (eq. 2) and full-pool capacity mu_D^max = mu_D(B_max);
+* power (eqs. 12-14): capped ramps of normalized throughput, balanced load, summed over instances.
+
+:class:`PDModel` binds a :class:`~servegym.envs.pd.catalog.PDSystem` to a workload and caches the
+deployment-independent coefficients; :meth:`PDModel.capacity` is the scalar path (``scipy.optimize.brentq``,
+as in the paper) and :meth:`PDModel.grid` evaluates many deployments at once with a vectorized bisection
+on the same bracket. The request-level simulator can reuse :meth:`PDModel.prefill_time_s` and
+:meth:`PDModel.decode_iteration_time_s` for per-request / per-iteration timing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.optimize import brentq
+from servegym.envs.pd.catalog import PDSystem, paper_system
+from servegym.envs.pd.workload_moments import WorkloadMoments
+
+from servegym.errors import ConfigError
+
+_DEPLOYMENT = re.compile(r"^\s*(\d+)\s*p\s*(\d+)\s*d\s*$", re.IGNORECASE)
+MAX_INSTANCES_PER_POOL = 4096
+
+
+def parse_deployment(spec: str) -> tuple[int, int]:
+    """``"3p2d"`` -> (3, 2). Both counts must be >= 1."""
+    m = _DEPLOYMENT.match(spec)
+    if not m:
+        raise ConfigError(f"deployment {spec!r} is not of the form <n_P>p<n_D>d (e.g. 3p2d)")
+    n_p, n_d = int(m.group(1)), int(m.group(2))
+    check_deployment(n_p, n_d)
+    return n_p, n_d
+
+
+def check_deployment(n_p: int, n_d: int) -> None:
+    for name, v in (("n_P", n_p), ("n_D", n_d)):
+        if int(v) != v or not 1 <= v <= MAX_INSTANCES_PER_POOL:
+            raise ConfigError(f"deployment {name} = {v!r}; allowed: integer in [1, {MAX_INSTANCES_PER_POOL}]")
+
+
+def deployment_label(n_p: int, n_d: int) -> str:
+    return f"{int(n_p)}p{int(n_d)}d"
+
+
+def all_deployments(max_instances: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Every (n_P, n_D) with n_P, n_D >= 1 and n_P + n_D <= max_instances, ordered by n_P then n_D."""
+    if int(max_instances) != max_instances or not 2 <= max_instances <= 2 * MAX_INSTANCES_PER_POOL:
+        raise ConfigError(f"max_instances = {max_instances!r}; allowed: integer in [2, {2 * MAX_INSTANCES_PER_POOL}]")
+    n_p, n_d = np.meshgrid(np.arange(1, max_instances), np.arange(1, max_instances), indexing="ij")
+    keep = (n_p + n_d) <= max_instances
+    return n_p[keep].astype(np.int64), n_d[keep].astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Capacity of one deployment (req/s unless stated)."""
+
+    n_p: int
+    n_d: int
+    mu: float  # deployment serving capacity, eq. (2)
+    mu_p: float  # per prefill instance
+    mu_d: float  # per decode instance at the operating batch
+    batch: float  # operating batch B (requests)
+    mu_d_max: float  # full-pool decode capacity per instance, mu_D(B_max)
+    b_max: float  # full-pool batch (requests)
+    rho_p: float  # prefill utilization at the operating point
+    wait_s: float  # Kingman mean prefill wait at the operating point, s
+    t_d_s: float  # mean decode-iteration time at B, s
+    power_w: float  # deployment power at lambda = mu, W
+
+    @property
+    def label(self) -> str:
+        return deployment_label(self.n_p, self.n_d)
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        d: dict[str, float | int | str] = {"deployment": self.label}
+        d.update(asdict(self))
+        return d
+
+
+@dataclass(frozen=True)
+class CapacityGrid:
+    """Capacities and powers of many deployments (arrays aligned with ``n_p``/``n_d``)."""
+
+    n_p: NDArray[np.int64]
+    n_d: NDArray[np.int64]
+    mu: NDArray[np.float64]  # req/s
+    mu_d: NDArray[np.float64]  # req/s per decode instance
+    batch: NDArray[np.float64]  # requests
+    power_w: NDArray[np.float64]  # W at lambda = mu
+    mu_p: float  # req/s per prefill instance
+    mu_d_max: float  # req/s per decode instance
+
+    def __len__(self) -> int:
+        return int(self.n_p.size)
+
+    def labels(self) -> list[str]:
+        return [deployment_label(p, d) for p, d in zip(self.n_p, self.n_d, strict=True)]
+
+    def index(self, n_p: int, n_d: int) -> int:
+        hit = np.flatnonzero((self.n_p == n_p) & (self.n_d == n_d))
+        if hit.size == 0:
+            raise ConfigError(f"deployment {deployment_label(n_p, n_d)} is not in this grid")
+        return int(hit[0])
+
+
+class PDModel:
+    """The analytical model for one system and one workload (Algorithm 1 plus the power model)."""
+
+    def __init__(self, workload: WorkloadMoments, system: PDSystem | None = None) -> None:
+        self.system = paper_system() if system is None else system
+        self.workload = w = workload
+        hw, mdl, cal, srv = self.system.hardware, self.system.model, self.system.calibration, self.system.serving
+        r = srv.reserve_tokens
+        # Prefill, eqs. (4)-(5).
+        self.a_p = 2.0 * mdl.n_params / (hw.peak_flops * cal.mfu)  # s/token
+        self.b_p = cal.c_a * mdl.n_layers * mdl.attention_width / (hw.peak_flops * cal.mfu)  # s/token^2
+        self.t_p_mean_s = self.a_p * w.in_m1 + self.b_p * w.in_m2
+        self.mu_p = 1.0 / self.t_p_mean_s
+        t_p_sq = self.a_p**2 * w.in_m2 + 2 * self.a_p * self.b_p * w.in_m3 + self.b_p**2 * w.in_m4
+        self.cv_s2 = max(t_p_sq / self.t_p_mean_s**2 - 1.0, 0.0)
+        # Decode, eqs. (7), (8), (30).
+        self.l_ctx = w.mean_active_context()
+        bw = hw.mem_bandwidth * cal.mbu
+        self.a_d = mdl.weight_bytes / bw + cal.t_iter_s  # s
+        self.b_d = mdl.kv_bytes_per_token * self.l_ctx / bw + cal.t_req_s  # s per request in the batch
+        self._kv_per_token_s = mdl.kv_bytes_per_token / bw
+        self.decode_tokens = w.decode_tokens  # E[l_out - 1]
+        # Memory-balance terms that do not depend on B or the deployment (eqs. 20, 23, 24).
+        self.res_mean = w.in_m1 + r  # E[l_in + R]
+        self.res_tp = self.a_p * (w.in_m2 + r * w.in_m1) + self.b_p * (w.in_m3 + r * w.in_m2)  # E[t_P (l_in+R)]
+        self.unused = (w.in_m2 + 2 * r * w.in_m1 + r * r) / (2.0 * self.res_mean)  # E_k[U_k]
+        self.per_batch = self.l_ctx + r  # decode occupancy per active request
+        self.c_tok = srv.kv_tokens
+        if self.c_tok <= self.unused:
+            raise ConfigError(
+                f"kv_tokens = {self.c_tok:g} is too small for workload {w.name}: the pool must exceed the mean "
+                f"unused space {self.unused:.0f} tokens (Theorem 4.3)")
+        self.b_max = (self.c_tok - self.unused) / self.per_batch
+        self.mu_d_max = self.decode_capacity(self.b_max)
+
+    # --- timing primitives (reused by the request-level simulator) ----------------------------
+    def prefill_time_s(self, input_tokens: ArrayLike) -> NDArray[np.float64]:
+        """Prefill service time of requests with these input lengths, eq. (4), s."""
+        x = np.asarray(input_tokens, dtype=float)
+        return self.a_p * x + self.b_p * x * x
+
+    def decode_iteration_time_s(self, batch: ArrayLike, context_tokens: ArrayLike) -> NDArray[np.float64]:
+        """Time of one decode iteration with ``batch`` active requests holding ``context_tokens`` in total, s.
+
+        Memory roofline of eq. (15) with the calibrated overheads of eq. (30):
+        2N/(beta MBU) + t_iter + kappa * context/(beta MBU) + t_req * batch.
+        """
+        cal = self.system.calibration
+        return (self.a_d + self._kv_per_token_s * np.asarray(context_tokens, dtype=float)
+                + cal.t_req_s * np.asarray(batch, dtype=float))
+
+    def decode_capacity(self, batch: ArrayLike) -> NDArray[np.float64] | float:
+        """mu_D(B) = B / (E[l_out - 1] (a_D + b_D B)), eq. (9), req/s per decode instance."""
+        b = np.asarray(batch, dtype=float)
+        out = b / (self.decode_tokens * (self.a_d + self.b_d * b))
+        return float(out) if out.ndim == 0 else out
+
+    # --- operating batch --------------------------------------------------------------------
+    def _residual(self, b: NDArray[np.float64], n_p: NDArray[np.float64], n_d: NDArray[np.float64]
+                  ) -> NDArray[np.float64]:
+        """g(B) of §4.2 (tokens); +inf where the prefill queue is unstable (rho_P >= 1)."""
+        mu_d = b / (self.decode_tokens * (self.a_d + self.b_d * b))
+        rho = n_d * mu_d / (n_p * self.mu_p)
+        stable = rho < 1.0
+        safe = np.where(stable, rho, 0.0)
+        wait = (1.0 / n_p + self.cv_s2) / 2.0 * safe / (self.mu_p * (1.0 - safe))
+        g = mu_d * (wait * self.res_mean + self.res_tp) + b * self.per_batch + self.unused - self.c_tok
+        return np.where(stable, g, np.inf)
+
+    def residual(self, batch: float, n_p: int, n_d: int) -> float:
+        """g(B) for one deployment, tokens (occupancy minus C_tok)."""
+        return float(self._residual(np.asarray(float(batch)), np.asarray(float(n_p)), np.asarray(float(n_d))))
+
+    def batch_bracket(self, n_p: ArrayLike, n_d: ArrayLike) -> NDArray[np.float64]:
+        """Upper end min(B_max, B_rho) of the root bracket (Theorem 4.3), requests.
+
+        B_rho solves n_D mu_D(B) = n_P mu_P, i.e. B = c E a_D / (1 - c E b_D) with c = n_P mu_P / n_D
+        (inf when c E b_D >= 1: the prefill pool can never be saturated).
+        """
+        c = np.asarray(n_p, dtype=float) * self.mu_p / np.asarray(n_d, dtype=float)
+        den = 1.0 - c * self.decode_tokens * self.b_d
+        b_rho = np.where(den > 0, c * self.decode_tokens * self.a_d / np.where(den > 0, den, 1.0), np.inf)
+        return np.minimum(self.b_max, b_rho)
+
+    def operating_batch(self, n_p: int, n_d: int) -> float:
+        """The unique root of g(B) = 0 in (0, min(B_max, B_rho)) by ``scipy.optimize.brentq``, requests.
+
+        As in App. C, the upper endpoint is moved inside the bracket until g is finite and positive.
+        """
+        check_deployment(n_p, n_d)
+        hi = float(self.batch_bracket(n_p, n_d))
+        g_lo = self.residual(0.0, n_p, n_d)
+        if not g_lo < 0:  # guaranteed by the C_tok > E[U] check in __init__
+            raise ConfigError(f"no positive operating batch: g(0) = {g_lo:g} tokens")
+        top = hi
+        for shrink in (0.0, 1e-12, 1e-9, 1e-6, 1e-3):
+            top = hi * (1.0 - shrink)
+            g_hi = self.residual(top, n_p, n_d)
+            if np.isfinite(g_hi) and g_hi > 0:
+                break
+        else:  # pragma: no cover - Theorem 4.3 rules this out
+            raise ConfigError(f"could not bracket the operating batch of {deployment_label(n_p, n_d)}")
+        return float(brentq(self.residual, 0.0, top, args=(n_p, n_d)))
+
+    def _batch_vectorized(self, n_p: NDArray[np.float64], n_d: NDArray[np.float64], iters: int = 64
+                          ) -> NDArray[np.float64]:
+        """Bisection on the same bracket for many deployments at once (g is increasing, Theorem 4.3)."""
+        lo = np.zeros_like(n_p, dtype=float)
+        hi = self.batch_bracket(n_p, n_d).astype(float)
+        for _ in range(iters):
+            mid = 0.5 * (lo + hi)
+            pos = self._residual(mid, n_p, n_d) > 0
+            hi = np.where(pos, mid, hi)
+            lo = np.where(pos, lo, mid)
+        return 0.5 * (lo + hi)
+
+    # --- capacity and power -----------------------------------------------------------------
+    def power_w(self, n_p: ArrayLike, n_d: ArrayLike, rate: ArrayLike,
+                mu: ArrayLike | None = None) -> NDArray[np.float64] | float:
+        """Deployment power at request rate ``rate`` (req/s) under balanced load, eq. (14), W.
+
+        Each prefill instance runs at x_P = lambda / (n_P mu_P), each decode instance at
+        x_D = lambda / (n_D mu_D^max) (eq. 12). The served rate is min(lambda, mu): a deployment cannot
+        serve more than its capacity, so ``mu`` (computed if omitted) caps the load.
+        """
+        cal = self.system.calibration
+        n_p_a = np.asarray(n_p, dtype=float)
+        n_d_a = np.asarray(n_d, dtype=float)
+        lam = np.asarray(rate, dtype=float)
+        if np.any(~np.isfinite(lam)) or np.any(lam < 0):
+            raise ConfigError(f"rate = {rate!r}; allowed: finite and >= 0 req/s")
+        if mu is None:
+            mu = self.grid_for(n_p_a.astype(np.int64).ravel(), n_d_a.astype(np.int64).ravel()).mu.reshape(
+                np.broadcast(n_p_a, n_d_a).shape)
+        served = np.minimum(lam, np.asarray(mu, dtype=float))
+        p = (n_p_a * cal.prefill_ramp(served / (n_p_a * self.mu_p))
+             + n_d_a * cal.decode_ramp(served / (n_d_a * self.mu_d_max)))
+        return float(p) if p.ndim == 0 else p
+
+    def capacity(self, n_p: int, n_d: int) -> Capacity:
+        """Capacity, operating point and power at capacity of one deployment (scalar path, brentq)."""
+        b = self.operating_batch(n_p, n_d)
+        mu_d = float(self.decode_capacity(b))
+        mu = min(n_p * self.mu_p, n_d * mu_d)
+        rho = n_d * mu_d / (n_p * self.mu_p)
+        wait = (1.0 / n_p + self.cv_s2) / 2.0 * rho / (self.mu_p * (1.0 - rho))
+        power = float(self.power_w(n_p, n_d, mu, mu=mu))
+        return Capacity(n_p=int(n_p), n_d=int(n_d), mu=mu, mu_p=self.mu_p, mu_d=mu_d, batch=b,
+                        mu_d_max=self.mu_d_max, b_max=self.b_max, rho_p=rho, wait_s=wait,
+                        t_d_s=self.a_d + self.b_d * b, power_w=power)
+
+    def grid_for(self, n_p: ArrayLike, n_d: ArrayLike) -> CapacityGrid:
+        """Capacity and power at capacity for arrays of deployments (vectorized)."""
+        n_p_i = np.atleast_1d(np.asarray(n_p)).astype(np.int64)
+        n_d_i = np.atleast_1d(np.asarray(n_d)).astype(np.int64)
+        if n_p_i.shape != n_d_i.shape:
+            raise ConfigError(f"n_P and n_D arrays differ in shape: {n_p_i.shape} vs {n_d_i.shape}")
+        if n_p_i.size and (n_p_i.min() < 1 or n_d_i.min() < 1):
+            raise ConfigError("deployment counts must be >= 1 instance per pool")
+        fp, fd = n_p_i.astype(float), n_d_i.astype(float)
+        b = self._batch_vectorized(fp, fd)
+        mu_d = b / (self.decode_tokens * (self.a_d + self.b_d * b))
+        mu = np.minimum(fp * self.mu_p, fd * mu_d)
+        power = np.asarray(self.power_w(fp, fd, mu, mu=mu), dtype=float)
+        return CapacityGrid(n_p=n_p_i, n_d=n_d_i, mu=mu, mu_d=mu_d, batch=b, power_w=power,
+                            mu_p=self.mu_p, mu_d_max=self.mu_d_max)
+
+    def grid(self, max_instances: int = 8) -> CapacityGrid:
+        """Every deployment with n_P + n_D <= ``max_instances`` (the paper evaluates up to 8 GPUs)."""
+        return self.grid_for(*all_deployments(max_instances))

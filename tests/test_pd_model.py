@@ -1,0 +1,167 @@
+"""The PD analytical model: catalog numbers, root bracket and uniqueness, monotonicity, power, anchors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from servegym.envs.pd.catalog import (
+    H200,
+    QWEN3_32B,
+    TABLE3,
+    PowerRamp,
+    paper_system,
+    sglang_mem_fraction_static,
+    sglang_serving,
+)
+from servegym.envs.pd.model import PDModel, all_deployments, parse_deployment
+from servegym.envs.pd.validate import CAPACITY_ANCHORS, POWER_ANCHORS, all_required_pass, run_checks
+from servegym.envs.pd.workload_moments import WorkloadMoments
+
+from servegym.errors import ConfigError
+
+FIXED = WorkloadMoments.fixed(4096, 256)
+VARIABLE = WorkloadMoments.lognormal(2000, 1.2, 300, 1.0, corr_log=0.3)
+
+
+def test_catalog_constants_and_sglang_derivation() -> None:
+    assert QWEN3_32B.kv_bytes_per_token == 4 * 64 * 8 * 128 == 262_144
+    assert QWEN3_32B.attention_width == 8192
+    assert sglang_mem_fraction_static(H200.driver_memory_mib) == 0.907
+    srv = sglang_serving()
+    assert srv.reserve_tokens == 512
+    assert srv.kv_tokens == np.floor((0.907 * 141e9 - 2 * 32.8e9) / 262_144)
+    assert TABLE3.prefill_ramp.saturation_point == pytest.approx(0.99, abs=0.005)  # App. B.3
+    assert TABLE3.decode_ramp.saturation_point == pytest.approx(0.50, abs=0.005)
+    with pytest.raises(ConfigError, match="mem_fraction_static"):
+        sglang_serving(mem_fraction_static=0.3)
+
+
+def test_prefill_and_decode_coefficients() -> None:
+    m = PDModel(FIXED)
+    t_p = (2 * 32.8e9 * 4096 + 2.17 * 64 * 8192 * 4096**2) / (989e12 * 0.67)  # eqs. (3)-(4)
+    assert m.mu_p == pytest.approx(1 / t_p, rel=1e-12)
+    assert m.cv_s2 == pytest.approx(0.0, abs=1e-12)
+    assert m.a_d == pytest.approx(65.6e9 / (4.8e12 * 0.77) + 1e-3, rel=1e-12)
+    # The per-iteration primitive reproduces t_D = a_D + b_D B at the mean active context.
+    b = 30.0
+    assert m.decode_iteration_time_s(b, b * m.l_ctx) == pytest.approx(m.a_d + m.b_d * b, rel=1e-12)
+    assert m.prefill_time_s(4096) == pytest.approx(t_p, rel=1e-12)
+
+
+@pytest.mark.parametrize("workload", [FIXED, VARIABLE], ids=["fixed", "lognormal"])
+@pytest.mark.parametrize(("n_p", "n_d"), [(1, 1), (2, 1), (3, 2), (1, 6), (7, 1), (20, 20)])
+def test_root_bracket_and_uniqueness(workload: WorkloadMoments, n_p: int, n_d: int) -> None:
+    m = PDModel(workload)
+    hi = float(m.batch_bracket(n_p, n_d))
+    assert 0 < hi <= m.b_max
+    assert m.residual(0.0, n_p, n_d) < 0
+    b = m.operating_batch(n_p, n_d)
+    assert 0 < b < hi
+    assert abs(m.residual(b, n_p, n_d)) < 1e-6 * m.c_tok
+    # g is strictly increasing on the bracket, so the root is the only sign change.
+    grid = np.linspace(0, hi, 2001)[:-1]
+    g = np.array([m.residual(x, n_p, n_d) for x in grid])
+    assert np.all(np.diff(g) > 0)
+    assert np.count_nonzero(np.diff(np.sign(g)) != 0) == 1
+    # At the root the prefill queue is stable, and the vectorized bisection agrees with brentq.
+    assert m.capacity(n_p, n_d).rho_p < 1
+    assert m.grid_for([n_p], [n_d]).batch[0] == pytest.approx(b, rel=1e-9)
+
+
+def test_grid_matches_scalar_path() -> None:
+    m = PDModel(VARIABLE)
+    g = m.grid(12)
+    assert len(g) == 66
+    for i in range(0, len(g), 7):
+        c = m.capacity(int(g.n_p[i]), int(g.n_d[i]))
+        assert g.mu[i] == pytest.approx(c.mu, rel=1e-9)
+        assert g.power_w[i] == pytest.approx(c.power_w, rel=1e-9)
+    n_p, n_d = all_deployments(64)
+    assert n_p.size == 2016 and np.all(n_p + n_d <= 64)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(100, 20000), st.floats(0.0, 2.0), st.floats(20, 2000), st.floats(0.0, 2.0), st.floats(-0.9, 0.9))
+def test_more_instances_never_less_capacity(in_mean: float, in_cv: float, out_mean: float, out_cv: float,
+                                            corr: float) -> None:
+    w = WorkloadMoments.lognormal(in_mean, in_cv, out_mean, out_cv, corr_log=corr)
+    try:
+        m = PDModel(w)
+    except ConfigError:  # the KV pool cannot hold this workload's reservations at all
+        return
+    n = 10
+    g = m.grid_for(*np.meshgrid(np.arange(1, n + 1), np.arange(1, n + 1), indexing="ij"))
+    mu = g.mu.reshape(n, n)
+    assert np.all(np.diff(mu, axis=0) >= -1e-9 * mu[1:]), "adding a prefill instance lost capacity"
+    assert np.all(np.diff(mu, axis=1) >= -1e-9 * mu[:, 1:]), "adding a decode instance lost capacity"
+    assert np.all(mu <= g.n_p.reshape(n, n) * m.mu_p * (1 + 1e-12))
+    assert np.all(g.mu_d <= m.mu_d_max * (1 + 1e-12))
+
+
+def test_prefill_reservations_shrink_the_batch() -> None:
+    m = PDModel(FIXED)
+    for n_p, n_d in [(1, 1), (3, 1), (3, 2)]:
+        c = m.capacity(n_p, n_d)
+        assert c.batch < c.b_max and c.mu_d < c.mu_d_max
+    # A larger KV pool never lowers capacity; a larger reservation R never raises it.
+    big = PDModel(FIXED, paper_system().with_serving(kv_tokens=300_000))
+    small_r = PDModel(FIXED, paper_system().with_serving(reserve_tokens=0))
+    assert big.capacity(3, 1).mu > m.capacity(3, 1).mu
+    assert small_r.capacity(3, 1).mu > m.capacity(3, 1).mu
+
+
+def test_power_model() -> None:
+    m = PDModel(FIXED)
+    ramp = PowerRamp(448, 458, 678)
+    assert ramp(0) == 448 and ramp(1.0) == 678 and ramp(0.25) == pytest.approx(448 + 458 * 0.25)
+    # Balanced load, eq. (14): n_P p_P(lambda / (n_P mu_P)) + n_D p_D(lambda / (n_D mu_D^max)).
+    lam = 3.0
+    expect = 3 * TABLE3.prefill_ramp(lam / (3 * m.mu_p)) + 2 * TABLE3.decode_ramp(lam / (2 * m.mu_d_max))
+    assert m.power_w(3, 2, lam) == pytest.approx(float(expect))
+    assert m.power_w(3, 2, 0.0) == pytest.approx(3 * 133 + 2 * 448)
+    mu = m.capacity(3, 2).mu
+    assert m.power_w(3, 2, 100.0) == pytest.approx(m.power_w(3, 2, mu))  # served rate capped at mu
+    rates = np.linspace(0, mu, 50)
+    assert np.all(np.diff(m.power_w(np.full(50, 3), np.full(50, 2), rates)) >= 0)
+    with pytest.raises(ConfigError, match="rate"):
+        m.power_w(3, 2, -1.0)
+
+
+def test_paper_anchors_hold() -> None:
+    checks = run_checks(include_traces=False)
+    caps = {c.name: c for c in checks if c.name.startswith("capacity ")}
+    assert len(caps) == len(CAPACITY_ANCHORS)
+    for c in caps.values():
+        assert abs(c.rel_error) <= 0.035, c
+    saved = {c.source: c for c in checks if c.name.startswith("power saved 3p2d->3p1d")}
+    assert len(saved) == sum(1 for a in POWER_ANCHORS if a[:2] == ((3, 2), (3, 1)))
+    assert abs(saved["§5.3.1"].rel_error) <= 0.15  # 3.1 req/s, paper 560 W
+    assert abs(saved["App. D"].rel_error) <= 0.15  # 3.6 req/s, paper 520 W
+    # 5.3 req/s (paper 620 W): the model's decode ramp is at its cap in both deployments and its 3p1d
+    # capacity is 1.4% low, so it predicts about 718 W (+15.8%), just outside the 15% anchor; guard the
+    # size of that known gap rather than hide it.
+    assert abs(saved["§5.3.2"].rel_error) <= 0.20
+    assert all_required_pass(checks) == all(c.passed for c in checks if c.required)
+
+
+@pytest.mark.parametrize("spec", ["3p", "p2d", "0p1d", "1p0d", "3x2", "-1p2d", "1.5p2d"])
+def test_bad_deployments(spec: str) -> None:
+    with pytest.raises(ConfigError, match="deployment"):
+        parse_deployment(spec)
+
+
+def test_bad_inputs_leave_model_usable() -> None:
+    m = PDModel(FIXED)
+    before = m.capacity(2, 1).mu
+    with pytest.raises(ConfigError):
+        m.operating_batch(0, 1)
+    with pytest.raises(ConfigError):
+        m.grid_for([1, 0], [1, 1])
+    with pytest.raises(ConfigError, match="kv_tokens"):
+        PDModel(FIXED, paper_system().with_serving(kv_tokens=2000))
+    with pytest.raises(ConfigError, match="kv_tokens"):
+        paper_system().with_serving(kv_tokens=-5)
+    assert m.capacity(2, 1).mu == before
+    assert parse_deployment(" 3P2D ") == (3, 2)
