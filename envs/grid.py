@@ -169,7 +169,7 @@ def _read_gz_csv(rel: str) -> pd.DataFrame:
 def _ci_table(source: str) -> pd.DataFrame:
     """The wide CI table of one source: UTC hourly index, one float64 column per zone (g/kWh)."""
     df = _read_gz_csv(CI_FILES[source])
-    idx = pd.DatetimeIndex(pd.to_datetime(df.pop("datetime_utc"), utc=True), name="datetime_utc")
+    idx = pd.DatetimeIndex(pd.to_datetime(df.pop("datetime_utc"), utc=True, format="ISO8601"), name="datetime_utc")
     df.index = idx
     return df.astype(np.float64)
 
