@@ -1,0 +1,318 @@
+"""Roofline design-space exploration (DSE) and the best-fit vPod table (paper §3.3, §2.4).
+
+For each phase (prefill, decode) and sequence-length bucket, every allocation of
+:func:`~servegym.envs.npu.roofline.enumerate_allocations` is evaluated at every batch bucket in one
+numpy call. The SLO of a bucket is ``slo_factor`` (5, §2.4) times the single-request latency on the
+minimum number of NPU-C or NPU-D chips that fits it, whichever version is faster. The best fit is the
+allocation and batch with the lowest energy per token (or USD per token) whose latency meets the
+SLO; when nothing meets it, the one with the best attainable latency (§2.4). The table also keeps
+a best fit per chip version (the fail-over candidates of §3.4).
+
+Differences from NeuScale: FLOPs and bytes come from :mod:`servegym.envs.npu.roofline` rather than
+from XLA HLO cost analysis, and the whole table is computed in about a second instead of about 10
+minutes per sequence length on 120 cores (§3.3).
+
+Reuse by the cluster simulator / env / baselines: :meth:`BestFitTable.lookup` gives the best fit
+(or a version's fail-over) for any (phase, seq_len); :meth:`BestFitTable.pareto` the Pareto
+candidates of a bucket; :func:`servegym.envs.npu.roofline.step_cost` the latency/energy/cost of a
+vPod at any batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from servegym.envs.npu.catalog import VERSIONS, ModelSpec, VPod, model
+from servegym.envs.npu.roofline import (
+    PHASES,
+    AllocationSpace,
+    RooflineParams,
+    StepMetrics,
+    check_phase,
+    enumerate_allocations,
+    evaluate,
+)
+
+from servegym.errors import ConfigError, check_range
+
+OBJECTIVES: tuple[str, ...] = ("energy", "cost")
+MAX_SEQ_LEN = 1 << 20
+SLO_REFERENCE_VERSIONS: tuple[str, ...] = ("NPU-C", "NPU-D")
+"""§2.4: the SLO is set on "the minimum number of NPU-C or NPU-D chips, whichever is faster"."""
+
+
+def seq_len_buckets(max_seq_len: int = MAX_SEQ_LEN, first_step: int = 128, first_edge: int = 1024) -> np.ndarray:
+    """Sequence-length bucket upper edges (tokens), §3.3.
+
+    ``first_step``-token steps up to ``first_edge``, then the step doubles at every power of two:
+    128, 256, ..., 1024, 1280, 1536, 1792, 2048, 2560, ... , 2^20 — 48 buckets for the defaults.
+    """
+    check_range("first_step", first_step, 1, None)
+    check_range("first_edge", first_edge, first_step, None)
+    check_range("max_seq_len", max_seq_len, first_step, None)
+    edges = list(range(first_step, first_edge + 1, first_step))
+    step, hi = first_step, first_edge
+    while hi < max_seq_len:
+        step *= 2
+        nxt = hi * 2
+        edges.extend(range(hi + step, nxt + 1, step))
+        hi = nxt
+    return np.array([e for e in edges if e <= max_seq_len], dtype=np.int64)
+
+
+def batch_buckets(max_batch: int = 1024) -> np.ndarray:
+    """Batch sizes of §3.3: powers of two below 16, then multiples of 16 up to ``max_batch``."""
+    check_range("max_batch", max_batch, 1, None)
+    small = [b for b in (1, 2, 4, 8) if b <= max_batch]
+    return np.array(small + list(range(16, max_batch + 1, 16)), dtype=np.int64)
+
+
+SEQ_BUCKETS = seq_len_buckets()
+BATCH_BUCKETS = batch_buckets()
+
+
+def bucket_for(seq_len: float, buckets: np.ndarray = SEQ_BUCKETS) -> int:
+    """The bucket edge (tokens) serving ``seq_len``: the smallest edge ≥ seq_len."""
+    check_range("seq_len", float(seq_len), 1, float(buckets[-1]))
+    return int(buckets[int(np.searchsorted(buckets, seq_len, side="left"))])
+
+
+def pareto_mask(latency: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """True where no other point has latency ≤ and cost ≤ with one strictly smaller (any shape).
+
+    Exact duplicates are all kept. O(n log n): unique (latency, cost) pairs sorted by latency then
+    cost are Pareto iff their cost is below every earlier pair's.
+    """
+    lat = np.asarray(latency, dtype=float).ravel()
+    c = np.asarray(cost, dtype=float).ravel()
+    if lat.shape != c.shape:
+        raise ConfigError(f"latency and cost must have the same shape; got {lat.shape} and {c.shape}")
+    if lat.size == 0:
+        return np.zeros(np.shape(latency), dtype=bool)
+    pts, inv = np.unique(np.stack([lat, c], axis=1), axis=0, return_inverse=True)
+    prev_min = np.concatenate([[np.inf], np.minimum.accumulate(pts[:-1, 1])])
+    keep = pts[:, 1] < prev_min
+    return keep[np.asarray(inv).ravel()].reshape(np.shape(latency))
+
+
+@dataclass(frozen=True)
+class BestFit:
+    """One entry of the best-fit table: an allocation and batch for a (phase, bucket).
+
+    ``role`` is ``"best"`` (the overall best fit) or ``"fallback"`` (best fit of ``version`` only).
+    Units: seconds, J/token, USD/token, tokens/s.
+    """
+
+    phase: str
+    seq_len: int
+    role: str
+    version: str
+    shape: tuple[int, ...]
+    chips: int
+    tp: int
+    pp: int
+    ep: int
+    batch: int
+    latency_s: float
+    period_s: float
+    slo_s: float
+    meets_slo: bool
+    energy_j_per_token: float
+    usd_per_token: float
+    tokens_per_s: float
+    alloc_index: int
+
+    @property
+    def vpod(self) -> VPod:
+        return VPod(self.version, self.shape, self.tp, self.pp, self.ep, max_batch=self.batch)
+
+    @property
+    def label(self) -> str:
+        return self.vpod.label
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["shape"] = list(self.shape)
+        d["label"] = self.label
+        return d
+
+
+@dataclass
+class BestFitTable:
+    """Best-fit allocations per (phase, bucket), with per-version fail-overs and Pareto queries."""
+
+    model: ModelSpec
+    objective: str
+    slo_factor: float
+    space: AllocationSpace
+    batches: np.ndarray
+    buckets: np.ndarray
+    phases: tuple[str, ...]
+    slo_s: dict[tuple[str, int], float]
+    best: dict[tuple[str, int], BestFit]
+    per_version: dict[tuple[str, int, str], BestFit]
+    _cache: dict[tuple[str, int], StepMetrics] = field(default_factory=dict, repr=False)
+
+    def metrics(self, phase: str, seq_len: int) -> StepMetrics:
+        """Step metrics (allocations x batches) of a bucket, cached."""
+        key = (check_phase(phase), bucket_for(seq_len, self.buckets))
+        if key not in self._cache:
+            self._cache[key] = evaluate(self.space, key[0], key[1], self.batches)
+        return self._cache[key]
+
+    def _key(self, phase: str, seq_len: float) -> tuple[str, int]:
+        check_phase(phase)
+        if phase not in self.phases:
+            raise ConfigError(f"phase = {phase!r} was not explored; allowed: {', '.join(self.phases)}")
+        return phase, bucket_for(seq_len, self.buckets)
+
+    def lookup(self, phase: str, seq_len: float, version: str | None = None) -> BestFit | None:
+        """Best fit for ``seq_len`` rounded up to its bucket; with ``version``, that version's fail-over.
+
+        None when nothing (of that version) fits in memory for the bucket.
+        """
+        key = self._key(phase, seq_len)
+        if version is None:
+            return self.best.get(key)
+        if version not in VERSIONS:
+            raise ConfigError(f"version = {version!r} is unknown; allowed: {', '.join(VERSIONS)}")
+        return self.per_version.get((*key, version))
+
+    def entries(self, phase: str | None = None, fallbacks: bool = False) -> list[BestFit]:
+        """Best-fit entries ordered by phase then bucket (fail-overs after each best when asked)."""
+        out: list[BestFit] = []
+        for ph in self.phases if phase is None else (check_phase(phase),):
+            for s in self.buckets.tolist():
+                if (ph, s) in self.best:
+                    out.append(self.best[(ph, s)])
+                if fallbacks:
+                    out.extend(self.per_version[(ph, s, v)] for v in VERSIONS if (ph, s, v) in self.per_version)
+        return out
+
+    def pareto(self, phase: str, seq_len: float, objective: str | None = None) -> list[BestFit]:
+        """Pareto-optimal (latency vs objective per token) feasible allocation/batch pairs of a bucket,
+        sorted by latency."""
+        key = self._key(phase, seq_len)
+        obj = _check_objective(objective or self.objective)
+        sm = self.metrics(*key)
+        cost = _objective_array(sm, obj)
+        lat = np.where(sm.feasible, sm.latency_s, np.inf)
+        cost = np.where(sm.feasible, cost, np.inf)
+        mask = pareto_mask(lat, cost) & sm.feasible
+        idx = np.argwhere(mask)
+        idx = idx[np.lexsort((cost[mask], lat[mask]))]
+        return [_entry(self, key, "pareto", sm, int(i), int(j)) for i, j in idx]
+
+
+def _check_objective(objective: str) -> str:
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"objective = {objective!r} is unknown; allowed: {', '.join(OBJECTIVES)}")
+    return objective
+
+
+def _objective_array(sm: StepMetrics, objective: str) -> np.ndarray:
+    return sm.energy_j_per_token if objective == "energy" else sm.usd_per_token
+
+
+def _entry(t: BestFitTable, key: tuple[str, int], role: str, sm: StepMetrics, i: int, j: int) -> BestFit:
+    vp = t.space.vpods[i]
+    slo = t.slo_s.get(key, float("nan"))
+    lat = float(sm.latency_s[i, j])
+    return BestFit(
+        phase=key[0], seq_len=key[1], role=role, version=vp.version, shape=vp.shape, chips=vp.chips,
+        tp=vp.tp, pp=vp.pp, ep=vp.ep, batch=int(t.batches[j]), latency_s=lat,
+        period_s=float(sm.period_s[i, j]), slo_s=slo, meets_slo=bool(lat <= slo),
+        energy_j_per_token=float(sm.energy_j_per_token[i, j]), usd_per_token=float(sm.usd_per_token[i, j]),
+        tokens_per_s=float(sm.tokens_per_s[i, j]), alloc_index=i,
+    )
+
+
+def _pick(cost: np.ndarray, lat: np.ndarray, chips: np.ndarray, ok: np.ndarray, slo: float) -> tuple[int, int] | None:
+    """Lowest cost meeting the SLO (ties: latency, chips, index); else the lowest latency (ties: cost)."""
+    if not ok.any():
+        return None
+    flat_ok = ok.ravel()
+    meet = flat_ok & (lat.ravel() <= slo)
+    n = flat_ok.size
+    order_idx = np.arange(n)
+    ch = np.broadcast_to(chips, lat.shape).ravel()
+    if meet.any():
+        cand = np.flatnonzero(meet)
+        k = cand[np.lexsort((order_idx[cand], ch[cand], lat.ravel()[cand], cost.ravel()[cand]))[0]]
+    else:
+        cand = np.flatnonzero(flat_ok)
+        k = cand[np.lexsort((order_idx[cand], ch[cand], cost.ravel()[cand], lat.ravel()[cand]))[0]]
+    return divmod(int(k), lat.shape[1])
+
+
+def reference_latency(space: AllocationSpace, sm: StepMetrics) -> float:
+    """Single-request (batch index 0) latency on the minimum feasible chip count of NPU-C or NPU-D,
+    whichever is faster (§2.4); all versions in the space when neither C nor D is present/feasible."""
+    ver = space["version_idx"]
+    chips = space["chips"]
+    feas = sm.feasible[:, 0]
+    lat = sm.latency_s[:, 0]
+    for pool in (SLO_REFERENCE_VERSIONS, VERSIONS):
+        best = np.inf
+        for v in pool:
+            sel = feas & (ver == VERSIONS.index(v))
+            if sel.any():
+                n_min = chips[sel].min()
+                best = min(best, float(lat[sel & (chips == n_min)].min()))
+        if np.isfinite(best):
+            return best
+    return float("nan")
+
+
+def run_dse(model_name: str | ModelSpec, objective: str = "energy", phases: Sequence[str] = PHASES,
+            versions: Iterable[str] = VERSIONS, seq_lens: Sequence[int] | np.ndarray | None = None,
+            batches: Sequence[int] | np.ndarray | None = None, slo_factor: float = 5.0,
+            params: RooflineParams | None = None, max_chips: int = 1024, progress: bool = False) -> BestFitTable:
+    """Explore every allocation x batch for each phase and bucket and build the best-fit table.
+
+    ``seq_lens`` defaults to the 48 buckets of :func:`seq_len_buckets`, ``batches`` to
+    :func:`batch_buckets`. Batch 1 is always included (the SLO reference needs it). Deterministic:
+    no randomness, ties broken by latency, then chip count, then enumeration order.
+    """
+    spec = model_name if isinstance(model_name, ModelSpec) else model(model_name)
+    _check_objective(objective)
+    phases = tuple(check_phase(p) for p in phases)
+    if not phases:
+        raise ConfigError("phases is empty; allowed: a non-empty subset of prefill, decode")
+    check_range("slo_factor", slo_factor, 1.0, None)
+    buckets = SEQ_BUCKETS if seq_lens is None else np.unique(np.asarray(seq_lens, dtype=np.int64))
+    if buckets.size == 0 or buckets[0] < 1 or buckets[-1] > MAX_SEQ_LEN:
+        raise ConfigError(f"seq_lens must be non-empty integers in [1, {MAX_SEQ_LEN}]")
+    bs = BATCH_BUCKETS if batches is None else np.unique(np.asarray(batches, dtype=np.int64))
+    if bs.size == 0 or bs[0] < 1:
+        raise ConfigError("batches must be non-empty integers ≥ 1")
+    if bs[0] != 1:
+        bs = np.concatenate([[1], bs])
+    space = enumerate_allocations(spec, tuple(versions), max_chips=max_chips, params=params)
+    table = BestFitTable(model=spec, objective=objective, slo_factor=float(slo_factor), space=space,
+                         batches=bs, buckets=buckets, phases=phases, slo_s={}, best={}, per_version={})
+    ver = space["version_idx"][:, None]
+    chips = space["chips"][:, None]
+    present = sorted(set(space["version_idx"].tolist()))
+    jobs = [(p, int(s)) for p in phases for s in buckets.tolist()]
+    it: Iterable = jobs
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(jobs, desc=f"DSE {spec.name}", unit="bucket")
+    for key in it:
+        sm = evaluate(space, key[0], key[1], bs)
+        slo = slo_factor * reference_latency(space, sm)
+        table.slo_s[key] = slo
+        cost = _objective_array(sm, objective)
+        ok = sm.feasible
+        pick = _pick(cost, sm.latency_s, chips, ok, slo)
+        if pick is not None:
+            table.best[key] = _entry(table, key, "best", sm, *pick)
+        for vi in present:
+            pick = _pick(cost, sm.latency_s, chips, ok & (ver == vi), slo)
+            if pick is not None:
+                table.per_version[(*key, VERSIONS[vi])] = _entry(table, key, "fallback", sm, *pick)
+    return table

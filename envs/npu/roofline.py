@@ -1,0 +1,489 @@
+"""Analytical roofline of one serving step of an LLM on a vPod, vectorized over allocations x batches.
+
+Where this differs from NeuScale (paper §3.3–§4)
+-------------------------------------------------
+NeuScale gets each allocation's FLOPs and HBM bytes from XLA's HLO cost analysis of the compiled
+per-chip graph, and its evaluation runs a production NPU simulator (RTL power models for SA/VU/SRAM).
+Neither is available here, so we count FLOPs and bytes analytically from each model's layer shapes
+(:mod:`servegym.envs.npu.catalog`) and put them through the same roofline the paper uses to *choose*
+allocations (§3.3, Fig. 8): time = max(compute, memory) per operator group, energy from TFLOP/J and
+GB/J. Operator fusion, tiling and layouts are not modelled beyond the simple rules below.
+
+Per step, per chip (one micro-batch through one pipeline stage), four operator groups each get their
+own roofline max(FLOPs / (peak x eta_c), bytes / (HBM BW x eta_m)):
+
+* linear: attention projections, dense FFN / shared expert, router. Weights are read once per
+  prefill chunk (``prefill_chunk_tokens``) or per decode step; activations are read and written
+  once per GEMM. FLOPs are inflated by systolic-array padding of the tensor-sharded output width to
+  a multiple of the array width (Table 2), which penalizes very high TP, most on NPU-D (256 wide).
+* experts (MoE only): with EP = TP whole experts live on chips and the chip with the hottest expert
+  gets ``hot_expert_factor`` (7x, paper §4) times the average expert load; with EP = 1 each expert is
+  tensor-sharded and the load is balanced. Weight bytes count the expected number of distinct
+  experts a step touches, E(1 - (1 - k/E)^T).
+* attention core: scores and AV; decode reads every request's KV cache; prefill writes it and
+  re-reads K/V once per query tile that fits half the SRAM (flash-attention style), causal.
+  GQA KV heads are replicated when TP exceeds them; the MLA latent is replicated on every TP chip.
+* LM head: logits for the last token of each prefill request and for every decode token.
+
+Communication: two TP ring all-reduces of the hidden state per layer (one plus an all-to-all
+dispatch/combine on MoE layers with EP > 1) over the vPod's torus: time = 2(p-1)/p x bytes /
+(usable links x link BW x eta_ici) + 2 x sum(axis - 1) x ``ici_step_latency_s``; the TP group is laid
+out as the most balanced power-of-two sub-torus of the pod shape; a used axis contributes its two
+links. Pipeline stages pass activations over one link. Collectives are not overlapped with compute.
+
+Pipeline: prefill streams the batch's b x L prompt tokens through the stages as
+m = max(min(b, pp), ceil(b L / prefill_chunk_tokens)) micro-batches (chunked prefill; a prompt shorter
+than one chunk is not split further, as in vLLM). Prefill latency (TTFT of the batch) is
+(m + pp - 1) stage times (GPipe bubbles) and back-to-back batches enter every m stage times
+(``period_s``). Decode splits the b requests into m = min(b, pp) micro-batches and emits one token
+per request every pp stage times (TPOT = period), so with b < pp the idle stages are bubbles.
+
+Energy per step = FLOPs / (TFLOP/J) + HBM bytes / (GB/J) + ICI bytes x ``ici_pj_per_bit`` + static
+power x chips x period, with static power = ``static_power_frac`` x the chip's peak-compute power
+(TFLOPS / TFLOP/J). Cost per step = chips x USD/chip-hour x period.
+
+Memory feasibility per chip: weights of one stage / TP + KV cache of all b requests for the stage's
+layers + one chunk's activations ≤ ``hbm_usable_frac`` x HBM.
+
+Coefficients (``RooflineParams`` defaults) and where they come from:
+
+* ``eta_compute = 0.756``: median achieved/peak TFLOP/s of the q/o/gate/up/down/lm_head GEMMs with
+  ≥1024 tokens in ``data/npu/llmservingsim_tpu_v6e/.../Llama-3.1-8B/tp1/layers.csv.gz`` (one TPU v6e
+  chip), against 918 TFLOPS; applied to every version (no profile exists for the others).
+* ``eta_memory = 0.915``: median achieved/peak GB/s of gate/down/lm_head with ≤64 tokens in the
+  same file (bytes = weights + activations) against 1640 GB/s. ``tests/test_npu_roofline.py``
+  recomputes both from the file.
+* ``hbm_usable_frac = 0.9``: vLLM's default ``gpu_memory_utilization``.
+* ``static_power_frac = 0.35``: TPU v4 measured minimum power 90 W (``data/npu/tpu_prices.md`` §2)
+  over its peak-compute power 275 / 1.07 = 257 W (Table 2); the paper's per-component power model
+  is not public, so the same fraction is used for all versions.
+* ``eta_ici = 0.8``, ``ici_step_latency_s = 1e-6``, ``ici_pj_per_bit = 5.0`` and
+  ``prefill_chunk_tokens = 8192`` are assumptions (typical ring-collective efficiency, per-step
+  software/link latency, electrical SerDes energy, vLLM-style chunked prefill), not paper numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from servegym.envs.npu.catalog import (
+    BYTES_PER_PARAM,
+    CHIPS,
+    MAX_CHIPS_PER_VPOD,
+    MAX_POD_DIM,
+    VERSIONS,
+    ModelSpec,
+    VPod,
+    chip,
+)
+
+from servegym.errors import ConfigError, check_range
+
+PHASES: tuple[str, ...] = ("prefill", "decode")
+
+
+@dataclass(frozen=True)
+class RooflineParams:
+    """Achieved-efficiency factors and assumptions of the roofline (see the module docstring)."""
+
+    eta_compute: float = 0.756
+    eta_memory: float = 0.915
+    eta_ici: float = 0.8
+    hbm_usable_frac: float = 0.9
+    static_power_frac: float = 0.35
+    ici_pj_per_bit: float = 5.0
+    ici_step_latency_s: float = 1e-6
+    prefill_chunk_tokens: int = 8192
+
+    def __post_init__(self) -> None:
+        for name in ("eta_compute", "eta_memory", "eta_ici", "hbm_usable_frac"):
+            check_range(name, getattr(self, name), 0.0, 1.0, low_inclusive=False)
+        check_range("static_power_frac", self.static_power_frac, 0.0, 1.0)
+        check_range("ici_pj_per_bit", self.ici_pj_per_bit, 0.0, None)
+        check_range("ici_step_latency_s", self.ici_step_latency_s, 0.0, None)
+        check_range("prefill_chunk_tokens", self.prefill_chunk_tokens, 1, None)
+
+
+def check_phase(phase: str) -> str:
+    if phase not in PHASES:
+        raise ConfigError(f"phase = {phase!r} is unknown; allowed: {', '.join(PHASES)}")
+    return phase
+
+
+def _pow2_upto(n: int) -> list[int]:
+    out, v = [], 1
+    while v <= n:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def pod_shapes(version: str, max_chips: int = MAX_CHIPS_PER_VPOD) -> list[tuple[int, ...]]:
+    """All power-of-two torus slices of ``version`` (axes sorted ascending, each ≤ 16) up to ``max_chips``."""
+    spec = chip(version)
+    limit = min(max_chips, spec.max_chips_per_pod, MAX_CHIPS_PER_VPOD)
+    dims = _pow2_upto(MAX_POD_DIM)
+    shapes: list[tuple[int, ...]] = [()]
+    for _ in range(spec.torus_dims):
+        shapes = [(*s, d) for s in shapes for d in dims if not s or d >= s[-1]]
+    return sorted((s for s in shapes if int(np.prod(s)) <= limit), key=lambda s: (int(np.prod(s)), s[::-1]))
+
+
+def tp_subshape(shape: tuple[int, ...], tp: int) -> tuple[int, ...]:
+    """The most balanced power-of-two sub-torus of ``shape`` holding ``tp`` chips (grown one doubling at a time)."""
+    sub = [1] * len(shape)
+    while int(np.prod(sub)) < tp:
+        grow = [i for i in range(len(shape)) if sub[i] < shape[i]]
+        if not grow:
+            raise ConfigError(f"tp = {tp} does not fit in shape {shape}")
+        i = min(grow, key=lambda j: (sub[j], j))
+        sub[i] *= 2
+    return tuple(sub)
+
+
+@dataclass(frozen=True)
+class AllocationSpace:
+    """All candidate vPod allocations of one model as parallel arrays (length A).
+
+    ``vpods[i]`` is the :class:`VPod` of row i (its ``max_batch`` is 1; the batch is swept separately).
+    Allocations that differ only in pod shape but lay TP out on the same sub-torus have identical
+    roofline metrics, so only the first (most compact) shape of each is kept.
+    """
+
+    model: ModelSpec
+    params: RooflineParams
+    vpods: tuple[VPod, ...]
+    arrays: dict[str, np.ndarray] = field(repr=False)
+
+    def __len__(self) -> int:
+        return len(self.vpods)
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self.arrays[key]
+
+
+def enumerate_allocations(model: ModelSpec, versions: tuple[str, ...] | list[str] = VERSIONS,
+                          max_chips: int = MAX_CHIPS_PER_VPOD,
+                          params: RooflineParams | None = None) -> AllocationSpace:
+    """Enumerate (version, pod shape, TP, PP, EP) allocations for ``model`` (§3.3's first two passes).
+
+    TP is a power of two ≤ the attention heads; PP ≤ the layer count; EP ∈ {1, TP} for MoE models.
+    """
+    params = params or RooflineParams()
+    versions = tuple(versions)
+    if not versions:
+        raise ConfigError("versions is empty; allowed: a non-empty subset of " + ", ".join(VERSIONS))
+    for v in versions:
+        chip(v)
+    check_range("max_chips", max_chips, 1, MAX_CHIPS_PER_VPOD)
+    vpods: list[VPod] = []
+    geo: list[tuple[int, int, float]] = []
+    seen: set[tuple] = set()
+    for v in versions:
+        for shape in pod_shapes(v, max_chips):
+            n = int(np.prod(shape))
+            for tp in _pow2_upto(n):
+                pp = n // tp
+                if tp > model.heads or pp > model.layers:
+                    continue
+                sub = tp_subshape(shape, tp)
+                for ep in ((1, tp) if model.is_moe and tp > 1 else (1,)):
+                    key = (v, n, tp, pp, ep, tuple(sorted(sub)))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    vpods.append(VPod(v, shape, tp, pp, ep))
+                    links = min(2 * sum(1 for d in sub if d > 1), CHIPS[v].ici_links)
+                    geo.append((links, sum(d - 1 for d in sub), max(1.0, sum(sub) / 4.0)))
+    return _build_space(model, params, tuple(vpods), geo)
+
+
+def space_for(model: ModelSpec, vpods: list[VPod] | tuple[VPod, ...],
+              params: RooflineParams | None = None) -> AllocationSpace:
+    """An :class:`AllocationSpace` of the given vPods (e.g. one vPod, for the cluster simulator)."""
+    params = params or RooflineParams()
+    geo = []
+    for vp in vpods:
+        _check_vpod(model, vp)
+        sub = tp_subshape(vp.shape, vp.tp)
+        links = min(2 * sum(1 for d in sub if d > 1), CHIPS[vp.version].ici_links)
+        geo.append((links, sum(d - 1 for d in sub), max(1.0, sum(sub) / 4.0)))
+    return _build_space(model, params, tuple(vpods), geo)
+
+
+def _check_vpod(model: ModelSpec, vp: VPod) -> None:
+    if vp.tp > model.heads:
+        raise ConfigError(f"tp = {vp.tp} is out of range for {model.name}; allowed: [1, {model.heads}]")
+    if vp.pp > model.layers:
+        raise ConfigError(f"pp = {vp.pp} is out of range for {model.name}; allowed: [1, {model.layers}]")
+    if vp.ep > 1 and not model.is_moe:
+        raise ConfigError(f"ep = {vp.ep} needs an MoE model; {model.name} is dense, so allowed: 1")
+
+
+def _pad(width: np.ndarray, sa: np.ndarray) -> np.ndarray:
+    """Systolic padding factor of a GEMM output width: ceil(n / W) W / n."""
+    return np.ceil(width / sa) * sa / width
+
+
+def _build_space(model: ModelSpec, params: RooflineParams, vpods: tuple[VPod, ...],
+                 geo: list[tuple[int, int, float]]) -> AllocationSpace:
+    m = model
+    a: dict[str, np.ndarray] = {}
+    specs = [CHIPS[vp.version] for vp in vpods]
+    f = lambda attr: np.array([getattr(s, attr) for s in specs], dtype=float)  # noqa: E731
+    a["version_idx"] = np.array([VERSIONS.index(vp.version) for vp in vpods], dtype=np.int64)
+    a["chips"] = np.array([vp.chips for vp in vpods], dtype=float)
+    tp = a["tp"] = np.array([vp.tp for vp in vpods], dtype=float)
+    pp = a["pp"] = np.array([vp.pp for vp in vpods], dtype=float)
+    ep = a["ep"] = np.array([vp.ep for vp in vpods], dtype=float)
+    g = np.array(geo, dtype=float).reshape(-1, 3)
+    a["tp_links"], a["tp_hops"], a["a2a_hops"] = g[:, 0], g[:, 1], g[:, 2]
+    a["flops_peak"] = f("tflops") * 1e12 * params.eta_compute
+    a["bw"] = f("hbm_gbps") * 1e9 * params.eta_memory
+    a["j_per_flop"] = 1.0 / (f("tflop_per_j") * 1e12)
+    a["j_per_byte"] = 1.0 / (f("hbm_gb_per_j") * 1e9)
+    a["link_bw"] = f("ici_gbps_per_link") * 1e9 * params.eta_ici
+    a["hbm_cap"] = f("hbm_gb") * 1e9 * params.hbm_usable_frac
+    a["static_w"] = params.static_power_frac * f("tflops") / f("tflop_per_j")
+    a["usd_per_s"] = f("usd_per_chip_hour") / 3600.0
+    sa = f("systolic_width")
+    sram = f("sram_mb") * 1e6
+    B = BYTES_PER_PARAM
+    h = float(m.hidden)
+    layers = float(m.layers)
+    lps = np.ceil(layers / pp)  # layers on the largest stage
+    a["layers_per_stage"] = lps
+    moe_frac = m.moe_layers / layers
+    dense_frac = 1.0 - moe_frac
+    heads_chip = m.heads / tp
+
+    # ---- linear group: per-token FLOPs/params per chip per (average) layer, with padding ----------
+    if m.is_mla:
+        qk = m.nope_head_dim + m.rope_head_dim
+        rep = h * m.q_lora_rank + h * (m.kv_lora_rank + m.rope_head_dim)  # down-projections, replicated
+        sharded_attn = (m.q_lora_rank * m.heads * qk + m.kv_lora_rank * m.heads * (m.nope_head_dim + m.v_head_dim)
+                        + m.heads * m.v_head_dim * h)
+        attn_p = rep + sharded_attn / tp
+        attn_pad = (rep + sharded_attn / tp * _pad(m.heads * qk / tp, sa)) / attn_p
+        q_width = m.heads * m.v_head_dim
+        kv_width_chip = float(m.kv_lora_rank + m.rope_head_dim) * np.ones_like(tp)
+        kv_tok_layer_chip = np.full_like(tp, m.kv_bytes_per_token_layer, dtype=float)
+        attn_core_flops = 2.0 * heads_chip * (2 * m.kv_lora_rank + m.rope_head_dim)  # per token per ctx token
+        q_bytes_tok = heads_chip * (m.kv_lora_rank + m.rope_head_dim) * B
+    else:
+        q = m.heads * m.head_dim
+        kv_heads_chip = np.maximum(m.kv_heads / tp, 1.0)
+        kvw = kv_heads_chip * m.head_dim
+        attn_p = h * (q / tp + 2 * kvw) + q / tp * h
+        attn_pad = (h * (q / tp * _pad(q / tp, sa) + 2 * kvw * _pad(kvw, sa)) + q / tp * h * _pad(h, sa)) / attn_p
+        q_width = q
+        kv_width_chip = 2 * kvw
+        kv_tok_layer_chip = 2 * kvw * B
+        attn_core_flops = 4.0 * heads_chip * m.head_dim
+        q_bytes_tok = heads_chip * m.head_dim * B
+    ffn_dense_p = 3 * h * m.ffn / tp
+    ffn_pad = _pad(m.ffn / tp, sa)
+    if m.is_moe:
+        shared_p = m.shared_experts * m.expert_params / tp
+        router_p = h * m.experts
+        ffn_act = dense_frac * m.ffn + moe_frac * (m.shared_experts + m.active_experts) * m.expert_ffn
+    else:
+        shared_p = router_p = 0.0
+        ffn_act = float(m.ffn)
+    lin_p = attn_p + dense_frac * ffn_dense_p + moe_frac * (shared_p + router_p)
+    shared_pad = _pad(m.expert_ffn / tp, sa) if m.is_moe else 1.0
+    lin_flops_tok = 2.0 * (attn_p * attn_pad + dense_frac * ffn_dense_p * ffn_pad
+                           + moe_frac * (shared_p * shared_pad + router_p))
+    a["lin_flops_tok"] = lin_flops_tok
+    a["lin_w_bytes"] = lin_p * B
+    # activations read+written per token per layer per chip (hidden replicated, sharded widths / tp)
+    a["act_bytes_tok"] = (4 * h + (3 * q_width + kv_width_chip * tp + 3 * ffn_act) / tp) * B
+    a["act_ws_tok"] = (2 * h + 2 * max(m.ffn, ffn_act) / tp) * B  # one layer's live activations
+    a["kv_tok_layer"] = kv_tok_layer_chip
+    a["attn_core_flops"] = attn_core_flops  # x context length, per token per layer
+    a["q_tile"] = np.maximum(np.floor(0.5 * sram / (2 * q_bytes_tok)), 1.0)
+
+    # ---- experts ---------------------------------------------------------------------------------
+    if m.is_moe:
+        E, k = float(m.experts), float(m.active_experts)
+        local = np.where(ep > 1, E / ep, E)
+        # routed-expert token-loads per chip relative to T*k/E
+        hot = np.where(ep > 1, m.hot_expert_factor + local - 1.0, E / tp)
+        avg = np.where(ep > 1, local, E / tp)
+        shard = np.where(ep > 1, 1.0, 1.0 / tp)
+        expert_pad = np.where(ep > 1, _pad(np.full_like(tp, m.expert_ffn), sa), _pad(m.expert_ffn / tp, sa))
+        a["exp_flops_hot"] = moe_frac * 2.0 * m.expert_params * (k / E) * hot * expert_pad
+        a["exp_flops_avg"] = moe_frac * 2.0 * m.expert_params * (k / E) * avg * expert_pad
+        a["exp_local"] = local
+        a["exp_w_bytes"] = moe_frac * m.expert_params * shard * B  # per activated local expert
+        a["a2a_layers"] = np.where(ep > 1, moe_frac, 0.0)
+    else:
+        z = np.zeros_like(tp)
+        a["exp_flops_hot"] = a["exp_flops_avg"] = a["exp_local"] = a["exp_w_bytes"] = a["a2a_layers"] = z
+    a["ar_per_layer"] = 2.0 - a["a2a_layers"]
+    # ---- capacity: weights of the largest stage per chip -------------------------------------------
+    layer_w = (m.total_params - 2 * m.embed_params) / layers  # average layer (incl. all experts)
+    emb = np.where(pp > 1, 1.0, 2.0) * m.embed_params
+    a["w_cap_bytes"] = (layer_w * lps + emb) / tp * B
+    a["head_flops_tok"] = 2.0 * h * m.vocab / tp * _pad(m.vocab / tp, sa)
+    a["head_w_bytes"] = h * m.vocab / tp * B
+    return AllocationSpace(model=model, params=params, vpods=vpods, arrays=a)
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """Roofline of one serving step, arrays of shape (allocations, batches).
+
+    ``latency_s``: prefill time-to-first-token of the batch, or decode time per output token.
+    ``period_s``: steady-state time between steps (the vPod's busy time per step).
+    ``tokens``: tokens per step (prefill: b x seq_len prompt tokens; decode: b output tokens).
+    ``energy_j``/``usd``: per step. ``mem_bytes``: HBM per chip needed. ``feasible``: fits in HBM.
+    """
+
+    latency_s: np.ndarray
+    period_s: np.ndarray
+    tokens: np.ndarray
+    energy_j: np.ndarray
+    usd: np.ndarray
+    mem_bytes: np.ndarray
+    feasible: np.ndarray
+
+    @property
+    def energy_j_per_token(self) -> np.ndarray:
+        return self.energy_j / self.tokens
+
+    @property
+    def usd_per_token(self) -> np.ndarray:
+        return self.usd / self.tokens
+
+    @property
+    def tokens_per_s(self) -> np.ndarray:
+        return self.tokens / self.period_s
+
+
+def _roof(flops: np.ndarray, nbytes: np.ndarray, peak: np.ndarray, bw: np.ndarray) -> np.ndarray:
+    return np.maximum(flops / peak, nbytes / bw)
+
+
+def evaluate(space: AllocationSpace, phase: str, seq_len: float, batches: np.ndarray | list[int]) -> StepMetrics:
+    """Step latency, energy, cost and feasibility for every allocation x batch (shape (A, B)).
+
+    ``seq_len`` (tokens) is the prompt length for prefill and the context length for decode.
+    """
+    check_phase(phase)
+    check_range("seq_len", float(seq_len), 1, None)
+    b = np.asarray(batches, dtype=float).reshape(1, -1)
+    if b.size == 0 or np.any(b < 1) or np.any(b != np.floor(b)):
+        raise ConfigError(f"batches = {np.asarray(batches).tolist()!r}: each batch must be an integer ≥ 1")
+    m_, p = space.model, space.params
+    a = {k: v[:, None] for k, v in space.arrays.items()}
+    L = float(seq_len)
+    pp, tp, chips = a["pp"], a["tp"], a["chips"]
+    lps = a["layers_per_stage"]
+    h = float(m_.hidden)
+    B = BYTES_PER_PARAM
+    if phase == "prefill":
+        # chunked prefill: the batch's b*L prompt tokens flow through the pipeline as micro-batches of
+        # at most prefill_chunk_tokens (and at least min(b, pp) of them)
+        mb = np.maximum(np.minimum(b, pp), np.ceil(b * L / p.prefill_chunk_tokens))
+        T = b * L / mb  # tokens per micro-batch
+        ctx = L / 2.0  # causal average context
+        chunks = np.ceil(T / p.prefill_chunk_tokens - 1e-9)
+        live_tokens = np.minimum(T, p.prefill_chunk_tokens)
+        kv_passes = np.maximum(1.0, L / (2.0 * np.minimum(a["q_tile"], p.prefill_chunk_tokens)))
+        attn_bytes = T * a["kv_tok_layer"] * (1.0 + kv_passes)
+        head_tok = b / mb  # logits only for each request's last prompt token
+        kv_resident = b * L
+    else:
+        mb = np.minimum(b, pp)
+        T = np.ceil(b / mb)  # one token per request in a micro-batch
+        ctx = L
+        chunks = np.ones_like(T)
+        live_tokens = T
+        attn_bytes = T * (L + 1.0) * a["kv_tok_layer"]
+        head_tok = T
+        kv_resident = b * (L + 1.0)
+    # linear group
+    lin_f = T * a["lin_flops_tok"]
+    lin_b = chunks * a["lin_w_bytes"] + T * a["act_bytes_tok"]
+    # experts: expected distinct local experts touched per chunk
+    if m_.is_moe:
+        E, k = float(m_.experts), float(m_.active_experts)
+        tok_chunk = np.minimum(T, p.prefill_chunk_tokens) if phase == "prefill" else T
+        touched = a["exp_local"] * (1.0 - (1.0 - k / E) ** tok_chunk)
+        exp_f_hot = T * a["exp_flops_hot"]
+        exp_f_avg = T * a["exp_flops_avg"]
+        exp_b = chunks * touched * a["exp_w_bytes"]
+    else:
+        exp_f_hot = exp_f_avg = exp_b = np.zeros_like(T)
+    attn_f = T * ctx * a["attn_core_flops"]
+    peak, bw = a["flops_peak"], a["bw"]
+    t_layer = (_roof(lin_f, lin_b, peak, bw) + _roof(exp_f_hot, exp_b, peak, bw)
+               + _roof(attn_f, attn_bytes, peak, bw))
+    # TP collectives per layer
+    link = a["link_bw"] * np.maximum(a["tp_links"], 1.0)
+    ar_wire = np.where(tp > 1, 2.0 * (tp - 1.0) / tp * T * h * B, 0.0)
+    t_ar = np.where(tp > 1, ar_wire / link + 2.0 * a["tp_hops"] * p.ici_step_latency_s, 0.0)
+    a2a_wire = np.where(a["ep"] > 1, 2.0 * T / a["ep"] * m_.active_experts * h * B * (a["ep"] - 1.0) / a["ep"], 0.0)
+    t_a2a = np.where(a["ep"] > 1, a2a_wire * a["a2a_hops"] / link + 2.0 * a["tp_hops"] * p.ici_step_latency_s, 0.0)
+    t_comm_layer = a["ar_per_layer"] * t_ar + a["a2a_layers"] * t_a2a
+    head_t = _roof(head_tok * a["head_flops_tok"], chunks * a["head_w_bytes"] + head_tok * h * B, peak, bw)
+    t_stage = lps * (t_layer + t_comm_layer) + head_t
+    p2p_bytes = T * h * B
+    t_p2p = np.where(pp > 1, p2p_bytes / a["link_bw"] + p.ici_step_latency_s, 0.0)
+    if phase == "prefill":
+        latency = (mb + pp - 1.0) * t_stage + (pp - 1.0) * t_p2p
+        period = mb * t_stage
+        tokens = b * L
+    else:
+        latency = pp * t_stage + (pp - 1.0) * t_p2p
+        period = latency
+        tokens = b * np.ones_like(latency)
+    # energy: every layer lives on one stage of tp chips and sees each of the mb micro-batches
+    nl = float(m_.layers)
+    head_f = head_tok * a["head_flops_tok"]
+    head_b = chunks * a["head_w_bytes"] + head_tok * h * B
+    flops_all = tp * mb * (nl * (lin_f + exp_f_avg + attn_f) + head_f)
+    bytes_all = tp * mb * (nl * (lin_b + exp_b + attn_bytes) + head_b)
+    ici_all = (tp * mb * nl * (a["ar_per_layer"] * ar_wire + a["a2a_layers"] * a2a_wire * a["a2a_hops"])
+               + mb * (pp - 1.0) * p2p_bytes)
+    dyn = flops_all * a["j_per_flop"] + bytes_all * a["j_per_byte"] + ici_all * p.ici_pj_per_bit * 8e-12
+    energy = dyn + a["static_w"] * chips * period
+    usd = a["usd_per_s"] * chips * period
+    mem = (a["w_cap_bytes"] + kv_resident * lps * a["kv_tok_layer"]
+           + live_tokens * a["act_ws_tok"])
+    feasible = mem <= a["hbm_cap"]
+    return StepMetrics(latency_s=latency, period_s=period, tokens=tokens, energy_j=energy, usd=usd,
+                       mem_bytes=mem, feasible=feasible)
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Scalar roofline of one step of a vPod (for the cluster simulator)."""
+
+    latency_s: float
+    period_s: float
+    tokens: float
+    energy_j: float
+    usd: float
+    mem_bytes: float
+    feasible: bool
+
+    @property
+    def energy_j_per_token(self) -> float:
+        return self.energy_j / self.tokens
+
+    @property
+    def usd_per_token(self) -> float:
+        return self.usd / self.tokens
+
+
+def step_cost(model: ModelSpec, vpod: VPod, phase: str, seq_len: float, batch: int,
+              params: RooflineParams | None = None) -> StepCost:
+    """Latency (s), period (s), tokens, energy (J) and cost (USD) of one step of ``vpod`` at ``batch``."""
+    check_range("batch", batch, 1, None)
+    sm = evaluate(space_for(model, [vpod], params), phase, seq_len, [int(batch)])
+    return StepCost(latency_s=float(sm.latency_s[0, 0]), period_s=float(sm.period_s[0, 0]),
+                    tokens=float(sm.tokens[0, 0]), energy_j=float(sm.energy_j[0, 0]), usd=float(sm.usd[0, 0]),
+                    mem_bytes=float(sm.mem_bytes[0, 0]), feasible=bool(sm.feasible[0, 0]))
