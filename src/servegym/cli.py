@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "servegym.envs.geo.bench_cli",
     "servegym.calibration.cli",
     "servegym.envs.pd.cli",
+    "servegym.envs.npu.cli",
 )
 
 
