@@ -59,8 +59,8 @@ def _cmd_geo(args: argparse.Namespace) -> int:
 
 def _fit_csv(path: Path, kind: str, as_json: bool) -> int:
     import pandas as pd
-
     from servegym.calibration.geo.fitting import fit_table
+
     from servegym.errors import ConfigError
 
     if not path.is_file():
@@ -83,11 +83,11 @@ def _fit_csv(path: Path, kind: str, as_json: bool) -> int:
 
 
 def _regenerate(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from servegym.calibration.geo.anchors import anchor_report
+    from servegym.calibration.geo.anchors import anchor_report, distserve_crosscheck
     from servegym.calibration.geo.profiles import SETUPS, build_profile, profile_dir
     from servegym.calibration.geo.sources import default_data_dir
+    from tqdm import tqdm
+
     from servegym.errors import ConfigError
 
     names = list(SETUPS) if args.profile == "all" else [args.profile]
@@ -105,7 +105,8 @@ def _regenerate(args: argparse.Namespace) -> int:
         prof = build_profile(n, data)
         path = out / f"{n}.json"
         prof.save(path)
-        report[n] = {"file": str(path), "fit_mape_pct": prof.fit_mape, "anchors": anchor_report(prof)}
+        report[n] = {"file": str(path), "fit_mape_pct": prof.fit_mape, "anchors": anchor_report(prof),
+                     "distserve_ratio": distserve_crosscheck(prof, data)}
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -117,4 +118,7 @@ def _regenerate(args: argparse.Namespace) -> int:
               f" (chunked {a['ttft_841_chunked_ms']:.1f} ms) | 3-engine saturation ~{a['saturation_req_s_3_engines']:.2f}"
               f" req/s (paper 27.58 for Llama TP1) | decode {a['decode_power_w_per_gpu_max_batch']:.0f} W/GPU,"
               f" prefill {a['prefill_power_w_per_gpu_8192_tokens']:.0f} W/GPU")
+        if r["distserve_ratio"]:
+            print("  vs DistServe vLLM A100 (OPT-13B scaled): " + ", ".join(
+                f"{k} {v:.2f}" for k, v in r["distserve_ratio"].items()))
     return 0

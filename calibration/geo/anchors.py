@@ -70,3 +70,28 @@ def anchor_report(p: EngineProfile, isl: float = CNN_ISL, osl: float = CNN_OSL) 
 
 def relative_error(value: float, target: float) -> float:
     return float(np.abs(value - target) / target)
+
+
+def distserve_crosscheck(p: EngineProfile, data) -> dict[str, float]:
+    """Compare a profile with DistServe's fitted vLLM A100-80GB coefficients for OPT-13B at the same TP.
+
+    DistServe fits prefill_ms = a + b·N + c·N² and small-batch decode_ms = a + b·K + c·B. Scaled to
+    this model: the per-token prefill slope by the parameter ratio (compute-bound, same 312 TFLOPS),
+    the decode intercept by the weight bytes read at batch 1 (active parameters) and by the 80 GB -> 40 GB bandwidth ratio (memory-bound).
+    Returns our value / DistServe-scaled value for both (1.0 = agreement; DistServe's vLLM predates
+    0.6.x's CUDA-graph and scheduler speed-ups, so ratios below 1 are expected).
+    """
+    from servegym.calibration.geo import sources
+    from servegym.calibration.geo.specs import ARCHS, GPUS
+
+    ds = sources.distserve_vllm(data)["facebook/opt-13b"].get(str(p.tp))
+    if ds is None:
+        return {}
+    arch = next(a for a in ARCHS.values() if a.hf_id == p.model)
+    opt13b_params = 12.85e9
+    active = arch.params if arch.experts == 1 else arch.params * (0.25 + 0.75 * arch.top_k / arch.experts)
+    slope_ref = ds["prefill"][1] * 1e-3 * active / opt13b_params
+    dec_ref = ds["decoding_smallbs"][0] * 1e-3 * (active / opt13b_params) * (
+        GPUS["a100-80gb"].hbm_bw / GPUS["a100-40gb"].hbm_bw)
+    return {"prefill_slope_ratio": p.prefill.tok_slope_hi / slope_ref,
+            "decode_intercept_ratio": float(p.decode(1, 0)) / dec_ref}
