@@ -32,7 +32,12 @@ def add_geo_subcommand(geo_sub: argparse._SubParsersAction, name: str, help: str
 def _validate(args: argparse.Namespace) -> int:
     from servegym.envs.geo.validate import RATES_RPS, format_report, validate
 
-    rates = RATES_RPS if args.rates is None else tuple(float(x) for x in args.rates.split(","))
+    from servegym.errors import ConfigError
+
+    try:
+        rates = RATES_RPS if args.rates is None else tuple(float(x) for x in args.rates.split(","))
+    except ValueError:
+        raise ConfigError(f"--rates = {args.rates!r} must be comma-separated numbers (req/s), e.g. 2,10,50") from None
     res = validate(args.profile, rates=rates, n_requests=args.requests, seed=args.seed, progress=True)
     if args.json:
         json.dump(res, sys.stdout, indent=2)

@@ -129,6 +129,13 @@ def saturation_throughput(per_rate: list[dict[str, float]]) -> float:
     return float(max(r["throughput_rps"] for r in per_rate))
 
 
+def step_mape_by_profile() -> dict[str, dict[str, float]]:
+    """Held-out step-model MAPE (%) recorded in every shipped profile, keyed by profile name."""
+    from servegym.envs.geo.profile import available_profiles
+
+    return {name: dict(load_profile(name).fit_mape) for name in available_profiles()}
+
+
 def validate(profile: str | EngineProfile = DEFAULT_PROFILE, *, rates: tuple[float, ...] = RATES_RPS,
              n_requests: int = 2400, seed: int = 0, progress: bool = False) -> dict[str, Any]:
     """Run the §V-B replay; return the anchors (model vs paper, pass/fail), per-rate rows and MAPEs."""
@@ -167,6 +174,7 @@ def validate(profile: str | EngineProfile = DEFAULT_PROFILE, *, rates: tuple[flo
         "anchors": anchors,
         "all_pass": all(a["pass"] for a in anchors.values()),
         "step_model_mape": dict(prof.fit_mape),
+        "step_model_mape_by_profile": step_mape_by_profile(),
         "paper_step_mape_pct": list(PAPER_STEP_MAPE_PCT),
         "per_rate": per_rate,
     }
@@ -181,13 +189,17 @@ def format_report(res: dict[str, Any]) -> str:
     for key, a in res["anchors"].items():
         lines.append(f"{key:<24}{a['model']:>10.2f}{a['paper']:>10.2f}{a['rel_error']:>+9.1%}"
                      f"{a['tolerance']:>7.0%}  {'PASS' if a['pass'] else 'FAIL'}")
-    mape = res["step_model_mape"]
     lo, hi = res["paper_step_mape_pct"]
-    if mape:
-        txt = ", ".join(f"{k} {v:.2f}" for k, v in sorted(mape.items()))
-        lines.append(f"step-model MAPE (profile, held-out): {txt}  (paper: {lo}-{hi}%)")
+    lines += ["", f"step-model MAPE per setup, held-out rows, % (paper: step time {lo}-{hi}%, energy 5.6%)"]
+    by_prof = dict(res["step_model_mape_by_profile"])
+    by_prof.setdefault(res["profile"], res["step_model_mape"])
+    keys = sorted({k for m in by_prof.values() for k in m})
+    if keys:
+        lines.append(f"{'profile':<30}" + "".join(f"{k:>16}" for k in keys))
+        for name, m in by_prof.items():
+            lines.append(f"{name:<30}" + "".join(f"{m[k]:>16.2f}" if k in m else f"{'-':>16}" for k in keys))
     else:
-        lines.append(f"step-model MAPE: not recorded in the profile (paper: {lo}-{hi}%)")
+        lines.append("(no MAPE recorded in the profiles)")
     lines += ["", f"{'rate':>6}{'offered':>9}{'thruput':>9}{'TPOT ms':>9}{'TTFT ms':>10}{'TTFT p50':>10}{'J/req':>8}"]
     for r in res["per_rate"]:
         lines.append(f"{r['rate_rps']:>6.0f}{r['offered_rps']:>9.2f}{r['throughput_rps']:>9.2f}"
