@@ -365,7 +365,11 @@ class Topology:
         return pd.DataFrame(mat[i0:i1].copy(), index=common[i0:i1], columns=list(self.site_names))
 
     def ci_matrix(self) -> tuple[pd.DatetimeIndex, NDArray[np.float64]]:
-        """(common hours, read-only CI matrix hours x sites in gCO2eq/kWh): for hourly-varying runs."""
+        """(common hours, read-only CI matrix hours x sites in gCO2eq/kWh): for hourly-varying runs.
+
+        Index it directly in hot loops; :meth:`ci` costs about 8 us with a Timestamp and about
+        40 us with a string (parsing) on this machine.
+        """
         return _ci_block(self.zones)
 
     def cv_by_hour(self) -> pd.Series:
