@@ -1,0 +1,66 @@
+"""``servegym pd`` commands run in-process through servegym.cli.main."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from servegym.envs.pd.model import PDModel
+from servegym.envs.pd.workload_moments import WorkloadMoments
+
+from servegym.cli import main
+
+
+def test_capacity_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["pd", "capacity", "--workload", "fixed:4096:256", "--deployment", "3p2d", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"mu", "mu_p", "mu_d", "batch", "mu_d_max", "power_w"} <= out.keys()
+    ref = PDModel(WorkloadMoments.fixed(4096, 256)).capacity(3, 2)
+    assert out["mu"] == pytest.approx(ref.mu) and out["power_w"] == pytest.approx(ref.power_w)
+    assert out["mu"] == pytest.approx(min(3 * out["mu_p"], 2 * out["mu_d"]))
+
+
+def test_capacity_overrides_and_text(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["pd", "capacity", "--workload", "fixed:4096:256", "--deployment", "3p1d",
+                 "--kv-tokens", "300000", "--reserve", "256", "--json"]) == 0
+    big = json.loads(capsys.readouterr().out)
+    assert big["kv_tokens"] == 300000 and big["reserve_tokens"] == 256
+    assert main(["pd", "capacity", "--workload", "fixed:4096:256", "--deployment", "3p1d"]) == 0
+    text = capsys.readouterr().out
+    assert "3p1d" in text and "req/s" in text
+
+
+def test_pareto_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    png = tmp_path / "front.png"
+    assert main(["pd", "pareto", "--workload", "fixed:2048:256", "--max-instances", "6", "--json",
+                 "--plot", str(png)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["deployments"] == 15
+    caps = [r["mu"] for r in out["front"]]
+    powers = [r["power_w"] for r in out["front"]]
+    assert caps == sorted(caps) and powers == sorted(powers)
+    assert {r["deployment"] for r in out["front"]} <= {r["deployment"] for r in out["exact_front"]}
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_validate_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["pd", "validate", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == (0 if out["passed"] else 1)
+    caps = [c for c in out["checks"] if c["name"].startswith("capacity ")]
+    assert len(caps) == 4 and all(c["passed"] for c in caps)
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["pd", "capacity", "--workload", "fixed:4096", "--deployment", "3p2d"], "workload"),
+    (["pd", "capacity", "--workload", "sharegpt", "--deployment", "3p2d"], "workload"),
+    (["pd", "capacity", "--workload", "fixed:4096:256", "--deployment", "3x2"], "deployment"),
+    (["pd", "capacity", "--workload", "fixed:4096:256", "--deployment", "0p2d"], "n_P"),
+    (["pd", "capacity", "--workload", "fixed:4096:256", "--deployment", "1p1d", "--kv-tokens", "-1"], "kv_tokens"),
+    (["pd", "pareto", "--workload", "fixed:4096:256", "--max-instances", "1"], "max_instances"),
+])
+def test_bad_input_is_one_line_error(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("servegym: error:") and needle in err and "\n" not in err
