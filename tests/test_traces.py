@@ -221,3 +221,31 @@ def test_bad_json_line(tmp_path: Path) -> None:
 def test_error_message_format(tmp_path: Path) -> None:
     err = _error(_write(tmp_path, "n.csv", "arrival_s,input_tokens,output_tokens\n0,5,-1\n"))
     assert re.fullmatch(rf"{re.escape(str(tmp_path))}/n\.csv, line 2, field 'output_tokens': .*", str(err))
+
+
+@pytest.mark.slow
+def test_wheel_ships_the_traces_and_loads_without_the_source_tree(repo_root: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import zipfile
+
+    src = tmp_path / "src"
+    src.mkdir()
+    # Build from the files git tracks (what a fresh clone has), never from the working folder's extras.
+    archive = subprocess.run(["git", "-C", str(repo_root), "archive", "HEAD"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", ".",
+                    "-w", str(tmp_path / "whl")], cwd=src, check=True, capture_output=True, timeout=600)
+    wheel = next((tmp_path / "whl").glob("servegym-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for info in TRACES.values():
+        assert f"servegym/envs/data/{info.file}" in names
+    assert "servegym/envs/data/traces/PROVENANCE.md" in names
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    code = ("import servegym.envs.traces as t, sys; assert t.__file__.startswith(sys.argv[1]), t.__file__;"
+            "print(t.trace_stats('azure-conv')['rows'], t.trace_stats('arxiv')['rows'])")
+    res = subprocess.run([sys.executable, "-c", code, str(site)], cwd=tmp_path, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["19366", "28257"]
