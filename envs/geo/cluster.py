@@ -361,26 +361,22 @@ class GeoSimulation:
             raise ActionError("this DecisionContext is not the outstanding one (already applied or stale)")
         dc = validate_actions(ctx, dc_indices)
         n = ctx.n_requests
-        delay = np.broadcast_to(np.asarray(sched_delay_s, dtype=np.float64), (n,)) if n else np.zeros(0)
-        if n and (not np.all(np.isfinite(delay)) or delay.min() < 0):
+        if np.ndim(sched_delay_s) == 0:
+            delay: float | NDArray[np.float64] = float(sched_delay_s)  # type: ignore[arg-type]
+            bad = not 0.0 <= delay < np.inf
+        else:
+            delay = np.asarray(sched_delay_s, dtype=np.float64)
+            if delay.shape != (n,):
+                raise ActionError(f"sched_delay_s has shape {delay.shape}; allowed: a scalar or ({n},)")
+            bad = bool(n) and (not np.all(np.isfinite(delay)) or delay.min() < 0)
+        if bad:
             raise ActionError(f"sched_delay_s must be finite and >= 0 s; got {sched_delay_s!r}")
         self._outstanding = None
-        rows = ctx.request_id
         if n:
-            counts = np.bincount(dc, minlength=self.n_dcs)
-            order = np.argsort(dc, kind="stable")
-            starts = np.cumsum(counts) - counts
-            rank = np.empty(n, dtype=np.int64)
-            rank[order] = np.arange(n) - starts[dc[order]]
-            k = self._rr_dc[dc] + rank
-            self._rr_dc += counts
-            node = k % self.nodes_per_dc
-            eng = (k // self.nodes_per_dc) % self.engines_per_node
-            engine = dc * self.engines_per_dc + node * self.engines_per_node + eng
-            ready = ctx.decision_s + delay + self.rtt_dc[ctx.scheduler, dc]
-            self.placed_dc[rows] = dc
-            self.sched_delay[rows] = delay
-            self._buf.append((engine, rows, ready))
+            self.placed_dc[ctx.request_id] = dc
+            # Engine choice, ready times and submission happen at the end of the poll interval,
+            # in decision order (the engines cannot see anything before then).
+            self._buf.append((ctx.request_id, dc, ctx.decision_s, delay))
             self._n_buffered += n
             self._n_placed += n
         self._cursor += n
@@ -410,13 +406,34 @@ class GeoSimulation:
 
     # -- time advance and accounting ----------------------------------------------------------
     def _flush(self) -> None:
+        """Submit the interval's placements: round-robin nodes/engines inside each DC in decision
+        order, ready at decision + scheduling delay + RTT."""
         if not self._buf:
             return
-        engine = np.concatenate([b[0] for b in self._buf])
-        rows = np.concatenate([b[1] for b in self._buf])
-        ready = np.concatenate([b[2] for b in self._buf])
+        buf = self._buf
         self._buf = []
         self._n_buffered = 0
+        rows = np.concatenate([b[0] for b in buf])
+        dc = np.concatenate([b[1] for b in buf])
+        ready = np.concatenate([b[2] for b in buf])
+        sizes = [b[0].size for b in buf]
+        if all(isinstance(b[3], float) for b in buf):
+            delay = np.repeat(np.array([b[3] for b in buf]), sizes)
+        else:
+            delay = np.concatenate([np.broadcast_to(np.asarray(b[3], dtype=np.float64), (m,)) for b, m in zip(buf, sizes, strict=True)])
+        n = rows.size
+        counts = np.bincount(dc, minlength=self.n_dcs)
+        order = np.argsort(dc, kind="stable")
+        starts = np.cumsum(counts) - counts
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.arange(n) - starts[dc[order]]
+        k = self._rr_dc[dc] + rank
+        self._rr_dc += counts
+        node = k % self.nodes_per_dc
+        eng = (k // self.nodes_per_dc) % self.engines_per_node
+        engine = dc * self.engines_per_dc + node * self.engines_per_node + eng
+        ready = ready + delay + self.rtt_dc[self._origin[rows], dc]
+        self.sched_delay[rows] = delay
         order = np.argsort(ready, kind="stable")
         engine, rows, ready = engine[order], rows[order], ready[order]
         self.pool.submit(engine, rows, self._arrival[rows], ready, self._isl[rows], self._osl[rows])
