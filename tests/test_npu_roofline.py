@@ -18,6 +18,7 @@ from servegym.envs.npu.roofline import (
     space_for,
     step_cost,
     tp_subshape,
+    weight_bytes_per_chip,
 )
 
 from servegym.errors import ConfigError
@@ -181,3 +182,12 @@ def test_evaluate_rejects_bad_input() -> None:
         space_for(model("Llama3-8B"), [VPod("NPU-C", (4, 4, 4), 64, 1)])
     with pytest.raises(ConfigError, match="ep"):
         space_for(model("Llama3-8B"), [VPod("NPU-D", (2, 2), 4, 1, ep=4)])
+
+
+def test_weight_bytes_per_chip() -> None:
+    m = model("Llama3-70B")
+    assert weight_bytes_per_chip(m, VPod("NPU-D", (2, 4), 8, 1)) == pytest.approx(m.weight_bytes / 8)
+    # with PP the largest stage holds its layers plus one of the embedding / LM-head tables
+    assert weight_bytes_per_chip(m, VPod("NPU-D", (2, 4), 4, 2)) == pytest.approx(m.weight_bytes / 8)
+    per_stage = weight_bytes_per_chip(m, VPod("NPU-D", (4, 4), 1, 16))
+    assert per_stage == pytest.approx((m.weight_bytes - 2 * 2 * m.embed_params) / 16 + 2 * m.embed_params)

@@ -65,6 +65,7 @@ Coefficients (``RooflineParams`` defaults) and where they come from:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from servegym.envs.npu.catalog import (
@@ -349,15 +350,15 @@ class StepMetrics:
     mem_bytes: np.ndarray
     feasible: np.ndarray
 
-    @property
+    @cached_property
     def energy_j_per_token(self) -> np.ndarray:
         return self.energy_j / self.tokens
 
-    @property
+    @cached_property
     def usd_per_token(self) -> np.ndarray:
         return self.usd / self.tokens
 
-    @property
+    @cached_property
     def tokens_per_s(self) -> np.ndarray:
         return self.tokens / self.period_s
 
@@ -487,3 +488,9 @@ def step_cost(model: ModelSpec, vpod: VPod, phase: str, seq_len: float, batch: i
     return StepCost(latency_s=float(sm.latency_s[0, 0]), period_s=float(sm.period_s[0, 0]),
                     tokens=float(sm.tokens[0, 0]), energy_j=float(sm.energy_j[0, 0]), usd=float(sm.usd[0, 0]),
                     mem_bytes=float(sm.mem_bytes[0, 0]), feasible=bool(sm.feasible[0, 0]))
+
+
+def weight_bytes_per_chip(model: ModelSpec, vpod: VPod) -> float:
+    """Bytes of bf16 weights each chip of ``vpod`` holds (largest pipeline stage), for the weight
+    download (DCN) and load (24 GB/s per chip) overheads of Table 3."""
+    return float(space_for(model, [vpod])["w_cap_bytes"][0])
