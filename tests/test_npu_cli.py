@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -19,6 +20,8 @@ def test_dse_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert all(KEYS <= set(r) for r in rows)
     assert [r["seq_len"] for r in rows if r["phase"] == "prefill"][:3] == [128, 256, 384]
     assert {r["phase"] for r in rows} == {"prefill", "decode"}
+    assert all(math.isfinite(r[k]) and r[k] > 0 for r in rows
+               for k in ("latency_s", "energy_j_per_token", "usd_per_token", "slo_s"))
     assert all(r["version"] in {"NPU-A", "NPU-B", "NPU-C", "NPU-D"} and r["tp"] * r["pp"] == r["chips"]
                for r in rows)
 
