@@ -64,3 +64,9 @@ def test_bad_input_is_one_line_error(argv: list[str], needle: str, capsys: pytes
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("servegym: error:") and needle in err and "\n" not in err
+
+
+def test_validate_with_overridden_pool(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["pd", "validate", "--kv-tokens", "250000"])
+    text = capsys.readouterr().out
+    assert "C_tok = 250000" in text and "capacity 3p1d" in text

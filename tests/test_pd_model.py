@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -165,3 +167,23 @@ def test_bad_inputs_leave_model_usable() -> None:
         paper_system().with_serving(kv_tokens=-5)
     assert m.capacity(2, 1).mu == before
     assert parse_deployment(" 3P2D ") == (3, 2)
+
+
+def test_operating_point_below_and_at_capacity() -> None:
+    m = PDModel(VARIABLE)
+    cap = m.capacity(3, 2)
+    op = m.operating_point(3, 2, 0.6 * cap.mu)
+    lam_i = op.served / 2
+    # Little's law over decode tokens: B = lambda_i * E[l_out - 1] * t_D(B).
+    assert op.batch == pytest.approx(lam_i * m.decode_tokens * op.tpot_s, rel=1e-12)
+    assert op.batch < cap.batch and 0 < op.wait_s < np.inf
+    assert op.ttft_s == pytest.approx(op.wait_s + m.t_p_mean_s)
+    assert op.power_w == pytest.approx(m.power_w(3, 2, 0.6 * cap.mu))
+    over = m.operating_point(3, 2, 2 * cap.mu)
+    assert over.served == pytest.approx(cap.mu) and over.wait_s == np.inf
+    assert over.batch == pytest.approx(cap.batch) and over.power_w == pytest.approx(cap.power_w)
+    # Waiting time and TPOT grow with load.
+    ops = [m.operating_point(3, 2, f * cap.mu) for f in (0.2, 0.5, 0.8, 0.95)]
+    assert all(a.wait_s < b.wait_s and a.tpot_s < b.tpot_s for a, b in itertools.pairwise(ops))
+    with pytest.raises(ConfigError, match="rate"):
+        m.operating_point(3, 2, float("nan"))

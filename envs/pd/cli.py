@@ -33,6 +33,7 @@ def add_commands(subparsers: Any) -> None:
     par.set_defaults(func=_pareto)
 
     val = sub.add_parser("validate", help="model vs the paper's anchors, with pass/fail")
+    _serving_args(val)
     val.add_argument("--json", action="store_true", help="print JSON")
     val.set_defaults(func=_validate)
 
@@ -125,18 +126,22 @@ def _plot(grid: Any, labels: list[str], front: Any, exact: Any, title: str, path
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from servegym.envs.pd.catalog import paper_system
     from servegym.envs.pd.validate import all_required_pass, run_checks
 
-    checks = run_checks()
+    system = paper_system().with_serving(kv_tokens=args.kv_tokens, reserve_tokens=args.reserve)
+    checks = run_checks(system)
     ok = all_required_pass(checks)
     if args.json:
         print(json.dumps({"passed": ok, "checks": [c.as_dict() for c in checks]}, indent=2))
         return 0 if ok else 1
-    print(f"{'check':<58} {'model':>10} {'paper':>9} {'error':>8}  result  source")
+    print(f"C_tok = {system.serving.kv_tokens:.0f} tokens, R = {system.serving.reserve_tokens:.0f} tokens"
+          f" ({system.serving.derivation or 'SGLang-derived'})")
+    print(f"{'check':<72} {'model':>10} {'paper':>9} {'error':>8}  result  source")
     for c in checks:
         res = "-" if c.passed is None else ("PASS" if c.passed else "FAIL")
         if not c.required and c.passed is not None:
             res = res.lower()
-        print(f"{c.name:<58} {c.model:10.3f} {c.paper:9.3f} {c.rel_error:+8.1%}  {res:<6}  {c.source}")
+        print(f"{c.name:<72} {c.model:10.3f} {c.paper:9.3f} {c.rel_error:+8.1%}  {res:<6}  {c.source}")
     print("all required anchors pass" if ok else "some required anchors FAIL", file=sys.stdout)
     return 0 if ok else 1

@@ -119,6 +119,25 @@ class CapacityGrid:
         return int(hit[0])
 
 
+@dataclass(frozen=True)
+class OperatingPoint:
+    """Steady state of a deployment at an offered rate under balanced load (fluid view, below capacity)."""
+
+    n_p: int
+    n_d: int
+    rate: float  # offered, req/s
+    served: float  # min(rate, mu), req/s
+    rho_p: float  # prefill utilization served / (n_P mu_P)
+    wait_s: float  # Kingman mean prefill wait, s (inf when rate >= mu: the queue grows)
+    ttft_s: float  # wait + E[t_P], s (KV transfer not modeled)
+    batch: float  # mean decode batch per instance (Little's law), requests
+    tpot_s: float  # mean decode-iteration time a_D + b_D B, s
+    power_w: float  # W
+
+    def as_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
 class PDModel:
     """The analytical model for one system and one workload (Algorithm 1 plus the power model)."""
 
@@ -269,6 +288,33 @@ class PDModel:
         return Capacity(n_p=int(n_p), n_d=int(n_d), mu=mu, mu_p=self.mu_p, mu_d=mu_d, batch=b,
                         mu_d_max=self.mu_d_max, b_max=self.b_max, rho_p=rho, wait_s=wait,
                         t_d_s=self.a_d + self.b_d * b, power_w=power)
+
+    def operating_point(self, n_p: int, n_d: int, rate: float, mu: float | None = None) -> OperatingPoint:
+        """Waiting time, TTFT, decode batch, TPOT and power at ``rate`` req/s (same model, below saturation).
+
+        Prefill: Kingman's wait (eq. 21) at rho_P = served / (n_P mu_P). Decode: each instance admits
+        served / n_D req/s and, by Little's law over decode tokens, runs at B = lambda_i E[l_out-1] t_D(B),
+        i.e. B = lambda_i E a_D / (1 - lambda_i E b_D); TPOT is t_D(B). At or above capacity the served rate
+        is mu, the decode batch is the operating batch and the prefill wait is unbounded (a backlog grows).
+        """
+        check_deployment(n_p, n_d)
+        if not (np.isfinite(rate) and rate >= 0):
+            raise ConfigError(f"rate = {rate!r}; allowed: finite and >= 0 req/s")
+        cap = self.capacity(n_p, n_d) if mu is None else None
+        mu_v = cap.mu if cap is not None else float(mu)  # type: ignore[arg-type]
+        served = min(rate, mu_v)
+        rho = served / (n_p * self.mu_p)
+        if rate >= mu_v:
+            wait = float("inf")
+            batch = cap.batch if cap is not None else self.operating_batch(n_p, n_d)
+        else:
+            wait = (1.0 / n_p + self.cv_s2) / 2.0 * rho / (self.mu_p * (1.0 - rho))
+            lam_i = served / n_d
+            batch = lam_i * self.decode_tokens * self.a_d / (1.0 - lam_i * self.decode_tokens * self.b_d)
+        power = float(self.power_w(n_p, n_d, served, mu=mu_v))
+        return OperatingPoint(n_p=int(n_p), n_d=int(n_d), rate=float(rate), served=served, rho_p=rho,
+                              wait_s=wait, ttft_s=wait + self.t_p_mean_s, batch=float(batch),
+                              tpot_s=self.a_d + self.b_d * float(batch), power_w=power)
 
     def grid_for(self, n_p: ArrayLike, n_d: ArrayLike) -> CapacityGrid:
         """Capacity and power at capacity for arrays of deployments (vectorized)."""
