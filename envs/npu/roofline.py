@@ -391,7 +391,7 @@ def evaluate(space: AllocationSpace, phase: str, seq_len: float, batches: np.nda
         T = b * L / mb  # tokens per micro-batch
         ctx = L / 2.0  # causal average context
         chunks = np.ceil(T / p.prefill_chunk_tokens - 1e-9)
-        live_tokens = np.minimum(T, p.prefill_chunk_tokens)
+        live_tokens = np.minimum(b * L, p.prefill_chunk_tokens)  # the engine sizes buffers for a full chunk
         kv_passes = np.maximum(1.0, L / (2.0 * np.minimum(a["q_tile"], p.prefill_chunk_tokens)))
         attn_bytes = T * a["kv_tok_layer"] * (1.0 + kv_passes)
         head_tok = b / mb  # logits only for each request's last prompt token
