@@ -113,7 +113,7 @@ def test_missing_data_dir_is_a_clear_error(tmp_path, capsys) -> None:
 
 def test_shipped_profiles_load_with_documented_limits() -> None:
     assert set(SHIPPED) <= set(available_profiles())
-    expect = {LLAMA: (1, 40, 512, 131072), "llama3.1-8b_a100-40gb_tp2": (2, 80, 512, 131072),
+    expect = {LLAMA: (1, 40, 32768, 131072), "llama3.1-8b_a100-40gb_tp2": (2, 80, 32768, 131072),
               "qwen2.5-7b_a100-40gb_tp1": (1, 40, 32768, 28 * 4 * 128 * 4),
               "mixtral-8x7b_a100-40gb_tp4": (4, 400, 32768, 131072)}
     for name, (tp, seqs, budget, kvb) in expect.items():
