@@ -27,6 +27,11 @@ def add_commands(subparsers: Any) -> None:
     par.add_argument("--workload", required=True, help=f"one of: {WORKLOAD_SPECS}")
     par.add_argument("--max-instances", type=int, default=8, help="n_P + n_D <= this (default 8)")
     par.add_argument("--eps", type=float, default=0.03, help="epsilon on both axes (default 0.03)")
+    par.add_argument("--rate", type=float, default=None,
+                     help="also pick the minimum-power deployment with capacity >= RATE / rho_bar (req/s)")
+    par.add_argument("--rho-bar", type=float, default=0.85, help="maximum serving utilization (default 0.85)")
+    par.add_argument("--budget", type=float, default=None,
+                     help="also pick the largest-capacity deployment with power at capacity <= BUDGET (W)")
     _serving_args(par)
     par.add_argument("--json", action="store_true", help="print JSON")
     par.add_argument("--plot", metavar="PNG", help="write a capacity-power plot")
@@ -75,7 +80,7 @@ def _capacity(args: argparse.Namespace) -> int:
 
 
 def _pareto(args: argparse.Namespace) -> int:
-    from servegym.envs.pd.pareto import eps_front, exact_front
+    from servegym.envs.pd.pareto import eps_front, exact_front, max_capacity_under_power, min_power_deployment
 
     model = _model(args)
     grid = model.grid(args.max_instances)
@@ -87,17 +92,35 @@ def _pareto(args: argparse.Namespace) -> int:
         return [{"deployment": labels[i], "n_p": int(grid.n_p[i]), "n_d": int(grid.n_d[i]),
                  "mu": float(grid.mu[i]), "power_w": float(grid.power_w[i])} for i in idx]
 
+    picks: dict[str, Any] = {}
+    if args.rate is not None:
+        sel = min_power_deployment(grid, args.rate, args.rho_bar)
+        picks["min_power"] = None if sel is None else sel.as_dict()
+    if args.budget is not None:
+        sel = max_capacity_under_power(grid, args.budget)
+        picks["max_capacity"] = None if sel is None else sel.as_dict()
     if args.plot:
         _plot(grid, labels, front, exact, model.workload.name, args.plot)
     if args.json:
         print(json.dumps({"workload": model.workload.name, "eps": args.eps, "max_instances": args.max_instances,
-                          "deployments": len(grid), "front": rows(front), "exact_front": rows(exact)}, indent=2))
+                          "deployments": len(grid), "front": rows(front), "exact_front": rows(exact), **picks},
+                         indent=2))
         return 0
     print(f"{model.workload.name}: {len(grid)} deployments (n_P + n_D <= {args.max_instances}); "
           f"eps-Pareto front (eps = {args.eps:g}), {len(front)} of {len(exact)} exact-front points:")
     print(f"  {'deployment':>10} {'capacity req/s':>15} {'power W':>9}")
     for r in rows(front):
         print(f"  {r['deployment']:>10} {r['mu']:15.3f} {r['power_w']:9.0f}")
+    if "min_power" in picks:
+        sel = picks["min_power"]
+        need = args.rate / args.rho_bar
+        print(f"minimum-power deployment with capacity >= {need:.3f} req/s: "
+              + ("none within the instance limit" if sel is None
+                 else f"{sel['deployment']} ({sel['mu']:.3f} req/s, {sel['power_w']:.0f} W)"))
+    if "max_capacity" in picks:
+        sel = picks["max_capacity"]
+        print(f"largest capacity within {args.budget:g} W: "
+              + ("none" if sel is None else f"{sel['deployment']} ({sel['mu']:.3f} req/s, {sel['power_w']:.0f} W)"))
     if args.plot:
         print(f"plot written to {args.plot}")
     return 0

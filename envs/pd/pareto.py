@@ -9,9 +9,10 @@ Points are deployments with capacity ``mu`` (req/s, to maximize) and power ``P``
   P_y <= (1 + eps) P_x. Algorithm (greedy sweep, optimal for two objectives):
 
   1. sort the exact front by capacity (power then also increases along it);
-  2. take the lowest-capacity point x not yet covered; among front points with P <= (1 + eps) P_x pick the
-     one with the largest capacity, y, and add it to S: y covers x and every front point z with
-     mu_x <= mu_z <= (1 + eps) mu_y;
+  2. take the lowest-capacity front point x not yet covered; among the front points y that cover it
+     (P_y <= (1 + eps) P_x and mu_y >= mu_x / (1 + eps)) pick the one reaching furthest, i.e. with the
+     largest mu_y, and among equally far-reaching ones the least power; y covers x and every front
+     point z with mu_x <= mu_z <= (1 + eps) mu_y;
   3. repeat from the first front point with capacity above (1 + eps) mu_y.
 
   A dominated deployment is covered through the front point dominating it. Because each step covers the
@@ -67,17 +68,17 @@ def eps_front(capacity: ArrayLike, power: ArrayLike, eps: float = DEFAULT_EPS) -
     check_range("eps", eps, 0.0, 1.0, low_inclusive=False)
     c, p = _as_points(capacity, power)
     front = exact_front(c, p)  # capacity ascending, power ascending
+    cf, pf = c[front], p[front]
+    # reach[j]: first front position whose capacity is beyond (1 + eps) times front point j's.
+    reach = np.searchsorted(cf, (1.0 + eps) * cf, side="right")
     chosen: list[int] = []
     k, n = 0, front.size
     while k < n:
-        x = front[k]
-        reach = np.flatnonzero(p[front] <= (1.0 + eps) * p[x])
-        j = int(reach.max())  # largest capacity within the power allowance (front is sorted)
-        y = front[j]
-        chosen.append(int(y))
-        k = j + 1
-        while k < n and c[front[k]] <= (1.0 + eps) * c[y]:
-            k += 1
+        # Candidates that cover front point k: power within (1 + eps) of it, capacity within 1 / (1 + eps).
+        cand = np.flatnonzero((pf <= (1.0 + eps) * pf[k]) & (cf * (1.0 + eps) >= cf[k]))
+        best = cand[np.lexsort((pf[cand], -reach[cand]))[0]]  # longest reach, then least power
+        chosen.append(int(front[best]))
+        k = int(reach[best])
     return np.asarray(chosen, dtype=np.int64)
 
 
