@@ -300,13 +300,17 @@ class PDModel:
         check_deployment(n_p, n_d)
         if not (np.isfinite(rate) and rate >= 0):
             raise ConfigError(f"rate = {rate!r}; allowed: finite and >= 0 req/s")
-        cap = self.capacity(n_p, n_d) if mu is None else None
-        mu_v = cap.mu if cap is not None else float(mu)  # type: ignore[arg-type]
+        b_cap: float | None = None
+        if mu is None:
+            cap = self.capacity(n_p, n_d)
+            mu_v, b_cap = cap.mu, cap.batch
+        else:
+            mu_v = float(mu)
         served = min(rate, mu_v)
         rho = served / (n_p * self.mu_p)
         if rate >= mu_v:
             wait = float("inf")
-            batch = cap.batch if cap is not None else self.operating_batch(n_p, n_d)
+            batch = b_cap if b_cap is not None else self.operating_batch(n_p, n_d)
         else:
             wait = (1.0 / n_p + self.cv_s2) / 2.0 * rho / (self.mu_p * (1.0 - rho))
             lam_i = served / n_d
