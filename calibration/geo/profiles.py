@@ -151,6 +151,9 @@ def build_profile(name: str, data: Path | None = None) -> EngineProfile:
     energy = StepEnergyModel(e0_pre=ep.e0, e_p=ep.e_p, e_a=ep.e_a, e0_dec=ed.e0, e_d=ed.e_d, e_k=ed.e_k)
 
     attn = comp.attn
+    probe_b = np.array([1.0, 16.0, 64.0, 256.0])
+    probe_b = probe_b[probe_b <= setup.max_num_seqs]
+    probe_err = (f_dec.model(probe_b, probe_b * 900.0) / comp.decode_time(probe_b, probe_b * 900.0) - 1.0) * 100.0
     notes = [
         f"{m.hf_id}, TP={setup.tp}, vLLM 0.6.3 defaults on A100-SXM4-40GB (400 W).",
         ("max_num_batched_tokens = 512: vLLM 0.6.3 turns chunked prefill on by default when max_model_len "
@@ -178,6 +181,10 @@ def build_profile(name: str, data: Path | None = None) -> EngineProfile:
         f"Prefill fitted on N in [32, {int(pre['n_tokens'].max())}] (single prompts and 2-8 prompt batches); decode on "
         f"B in [1, {setup.max_num_seqs}] x mean context [32, {min(setup.model_len, 32768)}] within KV capacity; "
         f"held-out 20% rows (seed {fitting.SPLIT_SEED}).",
+        "Decode fit vs composed table at mean context 900: " + ", ".join(
+            f"B={b:.0f} {e:+.1f}%" for b, e in zip(probe_b, probe_err, strict=True)) + "."
+        + (" The quadratic-in-B form cannot follow the MoE active-expert ramp (2 experts at B=1, all 8 by B~16)."
+           if m.experts > 1 else ""),
     ]
     srcs = [
         sources.VIDUR_MLP + " (time_stats.*.median, ms, per layer, TP " + str(setup.tp) + ")",
