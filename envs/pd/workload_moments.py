@@ -145,7 +145,7 @@ _FIXED = re.compile(r"^fixed:(\d+):(\d+)$")
 def trace_lengths(name: str) -> tuple[np.ndarray, np.ndarray]:
     """(input, output) token arrays of a named trace, with the App. B.4 input filter applied.
 
-    Read through ``servegym.envs.workload`` (the project's trace layer).
+    Read through ``servegym.envs.traces.load_trace`` (the project's trace layer).
     """
     if name not in TRACE_MAX_INPUT_TOKENS:
         raise ConfigError(f"unknown trace {name!r}; allowed: {', '.join(TRACE_MAX_INPUT_TOKENS)}")
