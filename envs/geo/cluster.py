@@ -56,7 +56,7 @@ class _Group:
     rows: NDArray[np.int64]
     decision_s: NDArray[np.float64]
     time_s: float
-
+    start: int = -1  # first row when the rows are contiguous (request mode): cheap slicing
 
 def _make_requests(config: GeoConfig, n_regions: int, rng: np.random.Generator) -> tuple[Any, float, float]:
     """The run's request stream, and the mean ISL/OSL the estimator may use."""
@@ -268,7 +268,7 @@ class GeoSimulation:
             lo, hi = np.searchsorted(self._arrival, [t0, t1], side="left")
             if hi > lo:
                 rows = np.arange(lo, hi, dtype=np.int64)
-                groups.append(_Group(rows, self._arrival[lo:hi], float(self._arrival[hi - 1])))
+                groups.append(_Group(rows, self._arrival[lo:hi], float(self._arrival[hi - 1]), int(lo)))
         else:
             lo, hi = np.searchsorted(self._win_close, [t0, t1], side="left")
             for w in range(lo, hi):
@@ -311,11 +311,13 @@ class GeoSimulation:
         rows = g.rows[sl]
         self._token += 1
         snap = self.snapshot
+        # Contiguous rows are sliced (views); windows gather their rows.
+        idx: Any = slice(g.start + sl.start, g.start + sl.stop) if g.start >= 0 else rows
         ctx = DecisionContext(
-            mode=self.config.decision_mode, time_s=time_s, request_id=rows, scheduler=self._origin[rows],
-            arrival_s=self._arrival[rows], decision_s=g.decision_s[sl], input_tokens=self._isl[rows],
-            osl_estimate=self._osl_est[rows],
-            output_tokens=self._osl[rows] if self.config.osl_mode == "oracle" else None,
+            mode=self.config.decision_mode, time_s=time_s, request_id=rows, scheduler=self._origin[idx],
+            arrival_s=self._arrival[idx], decision_s=g.decision_s[sl], input_tokens=self._isl[idx],
+            osl_estimate=self._osl_est[idx],
+            output_tokens=self._osl[idx] if self.config.osl_mode == "oracle" else None,
             snapshot=self.snapshot, estimate_fn=lambda: self._group_estimates(g, snap).rows(sl),
             dc_names=self.dc_names, token=self._token,
         )
@@ -361,7 +363,7 @@ class GeoSimulation:
             raise ActionError("this DecisionContext is not the outstanding one (already applied or stale)")
         dc = validate_actions(ctx, dc_indices)
         n = ctx.n_requests
-        if np.ndim(sched_delay_s) == 0:
+        if isinstance(sched_delay_s, (float, int, np.floating, np.integer)) or np.ndim(sched_delay_s) == 0:
             delay: float | NDArray[np.float64] = float(sched_delay_s)  # type: ignore[arg-type]
             bad = not 0.0 <= delay < np.inf
         else:

@@ -83,8 +83,7 @@ class DecisionContext:
 
     def action_mask(self) -> NDArray[np.bool_]:
         """(n, D) SLO-feasible DCs under the estimator; a row with none feasible allows every DC."""
-        f = self.estimates.feasible
-        return f | ~f.any(axis=1, keepdims=True)
+        return self.estimates.mask
 
 
 @runtime_checkable
@@ -130,7 +129,12 @@ class BasePolicy:
 
 def validate_actions(ctx: DecisionContext, dc_indices: Any) -> NDArray[np.int64]:
     """``dc_indices`` as an int64 array of shape (n,), or :class:`ActionError` naming the problem."""
-    n, d = ctx.n_requests, ctx.n_dcs
+    n, d = ctx.n_requests, len(ctx.dc_names)
+    if n == 1 and isinstance(dc_indices, (int, np.integer)) and not isinstance(dc_indices, bool):
+        # one request, one plain index: the per-request (Gymnasium) path, kept cheap
+        if 0 <= dc_indices < d:
+            return np.array([dc_indices], dtype=np.int64)
+        raise ActionError(f"dc index {int(dc_indices)} is out of range; allowed: [0, {d - 1}]")
     try:
         a = np.asarray(dc_indices)
     except Exception as exc:  # pragma: no cover - numpy accepts nearly anything

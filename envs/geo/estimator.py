@@ -47,16 +47,22 @@ MAX_DUTY = 0.95
 
 @dataclass(frozen=True)
 class Estimates:
-    """Per (request, DC) estimates; every array has shape (n_requests, n_dcs)."""
+    """Per (request, DC) estimates; every array has shape (n_requests, n_dcs).
+
+    ``mask`` is ``feasible`` with every all-infeasible row replaced by all True: the action mask
+    a policy or agent may use, never empty.
+    """
 
     ttft_s: NDArray[np.float64]
     tpot_s: NDArray[np.float64]
     energy_j: NDArray[np.float64]
     carbon_g: NDArray[np.float64]
     feasible: NDArray[np.bool_]
+    mask: NDArray[np.bool_]
 
     def rows(self, sl: slice | NDArray) -> Estimates:
-        return Estimates(self.ttft_s[sl], self.tpot_s[sl], self.energy_j[sl], self.carbon_g[sl], self.feasible[sl])
+        return Estimates(self.ttft_s[sl], self.tpot_s[sl], self.energy_j[sl], self.carbon_g[sl], self.feasible[sl],
+                         self.mask[sl])
 
 
 class Estimator:
@@ -122,4 +128,5 @@ class Estimator:
         energy = e_pre + e_dec
         carbon = energy * d["g_per_j"][None, :]
         feasible = (ttft <= self.ttft_slo_s) & (tpot <= self.tpot_slo_s)
-        return Estimates(ttft, tpot, energy, carbon, feasible)
+        mask = feasible | ~feasible.any(axis=1, keepdims=True)
+        return Estimates(ttft, tpot, energy, carbon, feasible, mask)
