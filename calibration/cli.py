@@ -1,6 +1,6 @@
 """``servegym calibrate geo ...``: regenerate the shipped geo profiles or fit a user's measurement CSV.
 
-    servegym calibrate geo [--profile NAME|all] [--data DIR] [--out DIR] [--json]
+    servegym calibrate geo [--profile NAME|all] [--data DIR] [--out DIR] [--tables DIR] [--json]
     servegym calibrate geo --csv FILE --kind prefill|decode|energy-prefill|energy-decode [--json]
 
 CSV columns per kind (one row per measured step; units s, J, tokens):
@@ -39,6 +39,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     geo.add_argument("--data", type=Path, default=None, help="raw data folder (default: ../shared/data)")
     geo.add_argument("--out", type=Path, default=None,
                      help="output folder (default: the package's calibration/profiles/geo)")
+    geo.add_argument("--tables", type=Path, default=None,
+                     help="also write each profile's composed step tables (CSV) to this folder")
     geo.add_argument("--csv", type=Path, default=None, help="fit this measurement CSV instead (see --kind)")
     geo.add_argument("--kind", choices=KINDS, default=None, help="table kind of --csv")
     geo.add_argument("--json", action="store_true", help="print JSON")
@@ -102,7 +104,7 @@ def _regenerate(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     report = {}
     for n in tqdm(names, desc="calibrating", disable=args.json or len(names) == 1, leave=False):
-        prof = build_profile(n, data)
+        prof = build_profile(n, data, tables_out=args.tables)
         path = out / f"{n}.json"
         prof.save(path)
         report[n] = {"file": str(path), "fit_mape_pct": prof.fit_mape, "anchors": anchor_report(prof),

@@ -171,10 +171,21 @@ def test_step_times_are_monotone(idx: int, b: int, ctx: float, dctx: float, n: i
     assert p.prefill(n + dn, 1, (n + dn) ** 2) > p.prefill(n, 1, n * n)
 
 
-def test_regenerating_llama_tp1_reproduces_shipped_json(shared_data, tmp_path) -> None:
-    assert main(["calibrate", "geo", "--profile", LLAMA, "--data", str(shared_data), "--out", str(tmp_path)]) == 0
-    shipped = load_profile(LLAMA).to_dict()
-    assert json.loads((tmp_path / f"{LLAMA}.json").read_text()) == json.loads(json.dumps(shipped))
+def test_regenerating_llama_tp1_reproduces_shipped_json(shared_data, tmp_path, capsys) -> None:
+    assert main(["calibrate", "geo", "--profile", LLAMA, "--data", str(shared_data), "--out", str(tmp_path),
+                 "--tables", str(tmp_path)]) == 0
+    shipped = load_profile(LLAMA)
+    assert json.loads((tmp_path / f"{LLAMA}.json").read_text()) == json.loads(json.dumps(shipped.to_dict()))
+    # the dumped step tables, fitted through the user-CSV path, give the shipped coefficients
+    capsys.readouterr()
+    assert main(["calibrate", "geo", "--csv", str(tmp_path / f"{LLAMA}_decode.csv"), "--kind", "decode", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["coefficients"]["alpha"] == pytest.approx(list(shipped.decode.alpha), rel=1e-9)
+    assert out["mape_holdout_pct"] == shipped.fit_mape["decode_time"]
+    assert main(["calibrate", "geo", "--csv", str(tmp_path / f"{LLAMA}_prefill.csv"), "--kind", "energy-prefill",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["coefficients"]["e_p"] == pytest.approx(shipped.energy.e_p, rel=1e-6)
 
 
 @pytest.mark.slow

@@ -121,8 +121,13 @@ def _tables(setup: Setup, comp: StepComposer, kv_cap: int) -> tuple[pd.DataFrame
     return pre, dec
 
 
-def build_profile(name: str, data: Path | None = None) -> EngineProfile:
-    """Regenerate one shipped profile from the raw data folder (default ``../shared/data``)."""
+def build_profile(name: str, data: Path | None = None, tables_out: Path | None = None) -> EngineProfile:
+    """Regenerate one shipped profile from the raw data folder (default ``../shared/data``).
+
+    With ``tables_out``, also writes the composed step tables as ``<name>_prefill.csv`` and
+    ``<name>_decode.csv`` (columns of :data:`fitting.TABLE_COLUMNS` plus ``energy_j``,
+    ``max_energy_j`` and helpers); ``servegym calibrate geo --csv`` on them reproduces the profile's fits.
+    """
     if name not in SETUPS:
         raise ConfigError(f"profile = {name!r} is unknown; allowed: {sorted(SETUPS)}")
     data = Path(data) if data is not None else sources.default_data_dir()
@@ -145,6 +150,10 @@ def build_profile(name: str, data: Path | None = None) -> EngineProfile:
     cap_w = GPUS["a100-40gb"].tdp_w * setup.tp
     pre["max_energy_j"] = cap_w * np.minimum(pre["time_s"], fitting.predict_prefill(f_pre.model, pre))
     dec["max_energy_j"] = cap_w * np.minimum(dec["time_s"], fitting.predict_decode(f_dec.model, dec))
+    if tables_out is not None:
+        Path(tables_out).mkdir(parents=True, exist_ok=True)
+        pre.to_csv(Path(tables_out) / f"{name}_prefill.csv", index=False)
+        dec.to_csv(Path(tables_out) / f"{name}_decode.csv", index=False)
     f_epre = fitting.fit_table(pre, "energy-prefill", name)
     f_edec = fitting.fit_table(dec, "energy-decode", name)
     ep, ed = f_epre.model, f_edec.model
