@@ -183,7 +183,7 @@ def sglang_serving(hardware: Hardware = H200, model: ModelSpec = QWEN3_32B, *,
       13,440 MiB, and with the 143,771 MiB the driver reports for an H200, f = 0.907.
     * KV pool: ``profile_max_num_token`` keeps ``f * memory - weights`` for the KV cache and divides by the
       per-token cell size. With the H200's 141 GB, weights of 2N = 65.6 GB and kappa = 4 L h_kv d_head =
-      262,144 B/token: C_tok = floor((0.907 * 141e9 - 65.6e9) / 262,144) = 237,603 tokens.
+      262,144 B/token: C_tok = floor((0.907 * 141e9 - 65.6e9) / 262,144) = 237,606 tokens.
 
     Check against the capacity anchors (App. D / §5.3, fixed 4096/256, ``servegym pd validate``): with this
     C_tok the model gives 1p1d 2.27, 2p1d 4.43, 3p1d 5.13, 3p2d 6.84 req/s vs 2.3, 4.5, 5.2, 6.625.
