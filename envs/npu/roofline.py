@@ -31,12 +31,12 @@ dispatch/combine on MoE layers with EP > 1) over the vPod's torus: time = 2(p-1)
 out as the most balanced power-of-two sub-torus of the pod shape; a used axis contributes its two
 links. Pipeline stages pass activations over one link. Collectives are not overlapped with compute.
 
-Pipeline: prefill streams the batch's b x L prompt tokens through the stages as
-m = max(min(b, pp), ceil(b L / prefill_chunk_tokens)) micro-batches (chunked prefill; a prompt shorter
-than one chunk is not split further, as in vLLM). Prefill latency (TTFT of the batch) is
-(m + pp - 1) stage times (GPipe bubbles) and back-to-back batches enter every m stage times
-(``period_s``). Decode splits the b requests into m = min(b, pp) micro-batches and emits one token
-per request every pp stage times (TPOT = period), so with b < pp the idle stages are bubbles.
+Pipeline (chunked prefill as in vLLM, fixed-size chunks): prefill splits the batch's b x L prompt
+tokens into micro-batches of S = min(prefill_chunk_tokens, ceil(b / min(b, pp)) x L) tokens plus a
+remainder; with identical stages this is a proportionate flow shop, so the batch's TTFT is
+sum(t_i) + (pp - 1) max(t_i) and the stages are busy sum(t_i) (``period_s``, the spacing of
+back-to-back batches). Decode splits the b requests into min(b, pp) micro-batches and emits one
+token per request every pp stage times (TPOT = period), so with b < pp the idle stages are bubbles.
 
 Energy per step = FLOPs / (TFLOP/J) + HBM bytes / (GB/J) + ICI bytes x ``ici_pj_per_bit`` + static
 power x chips x period, with static power = ``static_power_frac`` x the chip's peak-compute power
@@ -367,96 +367,104 @@ def _roof(flops: np.ndarray, nbytes: np.ndarray, peak: np.ndarray, bw: np.ndarra
     return np.maximum(flops / peak, nbytes / bw)
 
 
+def _micro_batch(space: AllocationSpace, a: dict[str, np.ndarray], phase: str, L: float,
+                 T: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stage time (s) and dynamic energy (J, all chips) of one micro-batch of ``T`` tokens.
+
+    Prefill tokens attend to an average causal context of L/2; decode tokens to L. Each micro-batch
+    reads its stage's weights once (a prefill micro-batch is at most one chunk).
+    """
+    m_, p = space.model, space.params
+    tp, pp, lps = a["tp"], a["pp"], a["layers_per_stage"]
+    h = float(m_.hidden)
+    B = BYTES_PER_PARAM
+    if phase == "prefill":
+        ctx = L / 2.0
+        kv_passes = np.maximum(1.0, L / (2.0 * np.minimum(a["q_tile"], p.prefill_chunk_tokens)))
+        attn_b = T * a["kv_tok_layer"] * (1.0 + kv_passes)  # write K/V, re-read per query tile
+        head_tok = T / L  # logits only for each request's last prompt token
+    else:
+        ctx = L
+        attn_b = T * (L + 1.0) * a["kv_tok_layer"]  # read every request's context, append one token
+        head_tok = T
+    lin_f = T * a["lin_flops_tok"]
+    lin_b = a["lin_w_bytes"] + T * a["act_bytes_tok"]
+    if m_.is_moe:
+        E, k = float(m_.experts), float(m_.active_experts)
+        touched = a["exp_local"] * (1.0 - (1.0 - k / E) ** T)  # expected distinct local experts
+        exp_f_hot, exp_f_avg = T * a["exp_flops_hot"], T * a["exp_flops_avg"]
+        exp_b = touched * a["exp_w_bytes"]
+    else:
+        exp_f_hot = exp_f_avg = exp_b = np.zeros_like(T)
+    attn_f = T * ctx * a["attn_core_flops"]
+    peak, bw = a["flops_peak"], a["bw"]
+    t_layer = _roof(lin_f, lin_b, peak, bw) + _roof(exp_f_hot, exp_b, peak, bw) + _roof(attn_f, attn_b, peak, bw)
+    link = a["link_bw"] * np.maximum(a["tp_links"], 1.0)
+    ar_wire = np.where(tp > 1, 2.0 * (tp - 1.0) / tp * T * h * B, 0.0)
+    t_ar = np.where(tp > 1, ar_wire / link + 2.0 * a["tp_hops"] * p.ici_step_latency_s, 0.0)
+    ep = a["ep"]
+    a2a_wire = np.where(ep > 1, 2.0 * T / ep * m_.active_experts * h * B * (ep - 1.0) / ep, 0.0)
+    t_a2a = np.where(ep > 1, a2a_wire * a["a2a_hops"] / link + 2.0 * a["tp_hops"] * p.ici_step_latency_s, 0.0)
+    head_f = head_tok * a["head_flops_tok"]
+    head_b = a["head_w_bytes"] + head_tok * h * B
+    p2p_bytes = T * h * B
+    t_stage = (lps * (t_layer + a["ar_per_layer"] * t_ar + a["a2a_layers"] * t_a2a) + _roof(head_f, head_b, peak, bw)
+               + np.where(pp > 1, p2p_bytes / a["link_bw"] + p.ici_step_latency_s, 0.0))
+    # every layer lives on one stage of tp chips; the LM head on the last stage
+    nl = float(m_.layers)
+    flops_all = tp * (nl * (lin_f + exp_f_avg + attn_f) + head_f)
+    bytes_all = tp * (nl * (lin_b + exp_b + attn_b) + head_b)
+    ici_all = (tp * nl * (a["ar_per_layer"] * ar_wire + a["a2a_layers"] * a2a_wire * a["a2a_hops"])
+               + (pp - 1.0) * p2p_bytes)
+    dyn = flops_all * a["j_per_flop"] + bytes_all * a["j_per_byte"] + ici_all * p.ici_pj_per_bit * 8e-12
+    return t_stage, dyn
+
+
 def evaluate(space: AllocationSpace, phase: str, seq_len: float, batches: np.ndarray | list[int]) -> StepMetrics:
     """Step latency, energy, cost and feasibility for every allocation x batch (shape (A, B)).
 
     ``seq_len`` (tokens) is the prompt length for prefill and the context length for decode.
+    Micro-batches: prefill splits the b x L prompt tokens into k full micro-batches of S tokens and a
+    remainder R, with S = min(chunk, ceil(b / min(b, pp)) x L); decode uses min(b, pp) micro-batches
+    of ceil(b / min(b, pp)) requests. With identical stages the pipeline is a proportionate flow
+    shop: the batch finishes after sum(t_i) + (pp - 1) max(t_i) and the stages are busy sum(t_i).
     """
     check_phase(phase)
     check_range("seq_len", float(seq_len), 1, None)
     b = np.asarray(batches, dtype=float).reshape(1, -1)
     if b.size == 0 or np.any(b < 1) or np.any(b != np.floor(b)):
         raise ConfigError(f"batches = {np.asarray(batches).tolist()!r}: each batch must be an integer ≥ 1")
-    m_, p = space.model, space.params
+    p = space.params
     a = {k: v[:, None] for k, v in space.arrays.items()}
     L = float(seq_len)
-    pp, tp, chips = a["pp"], a["tp"], a["chips"]
-    lps = a["layers_per_stage"]
-    h = float(m_.hidden)
-    B = BYTES_PER_PARAM
+    pp, chips, lps = a["pp"], a["chips"], a["layers_per_stage"]
+    groups = np.minimum(b, pp)
     if phase == "prefill":
-        # chunked prefill: the batch's b*L prompt tokens flow through the pipeline as micro-batches of
-        # at most prefill_chunk_tokens (and at least min(b, pp) of them)
-        mb = np.maximum(np.minimum(b, pp), np.ceil(b * L / p.prefill_chunk_tokens))
-        T = b * L / mb  # tokens per micro-batch
-        ctx = L / 2.0  # causal average context
-        chunks = np.ceil(T / p.prefill_chunk_tokens - 1e-9)
-        live_tokens = np.minimum(b * L, p.prefill_chunk_tokens)  # the engine sizes buffers for a full chunk
-        kv_passes = np.maximum(1.0, L / (2.0 * np.minimum(a["q_tile"], p.prefill_chunk_tokens)))
-        attn_bytes = T * a["kv_tok_layer"] * (1.0 + kv_passes)
-        head_tok = b / mb  # logits only for each request's last prompt token
-        kv_resident = b * L
+        total = b * L
+        S = np.minimum(float(p.prefill_chunk_tokens), np.ceil(b / groups) * L)
+        n_full = np.floor(total / S)
+        R = total - n_full * S
+        t_s, e_s = _micro_batch(space, a, phase, L, S)
+        has_r = R > 0
+        t_r, e_r = _micro_batch(space, a, phase, L, np.where(has_r, R, 1.0))
+        t_r, e_r = np.where(has_r, t_r, 0.0), np.where(has_r, e_r, 0.0)
+        period = n_full * t_s + t_r
+        latency = period + (pp - 1.0) * np.maximum(t_s, t_r)
+        dyn = n_full * e_s + e_r
+        tokens = total
+        live_tokens, kv_resident = S, b * L
     else:
-        mb = np.minimum(b, pp)
-        T = np.ceil(b / mb)  # one token per request in a micro-batch
-        ctx = L
-        chunks = np.ones_like(T)
-        live_tokens = T
-        attn_bytes = T * (L + 1.0) * a["kv_tok_layer"]
-        head_tok = T
-        kv_resident = b * (L + 1.0)
-    # linear group
-    lin_f = T * a["lin_flops_tok"]
-    lin_b = chunks * a["lin_w_bytes"] + T * a["act_bytes_tok"]
-    # experts: expected distinct local experts touched per chunk
-    if m_.is_moe:
-        E, k = float(m_.experts), float(m_.active_experts)
-        tok_chunk = np.minimum(T, p.prefill_chunk_tokens) if phase == "prefill" else T
-        touched = a["exp_local"] * (1.0 - (1.0 - k / E) ** tok_chunk)
-        exp_f_hot = T * a["exp_flops_hot"]
-        exp_f_avg = T * a["exp_flops_avg"]
-        exp_b = chunks * touched * a["exp_w_bytes"]
-    else:
-        exp_f_hot = exp_f_avg = exp_b = np.zeros_like(T)
-    attn_f = T * ctx * a["attn_core_flops"]
-    peak, bw = a["flops_peak"], a["bw"]
-    t_layer = (_roof(lin_f, lin_b, peak, bw) + _roof(exp_f_hot, exp_b, peak, bw)
-               + _roof(attn_f, attn_bytes, peak, bw))
-    # TP collectives per layer
-    link = a["link_bw"] * np.maximum(a["tp_links"], 1.0)
-    ar_wire = np.where(tp > 1, 2.0 * (tp - 1.0) / tp * T * h * B, 0.0)
-    t_ar = np.where(tp > 1, ar_wire / link + 2.0 * a["tp_hops"] * p.ici_step_latency_s, 0.0)
-    a2a_wire = np.where(a["ep"] > 1, 2.0 * T / a["ep"] * m_.active_experts * h * B * (a["ep"] - 1.0) / a["ep"], 0.0)
-    t_a2a = np.where(a["ep"] > 1, a2a_wire * a["a2a_hops"] / link + 2.0 * a["tp_hops"] * p.ici_step_latency_s, 0.0)
-    t_comm_layer = a["ar_per_layer"] * t_ar + a["a2a_layers"] * t_a2a
-    head_t = _roof(head_tok * a["head_flops_tok"], chunks * a["head_w_bytes"] + head_tok * h * B, peak, bw)
-    t_stage = lps * (t_layer + t_comm_layer) + head_t
-    p2p_bytes = T * h * B
-    t_p2p = np.where(pp > 1, p2p_bytes / a["link_bw"] + p.ici_step_latency_s, 0.0)
-    if phase == "prefill":
-        latency = (mb + pp - 1.0) * t_stage + (pp - 1.0) * t_p2p
-        period = mb * t_stage
-        tokens = b * L
-    else:
-        latency = pp * t_stage + (pp - 1.0) * t_p2p
-        period = latency
+        S = np.ceil(b / groups)
+        t_s, e_s = _micro_batch(space, a, phase, L, S)
+        latency = period = pp * t_s  # each micro-batch's token needs a full trip through the stages
+        dyn = groups * e_s
         tokens = b * np.ones_like(latency)
-    # energy: every layer lives on one stage of tp chips and sees each of the mb micro-batches
-    nl = float(m_.layers)
-    head_f = head_tok * a["head_flops_tok"]
-    head_b = chunks * a["head_w_bytes"] + head_tok * h * B
-    flops_all = tp * mb * (nl * (lin_f + exp_f_avg + attn_f) + head_f)
-    bytes_all = tp * mb * (nl * (lin_b + exp_b + attn_bytes) + head_b)
-    ici_all = (tp * mb * nl * (a["ar_per_layer"] * ar_wire + a["a2a_layers"] * a2a_wire * a["a2a_hops"])
-               + mb * (pp - 1.0) * p2p_bytes)
-    dyn = flops_all * a["j_per_flop"] + bytes_all * a["j_per_byte"] + ici_all * p.ici_pj_per_bit * 8e-12
+        live_tokens, kv_resident = S, b * (L + 1.0)
     energy = dyn + a["static_w"] * chips * period
     usd = a["usd_per_s"] * chips * period
-    mem = (a["w_cap_bytes"] + kv_resident * lps * a["kv_tok_layer"]
-           + live_tokens * a["act_ws_tok"])
-    feasible = mem <= a["hbm_cap"]
+    mem = a["w_cap_bytes"] + kv_resident * lps * a["kv_tok_layer"] + live_tokens * a["act_ws_tok"]
     return StepMetrics(latency_s=latency, period_s=period, tokens=tokens, energy_j=energy, usd=usd,
-                       mem_bytes=mem, feasible=feasible)
+                       mem_bytes=mem, feasible=mem <= a["hbm_cap"])
 
 
 @dataclass(frozen=True)
