@@ -14,7 +14,7 @@ from servegym.envs.geo.decisions import BasePolicy, DecisionContext
 from servegym.envs.geo.estimator import Estimator
 from servegym.envs.geo.provisioner import Snapshot
 
-from servegym.errors import ActionError
+from servegym.errors import ActionError, ConfigError
 
 
 def mini(**kw):
@@ -263,3 +263,24 @@ def test_bench_cli_reports_speed(capsys) -> None:
     assert main(["bench", "speed", "geo", "--preset", "mini", "--rate", "30", "--sim-seconds", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["speedup"] > 0 and out["requests_per_s"] > 0 and out["engine_iterations_per_s"] > 0
+
+
+def test_predicted_osl_mode_uses_the_predictor() -> None:
+    with pytest.raises(ConfigError, match="osl_predictor"):
+        GeoSimulation(small(osl_mode="predicted"))
+    with pytest.raises(ConfigError, match="osl_predictor must return"):
+        GeoSimulation(small(osl_mode="predicted"), osl_predictor=lambda isl: -np.ones(isl.size))
+    sim = GeoSimulation(small(osl_mode="predicted"), osl_predictor=lambda isl: 0.1 * isl + 5.0)
+    ctx = sim.next_decision()
+    assert ctx.output_tokens is None
+    np.testing.assert_allclose(ctx.osl_estimate, 0.1 * ctx.input_tokens + 5.0)
+    assert sim.metrics().summary["osl_mode"] == "predicted"
+
+
+def test_headroom_shrinks_with_load() -> None:
+    sim = GeoSimulation(small())
+    snap = sim.snapshot
+    free = sim.estimator.headroom_requests(snap)
+    np.testing.assert_allclose(free, sim.engines_per_dc * sim.profile.max_num_seqs)
+    busy = sim.estimator.headroom_requests(snap.replace(batch=np.array([0.0, 10.0, 30.0, 60.0])))
+    assert free[0] == busy[0] > busy[1] > busy[2] >= busy[3] == 0.0

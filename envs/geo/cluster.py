@@ -105,13 +105,17 @@ class GeoSimulation:
         requests: an explicit request stream (a ``servegym.envs.workload.Requests``; ``origin``
             must index the topology's regions) instead of the one the config generates.
         ci_at: optional ``t_s -> (D,) gCO2/kWh`` replacing the topology's CI (e.g. a what-if).
+        osl_predictor: required when ``config.osl_mode == "predicted"``: maps the stream's prompt
+            lengths (int64 array, tokens) to predicted output lengths (tokens, > 0), called once
+            per run; it must not look at the true output lengths.
 
     Raises:
         ConfigError: a prompt longer than the engine's KV pool, an origin outside the regions.
     """
 
     def __init__(self, config: GeoConfig, seed: int | None = None, requests: Any = None,
-                 ci_at: Callable[[float], NDArray[np.float64]] | None = None) -> None:
+                 ci_at: Callable[[float], NDArray[np.float64]] | None = None,
+                 osl_predictor: Callable[[NDArray[np.int64]], ArrayLike] | None = None) -> None:
         from servegym.envs.geo.engine import EnginePool
         from servegym.envs.grid import get_topology
 
@@ -160,8 +164,18 @@ class GeoSimulation:
                     f"(prompt + output = {longest} tokens); allowed: >= {longest} (or lower max_input_tokens)"
                 )
         self.isl_mean, self.osl_mean = isl_mean, osl_mean
-        self._osl_est = (self._osl.astype(np.float64) if config.osl_mode == "oracle"
-                         else np.full(self.n_requests, osl_mean))
+        if config.osl_mode == "oracle":
+            self._osl_est = self._osl.astype(np.float64)
+        elif config.osl_mode == "predicted":
+            if osl_predictor is None:
+                raise ConfigError("osl_mode = 'predicted' needs GeoSimulation(osl_predictor=...); "
+                                  "allowed without one: 'mean', 'oracle'")
+            pred = np.asarray(osl_predictor(self._isl.copy()), dtype=np.float64).reshape(-1)
+            if pred.shape != (self.n_requests,) or not np.all(np.isfinite(pred)) or (pred.size and pred.min() <= 0):
+                raise ConfigError(f"osl_predictor must return {self.n_requests} finite OSLs > 0 tokens")
+            self._osl_est = pred
+        else:
+            self._osl_est = np.full(self.n_requests, osl_mean)
         self.estimator = Estimator(self.profile, config.ttft_slo_s, config.tpot_slo_s, isl_mean, osl_mean)
 
         self.pool = EnginePool(self.profile, self.n_engines)

@@ -32,7 +32,7 @@ from servegym.errors import ConfigError, check_range
 
 POLL_MODES = ("sync", "async")
 DECISION_MODES = ("request", "window")
-OSL_MODES = ("mean", "oracle")
+OSL_MODES = ("mean", "oracle", "predicted")
 CI_MODES = ("fixed", "hourly")
 LOADS = ("low", "moderate", "high")
 
@@ -70,7 +70,9 @@ class GeoConfig:
         poll_mode: ``sync`` (every DC at k·Δp) or ``async`` (DC d at k·Δp + d·Δp/#DCs).
         decision_mode: ``request`` (one decision per arrival) or ``window`` (per scheduler windows
             of ``window_s`` or ``window_max_requests`` requests, whichever closes first).
-        osl_mode: ``mean`` (the estimator uses the workload's mean OSL) or ``oracle`` (true OSL).
+        osl_mode: ``mean`` (the estimator uses the workload's mean OSL), ``oracle`` (the true OSL;
+            named in every result) or ``predicted`` (a per-request predictor passed to
+            ``GeoSimulation(osl_predictor=...)``).
         pue: uniform PUE for every DC, or ``None`` for the topology's per-site PUE.
         host_power_w: constant host power per node.
         ci_mode: ``fixed`` (CI held at ``ci_start`` for the whole run) or ``hourly`` (CI steps

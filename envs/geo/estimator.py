@@ -30,6 +30,9 @@ tokens, ``KV_d`` cached tokens, ``duty_d`` prefill duty; ``M`` the profile's
   ``OSL_r·[e0_dec/(B_d + 1) + e_d + e_k·(ISL_r + OSL_r/2)]``.
 - ``carbon_{r,d} = energy_{r,d} · PUE_d · CI_d / 3.6e6`` (gCO2; CI in g/kWh).
 - Feasible: ``TTFT ≤ TTFT budget`` and ``TPOT ≤ TPOT budget``.
+- Batch-slot headroom of DC d (requests, whole DC; :meth:`Estimator.headroom_requests`):
+  ``H_d = E · max(0, S_d − B_d − Q_d/Ī)`` with ``E`` engines per DC: the requests d can admit
+  at once without anyone waiting for a slot.
 """
 
 from __future__ import annotations
@@ -109,6 +112,14 @@ class Estimator:
             "one_minus_duty": 1.0 - duty,
             "g_per_j": snap.pue * snap.ci_g_per_kwh / J_PER_KWH,
         }
+
+    def headroom_requests(self, snap: Snapshot) -> NDArray[np.float64]:
+        """``H_d`` (requests, whole DC) per DC: free batch slots net of the queue (see module docstring)."""
+        prof = self.profile
+        b = snap.batch
+        ell = np.where(b > 0, snap.kv_tokens / np.maximum(b, 1e-9), self.isl_mean + 0.5 * self.osl_mean)
+        slots = np.minimum(float(prof.max_num_seqs), prof.kv_capacity_tokens / np.maximum(ell, 1.0))
+        return snap.engines_per_dc * np.maximum(0.0, slots - b - snap.queued_tokens / self.isl_mean)
 
     def estimate(self, snap: Snapshot, isl: ArrayLike, osl: ArrayLike, origin: ArrayLike) -> Estimates:
         """Estimates for requests (prompt ``isl``, output estimate ``osl``, scheduler ``origin``)
