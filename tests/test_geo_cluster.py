@@ -284,3 +284,35 @@ def test_headroom_shrinks_with_load() -> None:
     np.testing.assert_allclose(free, sim.engines_per_dc * sim.profile.max_num_seqs)
     busy = sim.estimator.headroom_requests(snap.replace(batch=np.array([0.0, 10.0, 30.0, 60.0])))
     assert free[0] == busy[0] > busy[1] > busy[2] >= busy[3] == 0.0
+
+
+def test_snapshot_holds_per_dc_means_of_the_polled_engines() -> None:
+    sim = GeoSimulation(small(rate_rps=150.0))
+    pol = RoundRobin()
+    pol.reset(sim.n_dcs, sim.n_regions, 0)
+    while (ctx := sim.next_batch()) is not None and ctx.time_s < 2.5:
+        sim.apply(ctx, pol.decide(ctx))
+    snap, pool = sim.snapshot, sim.pool
+    assert snap.time_s == pool.now_s == 2.0
+    per_dc = pool.in_flight_per_engine.reshape(sim.n_dcs, -1)
+    np.testing.assert_allclose(snap.batch, per_dc.mean(axis=1))
+    assert snap.batch.sum() > 0 and (snap.ci_g_per_kwh == sim.topology.ci(sim.topology.base_hour)).all()
+
+
+def test_async_polls_update_one_dc_at_a_time() -> None:
+    sim = GeoSimulation(small(rate_rps=150.0, poll_mode="async", poll_interval_s=1.0))
+    pol = RoundRobin()
+    pol.reset(sim.n_dcs, sim.n_regions, 0)
+    prev = sim.snapshot
+    seen = 0
+    while (ctx := sim.next_batch()) is not None and ctx.time_s < 3.0:
+        snap = ctx.snapshot
+        if snap is not prev:
+            changed = np.flatnonzero(snap.polled_at_s != prev.polled_at_s)
+            assert changed.size == 1 and snap.polled_at_s[changed[0]] == snap.time_s
+            # DC d is polled at k·Δp + d·Δp/D
+            assert (snap.time_s * sim.n_dcs) % sim.n_dcs == pytest.approx(changed[0] % sim.n_dcs)
+            seen += 1
+            prev = snap
+        sim.apply(ctx, pol.decide(ctx))
+    assert seen >= 8
