@@ -180,3 +180,16 @@ def test_version_subset_and_fallback_when_slo_unreachable() -> None:
     sm = t.metrics("decode", 1024)
     if not e.meets_slo:
         assert e.latency_s == pytest.approx(sm.latency_s[sm.feasible].min())
+
+
+def test_candidates_for_an_action_space(small) -> None:
+    for phase in ("prefill", "decode"):
+        best = small.lookup(phase, 1024)
+        cands = small.candidates(phase, 1024, k=4)
+        assert 1 <= len(cands) <= 4 and cands[0].alloc_index == best.alloc_index and cands[0].batch == best.batch
+        front = {(e.alloc_index, e.batch) for e in small.pareto(phase, 1024)}
+        assert all((e.alloc_index, e.batch) in front and e.meets_slo for e in cands)
+        assert len({(e.alloc_index, e.batch) for e in cands}) == len(cands)
+        assert small.candidates(phase, 1024, k=1) == cands[:1]
+    with pytest.raises(ConfigError, match="k ="):
+        small.candidates("decode", 1024, k=0)

@@ -206,6 +206,29 @@ class BestFitTable:
         return [_entry(self, key, "pareto", sm, int(i), int(j)) for i, j in idx]
 
 
+    def candidates(self, phase: str, seq_len: float, k: int = 4) -> list[BestFit]:
+        """Up to ``k`` SLO-meeting Pareto points of a bucket for an action space: the best fit first,
+        then points spread evenly over the rest of the SLO-meeting front (faster, costlier ones).
+
+        When no point meets the SLO, the fastest point alone. Deterministic; ``k`` ≥ 1.
+        """
+        check_range("k", k, 1, None)
+        front = self.pareto(phase, seq_len)
+        if not front:
+            return []
+        best = self.lookup(phase, seq_len)
+        meet = [e for e in front if e.meets_slo]
+        if not meet:
+            return [front[0]]
+        rest = [e for e in meet if (e.alloc_index, e.batch) != (best.alloc_index, best.batch)]
+        if k == 1 or not rest:
+            picks: list[BestFit] = []
+        else:
+            idx = np.unique(np.round(np.linspace(0, len(rest) - 1, min(k - 1, len(rest)))).astype(int))
+            picks = [rest[i] for i in idx]
+        head = next(e for e in meet if (e.alloc_index, e.batch) == (best.alloc_index, best.batch))
+        return [head, *picks]
+
 def _check_objective(objective: str) -> str:
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective = {objective!r} is unknown; allowed: {', '.join(OBJECTIVES)}")
