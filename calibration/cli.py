@@ -17,7 +17,7 @@ from pathlib import Path
 KINDS = ("prefill", "decode", "energy-prefill", "energy-decode")
 
 
-def _calibrate_subparsers(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
+def calibrate_targets(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
     """The ``calibrate`` family's subparsers, created once and shared by every family that adds a target."""
     existing = subparsers.choices.get("calibrate")
     if existing is not None and hasattr(existing, "servegym_targets"):
@@ -30,7 +30,7 @@ def _calibrate_subparsers(subparsers: argparse._SubParsersAction) -> argparse._S
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    targets = _calibrate_subparsers(subparsers)
+    targets = calibrate_targets(subparsers)
     geo = targets.add_parser(
         "geo", help="geo engine profiles: regenerate from ../shared/data or fit your own CSV",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
