@@ -80,7 +80,9 @@ def test_energy_and_carbon_add_up_and_idle_dcs_pay_idle_and_host_power() -> None
     assert dc["facility_kwh"].sum() == pytest.approx(res.summary["energy_kwh"], rel=1e-12)
     parts = dc["engine_prefill_j"] + dc["engine_decode_j"] + dc["engine_idle_j"]
     np.testing.assert_allclose(parts, dc["engine_j"], rtol=1e-9)
-    t = res.summary["sim_time_s"]
+    t = res.summary["window_s"]
+    assert t == pytest.approx(4.0) and res.summary["sim_time_s"] > t
+    assert res.summary["carbon_with_drain_g"] > res.carbon_g
     prof = sim.profile
     # DCs 1 and 2 never got a request: their engines were idle the whole run, their hosts on.
     for d in (1, 2):

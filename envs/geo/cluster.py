@@ -24,6 +24,12 @@ Energy and carbon. Engine energy (prefill and decode steps, idle power while not
 flight) comes from the pool; every node adds ``host_power_w`` for the whole run; the DC's
 facility energy is PUE x (engines + hosts); carbon accrues per poll interval at the DC's CI at
 the start of the interval (exact when the CI steps on the hour and Δp divides an hour).
+
+Run length. Arrivals cover the serving window ``[0, duration_s)``. The results' energy, carbon,
+utilization and idle figures are those of that window (the fleet's operational emissions while
+it serves the stream, as in the paper's fixed-length runs); the simulation then keeps going,
+with no new arrivals, until every request finished or ``drain_s`` passed, so that every
+request's TTFT/TPOT is known. ``carbon_with_drain_g`` adds the drain's carbon.
 """
 
 from __future__ import annotations
@@ -47,6 +53,11 @@ from servegym.errors import ActionError, ConfigError
 #: mean ISL/OSL for the estimator in ``mean`` OSL mode, when the sampler has no exact ``means()``
 #: (or a ``max_input_tokens`` filter changes them).
 MEAN_LENGTH_SAMPLES = 20_000
+
+
+#: Rows of the per-DC accounting arrays (J, J, J, J, gCO2, g/kWh·s, batch-fraction·s).
+_ACC = ("prefill_j", "decode_j", "idle_j", "host_j", "carbon_g", "ci_s", "util_s")
+_PRE, _DEC, _IDLE, _HOST, _CO2, _CI, _UTIL = range(len(_ACC))
 
 
 @dataclass(frozen=True)
@@ -211,13 +222,13 @@ class GeoSimulation:
         self.n_decisions = 0
 
         # Accounting.
-        self._energy_prev = np.zeros(self.n_engines)
-        self.it_energy_j = np.zeros(self.n_dcs)
-        self.host_energy_j = np.zeros(self.n_dcs)
-        self.carbon_g_dc = np.zeros(self.n_dcs)
-        self._ci_weighted = np.zeros(self.n_dcs)
-        self._util_acc = np.zeros(self.n_dcs)
-        self._t_acc = 0.0
+        # Per-DC accumulators, rows named by _ACC, for the whole run and for the serving window
+        # [0, duration_s] (the figures the results report; the drain only completes latencies).
+        self._energy_prev = np.zeros((3, self.n_engines))
+        self._acc_all = np.zeros((len(_ACC), self.n_dcs))
+        self._acc_win = np.zeros((len(_ACC), self.n_dcs))
+        self._t_all = 0.0
+        self._t_win = 0.0
         self._finished: list[Any] = []
         self.n_finished = 0
         self.n_finished_violations = 0
@@ -474,18 +485,25 @@ class GeoSimulation:
 
     def _account(self, t0: float, t1: float, stats: Any) -> None:
         dt = t1 - t0
-        e = np.asarray(self.pool.energy_j, dtype=np.float64)
-        de = (e - self._energy_prev).reshape(self.n_dcs, self.engines_per_dc).sum(axis=1)
-        self._energy_prev = e.copy()
-        host = self.config.host_power_w * self.nodes_per_dc * dt
+        pool = self.pool
+        e = np.stack([pool.energy_prefill_j, pool.energy_decode_j, pool.energy_idle_j])
+        de = (e - self._energy_prev).reshape(3, self.n_dcs, self.engines_per_dc).sum(axis=2)
+        self._energy_prev = e
         ci = self.snapshot.ci_g_per_kwh  # CI in force during [t0, t1)
-        self.it_energy_j += de
-        self.host_energy_j += host
-        self.carbon_g_dc += self.pue * (de + host) * ci / J_PER_KWH
-        self._ci_weighted += ci * dt
+        inc = np.empty_like(self._acc_all)
+        inc[:3] = de
+        inc[_HOST] = self.config.host_power_w * self.nodes_per_dc * dt
+        inc[_CO2] = self.pue * inc[:4].sum(axis=0) * ci / J_PER_KWH
+        inc[_CI] = ci * dt
         batch = np.asarray(stats.batch, dtype=np.float64).reshape(self.n_dcs, self.engines_per_dc).mean(axis=1)
-        self._util_acc += batch / self.profile.max_num_seqs * dt
-        self._t_acc += dt
+        inc[_UTIL] = batch / self.profile.max_num_seqs * dt
+        self._acc_all += inc
+        self._t_all += dt
+        # Share of this interval inside the serving window (1 or 0 unless duration_s falls inside).
+        frac = min(max((self.config.duration_s - t0) / dt, 0.0), 1.0)
+        if frac > 0:
+            self._acc_win += frac * inc
+            self._t_win += frac * dt
         fin = self.pool.drain_finished()
         n = len(fin.request_id)
         if n:
@@ -496,8 +514,8 @@ class GeoSimulation:
 
     @property
     def carbon_g(self) -> float:
-        """Carbon accrued so far (gCO2, all DCs, up to the latest poll)."""
-        return float(self.carbon_g_dc.sum())
+        """Carbon accrued so far (gCO2, all DCs, up to the latest poll, drain included)."""
+        return float(self._acc_all[_CO2].sum())
 
     @property
     def done(self) -> bool:
@@ -544,29 +562,25 @@ class GeoSimulation:
         unfinished = arrived - n_fin if self._done else 0
         viol = int(np.count_nonzero(tm | pm)) + unfinished
         denom = n_fin + unfinished
-        pool = self.pool
-        idle_j = np.asarray(pool.energy_idle_j, dtype=np.float64).reshape(self.n_dcs, self.engines_per_dc)
-        pre_j = np.asarray(pool.energy_prefill_j, dtype=np.float64).reshape(self.n_dcs, self.engines_per_dc)
-        dec_j = np.asarray(pool.energy_decode_j, dtype=np.float64).reshape(self.n_dcs, self.engines_per_dc)
-        t = max(self._t_acc, 1e-12)
-        idle_frac = (idle_j / (self.profile.idle_w * t)).mean(axis=1)
+        acc, t = self._acc_win, max(self._t_win, 1e-12)
+        engine_j = acc[_PRE] + acc[_DEC] + acc[_IDLE]
+        facility_j = self.pue * (engine_j + acc[_HOST])
         served = np.bincount(self.placed_dc[self.placed_dc >= 0], minlength=self.n_dcs)
-        facility_j = self.pue * (self.it_energy_j + self.host_energy_j)
         per_dc = pd.DataFrame({
             "dc": list(self.dc_names),
             "region": [self.topology.regions[i] for i in self.dc_region],
             "pue": self.pue,
-            "ci_mean_g_per_kwh": self._ci_weighted / t,
-            "engine_prefill_j": pre_j.sum(axis=1),
-            "engine_decode_j": dec_j.sum(axis=1),
-            "engine_idle_j": idle_j.sum(axis=1),
-            "engine_j": self.it_energy_j,
-            "host_j": self.host_energy_j,
+            "ci_mean_g_per_kwh": acc[_CI] / t,
+            "engine_prefill_j": acc[_PRE],
+            "engine_decode_j": acc[_DEC],
+            "engine_idle_j": acc[_IDLE],
+            "engine_j": engine_j,
+            "host_j": acc[_HOST],
             "facility_kwh": facility_j / J_PER_KWH,
-            "carbon_g": self.carbon_g_dc,
+            "carbon_g": acc[_CO2],
             "requests": served,
-            "utilization": self._util_acc / t,
-            "idle_fraction": np.clip(idle_frac, 0.0, 1.0),
+            "utilization": acc[_UTIL] / t,
+            "idle_fraction": np.clip(acc[_IDLE] / (self.profile.idle_w * self.engines_per_dc * t), 0.0, 1.0),
         })
         ttft = percentiles(req["ttft_s"].to_numpy())
         tpot = percentiles(req["tpot_s"].to_numpy())
@@ -577,8 +591,10 @@ class GeoSimulation:
             "decision_mode": cfg.decision_mode,
             "rate_rps": cfg.rate_rps,
             "seed": self.seed,
-            "carbon_g": float(self.carbon_g_dc.sum()),
+            "carbon_g": float(acc[_CO2].sum()),
             "energy_kwh": float(facility_j.sum() / J_PER_KWH),
+            "carbon_with_drain_g": float(self._acc_all[_CO2].sum()),
+            "window_s": self._t_win,
             "slo_violation_pct": 100.0 * viol / denom if denom else 0.0,
             "ttft_violation_pct": 100.0 * (int(tm.sum()) + unfinished) / denom if denom else 0.0,
             "tpot_violation_pct": 100.0 * int(pm.sum()) / denom if denom else 0.0,

@@ -60,7 +60,8 @@ class GeoConfig:
         rate_rps: Poisson arrival rate of the load generator (whole system).
         duration_s: arrivals are generated in ``[0, duration_s)``.
         drain_s: after the last arrival the simulation runs until every request finished or
-            ``drain_s`` more seconds passed; unfinished requests count as SLO violations.
+            ``drain_s`` more seconds passed; unfinished requests count as SLO violations. Energy and
+            carbon results cover ``[0, duration_s]`` only (see ``cluster``).
         lengths: ISL/OSL length spec for ``servegym.envs.workload.length_sampler``.
         trace: optional trace name/path for ``servegym.envs.traces.load_trace`` (replaces the
             Poisson arrivals and ``lengths``; ``trace_time_scale`` compresses its timestamps).
@@ -89,7 +90,7 @@ class GeoConfig:
     max_num_seqs: int | None = None
     rate_rps: float = 4000.0
     duration_s: float = 200.0
-    drain_s: float = 30.0
+    drain_s: float = 120.0
     lengths: str = "cnn-dailymail"
     trace: str | None = None
     trace_time_scale: float = 1.0

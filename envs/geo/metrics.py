@@ -3,11 +3,12 @@
 :class:`GeoResults` holds three tables and a summary:
 
 - ``summary`` (dict, also ``summary_frame()``): policy, OSL source, total carbon (gCO2; engine
-  step and idle energy, host power and PUE included), facility energy (kWh), SLO violation
+  step and idle energy, host power and PUE included) and facility energy (kWh) over the serving
+  window ``[0, duration_s]`` (``window_s``; ``carbon_with_drain_g`` adds the drain), SLO violation
   rate (% of arrived requests that missed the TTFT or TPOT budget; requests unfinished when the
   run ends count as violations), p50/p90/p99 TTFT and TPOT (s), request counts, mean modelled
   scheduling overhead per request (ms), simulated time (s).
-- ``per_dc``: one row per DC: region, PUE, mean CI, engine energy split (prefill / decode /
+- ``per_dc``: one row per DC, over the serving window: region, PUE, mean CI, engine energy split (prefill / decode /
   idle, J), host energy (J), facility energy (kWh, x PUE), carbon (g), requests served,
   utilization (time-mean batch over the batch cap, sampled at every poll) and idle fraction
   (share of engine time with nothing in flight).
