@@ -428,6 +428,7 @@ class GeoSimulation:
                 bar.update(round(ctx.time_s - last, 1))
                 last = ctx.time_s
         if bar is not None:
+            bar.update(max(0.0, round(bar.total - bar.n, 1)))
             bar.close()
         return self.metrics(policy=getattr(policy, "name", "policy"))
 
