@@ -318,3 +318,10 @@ def test_async_polls_update_one_dc_at_a_time() -> None:
             prev = snap
         sim.apply(ctx, pol.decide(ctx))
     assert seen >= 8
+
+
+def test_reported_pue_option() -> None:
+    sim = GeoSimulation(preset("paper", duration_s=0.5, rate_rps=50.0, pue="reported"))
+    assert sim.pue.min() >= 1.0 and len(set(sim.pue.tolist())) > 1
+    with pytest.raises(ConfigError, match="pue"):
+        preset("paper", pue="measured")

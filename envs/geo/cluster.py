@@ -13,6 +13,8 @@ the DC the inter-node scheduler picks nodes round-robin and the node's host pick
 round-robin (a DC's k-th request goes to node ``k mod nodes``, engine ``(k div nodes) mod e``
 of that node). The request reaches the engine queue at ``decision + delay + RTT``; its TTFT is
 measured from its arrival at the scheduler, so it includes window wait, delay and transfer.
+The origin scheduler's decision is final: a request forwarded to a remote region costs the RTT
+but does not wait again in the remote scheduler's window.
 
 Time. A provisioner polls the pool every Δp (or Δp/#DCs, staggered). Between two polls the
 snapshot is the only thing schedulers see, so every decision whose time falls in a poll
@@ -134,8 +136,12 @@ class GeoSimulation:
         self.seed = int(config.seed if seed is None else seed)
         rng = np.random.default_rng(self.seed)
         topo = get_topology(config.topology)
-        if config.pue is not None:
-            topo = topo.with_pue(config.pue)
+        if config.pue == "reported":
+            from servegym.envs.grid import reported_pue
+
+            topo = topo.with_pue(reported_pue(topo)[0])
+        elif config.pue is not None:
+            topo = topo.with_pue(float(config.pue))
         self.topology = topo
         self.profile = config.engine_profile()
         self.dc_names: tuple[str, ...] = tuple(s.name for s in topo.sites)

@@ -74,7 +74,8 @@ class GeoConfig:
         osl_mode: ``mean`` (the estimator uses the workload's mean OSL), ``oracle`` (the true OSL;
             named in every result) or ``predicted`` (a per-request predictor passed to
             ``GeoSimulation(osl_predictor=...)``).
-        pue: uniform PUE for every DC, or ``None`` for the topology's per-site PUE.
+        pue: uniform PUE for every DC, ``"reported"`` for the per-site PUEs the paper quotes
+            (``servegym.envs.grid.reported_pue``; other sites 1.1), or ``None`` for the topology's.
         host_power_w: constant host power per node.
         ci_mode: ``fixed`` (CI held at ``ci_start`` for the whole run) or ``hourly`` (CI steps
             every simulated hour from ``ci_start``).
@@ -103,7 +104,7 @@ class GeoConfig:
     window_s: float = 0.100
     window_max_requests: int = 300
     osl_mode: str = "mean"
-    pue: float | None = 1.1
+    pue: float | str | None = 1.1
     host_power_w: float = 300.0
     ci_mode: str = "fixed"
     ci_start: str | None = None
@@ -124,7 +125,9 @@ class GeoConfig:
         check_range("poll_interval_s", self.poll_interval_s, 1e-3, 3600.0)
         check_range("window_s", self.window_s, 1e-4, 60.0)
         check_range("host_power_w", self.host_power_w, 0.0, 1e5)
-        if self.pue is not None:
+        if isinstance(self.pue, str):
+            _check_choice("pue", self.pue, ("reported",))
+        elif self.pue is not None:
             check_range("pue", self.pue, 1.0, 3.0)
         _check_choice("poll_mode", self.poll_mode, POLL_MODES)
         _check_choice("decision_mode", self.decision_mode, DECISION_MODES)
