@@ -18,32 +18,50 @@ def _listed_packages() -> set[str]:
     return set(cfg["tool"]["setuptools"]["packages"])
 
 
-def test_every_code_folder_is_a_listed_package() -> None:
-    listed = _listed_packages()
-    missing = []
-    for folder, pkg in CODE_FOLDERS.items():
-        root = REPO_ROOT / folder
-        for path in sorted(root.rglob("*.py")):
-            if "__pycache__" in path.parts:
+def _folder_package(folder: Path) -> str | None:
+    """The import name setuptools gives a folder under one of the mapped code folders."""
+    if folder.is_relative_to(REPO_ROOT / "src" / "servegym"):
+        return ".".join(("servegym", *folder.relative_to(REPO_ROOT / "src" / "servegym").parts))
+    for top, pkg in CODE_FOLDERS.items():
+        if folder.is_relative_to(REPO_ROOT / top):
+            return ".".join((pkg, *folder.relative_to(REPO_ROOT / top).parts))
+    return None
+
+
+def _package_folders() -> list[Path]:
+    roots = [REPO_ROOT / "src" / "servegym", *(REPO_ROOT / top for top in CODE_FOLDERS)]
+    found = []
+    for root in roots:
+        for folder in [root, *sorted(p for p in root.rglob("*") if p.is_dir())]:
+            if "__pycache__" in folder.parts or any(part.startswith(".") for part in folder.parts[-1:]):
                 continue
-            rel = path.parent.relative_to(root)
-            name = ".".join((pkg, *rel.parts)) if rel.parts else pkg
-            if name not in listed:
-                missing.append(f"{name} ({path.parent})")
-            if not (path.parent / "__init__.py").exists():
-                missing.append(f"{path.parent} has no __init__.py")
-    assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {sorted(set(missing))}"
+            if any(f.is_file() and not f.name.startswith(".") for f in folder.iterdir()):
+                found.append(folder)
+    return found
+
+
+def test_every_code_and_data_folder_is_a_listed_package() -> None:
+    listed = _listed_packages()
+    missing = [f"{_folder_package(f)} ({f.relative_to(REPO_ROOT)})" for f in _package_folders()
+               if _folder_package(f) not in listed]
+    assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {missing}"
+
+
+def test_code_folders_have_init() -> None:
+    bad = [str(f.relative_to(REPO_ROOT)) for f in _package_folders()
+           if any(f.glob("*.py")) and not (f / "__init__.py").exists()]
+    assert not bad, f"folders with Python modules but no __init__.py: {bad}"
 
 
 def test_listed_packages_exist() -> None:
+    ghosts = []
     for name in _listed_packages():
         parts = name.split(".")
-        if parts[:2] == ["servegym"] and len(parts) == 1:
-            folder = REPO_ROOT / "src" / "servegym"
-        else:
-            top = {v: k for k, v in CODE_FOLDERS.items()}.get(".".join(parts[:2]))
-            folder = REPO_ROOT / "src/servegym" if top is None else REPO_ROOT / top / Path(*parts[2:])
-        assert (folder / "__init__.py").exists(), f"{name} is listed but {folder} has no __init__.py"
+        top = {v: k for k, v in CODE_FOLDERS.items()}.get(".".join(parts[:2]))
+        folder = REPO_ROOT / "src" / Path(*parts) if top is None else REPO_ROOT / top / Path(*parts[2:])
+        if not folder.is_dir():
+            ghosts.append(name)
+    assert not ghosts, f"listed in pyproject.toml but no such folder: {sorted(ghosts)}"
 
 
 def _run_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
