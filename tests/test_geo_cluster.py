@@ -55,11 +55,14 @@ def check_conservation(sim: GeoSimulation) -> None:
     poll_mode=st.sampled_from(["sync", "async"]),
     mode=st.sampled_from(["request", "window"]),
     policy=st.sampled_from(["rr", "ll"]),
+    nodes=st.integers(1, 2),
+    window_n=st.integers(1, 20),
     seed=st.integers(0, 1000),
 )
-def test_requests_are_conserved_at_every_decision(rate, poll, poll_mode, mode, policy, seed) -> None:
+def test_requests_are_conserved_at_every_decision(rate, poll, poll_mode, mode, policy, nodes, window_n,
+                                                  seed) -> None:
     sim = GeoSimulation(small(rate_rps=rate, duration_s=2.0, poll_interval_s=poll, poll_mode=poll_mode,
-                              decision_mode=mode, window_max_requests=7, seed=seed))
+                              decision_mode=mode, window_max_requests=window_n, nodes_per_dc=nodes, seed=seed))
     pol = RoundRobin() if policy == "rr" else LeastLoaded()
     pol.reset(sim.n_dcs, sim.n_regions, seed)
     while (ctx := sim.next_decision()) is not None:
@@ -97,10 +100,11 @@ def test_energy_and_carbon_add_up_and_idle_dcs_pay_idle_and_host_power() -> None
     assert dc.loc[0, "requests"] == sim.n_requests
 
 
-def test_same_seed_same_run_and_other_seed_differs() -> None:
-    a = GeoSimulation(small()).run(LeastLoaded())
-    b = GeoSimulation(small()).run(LeastLoaded())
-    c = GeoSimulation(small(seed=7)).run(LeastLoaded())
+@pytest.mark.parametrize("mode", ["request", "window"])
+def test_same_seed_same_run_and_other_seed_differs(mode: str) -> None:
+    a = GeoSimulation(small(decision_mode=mode)).run(LeastLoaded())
+    b = GeoSimulation(small(decision_mode=mode)).run(LeastLoaded())
+    c = GeoSimulation(small(seed=7, decision_mode=mode)).run(LeastLoaded())
     assert a.summary == b.summary
     assert a.requests.equals(b.requests) and a.per_dc.equals(b.per_dc)
     assert a.summary["carbon_g"] != c.summary["carbon_g"]
@@ -325,3 +329,11 @@ def test_reported_pue_option() -> None:
     assert sim.pue.min() >= 1.0 and len(set(sim.pue.tolist())) > 1
     with pytest.raises(ConfigError, match="pue"):
         preset("paper", pue="measured")
+
+
+def test_trace_workload_replays_round_robin_to_schedulers() -> None:
+    sim = GeoSimulation(small(trace="azure-conv", trace_time_scale=0.05, duration_s=5.0, max_input_tokens=8000))
+    assert sim.n_requests > 20 and sim.isl_mean > 0
+    assert np.bincount(sim._origin).max() - np.bincount(sim._origin).min() <= 1
+    res = sim.run(RoundRobin())
+    assert res.summary["finished"] == sim.n_requests

@@ -64,7 +64,8 @@ class GeoConfig:
             carbon results cover ``[0, duration_s]`` only (see ``cluster``).
         lengths: ISL/OSL length spec for ``servegym.envs.workload.length_sampler``.
         trace: optional trace name/path for ``servegym.envs.traces.load_trace`` (replaces the
-            Poisson arrivals and ``lengths``; ``trace_time_scale`` compresses its timestamps).
+            Poisson arrivals and ``lengths``; ``trace_time_scale`` multiplies its arrival times:
+            0.5 replays it twice as fast). Requests go round-robin to the schedulers.
         max_input_tokens: drop requests with a longer prompt (``None``: keep all; must fit the KV pool).
         ttft_slo_s, tpot_slo_s: per-request SLO budgets.
         poll_interval_s: provisioner period Δp.
