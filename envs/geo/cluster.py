@@ -116,14 +116,16 @@ class GeoSimulation:
         config: the scenario.
         seed: overrides ``config.seed`` (every random draw of the run derives from it).
         requests: an explicit request stream (a ``servegym.envs.workload.Requests``; ``origin``
-            must index the topology's regions) instead of the one the config generates.
+            must index the topology's regions) instead of the one the config generates; the
+            estimator's mean ISL/OSL are then the stream's own.
         ci_at: optional ``t_s -> (D,) gCO2/kWh`` replacing the topology's CI (e.g. a what-if).
         osl_predictor: required when ``config.osl_mode == "predicted"``: maps the stream's prompt
             lengths (int64 array, tokens) to predicted output lengths (tokens, > 0), called once
             per run; it must not look at the true output lengths.
 
     Raises:
-        ConfigError: a prompt longer than the engine's KV pool, an origin outside the regions.
+        ConfigError: a request (prompt + output) larger than an engine's KV pool, an origin
+            outside the regions, unsorted arrivals, a missing or bad ``osl_predictor``.
     """
 
     def __init__(self, config: GeoConfig, seed: int | None = None, requests: Any = None,
