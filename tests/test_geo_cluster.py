@@ -142,7 +142,7 @@ def _crafted_context(in_flight: list[float], n: int, scheduler: int = 0) -> Deci
     return DecisionContext(mode="request", time_s=1.0, request_id=np.arange(n), scheduler=np.full(n, scheduler),
                            arrival_s=np.ones(n), decision_s=np.ones(n), input_tokens=np.full(n, 100),
                            osl_estimate=np.full(n, 50.0), output_tokens=None, snapshot=snap,
-                           estimate_fn=lambda: None, dc_names=tuple(f"dc{i}" for i in range(d)), token=1)
+                           dispatched=np.zeros((1, d), dtype=np.int64), estimate_fn=lambda: None, dc_names=tuple(f"dc{i}" for i in range(d)), token=1)
 
 
 def test_least_loaded_prefers_the_least_loaded_dc() -> None:
@@ -337,3 +337,15 @@ def test_trace_workload_replays_round_robin_to_schedulers() -> None:
     assert np.bincount(sim._origin).max() - np.bincount(sim._origin).min() <= 1
     res = sim.run(RoundRobin())
     assert res.summary["finished"] == sim.n_requests
+
+
+def test_context_carries_the_schedulers_own_dispatches_since_the_poll() -> None:
+    sim = GeoSimulation(small(rate_rps=100.0))
+    seen_nonzero = False
+    while (ctx := sim.next_decision()) is not None and ctx.time_s < 3.0:
+        before = ctx.dispatched.copy()
+        assert before.sum() == ctx.request_id[0] - np.searchsorted(sim._arrival, ctx.snapshot.time_s)
+        seen_nonzero |= bool(before.any())
+        sim.apply(ctx, 2)
+    assert seen_nonzero
+    assert ctx.dispatched[:, :2].sum() == 0 and (ctx.dispatched[:, 3] == 0).all()

@@ -43,8 +43,9 @@ class LeastLoaded(BasePolicy):
     """Each request goes to the DC with the fewest requests per engine.
 
     The load of DC d as scheduler s sees it is the snapshot's ``in_flight[d]`` (requests running
-    or queued per engine) plus ``R/E`` for every request s itself placed on d since that snapshot
-    (``R`` schedulers, ``E`` engines per DC). A scheduler knows only its own dispatches; counting
+    or queued per engine) plus ``R/E`` for every request s itself placed on d since d was polled
+    (``ctx.dispatched``; ``R`` schedulers, ``E`` engines per DC). Stateless: it reads only the
+    decision context. A scheduler knows only its own dispatches; counting
     each as ``R`` assumes the other schedulers, fed the same share by the load generator's
     round-robin, dispatch alike. Counting them as ``1/E`` instead lets all R schedulers pile onto
     the DC that looked emptiest at the last poll (at the paper's high load that herding alone
@@ -54,28 +55,20 @@ class LeastLoaded(BasePolicy):
     name = "ll"
     batchable = True
 
-    def reset(self, n_dcs: int, n_schedulers: int, seed: int) -> None:
-        super().reset(n_dcs, n_schedulers, seed)
-        self._own = np.zeros((n_schedulers, n_dcs), dtype=np.int64)
-        self._snap_time = -1.0
-
     def decide(self, ctx: DecisionContext) -> NDArray[np.int64]:
         snap = ctx.snapshot
-        if snap.time_s != self._snap_time:
-            self._own[:] = 0
-            self._snap_time = snap.time_s
-        u = self.n_schedulers / snap.engines_per_dc
+        r = ctx.dispatched.shape[0]
+        u = r / snap.engines_per_dc
         out = np.empty(ctx.n_requests, dtype=np.int64)
+        d_idx = np.arange(snap.n_dcs)
         for s in np.unique(ctx.scheduler):
             rows = np.flatnonzero(ctx.scheduler == s)
             n = rows.size
             # Sequential argmin with an increment of u per placement == taking the n smallest
             # "slots" v_d + k·u (k = own count onward) ordered by (value, DC index).
-            k = self._own[s][:, None] + np.arange(n)[None, :]
+            k = ctx.dispatched[s][:, None] + np.arange(n)[None, :]
             values = snap.in_flight[:, None] + k * u
-            dcs = np.broadcast_to(np.arange(self.n_dcs)[:, None], values.shape)
+            dcs = np.broadcast_to(d_idx[:, None], values.shape)
             order = np.lexsort((dcs.ravel(), values.ravel()))[:n]
-            pick = dcs.ravel()[order]
-            out[rows] = pick
-            self._own[s] += np.bincount(pick, minlength=self.n_dcs)
+            out[rows] = dcs.ravel()[order]
         return out

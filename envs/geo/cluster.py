@@ -213,6 +213,7 @@ class GeoSimulation:
 
         # Placement bookkeeping.
         self._rr_dc = np.zeros(self.n_dcs, dtype=np.int64)
+        self._dispatched = np.zeros((self.n_regions, self.n_dcs), dtype=np.int64)
         self.placed_dc = np.full(self.n_requests, -1, dtype=np.int64)
         self.sched_delay = np.zeros(self.n_requests, dtype=np.float64)
         self._n_placed = 0
@@ -351,12 +352,17 @@ class GeoSimulation:
             arrival_s=self._arrival[idx], decision_s=g.decision_s[sl], input_tokens=self._isl[idx],
             osl_estimate=self._osl_est[idx],
             output_tokens=self._osl[idx] if self.config.osl_mode == "oracle" else None,
-            snapshot=self.snapshot, estimate_fn=lambda: self._group_estimates(g, snap).rows(sl),
+            snapshot=self.snapshot, dispatched=self._dispatched_view(), estimate_fn=lambda: self._group_estimates(g, snap).rows(sl),
             dc_names=self.dc_names, token=self._token,
         )
         self._outstanding = ctx
         self._time_s = time_s
         return ctx
+
+    def _dispatched_view(self) -> NDArray[np.int64]:
+        out = self._dispatched.copy()
+        out.flags.writeable = False
+        return out
 
     def _check_no_outstanding(self) -> None:
         if self._outstanding is not None:
@@ -409,6 +415,10 @@ class GeoSimulation:
         self._outstanding = None
         if n:
             self.placed_dc[ctx.request_id] = dc
+            if n == 1:
+                self._dispatched[ctx.scheduler[0], dc[0]] += 1
+            else:
+                np.add.at(self._dispatched, (ctx.scheduler, dc), 1)
             # Engine choice, ready times and submission happen at the end of the poll interval,
             # in decision order (the engines cannot see anything before then).
             self._buf.append((ctx.request_id, dc, ctx.decision_s, delay))
@@ -483,6 +493,7 @@ class GeoSimulation:
         stats = self.pool.poll()
         self._account(t0, t1, stats)
         self.snapshot = self.provisioner.observe(t1, stats)
+        self._dispatched[:, self.provisioner.last_updated] = 0
         self._k += 1
         self._time_s = t1
         if t1 >= self._end_arrivals_s:

@@ -45,6 +45,9 @@ class DecisionContext:
             the true OSL in oracle mode.
         output_tokens: the true OSL, only in oracle mode (``None`` otherwise).
         snapshot: the provisioner's latest snapshot.
+        dispatched: (regions, D) requests each scheduler placed on each DC since that DC's last
+            poll, before this context (what a scheduler knows of its own dispatches, which the
+            snapshot does not show yet); read-only.
         estimates: the shared estimator's TTFT/TPOT/energy/carbon/feasibility per (request, DC)
             (computed on first access: a policy that never reads them, like round-robin, pays nothing).
         dc_names: names of the DCs (sites), index = DC index.
@@ -61,6 +64,7 @@ class DecisionContext:
     osl_estimate: NDArray[np.float64]
     output_tokens: NDArray[np.int64] | None
     snapshot: Snapshot
+    dispatched: NDArray[np.int64]
     estimate_fn: Callable[[], Estimates] = field(repr=False)
     dc_names: tuple[str, ...] = ()
     token: int = 0

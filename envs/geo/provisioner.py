@@ -120,6 +120,7 @@ class Provisioner:
         # Between two pool polls: Δp (sync) or Δp/D (async).
         self.step_s = self.interval_s if mode == "sync" else self.interval_s / n_dcs
         self._n_events = 0
+        self.last_updated = np.ones(n_dcs, dtype=bool)  # DCs refreshed by the latest observe()
         self._duty_ring = np.zeros((n_dcs if mode == "async" else 1, n_dcs), dtype=np.float64)
         zeros = np.zeros(n_dcs)
         self.snapshot = Snapshot(
@@ -158,5 +159,6 @@ class Provisioner:
             new[name] = _frozen(np.where(update, value, getattr(snap, name)))
         new["polled_at_s"] = _frozen(np.where(update, t_s, snap.polled_at_s))
         new["ci_g_per_kwh"] = _frozen(self.ci_at(t_s))
+        self.last_updated = update
         self.snapshot = replace(snap, time_s=float(t_s), **new)
         return self.snapshot
