@@ -15,7 +15,7 @@ import argparse
 import json
 import os
 import platform
-from datetime import datetime, timezone
+import time
 from pathlib import Path
 
 from servegym.envs.geo.bench import speed_bench
@@ -55,7 +55,7 @@ def main() -> None:
               f"(cpu {best['speedup_cpu']:6.1f}x)  {best['requests_per_s']:9.0f} req/s  "
               f"{best['engine_iterations_per_s']:10.0f} engine steps/s", flush=True)
     meta = {
-        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared with other jobs), {platform.python_version()}",
         "sim_seconds": args.sim_seconds,
         "repeats": args.repeats,
