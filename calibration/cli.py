@@ -45,6 +45,32 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     geo.add_argument("--kind", choices=KINDS, default=None, help="table kind of --csv")
     geo.add_argument("--json", action="store_true", help="print JSON")
     geo.set_defaults(func=_cmd_geo)
+    _add_osl(targets)
+
+
+def _add_osl(targets: argparse._SubParsersAction) -> None:
+    """``servegym calibrate osl``: retrain the geo OSL predictor (``servegym.calibration.osl``)."""
+    p = targets.add_parser(
+        "osl", help="geo OSL predictor: retrain the MLP on the shipped traces and report bucket accuracy",
+        description="Retrain the geo paper's OSL predictor (servegym.calibration.osl) on the shipped traces "
+                    "(azure-code, azure-conv, mooncake, arxiv) with a seeded train/test split, report held-out "
+                    "bucket accuracy per application, and write osl_mlp.npz/.json and PROVENANCE.md.",
+    )
+    p.add_argument("--seed", type=int, default=0, help="split/init/minibatch seed (default 0)")
+    p.add_argument("--epochs", type=int, default=None, help="training epochs (default: TrainConfig's, 30)")
+    p.add_argument("--max-rows-per-app", type=int, default=None,
+                   help="train on a seeded subset of this many requests per application (default: all)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output folder (default: the package's calibration/profiles/osl)")
+    p.add_argument("--no-save", action="store_true", help="only report; write nothing")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=_cmd_osl)
+
+
+def _cmd_osl(args: argparse.Namespace) -> int:
+    from servegym.calibration.osl import run_cli
+
+    return run_cli(args)
 
 
 def _cmd_geo(args: argparse.Namespace) -> int:
