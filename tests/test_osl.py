@@ -145,6 +145,15 @@ def test_per_request_names_match_scalar_calls(shipped: OSLPredictor) -> None:
     assert shipped.predict_bucket(np.zeros(0, dtype=np.int64), "kimi", "mooncake").shape == (0,)
 
 
+def test_fast_path_equals_the_plain_forward_pass(shipped: OSLPredictor) -> None:
+    rng = np.random.default_rng(5)
+    isl = rng.choice([1, 7, 300, 300, 2048, 9000, 130_000], size=200).astype(np.float64) * rng.choice([1.0, 1.5], 200)
+    apps = rng.choice(APPS, size=200)
+    models = [TRACE_MODEL[a] for a in apps]
+    np.testing.assert_allclose(shipped.raw(isl, models, apps), shipped.forward(shipped.features(isl, models, apps)),
+                               rtol=1e-12, atol=1e-12)
+
+
 def test_isl_outside_training_range_is_clipped(shipped: OSLPredictor) -> None:
     hi = float(np.exp(shipped.log_isl_max))
     q = shipped.predict_quantiles([hi, 10 * hi, 1e9], "kimi", "mooncake")
