@@ -541,6 +541,11 @@ class GeoSimulation:
     def done(self) -> bool:
         return self._done
 
+    def finished_batches(self, start: int = 0) -> list[Any]:
+        """The ``FinishedRequests`` drained from the pool so far, one per poll, from the ``start``-th
+        on (read-only; lets a driver keep running latency metrics without rebuilding ``metrics()``)."""
+        return self._finished[start:]
+
     def counters(self) -> dict[str, int]:
         """Request conservation at the current time: ``arrived = awaiting + in_transit_to_pool +
         pool_submitted`` and ``pool_submitted = finished + queued + in_flight``."""
