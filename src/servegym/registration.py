@@ -25,7 +25,13 @@ class EnvSpecEntry:
 
 
 # Family issues add their ids here; tests/test_registration.py makes every one of them.
-ENV_SPECS: tuple[EnvSpecEntry, ...] = ()
+ENV_SPECS: tuple[EnvSpecEntry, ...] = (
+    # geo (issue 4): episodes end by the env's own truncation (end of the run or config max_steps)
+    EnvSpecEntry("servegym/GeoRoute-v0", "servegym.envs.geo.env_route:GeoRouteEnv"),
+    EnvSpecEntry("servegym/GeoRouteWindow-v0", "servegym.envs.geo.env_window:GeoRouteWindowEnv"),
+    # pd (issue 5): one step per provisioning period; the env truncates at the scenario horizon itself
+    EnvSpecEntry("servegym/PDProvision-v0", "servegym.envs.pd.env:PDProvisionEnv"),
+)
 
 
 def register_envs() -> list[str]:

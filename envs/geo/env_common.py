@@ -1,0 +1,398 @@
+"""What the two geo routing environments share: config, reward/metrics, per-DC features, rendering.
+
+Both environments are thin drivers of :class:`~servegym.envs.geo.cluster.GeoSimulation` (DESIGN
+principle 1): they take decision contexts from the simulator, turn them into observations, and
+hand the agent's placements back through ``sim.apply``; no dynamics live here.
+
+Configuration (:class:`GeoEnvConfig`, highway-env style): ``Env(config={...}, **overrides)`` or
+``gym.make(id, config={...}, w_slo=2.0)``; the dict updates :meth:`GeoEnvConfig.default_config`
+and unknown keys or bad values raise :class:`~servegym.errors.ConfigError`.
+
+Reward (per step, both envs)::
+
+    r = -w_carbon * (carbon accrued since the previous step, gCO2)
+        - w_slo * (requests finished since the previous step that missed the TTFT or TPOT SLO)
+
+Carbon accrues at every provisioner poll (facility energy of every DC, idle and host power
+included, times PUE and CI), and requests finish inside the poll intervals, so the reward is
+zero on most request steps and arrives on the step whose placement closes a poll interval.
+The episode's reward sum is ``-w_carbon * carbon_with_drain_g - w_slo * finished violations``
+of the run (:attr:`GeoSimulation.carbon_g`, ``n_finished_violations``).
+
+Episodes end by truncation only: when every request of the run (arrivals in
+``[0, duration_s)``) has been placed and the drain has finished, or after ``max_steps`` steps.
+The fleet would keep serving after the stream ends, so no state is terminal.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from numpy.typing import NDArray
+from servegym.envs.geo.cluster import GeoSimulation
+from servegym.envs.geo.config import LOADS, PAPER_MODELS, PRESETS, GeoConfig, preset
+from servegym.envs.geo.provisioner import Snapshot
+
+from servegym.errors import ConfigError, check_range
+
+#: Carbon intensity that maps to 1.0 in the observations (g/kWh); coal-heavy grids reach ~900.
+CI_SCALE_G_PER_KWH = 1000.0
+#: Highest PUE the configs allow (``GeoConfig.pue`` range); PUE features are ``(PUE - 1) / 2``.
+PUE_MAX = 3.0
+
+#: Per-DC snapshot features, in observation order (each a block of D values, DC index order).
+DC_FEATURES: tuple[str, ...] = (
+    "batch_frac",        # B_d / max_num_seqs: running batch per engine
+    "queue",             # squash(Q_d / max_num_batched_tokens): queued prompt tokens per engine, in prefill chunks
+    "kv_frac",           # KV-cache occupancy per engine
+    "prefill_duty",      # share of the last poll period spent in prefill
+    "headroom_frac",     # H_d / (engines x max_num_seqs): batch-slot headroom of the estimator
+    "ci",                # CI_d / 1000 g/kWh, clipped to 1
+    "pue",               # (PUE_d - 1) / 2
+    "age",               # (t - polled_at_d) / poll_interval_s, clipped to 1: staleness of d's row
+    "own_dispatched",    # squash(own dispatches to d since d's last poll / engines per DC)
+)
+#: Time / grid features, in observation order (scalars).
+TIME_FEATURES: tuple[str, ...] = (
+    "progress",          # t / duration_s, clipped to 1
+    "hour_sin",          # sin(2 pi h / 24), h the UTC hour of the CI clock (ci_start + t)
+    "hour_cos",          # cos(2 pi h / 24)
+    "ci_mean",           # mean CI over DCs / 1000 g/kWh, clipped to 1
+    "ci_cv",             # std / mean of CI over DCs, clipped to 1
+)
+
+
+def squash(x: NDArray[np.float64] | float) -> NDArray[np.float64] | float:
+    """``x / (1 + x)`` for ``x >= 0``: a monotone map of [0, inf) onto [0, 1) (1 -> 0.5)."""
+    return x / (1.0 + x)
+
+
+@dataclass(frozen=True)
+class GeoEnvConfig:
+    """Configuration of the geo routing environments.
+
+    Fields:
+        preset: geo scenario preset (``"paper"``, ``"small"``, ``"mini"``); ``small`` by default.
+        model: paper model key (``servegym.envs.geo.config.PAPER_MODELS``).
+        load: ``"low"``, ``"moderate"`` or ``"high"``: the paper's arrival rate for the model,
+            scaled per GPU to the preset.
+        geo: further :class:`~servegym.envs.geo.config.GeoConfig` overrides (e.g.
+            ``{"rate_rps": 250, "duration_s": 20, "poll_interval_s": 2}``). ``decision_mode`` is
+            the env's own and ``seed`` comes from ``reset(seed=...)``; ``osl_mode`` may be
+            ``"mean"`` or ``"oracle"`` (oracle is named in ``info``).
+        w_carbon: reward weight per gCO2 accrued (>= 0).
+        w_slo: reward weight per finished request that missed its SLO, in gCO2-equivalents (>= 0).
+            The default 1.0 makes one miss cost as much as serving roughly 60-80 mean requests of
+            the small preset's default workload at the dirtiest DC instead of the cleanest (the
+            carbon a router can save per request is ~0.014 g there): SLO first, then carbon.
+        max_steps: truncate after this many steps (``None``: run the whole request stream).
+    """
+
+    preset: str = "small"
+    model: str = "llama3.1-8b"
+    load: str = "moderate"
+    geo: dict[str, Any] = field(default_factory=dict)
+    w_carbon: float = 1.0
+    w_slo: float = 1.0
+    max_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ConfigError(f"preset = {self.preset!r} is not allowed; allowed: {list(PRESETS)}")
+        if self.model not in PAPER_MODELS:
+            raise ConfigError(f"model = {self.model!r} is not allowed; allowed: {sorted(PAPER_MODELS)}")
+        if self.load not in LOADS:
+            raise ConfigError(f"load = {self.load!r} is not allowed; allowed: {list(LOADS)}")
+        if not isinstance(self.geo, dict):
+            raise ConfigError(f"geo = {self.geo!r} is not allowed; allowed: a dict of GeoConfig fields")
+        for name in ("decision_mode", "seed"):
+            if name in self.geo:
+                raise ConfigError(f"geo.{name} is set by the environment (decision_mode: the env id; seed: "
+                                  f"reset(seed=...)); allowed: the other GeoConfig fields")
+        if self.geo.get("osl_mode", "mean") not in ("mean", "oracle"):
+            raise ConfigError(f"geo.osl_mode = {self.geo['osl_mode']!r} is not allowed in the envs; "
+                              "allowed: ['mean', 'oracle']")
+        for name in ("w_carbon", "w_slo"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ConfigError(f"{name} = {v!r} is not allowed; allowed: a number in [0, inf)")
+            check_range(name, float(v), 0.0, None)
+            if math.isinf(v):
+                raise ConfigError(f"{name} = {v!r} is out of range; allowed: [0, inf)")
+        if self.max_steps is not None and (isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int)
+                                           or self.max_steps < 1):
+            raise ConfigError(f"max_steps = {self.max_steps!r} is out of range; allowed: None or an integer >= 1")
+        self.geo_config("request")  # validates the GeoConfig overrides now, not at reset
+
+    def geo_config(self, decision_mode: str) -> GeoConfig:
+        """The simulator scenario for ``decision_mode`` (``"request"`` or ``"window"``)."""
+        return preset(self.preset, model=self.model, load=self.load, decision_mode=decision_mode, **self.geo)
+
+    @classmethod
+    def default_config(cls) -> dict[str, Any]:
+        """The defaults as a plain dict (what ``config={...}`` updates)."""
+        return asdict(cls())
+
+    @classmethod
+    def from_dict(cls, overrides: dict[str, Any] | None) -> GeoEnvConfig:
+        """Defaults updated by ``overrides``; unknown keys raise :class:`ConfigError`."""
+        overrides = dict(overrides or {})
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise ConfigError(f"unknown config key(s) {unknown}; allowed: {sorted(names)}")
+        if "geo" in overrides and overrides["geo"] is not None and isinstance(overrides["geo"], dict):
+            overrides["geo"] = dict(overrides["geo"])
+        return cls(**overrides)
+
+
+def resolve_config(config: GeoEnvConfig | dict[str, Any] | None, overrides: dict[str, Any]) -> GeoEnvConfig:
+    """``config`` (a config, a dict of overrides or None) updated by keyword ``overrides``."""
+    if isinstance(config, GeoEnvConfig):
+        if not overrides:
+            return config
+        base = asdict(config)
+    elif config is None or isinstance(config, dict):
+        base = dict(config or {})
+    else:
+        raise ConfigError(f"config = {config!r} is not allowed; allowed: None, a dict or a GeoEnvConfig")
+    base.update(overrides)
+    return GeoEnvConfig.from_dict(base)
+
+
+class EpisodeTracker:
+    """Reward and running metrics of one episode, read from the simulator's public counters.
+
+    TTFTs of finished requests are gathered incrementally (``sim.finished_batches``) so that the
+    running p99 costs O(finished) once per poll interval, not per step.
+    """
+
+    def __init__(self, sim: GeoSimulation, cfg: GeoEnvConfig) -> None:
+        self.sim = sim
+        self.w_carbon = float(cfg.w_carbon)
+        self.w_slo = float(cfg.w_slo)
+        self.carbon_prev = sim.carbon_g
+        self.viol_prev = sim.n_finished_violations
+        self._ttft = np.empty(max(sim.n_requests, 1), dtype=np.float64)
+        self._n_ttft = 0
+        self._n_batches = 0
+        self._p99 = 0.0
+        self.info: dict[str, Any] = {}
+        self.steps = 0
+        self.update()
+
+    def update(self) -> float:
+        """Reward accrued since the previous call; refreshes :attr:`info`."""
+        sim = self.sim
+        carbon = sim.carbon_g
+        viol = sim.n_finished_violations
+        reward = -self.w_carbon * (carbon - self.carbon_prev) - self.w_slo * (viol - self.viol_prev)
+        self.carbon_prev, self.viol_prev = carbon, viol
+        new = sim.finished_batches(self._n_batches)
+        if new:
+            self._n_batches += len(new)
+            for fin in new:
+                k = len(fin.ttft_s)
+                self._ttft[self._n_ttft:self._n_ttft + k] = fin.ttft_s
+                self._n_ttft += k
+            self._p99 = float(np.percentile(self._ttft[:self._n_ttft], 99))
+        fin_n = sim.n_finished
+        # 0.0 before any request finished (not NaN: infos must compare equal across identical runs)
+        p99 = self._p99 if self._n_ttft else 0.0
+        self.info = {
+            "carbon_g": carbon,
+            "finished": fin_n,
+            "slo_violations": viol,
+            "slo_violation_pct": 100.0 * viol / fin_n if fin_n else 0.0,
+            "ttft_p99_s": p99,
+            "sim_time_s": sim.now_s,
+            "osl_mode": sim.config.osl_mode,
+        }
+        return float(reward)
+
+
+def dc_static_features(sim: GeoSimulation, snap: Snapshot) -> NDArray[np.float64]:
+    """The snapshot's per-DC features that do not depend on the request or the time:
+    (7, D) rows ``batch_frac .. pue`` of :data:`DC_FEATURES`."""
+    prof = sim.profile
+    s = float(prof.max_num_seqs)
+    out = np.empty((7, sim.n_dcs), dtype=np.float64)
+    out[0] = np.minimum(snap.batch / s, 1.0)
+    out[1] = squash(snap.queued_tokens / float(prof.max_num_batched_tokens))
+    out[2] = np.clip(snap.kv_frac, 0.0, 1.0)
+    out[3] = np.clip(snap.prefill_duty, 0.0, 1.0)
+    out[4] = np.clip(sim.estimator.headroom_requests(snap) / (snap.engines_per_dc * s), 0.0, 1.0)
+    out[5] = np.minimum(snap.ci_g_per_kwh / CI_SCALE_G_PER_KWH, 1.0)
+    out[6] = np.clip((snap.pue - 1.0) / (PUE_MAX - 1.0), 0.0, 1.0)
+    return out
+
+
+class CiClock:
+    """UTC hour of the run's CI clock (``ci_start`` or the topology's base hour, plus sim time)."""
+
+    def __init__(self, sim: GeoSimulation) -> None:
+        import pandas as pd
+
+        cfg = sim.config
+        start = pd.Timestamp(cfg.ci_start) if cfg.ci_start is not None else pd.Timestamp(sim.topology.base_hour)
+        self.start_h = float(start.hour + start.minute / 60.0 + start.second / 3600.0)
+        self.duration_s = float(cfg.duration_s)
+
+    def features(self, t_s: NDArray[np.float64] | float, snap: Snapshot) -> NDArray[np.float64]:
+        """(..., 5) :data:`TIME_FEATURES` at times ``t_s``."""
+        t = np.asarray(t_s, dtype=np.float64)
+        ang = 2.0 * np.pi * ((self.start_h + t / 3600.0) % 24.0) / 24.0
+        ci = snap.ci_g_per_kwh
+        mean = float(ci.mean())
+        cv = float(ci.std() / mean) if mean > 0 else 0.0
+        out = np.empty((*t.shape, 5), dtype=np.float64)
+        out[..., 0] = np.clip(t / self.duration_s, 0.0, 1.0)
+        out[..., 1] = np.sin(ang)
+        out[..., 2] = np.cos(ang)
+        out[..., 3] = min(mean / CI_SCALE_G_PER_KWH, 1.0)
+        out[..., 4] = min(cv, 1.0)
+        return out
+
+
+def reference_carbon_g(sim: GeoSimulation) -> float:
+    """Carbon scale of the observations (gCO2): the estimated engine energy of a mean-length
+    request on an idle engine, at PUE 1 and 1000 g/kWh."""
+    snap = sim.provisioner.snapshot
+    est = sim.estimator.estimate(snap, np.array([sim.isl_mean]), np.array([sim.osl_mean]), np.array([0]))
+    return max(float(est.energy_j.mean()) * CI_SCALE_G_PER_KWH / 3.6e6, 1e-12)
+
+
+def render_ansi(t_s: float, snap: Snapshot, info: dict[str, Any], extra: str = "") -> str:
+    """One line of state: time, per-DC batch/queue/CI, running carbon and SLO figures."""
+    dcs = " ".join(
+        f"[{d}:B{snap.batch[d]:.0f} Q{snap.queued_tokens[d]:.0f} CI{snap.ci_g_per_kwh[d]:.0f}]"
+        for d in range(snap.n_dcs)
+    )
+    return (f"t={t_s:8.3f}s {extra} {dcs} carbon={info.get('carbon_g', 0.0):.2f}g "
+            f"viol={info.get('slo_violation_pct', 0.0):.2f}% fin={info.get('finished', 0)}")
+
+
+def render_rgb(snap: Snapshot, max_num_seqs: int, highlight: NDArray[np.bool_] | None = None) -> NDArray[np.uint8]:
+    """A 96 x (32 D) RGB bar chart: per DC, batch load (blue) and CI (grey, 1000 g/kWh = full);
+    a green strip under the DCs in ``highlight`` (the action mask)."""
+    h, bw = 96, 32
+    d = snap.n_dcs
+    img = np.full((h, bw * d, 3), 255, dtype=np.uint8)
+    load = np.clip(snap.batch / float(max_num_seqs), 0.0, 1.0)
+    ci = np.clip(snap.ci_g_per_kwh / CI_SCALE_G_PER_KWH, 0.0, 1.0)
+    top = h - 8
+    rows = np.arange(top)[:, None]
+    for i, (frac, color, x0) in enumerate(((load, (40, 90, 200), 3), (ci, (110, 110, 110), 17))):
+        del i
+        filled = rows >= top - np.round(frac * top)[None, :]  # (top, D)
+        for k in range(d):
+            img[:top, k * bw + x0:k * bw + x0 + 12][filled[:, k]] = color
+    if highlight is not None:
+        for k in np.flatnonzero(highlight):
+            img[top + 2:h - 1, k * bw + 2:(k + 1) * bw - 2] = (40, 170, 60)
+    return img
+
+
+def safe_ratio_squash(x: NDArray[np.float64], scale: float) -> NDArray[np.float64]:
+    """``squash(x / scale)`` with non-finite or huge ratios mapped to (just under) 1."""
+    r = np.minimum(np.nan_to_num(x / scale, nan=1e9, posinf=1e9), 1e9)
+    return r / (1.0 + r)
+
+
+def _n_dcs_regions(geo: GeoConfig) -> tuple[int, int]:
+    from servegym.envs.grid import get_topology
+
+    topo = get_topology(geo.topology)
+    return len(topo.sites), len(topo.regions)
+
+
+class GeoEnvBase(gym.Env):
+    """Config, seeding, episode bookkeeping and rendering shared by the two geo envs."""
+
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}  # noqa: RUF012 (gymnasium API)
+    decision_mode = "request"
+
+    def __init__(self, config: GeoEnvConfig | dict[str, Any] | None = None, render_mode: str | None = None,
+                 **overrides: Any) -> None:
+        super().__init__()
+        self.config = resolve_config(config, overrides)
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ConfigError(f"render_mode = {render_mode!r} is not allowed; allowed: None, 'ansi', 'rgb_array'")
+        self.render_mode = render_mode
+        self.geo_config = self.config.geo_config(self.decision_mode)
+        self.n_dcs, self.n_regions = _n_dcs_regions(self.geo_config)
+        self.sim: GeoSimulation | None = None
+        self._tracker: EpisodeTracker | None = None
+        self._episode_over = True
+
+    # -- episode plumbing ------------------------------------------------------------------
+    def _new_simulation(self, seed: int | None) -> GeoSimulation:
+        """A fresh run: seed ``seed`` when given, else one drawn from ``self.np_random``."""
+        sim_seed = int(seed) if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
+        sim = GeoSimulation(self.geo_config, seed=sim_seed)
+        self.sim = sim
+        self._tracker = EpisodeTracker(sim, self.config)
+        self._c_ref = reference_carbon_g(sim)
+        self._clock = CiClock(sim)
+        self._ln_cap = math.log1p(float(sim.profile.kv_capacity_tokens))
+        self._inv_e = 1.0 / sim.engines_per_dc
+        self._episode_over = False
+        return sim
+
+    def _require_running(self) -> None:
+        if self.sim is None or self._episode_over:
+            from servegym.errors import ActionError
+
+            raise ActionError("the episode is over (or reset() was never called); call reset() first")
+
+    def _finish_step(self, run_over: bool) -> tuple[bool, dict[str, Any]]:
+        """(truncated, info) after a step; adds the run's full summary when it is complete."""
+        tr = self._tracker
+        assert tr is not None and self.sim is not None
+        tr.steps += 1
+        truncated = run_over or (self.config.max_steps is not None and tr.steps >= self.config.max_steps)
+        info = dict(tr.info)
+        info["steps"] = tr.steps
+        if run_over:
+            info["episode_metrics"] = self.sim.metrics(policy="agent").summary
+        if truncated:
+            self._episode_over = True
+        return truncated, info
+
+    @property
+    def observation_names(self) -> list[str]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _end_observation(self) -> NDArray[np.float32]:
+        """Observation after the run is complete: the final snapshot, no request (zeros)."""
+        sim = self.sim
+        assert sim is not None
+        obs = np.zeros(self.observation_space.shape, dtype=np.float32)
+        d = self.n_dcs
+        snap = sim.snapshot
+        obs[:7 * d] = dc_static_features(sim, snap).ravel()
+        obs[7 * d:8 * d] = np.clip((sim.now_s - snap.polled_at_s) / sim.config.poll_interval_s, 0.0, 1.0)
+        obs[-5:] = self._clock.features(sim.now_s, snap)
+        return obs
+
+    def render(self) -> str | NDArray[np.uint8] | None:
+        if self.render_mode is None or self.sim is None:
+            return None
+        snap = self.sim.snapshot if self._current_snapshot() is None else self._current_snapshot()
+        if self.render_mode == "ansi":
+            info = self._tracker.info if self._tracker is not None else {}
+            return render_ansi(self.sim.now_s, snap, info, self._render_extra())
+        return render_rgb(snap, self.sim.profile.max_num_seqs, self._render_mask())
+
+    def _current_snapshot(self) -> Snapshot | None:  # pragma: no cover - overridden
+        return None
+
+    def _render_extra(self) -> str:
+        return ""
+
+    def _render_mask(self) -> NDArray[np.bool_] | None:
+        return None

@@ -1,0 +1,204 @@
+"""``servegym/GeoRoute-v0``: route each request of the geo simulator to a DC, one step per request.
+
+A thin driver of :class:`~servegym.envs.geo.cluster.GeoSimulation` in ``request`` decision mode.
+At each provisioner poll interval the env takes the interval's arrivals as one context
+(``sim.next_batch()``: every one of them is decided on the same snapshot) and hands them to the
+agent one per step, in arrival order; when the last one is decided it applies the interval's
+placements (``sim.apply``), which is exactly what deciding them one by one would do (the
+simulator buffers placements until the poll anyway). The scheduler's own dispatch counts
+(``ctx.dispatched``) are advanced step by step, as the simulator would. Observations and masks
+of a whole interval are built in one vectorized pass; a step only writes the scheduler's
+dispatch counts into the request's row.
+
+**Action** ``Discrete(D)``: the DC index of the current request. Anything else (out of range,
+a float, a bool, a wrong shape) raises :class:`~servegym.errors.ActionError` and changes nothing.
+:meth:`GeoRouteEnv.action_masks` gives the SLO-feasible DCs under the shared estimator
+(``Estimates.mask``: all DCs when none is feasible), the mask sb3-contrib's MaskablePPO reads.
+
+**Observation** ``Box(-1, 1, (14 D + R + 7,), float32)`` with D DCs and R regions (schedulers);
+the small preset has D = 4, R = 2: 65 values. Blocks, in order (feature-major: a D-block holds
+one feature for DC 0..D-1; :attr:`GeoRouteEnv.observation_names` names every entry):
+
+1. the snapshot, per DC (9 D): :data:`~servegym.envs.geo.env_common.DC_FEATURES`;
+2. this request at each DC (5 D): ``ttft`` = squash(TTFT estimate / TTFT SLO) (0.5 = on the
+   budget), ``tpot`` = squash(TPOT estimate / TPOT SLO), ``carbon`` = squash(carbon estimate /
+   c_ref) with c_ref the engine carbon of a mean request on an idle engine at 1000 g/kWh,
+   ``feasible`` (0/1, both estimates within the SLO), ``local`` (1 if the DC is in the
+   request's region: no RTT);
+3. the request (2 + R): ``log_isl`` = log(1 + ISL) / log(1 + KV pool tokens),
+   ``log_osl_est`` likewise for the OSL estimate the estimator used (the workload mean, or the
+   true OSL in oracle mode), then a one-hot of its scheduler (region);
+4. time and grid (5): :data:`~servegym.envs.geo.env_common.TIME_FEATURES`.
+
+``squash(x) = x / (1 + x)``. Reward, truncation and the configuration are described in
+:mod:`servegym.envs.geo.env_common`. ``info`` carries the running ``carbon_g``, ``finished``,
+``slo_violations``, ``slo_violation_pct`` (of finished requests), ``ttft_p99_s``, ``sim_time_s``,
+``osl_mode``, ``steps``, and at the end of the run ``episode_metrics`` (the simulator's full
+summary, the figures the baselines report).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from numpy.typing import NDArray
+from servegym.envs.geo.decisions import DecisionContext
+from servegym.envs.geo.env_common import (
+    DC_FEATURES,
+    TIME_FEATURES,
+    GeoEnvBase,
+    GeoEnvConfig,
+    dc_static_features,
+    safe_ratio_squash,
+)
+from servegym.envs.geo.provisioner import Snapshot
+
+from servegym.errors import ActionError
+
+#: Per-DC features of the current request, in observation order.
+REQUEST_DC_FEATURES: tuple[str, ...] = ("ttft", "tpot", "carbon", "feasible", "local")
+
+
+def route_observation_names(n_dcs: int, n_regions: int) -> list[str]:
+    """The name of every observation entry of GeoRoute-v0, in order."""
+    names = [f"{f}[{d}]" for f in DC_FEATURES + REQUEST_DC_FEATURES for d in range(n_dcs)]
+    names += ["log_isl", "log_osl_est"] + [f"origin[{r}]" for r in range(n_regions)]
+    return names + list(TIME_FEATURES)
+
+
+class GeoRouteEnv(GeoEnvBase):
+    """One step per request decision (see the module docstring).
+
+    Args:
+        config: a :class:`GeoEnvConfig`, a dict of overrides of ``GeoEnvConfig.default_config()``,
+            or None.
+        render_mode: ``None``, ``"ansi"`` (one line of state) or ``"rgb_array"`` (per-DC bars).
+        **overrides: further config keys (``gym.make(id, w_slo=2.0)``).
+    """
+
+    decision_mode = "request"
+
+    def __init__(self, config: GeoEnvConfig | dict[str, Any] | None = None, render_mode: str | None = None,
+                 **overrides: Any) -> None:
+        super().__init__(config, render_mode, **overrides)
+        d, r = self.n_dcs, self.n_regions
+        self.obs_dim = 14 * d + r + 7
+        self.observation_space = spaces.Box(-1.0, 1.0, shape=(self.obs_dim,), dtype=np.float32)
+        self.action_space = spaces.Discrete(d)
+        self._disp_lo, self._disp_hi = 8 * d, 9 * d
+        self._ctx: DecisionContext | None = None
+
+    @property
+    def observation_names(self) -> list[str]:
+        return route_observation_names(self.n_dcs, self.n_regions)
+
+    # -- Gymnasium API ------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[NDArray[np.float32], dict[str, Any]]:
+        super().reset(seed=seed)
+        self._new_simulation(seed)
+        self._load_interval()
+        assert self._tracker is not None
+        self._tracker.update()
+        info = dict(self._tracker.info)
+        info["steps"] = 0
+        if self._ctx is None:  # an empty run
+            self._episode_over = True
+            return self._end_observation(), info
+        return self._observation(), info
+
+    def step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
+        self._require_running()
+        a = self._check_action(action)
+        i = self._i
+        self._actions[i] = a
+        self._disp[self._sched[i], a] += 1.0
+        self._i = i + 1
+        reward = 0.0
+        if self._i == self._n:
+            assert self.sim is not None and self._tracker is not None
+            self.sim.apply(self._ctx, self._actions)
+            self._load_interval()
+            reward = self._tracker.update()
+        run_over = self._ctx is None
+        truncated, info = self._finish_step(run_over)
+        obs = self._end_observation() if run_over else self._observation()
+        return obs, reward, False, truncated, info
+
+    def action_masks(self) -> NDArray[np.bool_]:
+        """(D,) DCs the estimator deems SLO-feasible for the current request; all DCs when none is
+        (or when no request is pending). A fresh array."""
+        if self._ctx is None or self._episode_over:
+            return np.ones(self.n_dcs, dtype=bool)
+        return self._mask[self._i].copy()
+
+    # -- internals ------------------------------------------------------------------------------
+    def _check_action(self, action: Any) -> int:
+        d = self.n_dcs
+        if isinstance(action, (int, np.integer)) and not isinstance(action, (bool, np.bool_)):
+            a = int(action)
+        elif isinstance(action, np.ndarray) and action.size == 1 and action.ndim <= 1 and action.dtype.kind in "iu":
+            a = int(action.reshape(-1)[0])
+        else:
+            raise ActionError(f"action = {action!r} is not a DC index; allowed: an integer in [0, {d - 1}]")
+        if not 0 <= a < d:
+            raise ActionError(f"action = {a} is out of range; allowed: an integer in [0, {d - 1}]")
+        return a
+
+    def _load_interval(self) -> None:
+        """Take the next poll interval's arrivals and precompute their observation rows and masks."""
+        sim = self.sim
+        assert sim is not None
+        ctx = sim.next_batch()
+        self._ctx = ctx
+        if ctx is None:
+            self._n = 0
+            return
+        n, d, r = ctx.n_requests, self.n_dcs, self.n_regions
+        snap = ctx.snapshot
+        est = ctx.estimates
+        cfg = sim.config
+        g = np.empty((n, self.obs_dim), dtype=np.float32)
+        g[:, :7 * d] = dc_static_features(sim, snap).ravel()
+        t = ctx.decision_s
+        g[:, 7 * d:8 * d] = np.clip((t[:, None] - snap.polled_at_s[None, :]) / cfg.poll_interval_s, 0.0, 1.0)
+        o = 9 * d
+        g[:, o:o + d] = safe_ratio_squash(est.ttft_s, cfg.ttft_slo_s)
+        g[:, o + d:o + 2 * d] = safe_ratio_squash(est.tpot_s, cfg.tpot_slo_s)
+        g[:, o + 2 * d:o + 3 * d] = safe_ratio_squash(est.carbon_g, self._c_ref)
+        g[:, o + 3 * d:o + 4 * d] = est.feasible
+        sched = np.asarray(ctx.scheduler, dtype=np.int64)
+        g[:, o + 4 * d:o + 5 * d] = snap.rtt_s[sched] == 0.0
+        o += 5 * d
+        g[:, o] = np.minimum(np.log1p(ctx.input_tokens) / self._ln_cap, 1.0)
+        g[:, o + 1] = np.minimum(np.log1p(ctx.osl_estimate) / self._ln_cap, 1.0)
+        g[:, o + 2:o + 2 + r] = sched[:, None] == np.arange(r)[None, :]
+        g[:, o + 2 + r:] = self._clock.features(t, snap)
+        self._rows = g
+        self._mask = np.array(est.mask, dtype=bool)
+        self._sched = sched.tolist()
+        self._disp = np.asarray(ctx.dispatched, dtype=np.float64).copy()
+        self._actions = np.empty(n, dtype=np.int64)
+        self._n = n
+        self._i = 0
+
+    def _observation(self) -> NDArray[np.float32]:
+        row = self._rows[self._i]
+        x = self._disp[self._sched[self._i]] * self._inv_e
+        row[self._disp_lo:self._disp_hi] = x / (1.0 + x)
+        return row
+
+    def _current_snapshot(self) -> Snapshot | None:
+        return self._ctx.snapshot if self._ctx is not None else None
+
+    def _render_extra(self) -> str:
+        if self._ctx is None:
+            return "end"
+        i = min(self._i, self._n - 1)
+        return (f"req={int(self._ctx.request_id[i])} sched={self._sched[i]} "
+                f"ISL={int(self._ctx.input_tokens[i])}")
+
+    def _render_mask(self) -> NDArray[np.bool_] | None:
+        return self.action_masks()

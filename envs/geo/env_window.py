@@ -1,0 +1,249 @@
+"""``servegym/GeoRouteWindow-v0``: admit a scheduling window's requests to DCs, one step per window.
+
+A thin driver of :class:`~servegym.envs.geo.cluster.GeoSimulation` in ``window`` decision mode:
+each regional scheduler collects requests over a window of ``window_s`` (100 ms) or
+``window_max_requests`` (300), whichever closes first, and the agent decides the whole window
+in one step, like the paper's ILP schedulers, by setting per-DC admission limits.
+
+**Action** ``Box(-1, 1, (D,), float32)``: ``share_d = (a_d + 1) / 2`` is the share of DC d's
+batch-slot headroom this window may fill. The range is symmetric because SB3's Gaussian
+policies are centred on 0 (an all-zero action admits half of every headroom). The window's
+capacity at d is ``cap_d = floor(share_d · H'_d)`` requests, with ``H'_d = max(0, H_d −
+dispatched_sd)``: ``H_d`` the estimator's headroom (``Estimator.headroom_requests``: free batch
+slots of the whole DC net of its queue, the ILP's capacity) less what this scheduler already sent
+to d since d's last poll. The requests are then placed by :func:`assign_within_caps`:
+
+1. rounds of deferred acceptance: every unplaced request proposes its lowest-carbon DC among
+   its candidates (the action mask: SLO-feasible DCs, or every DC when none is) that still
+   has capacity; each DC admits proposals in arrival order up to its remaining capacity;
+   rejected requests propose again next round (at most D + 1 rounds, each vectorized);
+2. fallback, for requests left when no candidate has capacity: the lowest-carbon candidate,
+   beyond the caps (the MOER choice; so all shares 0 = MOER, and ``info["overflow"]`` counts them).
+
+Out-of-space actions (wrong shape, NaN/inf, outside [-1, 1]) raise
+:class:`~servegym.errors.ActionError` and change nothing.
+
+**Observation** ``Box(-1, 1, (15 D + R + 8,), float32)`` (the small preset: 70 values), in order
+(:attr:`GeoRouteWindowEnv.observation_names`):
+
+1. the snapshot, per DC (9 D): :data:`~servegym.envs.geo.env_common.DC_FEATURES` (``age`` and
+   ``own_dispatched`` at the window's close, for its scheduler);
+2. the window at each DC (6 D): ``feasible_frac`` (share of its requests SLO-feasible at d),
+   ``ttft_mean`` / ``tpot_mean`` = squash(mean estimate / SLO), ``carbon_mean`` = squash(mean
+   carbon estimate / c_ref), ``local`` (d in the scheduler's region), ``capacity`` =
+   squash(H'_d / window size);
+3. the window (3 + R): ``size`` = requests / window_max_requests, ``log_isl_mean``,
+   ``log_osl_est_mean`` (as in GeoRoute-v0, averaged), then a one-hot of the scheduler;
+4. time and grid (5): :data:`~servegym.envs.geo.env_common.TIME_FEATURES`.
+
+Reward (per window step), truncation, ``info`` and the configuration are as in GeoRoute-v0
+(:mod:`servegym.envs.geo.env_common`); ``info`` adds ``overflow`` (requests of the last window
+placed beyond the caps).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from numpy.typing import NDArray
+from servegym.envs.geo.decisions import DecisionContext
+from servegym.envs.geo.env_common import (
+    DC_FEATURES,
+    TIME_FEATURES,
+    GeoEnvBase,
+    GeoEnvConfig,
+    dc_static_features,
+    safe_ratio_squash,
+    squash,
+)
+from servegym.envs.geo.provisioner import Snapshot
+
+from servegym.errors import ActionError
+
+#: Per-DC features of the window, in observation order.
+WINDOW_DC_FEATURES: tuple[str, ...] = ("feasible_frac", "ttft_mean", "tpot_mean", "carbon_mean", "local", "capacity")
+
+
+def window_observation_names(n_dcs: int, n_regions: int) -> list[str]:
+    """The name of every observation entry of GeoRouteWindow-v0, in order."""
+    names = [f"{f}[{d}]" for f in DC_FEATURES + WINDOW_DC_FEATURES for d in range(n_dcs)]
+    names += ["size", "log_isl_mean", "log_osl_est_mean"] + [f"origin[{r}]" for r in range(n_regions)]
+    return names + list(TIME_FEATURES)
+
+
+def assign_within_caps(carbon_g: NDArray[np.float64], candidates: NDArray[np.bool_],
+                       cap: NDArray[np.int64]) -> tuple[NDArray[np.int64], int]:
+    """Lowest-carbon placement of n requests on D DCs within per-DC capacities.
+
+    Args:
+        carbon_g: (n, D) estimated carbon of each request at each DC (g).
+        candidates: (n, D) allowed DCs per request; every row has at least one.
+        cap: (D,) requests each DC may admit (>= 0).
+
+    Returns:
+        (DC index per request, number placed beyond the caps by the fallback); see the module
+        docstring for the rounds and the fallback.
+    """
+    n, d = carbon_g.shape
+    out = np.full(n, -1, dtype=np.int64)
+    remaining = np.asarray(cap, dtype=np.int64).copy()
+    cost = np.where(candidates, carbon_g, np.inf)
+    for _ in range(d + 1):
+        todo = np.flatnonzero(out < 0)
+        if todo.size == 0:
+            break
+        c = np.where((remaining > 0)[None, :], cost[todo], np.inf)
+        best = np.argmin(c, axis=1)
+        ok = np.isfinite(c[np.arange(todo.size), best])
+        if not ok.any():
+            break
+        rows, choice = todo[ok], best[ok]
+        # rank of each proposal among those to the same DC, in arrival order
+        order = np.argsort(choice, kind="stable")
+        counts = np.bincount(choice, minlength=d)
+        starts = np.cumsum(counts) - counts
+        rank = np.empty(choice.size, dtype=np.int64)
+        rank[order] = np.arange(choice.size) - starts[choice[order]]
+        take = rank < remaining[choice]
+        out[rows[take]] = choice[take]
+        remaining -= np.bincount(choice[take], minlength=d)
+    left = np.flatnonzero(out < 0)
+    if left.size:
+        out[left] = np.argmin(cost[left], axis=1)
+    return out, int(left.size)
+
+
+class GeoRouteWindowEnv(GeoEnvBase):
+    """One step per scheduling window (see the module docstring).
+
+    Args:
+        config: a :class:`GeoEnvConfig`, a dict of overrides of ``GeoEnvConfig.default_config()``,
+            or None.
+        render_mode: ``None``, ``"ansi"`` or ``"rgb_array"``.
+        **overrides: further config keys.
+    """
+
+    decision_mode = "window"
+
+    def __init__(self, config: GeoEnvConfig | dict[str, Any] | None = None, render_mode: str | None = None,
+                 **overrides: Any) -> None:
+        super().__init__(config, render_mode, **overrides)
+        d, r = self.n_dcs, self.n_regions
+        self.obs_dim = 15 * d + r + 8
+        self.observation_space = spaces.Box(-1.0, 1.0, shape=(self.obs_dim,), dtype=np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(d,), dtype=np.float32)
+        self._ctx: DecisionContext | None = None
+        self._overflow = 0
+
+    @property
+    def observation_names(self) -> list[str]:
+        return window_observation_names(self.n_dcs, self.n_regions)
+
+    # -- Gymnasium API ------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[NDArray[np.float32], dict[str, Any]]:
+        super().reset(seed=seed)
+        sim = self._new_simulation(seed)
+        self._ctx = sim.next_decision()
+        self._overflow = 0
+        assert self._tracker is not None
+        self._tracker.update()
+        info = dict(self._tracker.info)
+        info["steps"] = 0
+        info["overflow"] = 0
+        if self._ctx is None:
+            self._episode_over = True
+            return self._end_observation(), info
+        return self._observation(), info
+
+    def step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
+        self._require_running()
+        share = self._check_action(action)
+        sim, ctx = self.sim, self._ctx
+        assert sim is not None and ctx is not None and self._tracker is not None
+        dc, overflow = assign_within_caps(ctx.estimates.carbon_g, ctx.action_mask(), self._caps(ctx, share))
+        sim.apply(ctx, dc)
+        self._overflow = overflow
+        self._ctx = sim.next_decision()
+        reward = self._tracker.update()
+        run_over = self._ctx is None
+        truncated, info = self._finish_step(run_over)
+        info["overflow"] = overflow
+        obs = self._end_observation() if run_over else self._observation()
+        return obs, reward, False, truncated, info
+
+    def placements(self, action: Any) -> NDArray[np.int64]:
+        """The DC each request of the current window would get under ``action`` (nothing changes)."""
+        self._require_running()
+        share = self._check_action(action)
+        ctx = self._ctx
+        assert ctx is not None
+        return assign_within_caps(ctx.estimates.carbon_g, ctx.action_mask(), self._caps(ctx, share))[0]
+
+    # -- internals ------------------------------------------------------------------------------
+    def _check_action(self, action: Any) -> NDArray[np.float64]:
+        d = self.n_dcs
+        try:
+            a = np.asarray(action, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ActionError(f"action = {action!r} is not numeric; allowed: {d} values in [-1, 1]") from exc
+        if a.shape != (d,):
+            raise ActionError(f"action has shape {a.shape}; allowed: ({d},), one value in [-1, 1] per DC")
+        if not np.all(np.isfinite(a)):
+            raise ActionError(f"action = {a.tolist()} has non-finite values; allowed: finite values in [-1, 1]")
+        if a.min() < -1.0 or a.max() > 1.0:
+            raise ActionError(f"action = {a.tolist()} is out of range; allowed: values in [-1, 1] "
+                              "(share of headroom = (a + 1) / 2)")
+        return 0.5 * (a + 1.0)
+
+    def _headroom(self, ctx: DecisionContext) -> NDArray[np.float64]:
+        """``H'_d``: the estimator's headroom less this scheduler's dispatches since d's poll."""
+        assert self.sim is not None
+        h = self.sim.estimator.headroom_requests(ctx.snapshot)
+        return np.maximum(0.0, h - ctx.dispatched[int(ctx.scheduler[0])])
+
+    def _caps(self, ctx: DecisionContext, share: NDArray[np.float64]) -> NDArray[np.int64]:
+        return np.floor(share * self._headroom(ctx)).astype(np.int64)
+
+    def _observation(self) -> NDArray[np.float32]:
+        sim, ctx = self.sim, self._ctx
+        assert sim is not None and ctx is not None
+        d, r = self.n_dcs, self.n_regions
+        cfg = sim.config
+        snap = ctx.snapshot
+        est = ctx.estimates
+        n = ctx.n_requests
+        s = int(ctx.scheduler[0])
+        obs = np.empty(self.obs_dim, dtype=np.float32)
+        obs[:7 * d] = dc_static_features(sim, snap).ravel()
+        obs[7 * d:8 * d] = np.clip((ctx.time_s - snap.polled_at_s) / cfg.poll_interval_s, 0.0, 1.0)
+        obs[8 * d:9 * d] = squash(ctx.dispatched[s] * self._inv_e)
+        o = 9 * d
+        obs[o:o + d] = est.feasible.mean(axis=0)
+        obs[o + d:o + 2 * d] = safe_ratio_squash(est.ttft_s.mean(axis=0), cfg.ttft_slo_s)
+        obs[o + 2 * d:o + 3 * d] = safe_ratio_squash(est.tpot_s.mean(axis=0), cfg.tpot_slo_s)
+        obs[o + 3 * d:o + 4 * d] = safe_ratio_squash(est.carbon_g.mean(axis=0), self._c_ref)
+        obs[o + 4 * d:o + 5 * d] = snap.rtt_s[s] == 0.0
+        obs[o + 5 * d:o + 6 * d] = squash(self._headroom(ctx) / max(n, 1))
+        o += 6 * d
+        obs[o] = min(n / cfg.window_max_requests, 1.0)
+        obs[o + 1] = min(float(np.log1p(ctx.input_tokens).mean()) / self._ln_cap, 1.0)
+        obs[o + 2] = min(float(np.log1p(ctx.osl_estimate).mean()) / self._ln_cap, 1.0)
+        obs[o + 3:o + 3 + r] = np.arange(r) == s
+        obs[o + 3 + r:] = self._clock.features(ctx.time_s, snap)
+        return obs
+
+    def _current_snapshot(self) -> Snapshot | None:
+        return self._ctx.snapshot if self._ctx is not None else None
+
+    def _render_extra(self) -> str:
+        if self._ctx is None:
+            return "end"
+        return f"window sched={int(self._ctx.scheduler[0])} n={self._ctx.n_requests} overflow={self._overflow}"
+
+    def _render_mask(self) -> NDArray[np.bool_] | None:
+        if self._ctx is None:
+            return None
+        return self._ctx.action_mask().any(axis=0)

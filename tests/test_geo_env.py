@@ -1,0 +1,316 @@
+"""The geo routing environments: thin drivers of the simulator, deterministic, clear errors."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from servegym.envs.geo.cluster import GeoSimulation
+from servegym.envs.geo.env_common import GeoEnvConfig
+from servegym.envs.geo.env_route import GeoRouteEnv, route_observation_names
+from servegym.envs.geo.env_window import GeoRouteWindowEnv, assign_within_caps
+
+import servegym  # noqa: F401  (registers the ids)
+from servegym.errors import ActionError, ConfigError
+
+#: Short runs: the mini preset (3 DCs, 1 region) or small (4 DCs, 2 regions), a few seconds long.
+MINI = {"preset": "mini", "geo": {"duration_s": 4.0}}
+SMALL = {"preset": "small", "load": "high", "geo": {"duration_s": 3.0}}
+
+
+def _rule(request_id: int, n_dcs: int) -> int:
+    """A fixed, request-dependent placement rule (not a policy anyone would use)."""
+    return (request_id * 7 + request_id // 3) % n_dcs
+
+
+@pytest.mark.parametrize("cfg", [MINI, SMALL])
+def test_route_env_is_the_simulator_loop(cfg: dict) -> None:
+    """Same placements through the env and through next_decision/apply one by one: identical run,
+    identical masks (the estimator's), and the episode's reward sum is -(carbon + w_slo x misses)."""
+    env = GeoRouteEnv(config={**cfg, "w_slo": 0.5})
+    env.reset(seed=11)
+    sim = GeoSimulation(env.geo_config, seed=11)
+    total, steps, info = 0.0, 0, {}
+    while True:
+        ctx = sim.next_decision()
+        assert ctx is not None
+        rid = int(ctx.request_id[0])
+        np.testing.assert_array_equal(env.action_masks(), ctx.action_mask()[0])
+        a = _rule(rid, env.n_dcs)
+        sim.apply(ctx, a)
+        _, r, terminated, truncated, info = env.step(a)
+        total += r
+        steps += 1
+        assert not terminated
+        if truncated:
+            break
+    assert sim.next_decision() is None
+    assert steps == sim.n_requests
+    mine, theirs = info["episode_metrics"], sim.metrics(policy="agent").summary
+    for key in ("carbon_g", "carbon_with_drain_g", "slo_violation_pct", "ttft_p99_s", "finished", "arrived"):
+        assert mine[key] == theirs[key], key
+    assert info["carbon_g"] == pytest.approx(sim.carbon_g)
+    assert info["slo_violations"] == sim.n_finished_violations
+    assert total == pytest.approx(-(sim.carbon_g + 0.5 * sim.n_finished_violations), rel=1e-9)
+
+
+def test_route_observation_layout_and_bounds() -> None:
+    env = GeoRouteEnv(config=SMALL)
+    obs, info = env.reset(seed=2)
+    d, r = env.n_dcs, env.n_regions
+    names = env.observation_names
+    assert len(names) == env.observation_space.shape[0] == 14 * d + r + 7 == len(route_observation_names(d, r))
+    assert {"carbon_g", "finished", "slo_violation_pct", "ttft_p99_s", "sim_time_s"} <= set(info)
+    idx = {n: i for i, n in enumerate(names)}
+    rng = np.random.default_rng(0)
+    seen_origins = set()
+    for _ in range(600):
+        assert env.observation_space.contains(obs)
+        mask = env.action_masks()
+        feas = np.array([obs[idx[f"feasible[{k}]"]] for k in range(d)]) > 0.5
+        # the mask is the feasible set, or everything when nothing is feasible
+        np.testing.assert_array_equal(mask, feas if feas.any() else np.ones(d, bool))
+        origin = [k for k in range(r) if obs[idx[f"origin[{k}]"]] == 1.0]
+        assert len(origin) == 1
+        seen_origins.add(origin[0])
+        assert 0.0 < obs[idx["log_isl"]] <= 1.0
+        obs, _, _, truncated, info = env.step(int(rng.choice(np.flatnonzero(mask))))
+        if truncated:
+            break
+    assert seen_origins == set(range(r))
+
+
+def test_route_own_dispatch_feature_counts_placements() -> None:
+    """Within a poll interval the scheduler's own dispatches show up step by step."""
+    env = GeoRouteEnv(config={**MINI, "geo": {"duration_s": 4.0, "poll_interval_s": 2.0}})
+    obs, _ = env.reset(seed=0)
+    col = env.observation_names.index("own_dispatched[1]")
+    for _ in range(5):
+        obs, *_ = env.step(1)
+    e = env.sim.engines_per_dc
+    assert obs[col] == pytest.approx((5 / e) / (1 + 5 / e), rel=1e-6)
+
+
+def _trajectory(env: gym.Env, seed: int, n: int) -> tuple[list, list, list]:
+    obs, _ = env.reset(seed=seed)
+    env.action_space.seed(seed)
+    rng = np.random.default_rng(seed)
+    observations, rewards, infos = [obs.copy()], [], []
+    for _ in range(n):
+        if isinstance(env.action_space, gym.spaces.Discrete):
+            a = int(rng.choice(np.flatnonzero(env.unwrapped.action_masks())))
+        else:
+            a = env.action_space.sample()
+        obs, r, _, truncated, info = env.step(a)
+        observations.append(obs.copy())
+        rewards.append(r)
+        infos.append({k: v for k, v in info.items() if k != "episode_metrics"})
+        if truncated:
+            break
+    return observations, rewards, infos
+
+
+@pytest.mark.parametrize("env_id", ["servegym/GeoRoute-v0", "servegym/GeoRouteWindow-v0"])
+def test_envs_are_deterministic(env_id: str) -> None:
+    n = 700 if "Window" not in env_id else 40
+    a = _trajectory(gym.make(env_id, config=MINI), 5, n)
+    b = _trajectory(gym.make(env_id, config=MINI), 5, n)
+    assert len(a[0]) == len(b[0])
+    for x, y in zip(a[0], b[0], strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert a[1] == b[1]
+    assert a[2] == b[2]
+    assert any(r != 0.0 for r in a[1])  # carbon accrued at some poll
+    c = _trajectory(gym.make(env_id, config=MINI), 6, n)
+    assert not all(np.array_equal(x, y) for x, y in zip(a[0], c[0], strict=False))
+
+
+def test_unseeded_resets_differ_but_follow_the_first_seed() -> None:
+    env = GeoRouteEnv(config=MINI)
+    o1, _ = env.reset(seed=3)
+    o2, _ = env.reset()
+    assert not np.array_equal(o1, o2)
+    env2 = GeoRouteEnv(config=MINI)
+    env2.reset(seed=3)
+    o3, _ = env2.reset()
+    np.testing.assert_array_equal(o2, o3)
+    assert env.sim.seed != 3
+
+
+def test_max_steps_truncates() -> None:
+    env = GeoRouteEnv(config={**MINI, "max_steps": 25})
+    env.reset(seed=0)
+    for k in range(25):
+        _, _, terminated, truncated, info = env.step(0)
+        assert not terminated
+        assert truncated == (k == 24)
+    assert info["steps"] == 25
+    with pytest.raises(ActionError, match="reset"):
+        env.step(0)
+
+
+@pytest.mark.parametrize("bad", [3, -1, 1.0, True, np.array([0, 1]), np.array(0.5), "1", None])
+def test_route_bad_actions_raise_and_change_nothing(bad: object) -> None:
+    env, twin = GeoRouteEnv(config=MINI), GeoRouteEnv(config=MINI)
+    env.reset(seed=1)
+    twin.reset(seed=1)
+    env.step(2)
+    twin.step(2)
+    with pytest.raises(ActionError, match=r"allowed: an integer in \[0, 2\]"):
+        env.step(bad)
+    for a in (np.int64(1), np.array(0), np.array([2]), 1):
+        o1, r1, _, _, i1 = env.step(a)
+        o2, r2, _, _, i2 = twin.step(int(np.asarray(a).reshape(-1)[0]))
+        np.testing.assert_array_equal(o1, o2)
+        assert (r1, i1) == (r2, i2)
+
+
+@pytest.mark.parametrize("bad", [np.zeros(2), np.zeros((3, 1)), np.array([0.0, np.nan, 0.0]),
+                                 np.array([0.0, 1.5, 0.0]), np.array([-1.01, 0.0, 0.0]), "x"])
+def test_window_bad_actions_raise_and_change_nothing(bad: object) -> None:
+    env, twin = GeoRouteWindowEnv(config=MINI), GeoRouteWindowEnv(config=MINI)
+    env.reset(seed=1)
+    twin.reset(seed=1)
+    with pytest.raises(ActionError, match="allowed"):
+        env.step(bad)
+    a = np.array([0.2, -0.4, 1.0], dtype=np.float32)
+    o1, r1, _, _, i1 = env.step(a)
+    o2, r2, _, _, i2 = twin.step(a)
+    np.testing.assert_array_equal(o1, o2)
+    assert (r1, i1) == (r2, i2)
+
+
+@pytest.mark.parametrize(("overrides", "match"), [
+    ({"nope": 1}, "unknown config key"),
+    ({"w_slo": -1.0}, "w_slo"),
+    ({"w_carbon": float("nan")}, "w_carbon"),
+    ({"w_slo": math.inf}, "w_slo"),
+    ({"w_slo": "big"}, "w_slo"),
+    ({"preset": "huge"}, "preset"),
+    ({"load": "extreme"}, "load"),
+    ({"model": "gpt"}, "model"),
+    ({"max_steps": 0}, "max_steps"),
+    ({"geo": {"rate_rps": -5.0}}, "rate_rps"),
+    ({"geo": {"bogus": 1}}, "unknown GeoConfig fields"),
+    ({"geo": {"decision_mode": "window"}}, "decision_mode"),
+    ({"geo": {"seed": 4}}, "seed"),
+    ({"geo": {"osl_mode": "predicted"}}, "osl_mode"),
+    ({"geo": [1, 2]}, "geo"),
+])
+def test_bad_configs_raise_config_error(overrides: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        GeoRouteEnv(config=overrides)
+    with pytest.raises(ConfigError, match=match):
+        gym.make("servegym/GeoRouteWindow-v0", **overrides)
+
+
+def test_config_overrides_and_defaults() -> None:
+    defaults = GeoEnvConfig.default_config()
+    assert defaults["preset"] == "small" and defaults["w_carbon"] == 1.0
+    env = gym.make("servegym/GeoRoute-v0", config={"preset": "mini"}, w_slo=3.0)
+    cfg = env.unwrapped.config
+    assert (cfg.preset, cfg.w_slo) == ("mini", 3.0)
+    with pytest.raises(ConfigError, match="render_mode"):
+        GeoRouteEnv(render_mode="human")
+    assert GeoRouteEnv(config=GeoEnvConfig(preset="mini")).config.preset == "mini"
+
+
+def test_oracle_mode_is_named_in_info() -> None:
+    env = GeoRouteEnv(config={"preset": "mini", "geo": {"duration_s": 2.0, "osl_mode": "oracle"}})
+    _, info = env.reset(seed=0)
+    assert info["osl_mode"] == "oracle"
+
+
+def test_render_modes() -> None:
+    env = GeoRouteEnv(config=SMALL, render_mode="ansi")
+    env.reset(seed=0)
+    line = env.render()
+    assert isinstance(line, str) and "\n" not in line and "CI" in line
+    env = GeoRouteWindowEnv(config=SMALL, render_mode="rgb_array")
+    env.reset(seed=0)
+    img = env.render()
+    assert img.dtype == np.uint8 and img.shape == (96, 32 * env.n_dcs, 3)
+    assert (img != 255).any()
+
+
+def test_window_env_is_the_simulator_loop() -> None:
+    """The window env's placements, replayed through GeoSimulation in window mode, give the same run."""
+    env = GeoRouteWindowEnv(config={**SMALL, "w_slo": 2.0})
+    env.reset(seed=4)
+    sim = GeoSimulation(env.geo_config, seed=4)
+    rng = np.random.default_rng(0)
+    total = 0.0
+    while True:
+        a = rng.uniform(-1, 1, env.n_dcs)
+        dc = env.placements(a)
+        ctx = sim.next_decision()
+        assert ctx is not None and ctx.n_requests == dc.size
+        assert np.all(ctx.action_mask()[np.arange(dc.size), dc])  # always a candidate DC
+        sim.apply(ctx, dc)
+        _, r, _, truncated, info = env.step(a)
+        total += r
+        if truncated:
+            break
+    assert sim.next_decision() is None
+    assert info["episode_metrics"]["carbon_g"] == sim.metrics().summary["carbon_g"]
+    assert total == pytest.approx(-(sim.carbon_g + 2.0 * sim.n_finished_violations), rel=1e-9)
+
+
+def test_window_shares_limit_admission() -> None:
+    env = GeoRouteWindowEnv(config=SMALL)
+    env.reset(seed=0)
+    ctx = env._ctx
+    est = ctx.estimates
+    zero = env.placements(-np.ones(env.n_dcs))
+    # all shares 0: every request overflows to its lowest-carbon candidate (the MOER choice)
+    np.testing.assert_array_equal(zero, np.argmin(np.where(est.mask, est.carbon_g, np.inf), axis=1))
+    only = np.full(env.n_dcs, -1.0)
+    only[2] = 1.0
+    cap = np.floor(env._headroom(ctx)).astype(int)
+    placed = env.placements(only)
+    assert np.count_nonzero(placed == 2) >= min(cap[2], int(est.mask[:, 2].sum()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 40), d=st.integers(1, 6), seed=st.integers(0, 10_000))
+def test_assign_within_caps_invariants(n: int, d: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    carbon = rng.uniform(0.1, 1.0, (n, d))
+    cand = rng.random((n, d)) < 0.6
+    cand[~cand.any(axis=1), rng.integers(0, d)] = True
+    cap = rng.integers(0, n // 2 + 2, d)
+    dc, overflow = assign_within_caps(carbon, cand, cap)
+    assert dc.shape == (n,)
+    assert np.all(cand[np.arange(n), dc])
+    counts = np.bincount(dc, minlength=d)
+    assert np.sum(np.maximum(counts - cap, 0)) <= overflow
+    if overflow:
+        # overflow only happens when some request had no candidate with capacity left
+        assert overflow <= n
+    else:
+        assert np.all(counts <= cap)
+    # unlimited capacity: everyone gets its lowest-carbon candidate
+    free, none = assign_within_caps(carbon, cand, np.full(d, n))
+    assert none == 0
+    np.testing.assert_array_equal(free, np.argmin(np.where(cand, carbon, np.inf), axis=1))
+
+
+def test_maskable_ppo_trains_on_georoute() -> None:
+    """sb3-contrib's MaskablePPO runs a few hundred steps on the env with its masks."""
+    import torch
+    from sb3_contrib import MaskablePPO
+
+    torch.set_num_threads(1)
+    env = gym.make("servegym/GeoRoute-v0", config={"preset": "mini", "geo": {"duration_s": 1.5}})
+    model = MaskablePPO("MlpPolicy", env, n_steps=128, batch_size=64, n_epochs=2, seed=0, device="cpu",
+                        policy_kwargs={"net_arch": [32, 32]})
+    model.learn(total_timesteps=256)
+    assert model.num_timesteps >= 256
+    obs, _ = env.reset(seed=0)
+    mask = env.unwrapped.action_masks()
+    action, _ = model.predict(obs, action_masks=mask, deterministic=True)
+    assert mask[int(action)]
