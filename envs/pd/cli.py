@@ -42,6 +42,8 @@ def add_commands(subparsers: Any) -> None:
     val.add_argument("--json", action="store_true", help="print JSON")
     val.set_defaults(func=_validate)
 
+    add_compare_command(sub)
+
 
 def _serving_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-tokens", type=float, default=None, help="C_tok, KV token slots per decode instance")
@@ -168,3 +170,44 @@ def _validate(args: argparse.Namespace) -> int:
         print(f"{c.name:<72} {c.model:10.3f} {c.paper:9.3f} {c.rel_error:+8.1%}  {res:<6}  {c.source}")
     print("all required anchors pass" if ok else "some required anchors FAIL", file=sys.stdout)
     return 0 if ok else 1
+
+
+# --------------------------------------------------------------------- pd compare (baselines on the env)
+
+
+def add_compare_command(sub: Any) -> None:
+    """``servegym pd compare``: run the provisioning baselines on the PDProvision-v0 day scenario."""
+    cmp_ = sub.add_parser("compare", help="provisioning baselines on the PDProvision-v0 day scenario",
+                          description="Runs min-power (forecast-free and one-step lookahead), static peak and an "
+                                      "HPA-like autoscaler on servegym/PDProvision-v0 with the same seed.")
+    cmp_.add_argument("--seed", type=int, default=0, help="episode seed (default 0)")
+    cmp_.add_argument("--steps", type=int, default=None, help="periods to run (default: the whole day)")
+    cmp_.add_argument("--mode", choices=("fluid", "request"), default="fluid",
+                      help="env dynamics (default fluid; request is much slower)")
+    cmp_.add_argument("--json", action="store_true", help="print a JSON list, one object per policy")
+    cmp_.add_argument("--plot", metavar="PNG", help="write the deployment over time of every policy")
+    cmp_.set_defaults(func=_compare)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from servegym.baselines.pd import compare_policies, plot_deployments
+
+    from servegym.errors import ConfigError
+
+    if args.steps is not None and args.steps < 1:
+        raise ConfigError(f"--steps = {args.steps}; allowed: >= 1")
+    results = compare_policies({"mode": args.mode}, seed=args.seed, max_steps=args.steps,
+                               progress=not args.json)
+    rows = [r.summary() for r in results]
+    if args.plot:
+        plot_deployments(results, args.plot)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'policy':<22} {'energy kWh':>11} {'carbon g':>10} {'cost USD':>9} {'SLO viol %':>10} {'cap excess kWh':>15}")
+    for r in rows:
+        print(f"{r['policy']:<22} {r['energy_kwh']:11.2f} {r['carbon_g']:10.0f} {r['cost_usd']:9.2f} "
+              f"{r['slo_violation_pct']:10.2f} {r['cap_excess_kwh']:15.3f}")
+    if args.plot:
+        print(f"plot written to {args.plot}")
+    return 0

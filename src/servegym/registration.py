@@ -29,6 +29,8 @@ ENV_SPECS: tuple[EnvSpecEntry, ...] = (
     # geo (issue 4): episodes end by the env's own truncation (end of the run or config max_steps)
     EnvSpecEntry("servegym/GeoRoute-v0", "servegym.envs.geo.env_route:GeoRouteEnv"),
     EnvSpecEntry("servegym/GeoRouteWindow-v0", "servegym.envs.geo.env_window:GeoRouteWindowEnv"),
+    # pd (issue 5): one step per provisioning period; the env truncates at the scenario horizon itself
+    EnvSpecEntry("servegym/PDProvision-v0", "servegym.envs.pd.env:PDProvisionEnv"),
 )
 
 

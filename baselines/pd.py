@@ -1,0 +1,299 @@
+"""Provisioning baselines for ``servegym/PDProvision-v0`` and the loop that runs them.
+
+Every policy sees what an agent sees -- the observation and the step ``info`` (observed rate, utilizations,
+backlog, the coming period's length mix, scenario forecasts, power cap) -- and may read the environment's
+analytical tables (the paper's model under the coming period's mix, :attr:`PDProvisionEnv.tables`), which
+is the model the paper's method itself uses. :func:`run_policy` drives the environment's own ``reset`` /
+``step`` loop, so baselines and agents are measured by the same dynamics.
+
+* :class:`MinPowerPareto`: the paper's provisioning rule (problem (1), §2.2): each period, the least-power
+  deployment with capacity >= lambda / rho_bar (rho_bar = 0.85) under the coming period's mix, ranked by the
+  power drawn at lambda. ``lookahead=0`` (forecast-free) uses the last observed rate; ``lookahead=1`` uses
+  max(observed, the scenario's mean rate of the next period). Two documented additions: the backlog is
+  added as a demand to drain within ``drain_s`` (300 s; ``None`` = the paper's steady-state rule), and with
+  ``respect_cap`` a choice whose facility power at lambda exceeds the coming period's cap is replaced by
+  the largest-capacity deployment under the cap. If no deployment within the budget reaches the target
+  capacity, the largest-capacity one is used.
+* :class:`StaticPeak`: one deployment all day: the least-power one (at capacity, under the heaviest mix)
+  whose capacity covers every period's scenario mean rate / rho_bar under that period's mix (a day-ahead
+  plan from the known scenario; the largest-capacity deployment if nothing covers the peak).
+* :class:`ThresholdAutoscaler`: a Kubernetes-HPA-like reactive rule per pool:
+  desired = ceil(n x utilization / target) with target 0.7, no change within the tolerance |u / target - 1| <=
+  0.1, scale-up immediate and scale-down stabilized over the last 300 s of recommendations (HPA's defaults,
+  ``behavior.scaleDown.stabilizationWindowSeconds = 300``; the 0.7 target is a common HPA setting, illustrative).
+  Utilization is the last period's served rate over the pool's capacity (prefill: n_P mu_P; decode:
+  n_D mu_D at the operating batch).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+from servegym.envs.pd.env import PDEnvConfig, PDProvisionEnv
+from servegym.envs.pd.model import CapacityGrid
+from servegym.envs.pd.pareto import DEFAULT_RHO_BAR, max_capacity_under_power, min_power_deployment
+
+from servegym.errors import ConfigError, check_range
+
+__all__ = ["MinPowerPareto", "Policy", "PolicyResult", "StaticPeak", "ThresholdAutoscaler", "compare_policies",
+           "default_policies", "plot_deployments", "run_policy"]
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A provisioning policy: ``reset`` binds it to an environment, ``act`` maps (obs, info) to (n_P, n_D)."""
+
+    name: str
+
+    def reset(self, env: PDProvisionEnv, info: dict[str, Any]) -> None: ...
+
+    def act(self, obs: NDArray[np.float32], info: dict[str, Any]) -> NDArray[np.int64]: ...
+
+
+def _action(n_p: int, n_d: int) -> NDArray[np.int64]:
+    return np.array([n_p, n_d], dtype=np.int64)
+
+
+class MinPowerPareto:
+    """Minimum-power deployment for lambda / rho_bar, re-chosen every period (module docstring)."""
+
+    def __init__(self, rho_bar: float = DEFAULT_RHO_BAR, lookahead: int = 0, drain_s: float | None = 300.0,
+                 respect_cap: bool = True) -> None:
+        check_range("rho_bar", rho_bar, 0.0, 1.0, low_inclusive=False)
+        if lookahead not in (0, 1):
+            raise ConfigError(f"lookahead = {lookahead!r}; allowed: 0 (forecast-free) or 1 (one period ahead)")
+        if drain_s is not None:
+            check_range("drain_s", drain_s, 0.0, None, low_inclusive=False)
+        self.rho_bar, self.lookahead, self.drain_s, self.respect_cap = rho_bar, lookahead, drain_s, respect_cap
+        self.name = "min-power" + ("+lookahead" if lookahead else "")
+        self._env: PDProvisionEnv | None = None
+        self._grids: dict[int, CapacityGrid] = {}
+
+    def reset(self, env: PDProvisionEnv, info: dict[str, Any]) -> None:
+        self._env = env
+        self._grids = {}
+
+    def _grid(self, mix: int) -> CapacityGrid:
+        g = self._grids.get(mix)
+        if g is None:
+            assert self._env is not None
+            g = self._grids[mix] = self._env.tables.grid(mix, self._env.config.gpu_budget)
+        return g
+
+    def act(self, obs: NDArray[np.float32], info: dict[str, Any]) -> NDArray[np.int64]:
+        env = self._env
+        if env is None:
+            raise ConfigError("MinPowerPareto.act before reset(env, info)")
+        rate = float(info["rate_rps"])
+        if self.lookahead:
+            rate = max(rate, float(info["forecast_rate_rps"]))
+        if self.drain_s is not None:
+            rate += float(info["backlog"]) / self.drain_s
+        mix = int(info["mix_index"])
+        grid, model = self._grid(mix), env.tables.models[mix]
+        sel = min_power_deployment(grid, rate, self.rho_bar, power_at="rate", model=model)
+        if sel is None:
+            sel = max_capacity_under_power(grid, float("inf"))
+        assert sel is not None
+        if self.respect_cap:
+            budget_it_w = float(info["next_cap_w"]) / env.config.pue
+            if sel.power_w > budget_it_w:
+                capped = max_capacity_under_power(grid, budget_it_w, power_at="rate", rate=rate, model=model)
+                if capped is not None:
+                    sel = capped
+        return _action(sel.n_p, sel.n_d)
+
+
+class StaticPeak:
+    """One deployment for the whole day, sized for the day's peak demand (module docstring)."""
+
+    name = "static-peak"
+
+    def __init__(self, rho_bar: float = DEFAULT_RHO_BAR) -> None:
+        check_range("rho_bar", rho_bar, 0.0, 1.0, low_inclusive=False)
+        self.rho_bar = rho_bar
+        self.deployment: tuple[int, int] = (1, 1)
+
+    def reset(self, env: PDProvisionEnv, info: dict[str, Any]) -> None:
+        tab, budget = env.tables, env.config.gpu_budget
+        rates = env.forecast_rates(env.signals.base_rate_rps.size)
+        mixes = env.signals.mix_index[: rates.size]
+        need = np.zeros(tab.mu.shape[0])
+        np.maximum.at(need, mixes, rates / self.rho_bar)
+        worst = int(np.argmax(need / tab.mu_p))  # the mix whose peak demand loads prefill the most
+        grid = tab.grid(worst, budget)
+        ok = np.all(tab.mu[:, grid.n_p, grid.n_d] >= need[:, None], axis=0)
+        if ok.any():
+            idx = np.flatnonzero(ok)
+            i = int(idx[np.lexsort((grid.n_p[idx] + grid.n_d[idx], grid.power_w[idx]))[0]])
+        else:  # the budget cannot cover the peak: the deployment with the best worst-case coverage
+            cover = np.min(tab.mu[:, grid.n_p, grid.n_d] / np.maximum(need[:, None], 1e-12), axis=0)
+            i = int(np.argmax(cover))
+        self.deployment = (int(grid.n_p[i]), int(grid.n_d[i]))
+
+    def act(self, obs: NDArray[np.float32], info: dict[str, Any]) -> NDArray[np.int64]:
+        return _action(*self.deployment)
+
+
+class ThresholdAutoscaler:
+    """HPA-like reactive utilization-target autoscaler, one rule per pool (module docstring)."""
+
+    name = "threshold-hpa"
+
+    def __init__(self, target: float = 0.7, tolerance: float = 0.1, scale_down_window_s: float = 300.0) -> None:
+        check_range("target", target, 0.0, 1.0, low_inclusive=False)
+        check_range("tolerance", tolerance, 0.0, 1.0)
+        check_range("scale_down_window_s", scale_down_window_s, 0.0, None)
+        self.target, self.tolerance, self.window_s = target, tolerance, scale_down_window_s
+        self._recs: deque[tuple[int, int]] = deque()
+        self._budget = 2
+        self._max = (1, 1)
+
+    def reset(self, env: PDProvisionEnv, info: dict[str, Any]) -> None:
+        n = max(1, math.ceil(self.window_s / env.config.scenario.period_s))
+        self._recs = deque(maxlen=n)
+        self._budget = env.config.gpu_budget
+        self._max = (env.config.max_prefill, env.config.max_decode)
+
+    def _desired(self, n: int, util: float) -> int:
+        ratio = util / self.target
+        if abs(ratio - 1.0) <= self.tolerance:
+            return n
+        return max(1, math.ceil(n * ratio - 1e-9))
+
+    def act(self, obs: NDArray[np.float32], info: dict[str, Any]) -> NDArray[np.int64]:
+        n_p, n_d = int(info["target_p"]), int(info["target_d"])
+        if "prefill_util" not in info:  # reset info: nothing measured yet
+            return _action(n_p, n_d)
+        p = min(self._desired(n_p, float(info["prefill_util"])), self._max[0])
+        d = min(self._desired(n_d, float(info["decode_util"])), self._max[1])
+        self._recs.append((p, d))
+        # scale-up takes effect at once; scale-down only to the highest recommendation in the window
+        p = max(r[0] for r in self._recs)
+        d = max(r[1] for r in self._recs)
+        if p + d > self._budget:
+            p = max(1, min(self._max[0], round(self._budget * p / (p + d))))
+            d = min(self._max[1], self._budget - p)
+        return _action(p, d)
+
+
+def default_policies() -> list[Policy]:
+    """The baselines of ``servegym pd compare``, in report order."""
+    return [MinPowerPareto(lookahead=0), MinPowerPareto(lookahead=1), StaticPeak(), ThresholdAutoscaler()]
+
+
+@dataclass
+class PolicyResult:
+    """Totals and per-period traces of one policy run (units in names)."""
+
+    policy: str
+    energy_kwh: float
+    carbon_g: float
+    cost_usd: float
+    slo_violation_pct: float  # share of arrivals missing TTFT or TPOT, %
+    cap_excess_kwh: float
+    reward: float
+    steps: int
+    arrived: float
+    backlog_end: float
+    series: dict[str, NDArray[np.float64]] = field(default_factory=dict)  # per period: hour, n_p, n_d, ...
+
+    def summary(self) -> dict[str, Any]:
+        return {"policy": self.policy, "energy_kwh": self.energy_kwh, "carbon_g": self.carbon_g,
+                "slo_violation_pct": self.slo_violation_pct, "cap_excess_kwh": self.cap_excess_kwh,
+                "cost_usd": self.cost_usd, "reward": self.reward, "steps": self.steps,
+                "backlog_end": self.backlog_end}
+
+
+SERIES_KEYS = ("hour", "n_p", "n_d", "pending_p", "pending_d", "rate_rps", "power_w", "cap_w", "backlog",
+               "slo_violation")
+
+
+def run_policy(env: PDProvisionEnv, policy: Policy, *, seed: int | None = 0, max_steps: int | None = None,
+               progress: Any = None) -> PolicyResult:
+    """Run ``policy`` on ``env`` for one episode (or ``max_steps``); ``progress`` is an optional tqdm bar."""
+    obs, info = env.reset(seed=seed)
+    policy.reset(env, info)
+    series: dict[str, list[float]] = {k: [] for k in SERIES_KEYS}
+    energy = carbon = cost = excess = reward = viol = arrived = 0.0
+    steps = 0
+    limit = env.signals.base_rate_rps.size if max_steps is None else min(int(max_steps), env.signals.base_rate_rps.size)
+    while steps < limit:
+        obs, r, terminated, truncated, info = env.step(policy.act(obs, info))
+        steps += 1
+        reward += r
+        energy += info["energy_kwh"]
+        carbon += info["carbon_g"]
+        cost += info["cost_usd"]
+        excess += info["cap_excess_kwh"]
+        viol += info["slo_violation"] * info["arrived"]
+        arrived += info["arrived"]
+        for key in SERIES_KEYS:
+            series[key].append(float(info[key]))
+        if progress is not None:
+            progress.update(1)
+        if terminated or truncated:
+            break
+    return PolicyResult(policy=policy.name, energy_kwh=energy, carbon_g=carbon, cost_usd=cost,
+                        slo_violation_pct=100.0 * viol / arrived if arrived > 0 else 0.0, cap_excess_kwh=excess,
+                        reward=reward, steps=steps, arrived=arrived, backlog_end=float(info["backlog"]),
+                        series={k: np.asarray(v) for k, v in series.items()})
+
+
+def compare_policies(config: PDEnvConfig | dict[str, Any] | None = None, *, seed: int = 0,
+                     max_steps: int | None = None, policies: list[Policy] | None = None,
+                     progress: bool = False) -> list[PolicyResult]:
+    """Run each policy (default: :func:`default_policies`) on the same scenario and seed."""
+    env = PDProvisionEnv(config)
+    pols = default_policies() if policies is None else policies
+    steps = env.signals.base_rate_rps.size if max_steps is None else min(int(max_steps),
+                                                                          env.signals.base_rate_rps.size)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=steps * len(pols), desc="pd compare", unit="step", leave=False)
+    try:
+        return [run_policy(env, p, seed=seed, max_steps=steps, progress=bar) for p in pols]
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def plot_deployments(results: list[PolicyResult], path: str, title: str = "PD provisioning over the day") -> None:
+    """Write a PNG: offered rate and power cap (top), and each policy's n_P, n_D over time (one row each)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not results:
+        raise ConfigError("no results to plot")
+    fig, axes = plt.subplots(len(results) + 1, 1, figsize=(9, 2.0 * (len(results) + 1)), sharex=True)
+    first = results[0].series
+    hours = np.unwrap(first["hour"], period=24.0)  # local hour, continuing past midnight
+    ax = axes[0]
+    ax.plot(hours, first["rate_rps"], color="0.3", lw=0.8, label="arrivals (req/s)")
+    ax.set_ylabel("req/s")
+    ax2 = ax.twinx()
+    ax2.plot(hours, first["cap_w"] / 1000.0, color="C3", lw=1.0, label="power cap (kW)")
+    for r in results:
+        ax2.plot(hours, r.series["power_w"] / 1000.0, lw=0.6, alpha=0.7, label=f"{r.policy} power (kW)")
+    ax2.set_ylabel("kW")
+    ax.set_title(title)
+    ax2.legend(loc="upper left", fontsize=6)
+    for ax, r in zip(axes[1:], results, strict=True):
+        ax.step(hours, r.series["n_p"], where="post", label="n_P")
+        ax.step(hours, r.series["n_d"], where="post", label="n_D")
+        ax.set_ylabel("instances")
+        ax.set_title(f"{r.policy}: {r.energy_kwh:.1f} kWh, SLO violations {r.slo_violation_pct:.2f} %", fontsize=8)
+        ax.legend(loc="upper left", fontsize=6)
+    axes[-1].set_xlabel("local hour")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
