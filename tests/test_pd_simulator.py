@@ -39,7 +39,7 @@ def _check_invariants(sim: PDSimulator) -> None:
         assert 0 <= kv["committed"] <= sim.c_tok  # reservations l_in + R taken at admission
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
     n=st.integers(0, 60),
     seed=st.integers(0, 2**16),
@@ -218,3 +218,36 @@ def test_simulated_saturation_matches_model(spec: str, n_p: int, n_d: int) -> No
     model = PDModel(parse_workload(spec))
     sat = saturation_throughput(model, n_p, n_d, pd_length_sampler(spec), seed=0)
     assert abs(sat.rel_error) <= 0.05, sat
+
+
+def test_cli_simulate_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from servegym.cli import main
+
+    assert main(["pd", "simulate", "--deployment", "3p2d", "--rate", "3", "--duration", "60", "--warmup", "10",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"throughput_rps", "ttft_s", "tpot_ms", "mean_power_w", "mu_model", "model"} <= out.keys()
+    assert 0 < out["throughput_rps"] < out["mu_model"] and out["ttft_s"]["p50"] > 0
+    assert main(["pd", "simulate", "--deployment", "3p2d", "--rate", "-1"]) == 2
+    assert "rate" in capsys.readouterr().err
+    assert main(["pd", "simulate", "--deployment", "0p2d", "--rate", "1"]) == 2
+    assert main(["pd", "case-study", "nope"]) == 2
+    assert "rate-drop" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_case_study_plot(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    from pathlib import Path
+
+    from servegym.cli import main
+
+    png = Path(str(tmp_path)) / "scale.png"
+    assert main(["pd", "case-study", "scale-down", "--plot", str(png), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    figs = {r["figure"]: r for r in out["figures"]}
+    assert png.stat().st_size > 10_000
+    assert figs["ttft_max_at_end_s"]["simulated"] > 100  # unbounded growth at 1p1d (paper: 320 s)
+    assert abs(figs["power_delta_decode_removal_w"]["simulated"] - (-520)) < 0.15 * 520

@@ -10,7 +10,8 @@ All three use the fixed-length workload (4096 input, 256 output tokens) and star
   the queue and TTFT grow without bound until the end of the run, about 14 min later.
 
 The paper's figures do not give the phase lengths except where the text states them (10-min removal,
-~14 min at 1p1d); the others are 5 min here. The restored or added instances of these runs start
+~14 min at 1p1d); the others are 10 min here (long enough that Poisson noise in the offered rate stays
+near 2% per phase). The restored or added instances of these runs start
 serving at once (``startup_delay_s = 0``): in the paper the GPUs of removed instances stay loaded and
 idle (App. B.3), so no model load is needed; pass another delay to see its effect.
 
@@ -192,10 +193,29 @@ class CaseStudy:
     def phases(self, model: PDModel) -> tuple[Phase, ...]:
         if self.name == "rate-drop":
             r0 = 0.6 * model.capacity(3, 2).mu  # "60% of the serving capacity of 3p2d"
-            return (Phase(0, r0, 3, 2), Phase(300, 3.1, 3, 2), Phase(600, 3.1, 3, 1))
+            return (Phase(0, r0, 3, 2), Phase(600, 3.1, 3, 2), Phase(1200, 3.1, 3, 1))
         if self.name == "decode-removal":
-            return (Phase(0, 5.3, 3, 2), Phase(300, 5.3, 3, 1), Phase(900, 5.3, 3, 2))
-        return (Phase(0, 3.6, 3, 2), Phase(300, 3.6, 3, 1), Phase(600, 3.6, 2, 1), Phase(900, 3.6, 1, 1))
+            return (Phase(0, 5.3, 3, 2), Phase(600, 5.3, 3, 1), Phase(1200, 5.3, 3, 2))
+        return (Phase(0, 3.6, 3, 2), Phase(600, 3.6, 3, 1), Phase(1200, 3.6, 2, 1), Phase(1800, 3.6, 1, 1))
+
+    def model_figures(self, model: PDModel) -> dict[str, float]:
+        """The analytical model's values of the key figures it predicts (balanced-load power, operating-point
+        TPOT and mean TTFT, capacities); figures it cannot give (medians of a transient, drain) are absent."""
+        ph = self.phases(model)
+        op = [model.operating_point(p.n_p, p.n_d, p.rate_rps) for p in ph]
+        pw = [o.power_w for o in op]
+        if self.name == "rate-drop":
+            return {"power_delta_rate_drop_w": pw[1] - pw[0], "power_delta_decode_removal_w": pw[2] - pw[1],
+                    "ttft_median_3p1d_s": op[2].ttft_s, "tpot_median_3p2d_ms": op[1].tpot_s * 1e3,
+                    "tpot_median_3p1d_ms": op[2].tpot_s * 1e3}
+        if self.name == "decode-removal":
+            return {"power_delta_removal_w": pw[1] - pw[0], "capacity_3p1d_rps": model.capacity(3, 1).mu,
+                    "ttft_median_before_s": op[0].ttft_s, "tpot_median_before_ms": op[0].tpot_s * 1e3,
+                    "tpot_median_during_ms": op[1].tpot_s * 1e3, "power_after_minus_before_w": 0.0}
+        return {"power_delta_decode_removal_w": pw[1] - pw[0], "power_delta_prefill_removal_w": pw[2] - pw[1],
+                "power_delta_to_1p1d_w": pw[3] - pw[2], "tpot_median_3p2d_ms": op[0].tpot_s * 1e3,
+                "tpot_median_3p1d_ms": op[1].tpot_s * 1e3, "ttft_median_3p1d_s": op[1].ttft_s,
+                "ttft_median_2p1d_s": op[2].ttft_s, "capacity_1p1d_rps": model.capacity(1, 1).mu}
 
     def key_figures(self, res: ScenarioResult, model: PDModel) -> dict[str, float]:
         """Simulated key figures (W, s, ms, req/s as in the keys); ``model`` gives the analytical capacities."""
@@ -244,16 +264,16 @@ def _median_ttft(res: ScenarioResult, i: int) -> float:
 CASE_STUDIES: dict[str, CaseStudy] = {
     "rate-drop": CaseStudy(
         "rate-drop", "3p2d -> 3p1d after a rate drop (60% of 3p2d capacity -> 3.1 req/s)", "§5.3.1, Fig. 5 (left)",
-        900.0, {"power_delta_rate_drop_w": -270.0, "power_delta_decode_removal_w": -560.0,
+        1800.0, {"power_delta_rate_drop_w": -270.0, "power_delta_decode_removal_w": -560.0,
                 "ttft_median_3p1d_s": 0.55, "tpot_median_3p2d_ms": 23.0, "tpot_median_3p1d_ms": 28.0}),
     "decode-removal": CaseStudy(
         "decode-removal", "10-min decode removal at 5.3 req/s (3p2d -> 3p1d -> 3p2d)", "§5.3.2, Fig. 5 (right)",
-        1500.0, {"power_delta_removal_w": -620.0, "capacity_3p1d_rps": 5.2, "ttft_median_before_s": 0.7,
+        1800.0, {"power_delta_removal_w": -620.0, "capacity_3p1d_rps": 5.2, "ttft_median_before_s": 0.7,
                  "ttft_median_during_s": 8.5, "tpot_median_before_ms": 27.0, "tpot_median_during_ms": 39.0,
                  "drain_min": 1.3, "power_after_minus_before_w": 0.0}),
     "scale-down": CaseStudy(
         "scale-down", "3p2d -> 3p1d -> 2p1d -> 1p1d at 3.6 req/s", "App. D, Fig. 6",
-        1740.0, {"power_delta_decode_removal_w": -520.0, "power_delta_prefill_removal_w": -180.0,
+        2640.0, {"power_delta_decode_removal_w": -520.0, "power_delta_prefill_removal_w": -180.0,
                  "power_delta_to_1p1d_w": -470.0, "tpot_median_3p2d_ms": 24.0, "tpot_median_3p1d_ms": 29.0,
                  "ttft_median_3p1d_s": 0.5, "ttft_median_2p1d_s": 0.9, "ttft_max_2p1d_s": 6.0,
                  "capacity_1p1d_rps": 2.3, "ttft_max_at_end_s": 320.0}),
@@ -280,7 +300,9 @@ def run_case_study(name: str, *, seed: int = 0, sample_s: float = 2.0, startup_d
 def comparison_rows(cs: CaseStudy, res: ScenarioResult, model: PDModel) -> list[dict[str, float | str]]:
     """Key figures beside the paper's (simulated, paper, difference)."""
     figs = cs.key_figures(res, model)
-    return [{"figure": k, "simulated": figs[k], "paper": v, "difference": figs[k] - v} for k, v in cs.paper.items()]
+    mod = cs.model_figures(model)
+    return [{"figure": k, "simulated": figs[k], "model": mod.get(k, float("nan")), "paper": v,
+             "difference": figs[k] - v} for k, v in cs.paper.items()]
 
 
 def plot_case_study(cs: CaseStudy, res: ScenarioResult, path: str) -> None:
@@ -294,9 +316,14 @@ def plot_case_study(cs: CaseStudy, res: ScenarioResult, path: str) -> None:
     fig, axes = plt.subplots(6, 1, figsize=(8, 12), sharex=True)
     ax = axes[0]
     smooth = max(1, round(30.0 / (res.t_s[1] - res.t_s[0]))) if res.t_s.size > 1 else 1
-    kernel = np.ones(smooth) / smooth
-    ax.plot(t, np.convolve(res.offered_rps, kernel, mode="same"), label="offered (30 s mean)")
-    ax.plot(t, np.convolve(res.served_rps, kernel, mode="same"), label="completed (30 s mean)")
+
+    def mean30(x: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Centred 30 s moving average (shorter at the ends, never padded with zeros)."""
+        k = np.ones(smooth)
+        return np.convolve(x, k, mode="same") / np.convolve(np.ones_like(x), k, mode="same")
+
+    ax.plot(t, mean30(res.offered_rps), label="offered (30 s mean)")
+    ax.plot(t, mean30(res.served_rps), label="completed (30 s mean)")
     ax.step([p.start_s / 60 for p in res.phases] + [res.duration_s / 60],
             [p.rate_rps for p in res.phases] + [res.phases[-1].rate_rps], where="post", color="k", lw=1,
             label="Poisson rate")
@@ -317,7 +344,9 @@ def plot_case_study(cs: CaseStudy, res: ScenarioResult, path: str) -> None:
     ax.legend(fontsize=7, loc="upper left")
     axes[4].plot(t, res.tpot_med_s * 1e3, color="C2")
     axes[4].set_ylabel("TPOT median (ms)")
-    axes[5].plot(t, res.power_w, color="C1", lw=0.8)
+    axes[5].plot(t, res.power_w, color="C1", lw=0.5, alpha=0.35, label=f"{res.t_s[0]:g} s mean")
+    axes[5].plot(t, mean30(res.power_w), color="C1", lw=1.2, label="30 s mean")
+    axes[5].legend(fontsize=7, loc="lower left")
     axes[5].set_ylabel("power (W)")
     axes[5].set_xlabel("time (min)")
     for ax in axes:

@@ -42,6 +42,11 @@ def add_commands(subparsers: Any) -> None:
     val.add_argument("--json", action="store_true", help="print JSON")
     val.set_defaults(func=_validate)
 
+    # Request-level simulator commands (simulate, case-study) live in sim_cli.py.
+    from servegym.envs.pd.sim_cli import add_sim_commands
+
+    add_sim_commands(sub)
+
     add_compare_command(sub)
 
 
