@@ -21,8 +21,9 @@ is the model the paper's method itself uses. :func:`run_policy` drives the envir
   desired = ceil(n x utilization / target) with target 0.7, no change within the tolerance |u / target - 1| <=
   0.1, scale-up immediate and scale-down stabilized over the last 300 s of recommendations (HPA's defaults,
   ``behavior.scaleDown.stabilizationWindowSeconds = 300``; the 0.7 target is a common HPA setting, illustrative).
-  Utilization is the last period's served rate over the pool's capacity (prefill: n_P mu_P; decode:
-  n_D mu_D at the operating batch).
+  Utilization is what the env's ``info`` reports for the last period: prefill busy fraction
+  served / (n_P mu_P); decode normalized throughput x_D = served / (n_D mu_D^max) (eq. 12, the token-throughput
+  share of a full-pool decode instance; it saturates below 1 because reservations hold part of the pool).
 """
 
 from __future__ import annotations

@@ -251,3 +251,17 @@ def test_request_mode_runs_and_agrees_on_energy() -> None:
         e_r += i_r["energy_kwh"]
         assert i_r["served_total"] <= i_r["arrived_total"]
     assert e_r == pytest.approx(e_f, rel=0.15)
+
+
+def test_request_mode_deterministic_and_conserves() -> None:
+    cfg = {"mode": "request", "scenario": {"horizon_steps": 4, "peak_rate_rps": 3.0}, "initial_deployment": (2, 1)}
+    runs = []
+    for _ in range(2):
+        e = PDProvisionEnv(cfg)
+        e.reset(seed=5)
+        infos = [e.step(np.array(a))[-1] for a in ((2, 1), (3, 2), (1, 1), (2, 2))]
+        runs.append([(i["energy_kwh"], i["served_total"], i["backlog"], i["slo_violation"]) for i in infos])
+        sim = e._sim.counters()
+        assert sim["arrived"] == sim["finished"] + sim["in_prefill_queue"] + sim["in_decode"]
+        assert infos[-1]["arrived_total"] == sim["arrived"]
+    assert runs[0] == runs[1]

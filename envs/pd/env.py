@@ -46,6 +46,15 @@ delays and removals itself); see :meth:`PDProvisionEnv._request_step` for how it
 **Observation** ``Box(-1, 10, (24,), float32)`` (values clipped): see :data:`OBS_FIELDS` for the order and
 scale of each entry (rates / peak_rate_rps, counts / pool maxima, log1p backlog / 10, ...).
 
+**Info** (every step; reset gives the state keys): ``power_w`` (mean facility power of the period, W),
+``it_power_w``, ``energy_kwh`` (facility), ``carbon_g``, ``cost_usd``, ``slo_violation`` (share of the period's
+arrivals), ``ttft_s`` / ``tpot_s`` (means), ``cap_w``, ``cap_excess_kwh``, ``n_p`` / ``n_d`` (serving at the
+period end), ``pending_p`` / ``pending_d`` (starting), ``target_p`` / ``target_d``, ``backlog`` (requests),
+``arrived`` / ``served`` (period) and ``arrived_total`` / ``served_total``, ``rate_rps`` (observed),
+``forecast_rate_rps`` / ``forecast_max_rps``, ``mix_index`` / ``mix_weights`` (coming period), ``capacity_rps``,
+``prefill_util`` (served / (n_P mu_P)), ``decode_util`` (served / (n_D mu_D^max), eq. 12), ``demand_util``
+((arrivals + backlog) rate / mu), ``ci_g_per_kwh``, ``price_usd_per_kwh``, ``action_adjusted``.
+
 **Reward** = -(objective_weight x objective) - slo_weight x slo_violation - cap_weight x cap_excess_kwh,
 objective = facility energy (kWh), carbon (kg CO2eq) or cost (USD) of the period per ``objective``.
 
@@ -398,27 +407,14 @@ class PDProvisionEnv(gym.Env):
             energy += (p_busy * busy + p_free * (tau - busy)) * pue
             excess += max(0.0, p_busy * pue - cap_w) * busy + max(0.0, p_free * pue - cap_w) * (tau - busy)
             served += lam * tau + q - q_end
-            # SLO: arrivals at N_SLO_POINTS instants; fluid delay q(s)/mu, then prefill wait + t_P tail
-            s = (np.arange(N_SLO_POINTS) + 0.5) * (tau / N_SLO_POINTS)
-            qs = np.maximum(q + (lam - mu) * s, 0.0)
-            backlogged = qs > 0
-            d = qs / mu
-            rate_srv = np.where(backlogged, mu, min(lam, mu))
-            rho = np.minimum(rate_srv / (n_p * mu_p), RHO_K_MAX)
-            mean_res = (1.0 / n_p + cv_s2) / (2.0 * mu_p * (1.0 - rho))  # W / rho: mean wait given waiting
-            slack = cfg.ttft_slo_s - d[:, None] - tpq[None, :]
-            p_ttft = np.where(slack <= 0, 1.0, rho[:, None] * np.exp(-np.maximum(slack, 0.0) / mean_res[:, None]))
-            p_ttft = p_ttft.mean(axis=1)
-            lam_i = rate_srv / n_d
-            batch_lit = lam_i * dec * a_d / np.maximum(1.0 - lam_i * dec * b_d, 1e-9)
-            batch = np.where(backlogged | (lam >= mu), float(tab.batch[mix, n_p, n_d]), batch_lit)
-            tpot = a_d + b_d * batch
-            viol = np.where(tpot > cfg.tpot_slo_s, 1.0, p_ttft)
+            # SLO of this piece's arrivals: fluid delay q(s)/mu, then prefill wait + t_P tail
             w = lam * tau  # arrivals in this piece
-            viol_sum += w * float(viol.mean())
-            ttft_sum += w * float((d + rho * mean_res + tab.t_p_mean_s[mix]).mean())
-            tpot_sum += w * float(tpot.mean())
-            batch_w += w
+            if w > 0:
+                v, ttft, tpot = self._slo_piece(q, lam, mu, tau, n_p, n_d, mix, mu_p, cv_s2, a_d, b_d, dec, tpq)
+                viol_sum += w * v
+                ttft_sum += w * ttft
+                tpot_sum += w * tpot
+                batch_w += w
             q = q_end
         self._activate(t1)
         self._backlog = q
@@ -435,9 +431,50 @@ class PDProvisionEnv(gym.Env):
             "ttft_s": ttft_sum / batch_w if batch_w > 0 else float(tab.t_p_mean_s[mix]),
             "tpot_s": tpot_sum / batch_w if batch_w > 0 else a_d,
             "prefill_util": min(served / period / (n_p * mu_p), 10.0),
-            "decode_util": min(served / period / (n_d * float(tab.mu_d_op[mix, n_p, n_d])), 10.0),
+            "decode_util": min(served / period / (n_d * mu_dmax), 10.0),
             "demand_util": min((lam + q / period) / max(mu_tab[n_p][n_d], 1e-9), 10.0),
         }
+
+    def _slo_piece(self, q: float, lam: float, mu: float, tau: float, n_p: int, n_d: int, mix: int, mu_p: float,
+                   cv_s2: float, a_d: float, b_d: float, dec: float, tpq: NDArray[np.float64]
+                   ) -> tuple[float, float, float]:
+        """(violation share, mean TTFT s, mean TPOT s) of arrivals spread evenly over a piece of ``tau`` s.
+
+        Without a backlog in the piece every arrival sees the same state, so one evaluation suffices;
+        otherwise arrivals are taken at N_SLO_POINTS instants (the backlog is linear in time).
+        """
+        cfg = self.config
+        if q <= 0.0 and lam < mu:
+            s_pts = None
+            d = 0.0
+            rate_srv = lam
+        else:
+            s_pts = (np.arange(N_SLO_POINTS) + 0.5) * (tau / N_SLO_POINTS)
+            qs = np.maximum(q + (lam - mu) * s_pts, 0.0)
+            backlogged = qs > 0
+            d = qs / mu
+            rate_srv = np.where(backlogged | (lam >= mu), mu, lam)
+        rho = np.minimum(np.asarray(rate_srv) / (n_p * mu_p), RHO_K_MAX)
+        mean_res = (1.0 / n_p + cv_s2) / (2.0 * mu_p * (1.0 - rho))  # W / rho: mean wait given waiting
+        if s_pts is None:
+            slack = cfg.ttft_slo_s - tpq
+            p_ttft = np.where(slack <= 0, 1.0, rho * np.exp(-np.maximum(slack, 0.0) / mean_res))
+            p = float(p_ttft.mean())
+            lam_i = lam / n_d
+            batch = lam_i * dec * a_d / max(1.0 - lam_i * dec * b_d, 1e-9)
+            tpot = a_d + b_d * batch
+            viol = 1.0 if tpot > cfg.tpot_slo_s else p
+            return viol, float(rho * mean_res) + float(self.tables.t_p_mean_s[mix]), tpot
+        slack = cfg.ttft_slo_s - d[:, None] - tpq[None, :]
+        p_ttft = np.where(slack <= 0, 1.0, rho[:, None] * np.exp(-np.maximum(slack, 0.0) / mean_res[:, None]))
+        p_ttft = p_ttft.mean(axis=1)
+        lam_i = rate_srv / n_d
+        batch_lit = lam_i * dec * a_d / np.maximum(1.0 - lam_i * dec * b_d, 1e-9)
+        batch = np.where(rate_srv >= mu, float(self.tables.batch[mix, n_p, n_d]), batch_lit)
+        tpot_a = a_d + b_d * batch
+        viol_a = np.where(tpot_a > cfg.tpot_slo_s, 1.0, p_ttft)
+        ttft_a = d + rho * mean_res + float(self.tables.t_p_mean_s[mix])
+        return float(viol_a.mean()), float(ttft_a.mean()), float(tpot_a.mean())
 
     # ------------------------------------------------------------------------------------ request mode
     def _start_simulator(self) -> None:
@@ -513,7 +550,7 @@ class PDProvisionEnv(gym.Env):
             "ttft_s": float(np.mean(ttft)) if ttft.size else 0.0,
             "tpot_s": float(np.mean(tpot)) if tpot.size else 0.0,
             "prefill_util": min(w["finished"] / period / (n_p * float(self.tables.mu_p[mix])), 10.0),
-            "decode_util": min(w["finished"] / period / (n_d * float(self.tables.mu_d_op[mix, n_p, n_d])), 10.0),
+            "decode_util": min(w["finished"] / period / (n_d * float(self.tables.mu_d_max[mix])), 10.0),
             "demand_util": min((n / period + self._backlog / period) / max(mu, 1e-9), 10.0),
         }
 
