@@ -353,7 +353,7 @@ class GeoSimulation:
             osl_estimate=self._osl_est[idx],
             output_tokens=self._osl[idx] if self.config.osl_mode == "oracle" else None,
             snapshot=self.snapshot, dispatched=self._dispatched_view(), estimate_fn=lambda: self._group_estimates(g, snap).rows(sl),
-            dc_names=self.dc_names, token=self._token,
+            dc_names=self.dc_names, token=self._token, estimator=self.estimator,
         )
         self._outstanding = ctx
         self._time_s = time_s

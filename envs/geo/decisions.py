@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from servegym.envs.geo.estimator import Estimates
+from servegym.envs.geo.estimator import Estimates, Estimator
 from servegym.envs.geo.provisioner import Snapshot
 
 from servegym.errors import ActionError
@@ -52,6 +52,9 @@ class DecisionContext:
             (computed on first access: a policy that never reads them, like round-robin, pays nothing).
         dc_names: names of the DCs (sites), index = DC index.
         token: identifies this context; ``apply`` accepts only the outstanding one.
+        estimator: the run's shared :class:`~servegym.envs.geo.estimator.Estimator` (what the
+            estimates came from), for policies that re-estimate on a projected snapshot
+            (``snapshot.replace``) or need the batch-slot headroom ``H_d``; ``None`` if unset.
     """
 
     mode: str
@@ -68,6 +71,7 @@ class DecisionContext:
     estimate_fn: Callable[[], Estimates] = field(repr=False)
     dc_names: tuple[str, ...] = ()
     token: int = 0
+    estimator: Estimator | None = field(default=None, repr=False)
 
     @property
     def estimates(self) -> Estimates:

@@ -1,0 +1,304 @@
+"""Geo baselines (§IV): solver models, placements, fallback, greedy α-monotonicity, registry, runs."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from servegym.baselines.geo import (
+    POLICY_SPECS,
+    FacilityMILP,
+    StandardILP,
+    make_policy,
+    policy_config,
+)
+from servegym.baselines.geo.fallback import fallback_assign
+from servegym.baselines.geo.greedy import greedy_choice
+from servegym.baselines.geo.ilp import project_assignment, window_headroom
+from servegym.baselines.geo.solver import solve_assignment, solve_facility, solve_facility_naive
+from servegym.baselines.geo.timing import SolverQueue, load_solve_time_models
+from servegym.envs.geo.cluster import GeoSimulation
+from servegym.envs.geo.config import preset
+
+from servegym.errors import ConfigError
+
+ALL_SPECS = ("rr", "ll", "greedy:0", "greedy:0.5", "greedy:0.9", "moer", "ilp", "iter-ilp", "milp", "green-llm")
+
+
+def _instance(seed: int, n: int = 40, d: int = 6, p_feas: float = 0.7):
+    rng = np.random.default_rng(seed)
+    ci = rng.uniform(20, 600, d)
+    cost = rng.uniform(0.5, 1.5, (n, d)) * ci * 1e-3
+    feas = rng.random((n, d)) < p_feas
+    cap = rng.integers(0, 12, d).astype(float)
+    wake = rng.uniform(0.0, 0.5, d)
+    return cost, feas, cap, wake
+
+
+def _brute(cost, feas, cap, wake):
+    """Exact optimum of the facility objective with the solver's slack penalty, by enumeration."""
+    n, d = cost.shape
+    big = (n + 1) * cost[feas].max() + wake.sum()
+    best = np.inf
+    for a in itertools.product(range(-1, d), repeat=n):
+        a = np.asarray(a)
+        on = a >= 0
+        if not all(feas[i, a[i]] for i in np.flatnonzero(on)):
+            continue
+        cnt = np.bincount(a[on], minlength=d)
+        if np.any(cnt > cap):
+            continue
+        best = min(best, cost[np.flatnonzero(on), a[on]].sum() + (~on).sum() * big + wake[cnt > 0].sum())
+    return best
+
+
+# -- solver models --------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(6))
+def test_assignment_lp_is_integral_feasible_and_optimal(seed: int) -> None:
+    cost, feas, cap, wake = _instance(seed, n=5, d=3)
+    res = solve_assignment(cost, feas, cap)
+    assert res.ok and res.integral
+    placed = res.assign >= 0
+    assert np.all(feas[np.flatnonzero(placed), res.assign[placed]])
+    assert np.all(np.bincount(res.assign[placed], minlength=3) <= cap)
+    assert res.objective == pytest.approx(_brute(cost, feas, cap, np.zeros(3)), rel=1e-9, abs=1e-9)
+    fac = solve_facility(cost, feas, cap, wake, mip_rel_gap=0.0)
+    assert fac.objective == pytest.approx(_brute(cost, feas, cap, wake), rel=1e-9, abs=1e-9)
+    naive = solve_facility_naive(cost, feas, cap, wake, mip_rel_gap=0.0)
+    assert naive.objective == pytest.approx(fac.objective, rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 60), st.integers(1, 8))
+def test_milp_equals_ilp_when_wake_cost_is_zero(seed: int, n: int, d: int) -> None:
+    cost, feas, cap, _ = _instance(seed, n, d)
+    ilp = solve_assignment(cost, feas, cap)
+    milp = solve_facility(cost, feas, cap, np.zeros(d), awake=np.zeros(d, dtype=bool))
+    assert ilp.ok and milp.ok and ilp.integral and milp.integral
+    assert milp.objective == pytest.approx(ilp.objective, rel=1e-9, abs=1e-9)
+    # The same number of requests placed, each within F_r and H_d.
+    assert (milp.assign >= 0).sum() == (ilp.assign >= 0).sum()
+    for res in (ilp, milp):
+        on = res.assign >= 0
+        assert np.all(feas[np.flatnonzero(on), res.assign[on]])
+        assert np.all(np.bincount(res.assign[on], minlength=d) <= np.floor(cap))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 10_000))
+def test_facility_wake_cost_used_once_and_never_worse_than_ilp_plus_wake(seed: int) -> None:
+    cost, feas, cap, wake = _instance(seed, 60, 8)
+    ilp = solve_assignment(cost, feas, cap)
+    fac = solve_facility(cost, feas, cap, wake, mip_rel_gap=0.0)
+
+    def placed_cost(res):
+        on = res.assign >= 0
+        used = np.bincount(res.assign[on], minlength=8) > 0
+        return cost[np.flatnonzero(on), res.assign[on]].sum() + wake[used].sum(), on.sum()
+
+    c_fac, n_fac = placed_cost(fac)
+    c_ilp, n_ilp = placed_cost(ilp)
+    # Both place the most requests that fit; the ILP's placement is feasible for the MILP, so the
+    # MILP optimum (wake costs charged once per used DC) cannot cost more.
+    assert n_fac == n_ilp
+    assert c_fac <= c_ilp + 1e-9
+    big = (60 + 1) * cost[feas].max() + wake.sum()
+    assert fac.objective == pytest.approx(c_fac + (60 - n_fac) * big, rel=1e-9)
+
+
+def test_time_limit_zero_is_a_failed_solve() -> None:
+    cost, feas, cap, wake = _instance(3, 50, 6)
+    assert not solve_assignment(cost, feas, cap, time_limit_s=0.0).ok
+    assert not solve_facility(cost, feas, cap, wake, time_limit_s=0.0).ok
+    with pytest.raises(ConfigError, match="feasible must have shape"):
+        solve_assignment(cost, feas[:, :2], cap)
+    with pytest.raises(ConfigError, match="wake"):
+        solve_facility(cost, feas, cap, -wake)
+
+
+# -- fallback, greedy ------------------------------------------------------------------------------
+def test_fallback_lowest_carbon_with_headroom_then_round_robin() -> None:
+    carbon = np.array([[3.0, 1.0, 2.0]] * 4)
+    feas = np.array([[True, True, True], [True, True, True], [True, False, True], [False, False, False]])
+    room = np.array([0.0, 1.0, 1.0])
+    rr = np.array([2, 0])
+    out, n_rr = fallback_assign(np.arange(4), carbon, feas, room, np.array([0, 0, 0, 1]), rr)
+    # row 0 -> DC 1 (cheapest with room), row 1 -> DC 2 (DC 1 now full), row 2 -> none left: RR of
+    # scheduler 0 (DC 2), row 3 infeasible everywhere: RR of scheduler 1 (DC 0).
+    assert out.tolist() == [1, 2, 2, 0]
+    assert n_rr == 2
+    assert rr.tolist() == [0, 1]
+    assert room.tolist() == [0.0, 0.0, 0.0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 100_000), st.integers(1, 30), st.integers(2, 8))
+def test_greedy_alpha_monotone_on_fixed_snapshot(seed: int, n: int, d: int) -> None:
+    """As α falls the chosen DC's carbon intensity never rises (per request)."""
+    rng = np.random.default_rng(seed)
+    ttft = rng.uniform(0.05, 3.0, (n, d))
+    tpot = rng.uniform(0.01, 0.1, (n, d))
+    osl = rng.uniform(10, 300, n)
+    feas = rng.random((n, d)) < 0.7
+    g = rng.uniform(20, 700, d)
+    prev = None
+    for alpha in np.linspace(1.0, 0.0, 11):
+        dc = greedy_choice(float(alpha), ttft, tpot, osl, feas, g)
+        assert np.all(feas[np.arange(n), dc] | ~feas.any(axis=1))
+        if prev is not None:
+            assert np.all(g[dc] <= g[prev] + 1e-12)
+        prev = dc
+    # α = 0 is the lowest-CI feasible DC (MOER).
+    g_feas = np.where(feas, g[None, :], np.inf)
+    rows = feas.any(axis=1)
+    assert np.all(g[prev][rows] == g_feas[rows].min(axis=1))
+
+
+# -- registry and configs ----------------------------------------------------------------------------
+def test_registry_specs_and_errors() -> None:
+    assert "greedy:<alpha>" in POLICY_SPECS
+    for spec in ALL_SPECS:
+        pol = make_policy(spec)
+        assert pol.decision_mode in ("request", "window")
+    assert make_policy("greedy:0.25").name == "greedy:0.25"
+    assert make_policy("moer").name == "moer"
+    assert make_policy("milp@measured").name == "milp@measured"
+    for bad in ("nope", "greedy:1.5", "greedy:x", "rr@measured", "", 3):
+        with pytest.raises(ConfigError, match="allowed"):
+            make_policy(bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="timing"):
+        StandardILP(timing="wallclock")
+    with pytest.raises(ConfigError, match="time_limit_s"):
+        StandardILP(time_limit_s=-1.0)
+    with pytest.raises(ConfigError, match="t_max"):
+        make_policy("iter-ilp").__class__(t_max=0)
+    models = load_solve_time_models()
+    assert set(models) >= {"lp", "milp"} and models["lp"](300, 16) > 0
+
+
+def test_window_policy_refuses_request_mode() -> None:
+    sim = GeoSimulation(preset("mini", load="moderate", duration_s=2.0))
+    pol = make_policy("ilp")
+    with pytest.raises(ConfigError, match="decision_mode = 'window'"):
+        sim.run(pol)
+
+
+def test_solver_queue_books_consecutive_solves() -> None:
+    q = SolverQueue(2)
+    assert q.delay(0, 1.0, 0.3) == pytest.approx(0.3)
+    assert q.delay(0, 1.1, 0.3) == pytest.approx(0.5)  # waits for the first solve
+    assert q.delay(1, 1.1, 0.3) == pytest.approx(0.3)  # the other scheduler has its own solver
+    assert q.delay(0, 5.0, 0.0) == 0.0
+
+
+# -- policies on the simulator ------------------------------------------------------------------------
+class _Checking:
+    """Wraps a policy; checks every placement (index range, and H_d for the window solvers)."""
+
+    def __init__(self, policy) -> None:
+        self.p = policy
+        self.name = policy.name
+        self.batchable = policy.batchable
+        self.within = 0
+        self.total = 0
+
+    def reset(self, *a) -> None:
+        self.p.reset(*a)
+
+    def sched_delay_s(self, ctx) -> float:
+        return self.p.sched_delay_s(ctx)
+
+    def decide(self, ctx):
+        out = np.asarray(self.p.decide(ctx))
+        assert out.shape == (ctx.n_requests,) and out.dtype.kind == "i"
+        assert out.min() >= 0 and out.max() < ctx.n_dcs
+        if ctx.mode == "window" and ctx.n_requests:
+            cap = window_headroom(ctx, ctx.estimator)
+            cnt = np.bincount(out, minlength=ctx.n_dcs)
+            rr = getattr(self.p, "stats", {}).get("rr_requests", 0)
+            # Only round-robin fallbacks may exceed H_d; without them every DC is within it.
+            if rr == getattr(self, "_rr_seen", 0):
+                assert np.all(cnt <= cap)
+                self.within += 1
+            self._rr_seen = rr
+        self.total += 1
+        return out
+
+
+@pytest.fixture(scope="module")
+def small_runs():
+    out = {}
+    for spec in ALL_SPECS:
+        pol = make_policy(spec)
+        chk = _Checking(pol)
+        cfg = policy_config(preset("small", load="moderate", duration_s=15.0, drain_s=30.0), pol)
+        out[spec] = (GeoSimulation(cfg).run(chk).summary, pol, chk)
+    return out
+
+
+def test_every_policy_runs_with_feasible_placements(small_runs) -> None:
+    for spec, (s, pol, chk) in small_runs.items():
+        assert s["complete"] and s["arrived"] == s["finished"] + s["unfinished"], spec
+        assert s["carbon_g"] > 0 and 0 <= s["slo_violation_pct"] <= 100
+        assert chk.total > 0
+        if spec in ("ilp", "iter-ilp", "milp"):
+            assert s["decision_mode"] == "window"
+            assert chk.within > 0
+            assert pol.stats["windows"] == chk.total and pol.stats["failed_solves"] == 0
+            assert s["sched_overhead_ms"] > 0  # the modelled solve time is charged
+    assert small_runs["iter-ilp"][1].stats["solves"] > small_runs["iter-ilp"][1].stats["windows"]
+
+
+def test_carbon_aware_policies_save_carbon_at_moderate_load(small_runs) -> None:
+    rr = small_runs["rr"][0]["carbon_g"]
+    assert small_runs["greedy:0"][0]["carbon_g"] < 0.8 * rr
+    for spec in ("moer", "greedy:0.5", "ilp", "iter-ilp", "milp", "green-llm"):
+        assert small_runs[spec][0]["carbon_g"] < rr, spec
+    # MOER is greedy at α = 0.
+    assert small_runs["moer"][0]["carbon_g"] == small_runs["greedy:0"][0]["carbon_g"]
+    # Greedy savings grow as α falls (the paper's α-monotonicity, here on a whole run).
+    c = [small_runs[f"greedy:{a}"][0]["carbon_g"] for a in ("0.9", "0.5", "0")]
+    assert c[0] >= c[1] >= c[2]
+
+
+def test_fallback_path_runs_when_the_solver_gets_no_time() -> None:
+    cfg = preset("mini", load="moderate", duration_s=3.0, drain_s=20.0, decision_mode="window")
+    for cls in (StandardILP, FacilityMILP):
+        pol = cls(time_limit_s=0.0)
+        s = GeoSimulation(cfg).run(pol).summary
+        assert pol.stats["failed_solves"] == pol.stats["windows"] > 0
+        assert pol.stats["fallback_requests"] == pol.stats["requests"] == s["arrived"]
+        assert s["complete"]
+
+
+def test_milp_without_wake_cost_is_the_ilp_on_a_run() -> None:
+    cfg = preset("mini", load="moderate", duration_s=4.0, decision_mode="window")
+    a = GeoSimulation(cfg).run(StandardILP())
+    b = GeoSimulation(cfg).run(FacilityMILP(wake_scale=0.0))
+    assert np.array_equal(a.requests["dc"].to_numpy(), b.requests["dc"].to_numpy())
+
+
+def test_window_policies_deterministic() -> None:
+    cfg = preset("mini", load="high", duration_s=3.0, decision_mode="window")
+    for spec in ("iter-ilp", "milp"):
+        r1 = GeoSimulation(cfg).run(make_policy(spec))
+        r2 = GeoSimulation(cfg).run(make_policy(spec))
+        assert r1.summary["carbon_g"] == r2.summary["carbon_g"]
+        assert np.array_equal(r1.requests["dc"].to_numpy(), r2.requests["dc"].to_numpy())
+        assert np.array_equal(r1.requests["sched_delay_s"].to_numpy(), r2.requests["sched_delay_s"].to_numpy())
+
+
+def test_projection_moves_load_onto_the_assigned_dcs() -> None:
+    sim = GeoSimulation(preset("mini", load="high", duration_s=3.0, decision_mode="window"))
+    ctx = sim.next_decision()
+    snap, est = ctx.snapshot, ctx.estimator
+    assign = np.zeros(ctx.n_requests, dtype=np.int64)
+    proj = project_assignment(snap, est, assign, ctx.input_tokens)
+    assert proj.batch[0] + proj.queued_tokens[0] > snap.batch[0] + snap.queued_tokens[0]
+    assert np.array_equal(proj.batch[1:], snap.batch[1:])
+    e2 = est.estimate(proj, ctx.input_tokens, ctx.osl_estimate, ctx.scheduler)
+    assert np.all(e2.ttft_s[:, 0] >= ctx.estimates.ttft_s[:, 0] - 1e-12)
+    sim.apply(ctx, assign)
