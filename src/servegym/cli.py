@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "servegym.calibration.cli",
     "servegym.envs.pd.cli",
     "servegym.envs.npu.cli",
+    "servegym.agents.cli",
 )
 
 

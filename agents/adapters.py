@@ -1,0 +1,125 @@
+"""The family adapter table: each family's env ids, domain scalars and baseline runners.
+
+A baseline runner plays one seeded episode of the *same env* the agent plays, choosing each
+action with the family's baseline policy, so agent and baseline results come from one loop.
+Runners import their family's modules lazily (inside the runner), so this table is cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+from servegym.agents.families import EpisodeAccumulator, EpisodeResult, Family, MetricSpec, register_family
+from servegym.agents.rollout import play_episode
+
+from servegym.errors import ConfigError
+
+# ---------------------------------------------------------------------------------------------- geo
+# The geo envs put the simulator's run summary in info["episode_metrics"] at the end of a complete
+# run (the same dict GeoSimulation.run returns for a baseline); agg "last" reads it there.
+GEO_METRICS = (
+    MetricSpec("carbon_g", ("carbon_g",), label="carbon over the serving window (gCO2)"),
+    MetricSpec("slo_violation_pct", ("slo_violation_pct",), label="SLO violation (%)"),
+    MetricSpec("ttft_p50_s", ("ttft_p50_s",), label="p50 TTFT (s)"),
+    MetricSpec("ttft_p99_s", ("ttft_p99_s",), label="p99 TTFT (s)"),
+    MetricSpec("tpot_p99_s", ("tpot_p99_s",), label="p99 TPOT (s)"),
+    MetricSpec("energy_kwh", ("energy_kwh",), label="facility energy (kWh)"),
+)
+#: The paper's Fig. 4a set (servegym.baselines.geo.PAPER_POLICIES).
+GEO_BASELINES = ("rr", "ll", "greedy:0", "greedy:0.5", "greedy:0.9", "ilp", "iter-ilp", "milp", "green-llm",
+                 "moer")
+
+
+def run_geo_baseline(env: gym.Env, name: str, seed: int) -> EpisodeResult:
+    """One geo run with a :mod:`servegym.baselines.geo` policy on the env's scenario and seed.
+
+    The geo envs seed their simulator with the reset seed (``GeoSimulation(geo_config, seed)``), so
+    the baseline serves the same request stream under the same grid. It runs the simulator's own
+    policy loop rather than stepping the env: the window schedulers (ILP, MILP) decide jointly,
+    which neither env's action expresses. ``reward`` is the env's reward formula applied to the
+    run (-w_carbon * carbon with drain - w_slo * violations); the metrics are the run summary the
+    env reports in ``info["episode_metrics"]``. An env configured with ``max_steps`` stops early
+    and is then not comparable with these full runs.
+    """
+    from servegym.baselines.geo import make_policy
+    from servegym.baselines.geo.registry import policy_config
+    from servegym.envs.geo.cluster import GeoSimulation
+
+    base = env.unwrapped
+    policy = make_policy(name)
+    sim = GeoSimulation(policy_config(base.geo_config, policy), seed=int(seed))
+    res = sim.run(policy)
+    summary = res.summary
+    cfg = base.config
+    reward = -(cfg.w_carbon * float(summary["carbon_with_drain_g"])
+               + cfg.w_slo * float(sim.n_finished_violations))
+    acc = EpisodeAccumulator(GEO_METRICS)
+    acc.add({"episode_metrics": summary})
+    # Length in the env's own steps: requests for GeoRoute-v0, windows for GeoRouteWindow-v0.
+    length = summary["arrived"] if base.decision_mode == "request" else summary["decisions"]
+    return EpisodeResult(policy=name, seed=int(seed), reward=reward, length=int(length),
+                         metrics=acc.result())
+
+# ----------------------------------------------------------------------------------------------- pd
+# PDProvision-v0 reports per-period quantities: energy/carbon/cost add up, power is averaged, the
+# violation share is weighted by the period's arrivals.
+PD_METRICS = (
+    MetricSpec("carbon_g", ("carbon_g",), agg="sum", label="carbon (gCO2)"),
+    MetricSpec("energy_kwh", ("energy_kwh",), agg="sum", label="facility energy (kWh)"),
+    MetricSpec("cost_usd", ("cost_usd",), agg="sum", label="energy cost (USD)"),
+    MetricSpec("slo_violation_pct", ("slo_violation",), agg="wmean", weight_key="arrived", scale=100.0,
+               label="SLO violation (%)"),
+    MetricSpec("ttft_mean_s", ("ttft_s",), agg="wmean", weight_key="arrived", label="mean TTFT (s)"),
+    MetricSpec("power_w", ("power_w",), agg="mean", label="mean facility power (W)"),
+    MetricSpec("cap_excess_kwh", ("cap_excess_kwh",), agg="sum", label="power-cap excess (kWh)"),
+)
+
+# ---------------------------------------------------------------------------------------------- npu
+NPU_METRICS = (
+    MetricSpec("energy_j", ("energy_j",), agg="sum", label="energy (J)"),
+    MetricSpec("cost_usd", ("cost_usd",), agg="sum", label="cost (USD)"),
+    MetricSpec("slo_satisfaction", ("slo_satisfaction",), lower_is_better=False, label="SLO satisfaction (0-1)"),
+    MetricSpec("energy_efficiency", ("energy_efficiency",), lower_is_better=False, label="tokens per J"),
+    MetricSpec("cost_efficiency", ("cost_efficiency",), lower_is_better=False, label="tokens per USD"),
+)
+
+
+def _unknown(family: str, name: str, allowed: tuple[str, ...]) -> ConfigError:
+    return ConfigError(f"baseline = {name!r} unknown for family {family!r}; allowed: {', '.join(allowed)}")
+
+
+PD_BASELINES = ("min-power", "min-power+lookahead", "static-peak", "threshold-hpa")
+
+
+def _pd_policy(name: str) -> Any:
+    from servegym.baselines.pd import MinPowerPareto, StaticPeak, ThresholdAutoscaler
+
+    makers = {"min-power": lambda: MinPowerPareto(lookahead=0), "min-power+lookahead": lambda: MinPowerPareto(lookahead=1),
+              "static-peak": StaticPeak, "threshold-hpa": ThresholdAutoscaler}
+    if name not in makers:
+        raise _unknown("pd", name, PD_BASELINES)
+    return makers[name]()
+
+
+def run_pd_baseline(env: gym.Env, name: str, seed: int) -> EpisodeResult:
+    """One PDProvision-v0 episode stepped by a :mod:`servegym.baselines.pd` policy (``reset(env, info)``,
+    ``act(obs, info)``), through the same env the agent plays."""
+    policy = _pd_policy(name)
+    return play_episode(env, lambda obs, info, _env: policy.act(obs, info), seed, name, PD_METRICS,
+                        on_reset=lambda e, info: policy.reset(e.unwrapped, info))
+
+
+register_family(Family(name="geo", env_ids=("servegym/GeoRoute-v0", "servegym/GeoRouteWindow-v0"),
+                       metrics=GEO_METRICS, baselines=GEO_BASELINES, run_baseline=run_geo_baseline,
+                       reference="rr", saving_metric="carbon_g",
+                       recommended_algo={"servegym/GeoRoute-v0": "maskable-ppo",
+                                         "servegym/GeoRouteWindow-v0": "ppo"}))
+register_family(Family(name="pd", env_ids=("servegym/PDProvision-v0",), metrics=PD_METRICS,
+                       baselines=PD_BASELINES, run_baseline=run_pd_baseline,
+                       recommended_algo={"servegym/PDProvision-v0": "maskable-ppo"}))
+register_family(Family(name="npu", env_ids=("servegym/NPUAutoscale-v0",), metrics=NPU_METRICS,
+                       run_baseline=None, recommended_algo={"servegym/NPUAutoscale-v0": "maskable-ppo"}))
+
+
+__all__ = ["GEO_METRICS", "NPU_METRICS", "PD_METRICS", "EpisodeResult", "play_episode"]

@@ -1,0 +1,208 @@
+"""Training callbacks: a tqdm progress bar, per-episode domain scalars, and seeded evaluations with
+the family's baselines as reference lines in TensorBoard.
+
+TensorBoard tags written (``<m>`` = a domain scalar of the family, e.g. ``carbon_g``):
+
+- ``episode/<m>``: each finished training episode, at the step it ended;
+- ``eval/mean_reward``, ``eval/<m>`` (mean over the evaluation seeds), ``eval/saving_vs_<ref>_pct``;
+- ``baseline/<name>/<m>`` and ``baseline/<name>/mean_reward``: the baselines on the same seeds,
+  logged at every evaluation step so they draw as flat reference lines;
+- a Custom Scalars layout (TensorBoard's "Custom Scalars" tab) with one chart per metric that
+  overlays the agent and every baseline.
+
+This module imports stable-baselines3 (and torch); import it only from training code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from servegym.agents.families import (
+    EpisodeAccumulator,
+    EpisodeResult,
+    Family,
+    run_baseline_episodes,
+    saving_pct,
+)
+from servegym.agents.rollout import agent_act_fn, play_episode
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import TensorBoardOutputFormat
+from tqdm.auto import tqdm
+
+
+def tb_writer(logger: Any) -> Any | None:
+    """The SummaryWriter of SB3's TensorBoard output, or ``None`` when TensorBoard logging is off."""
+    for fmt in getattr(logger, "output_formats", ()):
+        if isinstance(fmt, TensorBoardOutputFormat):
+            return fmt.writer
+    return None
+
+
+class TqdmCallback(BaseCallback):
+    """A tqdm bar over environment steps (SB3's own bar needs rich; this needs only tqdm)."""
+
+    def __init__(self, total: int, disable: bool | None = None) -> None:
+        super().__init__()
+        self.total = total
+        self.disable = disable
+        self._bar: Any = None
+
+    def _on_training_start(self) -> None:
+        self._bar = tqdm(total=self.total, unit="step", desc="train", disable=self.disable, dynamic_ncols=True)
+
+    def _on_step(self) -> bool:
+        self._bar.update(self.training_env.num_envs)
+        return True
+
+    def _on_training_end(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+class EpisodeMetricsCallback(BaseCallback):
+    """Logs each finished training episode's domain scalars as ``episode/<m>`` at the current step."""
+
+    def __init__(self, family: Family) -> None:
+        super().__init__()
+        self.family = family
+        self._acc: list[EpisodeAccumulator] = []
+        self.episodes = 0
+        self.last: dict[str, float] = {}
+
+    def _on_training_start(self) -> None:
+        self._acc = [EpisodeAccumulator(self.family.metrics) for _ in range(self.training_env.num_envs)]
+
+    def _on_step(self) -> bool:
+        if not self.family.metrics:
+            return True
+        infos: Sequence[dict[str, Any]] = self.locals.get("infos", ())
+        dones = np.asarray(self.locals.get("dones", np.zeros(len(infos), dtype=bool)))
+        writer = tb_writer(self.logger)
+        for i, info in enumerate(infos):
+            acc = self._acc[i]
+            if not acc.only_last or dones[i]:
+                acc.add(info)
+            if dones[i]:
+                self.last = acc.result()
+                acc.reset()
+                self.episodes += 1
+                for key, value in self.last.items():
+                    self.logger.record_mean(f"episode/{key}", value, exclude=("tensorboard",))
+                    if writer is not None:
+                        writer.add_scalar(f"episode/{key}", value, self.num_timesteps)
+        return True
+
+
+def summarize_episodes(results: Sequence[EpisodeResult]) -> dict[str, float]:
+    """Mean reward and mean of each domain scalar over episodes."""
+    out = {"mean_reward": float(np.mean([r.reward for r in results]))}
+    keys = sorted({k for r in results for k in r.metrics})
+    for k in keys:
+        vals = [r.metrics[k] for r in results if k in r.metrics]
+        out[k] = float(np.mean(vals))
+    return out
+
+
+def mean_saving(agent: Sequence[EpisodeResult], reference: Sequence[EpisodeResult], metric: str) -> float:
+    """Mean per-seed saving (%) of ``metric`` against the reference policy on the same seeds."""
+    ref = {r.seed: r.metrics.get(metric, math.nan) for r in reference}
+    vals = [saving_pct(r.metrics[metric], ref.get(r.seed, math.nan)) for r in agent if metric in r.metrics]
+    vals = [v for v in vals if math.isfinite(v)]
+    return float(np.mean(vals)) if vals else math.nan
+
+
+class SeededEvalCallback(BaseCallback):
+    """Every ``eval_freq`` environment steps, plays the agent (deterministic) on fixed seeds, logs the
+    domain scalars beside the baselines' on the same seeds, and saves the best model by mean reward.
+
+    Args:
+        make_env: builds a fresh evaluation env (same id and kwargs as training).
+        family: the env's family (metrics, baselines).
+        seeds: evaluation episode seeds (identical at every evaluation, so curves are comparable).
+        baselines: baseline names to evaluate once on ``seeds`` and draw as reference lines.
+        eval_freq: evaluation period in total environment steps (over all parallel envs).
+        best_path: where the best model goes (``.zip``); its VecNormalize statistics beside it.
+    """
+
+    def __init__(self, make_env: Callable[[], gym.Env], family: Family, seeds: Sequence[int],
+                 baselines: Sequence[str], eval_freq: int, best_path: Path | None, verbose: int = 0,
+                 strict_baselines: bool = True) -> None:
+        super().__init__(verbose)
+        self.make_env = make_env
+        self.family = family
+        self.seeds = list(seeds)
+        self.baseline_names = list(baselines)
+        self.strict_baselines = strict_baselines
+        self.eval_freq = max(1, int(eval_freq))
+        self.best_path = best_path
+        self.best_mean_reward = -math.inf
+        self.baseline_results: dict[str, list[EpisodeResult]] = {}
+        self.history: list[dict[str, float]] = []
+        self._env: gym.Env | None = None
+        self._next_eval = self.eval_freq
+
+    def _on_training_start(self) -> None:
+        self._env = self.make_env()
+        self.baseline_results = run_baseline_episodes(self.family, self._env, self.baseline_names, self.seeds,
+                                                      strict=self.strict_baselines)
+        writer = tb_writer(self.logger)
+        if writer is not None and self.family.metrics:
+            keys = [*self.family.metric_keys(), "mean_reward"]
+            layout = {"servegym: agent vs baselines (same seeds)": {
+                k: ["Multiline", [f"eval/{k}$", f"baseline/.*/{k}$"]] for k in keys}}
+            writer.add_custom_scalars(layout)
+
+    def _on_rollout_start(self) -> None:
+        # Checked between rollouts, where the policy has just been updated: evaluating inside an
+        # on-policy rollout would score the same policy repeatedly.
+        if self.num_timesteps >= self._next_eval:
+            while self._next_eval <= self.num_timesteps:
+                self._next_eval += self.eval_freq
+            self.evaluate()
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_training_end(self) -> None:
+        self.evaluate()
+
+    def evaluate(self) -> dict[str, float]:
+        assert self._env is not None
+        vn = self.model.get_vec_normalize_env()
+        act = agent_act_fn(self.model, vn.normalize_obs if vn is not None else None)
+        results = [play_episode(self._env, act, s, "agent", self.family.metrics) for s in self.seeds]
+        summary = summarize_episodes(results)
+        ref, metric = self.family.reference, self.family.saving_metric
+        if ref and metric and ref in self.baseline_results:
+            summary[f"saving_vs_{ref}_pct"] = mean_saving(results, self.baseline_results[ref], metric)
+        step = self.num_timesteps
+        writer = tb_writer(self.logger)
+        for key, value in summary.items():
+            self.logger.record(f"eval/{key}", value, exclude=("tensorboard",))
+        if writer is not None:
+            for name, res in self.baseline_results.items():
+                b = summarize_episodes(res)
+                if ref and metric and ref in self.baseline_results:
+                    b[f"saving_vs_{ref}_pct"] = mean_saving(res, self.baseline_results[ref], metric)
+                for key, value in b.items():
+                    writer.add_scalar(f"baseline/{name}/{key}", value, step)
+            for key, value in summary.items():
+                writer.add_scalar(f"eval/{key}", value, step)
+            writer.flush()
+        summary["timesteps"] = float(step)
+        self.history.append(summary)
+        if summary["mean_reward"] > self.best_mean_reward:
+            self.best_mean_reward = summary["mean_reward"]
+            if self.best_path is not None:
+                self.model.save(self.best_path)
+                if vn is not None:
+                    vn.save(str(self.best_path.with_name(self.best_path.stem + "_vecnormalize.pkl")))
+        if self.verbose:
+            shown = ", ".join(f"{k}={v:.4g}" for k, v in summary.items() if k != "timesteps")
+            tqdm.write(f"eval @ {step}: {shown}")
+        return summary

@@ -1,0 +1,150 @@
+"""``servegym train``, ``servegym evaluate`` and ``servegym sweep``.
+
+torch and stable-baselines3 are imported inside the handlers only, so ``servegym --help`` and
+``import servegym`` never load them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from servegym.errors import ConfigError
+
+ALGO_NAMES = ("ppo", "maskable-ppo", "a2c", "dqn", "sac", "td3")
+
+
+def _env_kwargs(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        val = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--env-kwargs = {text!r} is not JSON ({exc.msg}); allowed: a JSON object, "
+                          "e.g. '{\"config\": {\"preset\": \"mini\"}}'") from None
+    if not isinstance(val, dict):
+        raise ConfigError(f"--env-kwargs = {text!r}; allowed: a JSON object")
+    return val
+
+
+def _positive(name: str) -> Any:
+    def parse(text: str) -> int:
+        try:
+            v = int(float(text))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}") from None
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {text!r}")
+        return v
+
+    return parse
+
+
+def add_commands(subparsers: Any) -> None:
+    tr = subparsers.add_parser("train", help="train a stable-baselines3 agent on a servegym env",
+                               description="Train an agent; TensorBoard shows the domain scalars beside the "
+                                           "family's baselines on the same evaluation seeds.")
+    tr.add_argument("--env", required=True, help="env id, e.g. servegym/GeoRoute-v0")
+    tr.add_argument("--algo", default="ppo", choices=ALGO_NAMES)
+    tr.add_argument("--timesteps", type=_positive("--timesteps"), default=None,
+                    help="environment steps (default: n_timesteps of the hyperparameter file)")
+    tr.add_argument("--n-envs", type=_positive("--n-envs"), default=None, help="parallel envs")
+    tr.add_argument("--vec", choices=("dummy", "subproc"), default="dummy")
+    tr.add_argument("--hyperparams", metavar="FILE.yml", help="rl-zoo3-style hyperparameters (default: shipped)")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--tb", metavar="DIR", default="runs/tb", help="TensorBoard log dir ('' to disable)")
+    tr.add_argument("--out", metavar="MODEL.zip", help="final model path (default runs/<env>_<algo>_s<seed>/model.zip)")
+    tr.add_argument("--env-kwargs", metavar="JSON", help="gym.make keyword arguments as a JSON object")
+    tr.add_argument("--eval-freq", type=int, default=None, help="evaluate every N steps (default: timesteps/5)")
+    tr.add_argument("--eval-episodes", type=_positive("--eval-episodes"), default=3)
+    tr.add_argument("--baselines", default="all", help="reference baselines in TensorBoard: all, none or a,b")
+    tr.add_argument("--checkpoint-freq", type=int, default=None, help="checkpoint every N steps (0: none)")
+    tr.add_argument("--device", default="cpu", help="torch device (cpu, cuda, auto)")
+    tr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    tr.add_argument("--json", action="store_true", help="print the result as JSON")
+    tr.set_defaults(func=_train)
+
+    ev = subparsers.add_parser("evaluate", help="a saved agent vs the family's baselines on the same seeds",
+                               description="Mean ± 95%% CI over episodes; CSV, markdown and a bar chart.")
+    ev.add_argument("--env", default=None, help="env id (default: from the run's run.json)")
+    ev.add_argument("--model", required=True, metavar="PATH", help="a model .zip saved by servegym train")
+    ev.add_argument("--algo", default=None, choices=ALGO_NAMES, help="needed only without run.json")
+    ev.add_argument("--episodes", type=_positive("--episodes"), default=5)
+    ev.add_argument("--seed", type=int, default=None, help="first seed (default: the run's evaluation seeds)")
+    ev.add_argument("--baselines", default="all", help="all, none or a comma list")
+    ev.add_argument("--env-kwargs", metavar="JSON", help="override gym.make keyword arguments")
+    ev.add_argument("--out-dir", metavar="DIR", default=None, help="write episodes.csv, summary.csv/.md/.png")
+    ev.add_argument("--json", action="store_true", help="print the summary as JSON")
+    ev.set_defaults(func=_evaluate)
+
+    sw = subparsers.add_parser("sweep", help="policy x scenario x seed grid on a process pool or Ray",
+                               description="Run a sweep config (see servegym.agents.sweep) into a tidy table.")
+    sw.add_argument("config", metavar="CONFIG.yml")
+    sw.add_argument("--workers", type=_positive("--workers"), default=None, help="processes (default: CPUs)")
+    sw.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                    help="run on Ray: a local instance, or an existing cluster at ADDRESS")
+    sw.add_argument("--out", default="sweep_results.csv", help="results .csv (default) or .parquet")
+    sw.add_argument("--json", action="store_true", help="print per (scenario, policy) means as JSON")
+    sw.set_defaults(func=_sweep)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from servegym.agents.train import TrainConfig, train
+
+    cfg = TrainConfig(env_id=args.env, algo=args.algo, timesteps=args.timesteps, n_envs=args.n_envs,
+                      vec=args.vec, hyperparams=args.hyperparams, seed=args.seed, tb=args.tb or None,
+                      out=args.out, env_kwargs=_env_kwargs(args.env_kwargs), eval_freq=args.eval_freq,
+                      eval_episodes=args.eval_episodes, baselines=args.baselines,
+                      checkpoint_freq=args.checkpoint_freq, progress=not args.no_progress, device=args.device,
+                      verbose=0 if args.json else 1)
+    res = train(cfg)
+    out = {"model": str(res.model_path), "best_model": str(res.best_model_path) if res.best_model_path else None,
+           "vecnormalize": str(res.vecnormalize_path) if res.vecnormalize_path else None,
+           "tensorboard": str(res.tb_dir) if res.tb_dir else None, "run": str(res.run_file),
+           "wall_s": round(res.wall_s, 2), "final_eval": res.eval_history[-1] if res.eval_history else None}
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"model: {out['model']}  (best: {out['best_model']})")
+        if out["tensorboard"]:
+            print(f"watch: tensorboard --logdir {res.tb_dir.parent}")
+        print(f"compare: servegym evaluate --model {out['model']} --out-dir {res.model_path.parent / 'eval'}")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from servegym.agents.evaluate import evaluate_model, markdown_table
+
+    rep = evaluate_model(args.env, args.model, episodes=args.episodes, baselines=args.baselines, seed=args.seed,
+                         out_dir=args.out_dir, algo=args.algo, env_kwargs=_env_kwargs(args.env_kwargs),
+                         progress=not args.json)
+    if args.json:
+        print(rep.summary.to_json(orient="records", indent=2))
+    else:
+        sys.stdout.write(markdown_table(rep.summary))
+        for name, path in rep.files.items():
+            print(f"{name}: {path}")
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from servegym.agents.sweep import load_sweep, run_sweep, summary_json, write_results
+
+    cfg = load_sweep(args.config)
+    if args.out.endswith(".parquet"):
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise ConfigError(f"--out = {args.out!r}: Parquet needs pyarrow (pip install pyarrow); "
+                              "or use --out results.csv") from None
+    ray_address: str | bool | None = False if args.ray is None else (args.ray or None)
+    df = run_sweep(cfg, workers=args.workers, ray_address=ray_address, progress=not args.json)
+    path = write_results(df, args.out)
+    if args.json:
+        print(summary_json(df))
+    else:
+        print(f"{len(df)} rows ({len(cfg.policies)} policies x {len(cfg.scenarios)} scenarios x "
+              f"{len(cfg.seeds)} seeds) -> {path}")
+    return 0

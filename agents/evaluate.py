@@ -1,0 +1,175 @@
+"""Agent vs baselines on the same seeds (``servegym evaluate``): tidy episodes, a mean ± 95% CI
+table (CSV and markdown) and bar charts.
+
+The CI is Student's t over episodes: mean ± t(0.975, n-1) · s / sqrt(n) (NaN half-width for n = 1).
+Only :func:`evaluate_model` imports torch (to load the agent); the statistics and plots do not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pandas as pd
+from servegym.agents.families import (
+    EpisodeResult,
+    Family,
+    family_for,
+    resolve_baselines,
+    run_baseline_episodes,
+    saving_pct,
+)
+from servegym.agents.rollout import agent_act_fn, play_episode, seeds_from
+
+ID_COLUMNS = ("policy", "seed")
+# Anything np.asarray accepts (a list, a pandas column, an array).
+NDArrayLike = Any
+
+
+def episodes_frame(results: Sequence[EpisodeResult], family: Family) -> pd.DataFrame:
+    """One row per (policy, seed) with reward, length and domain scalars; adds
+    ``saving_vs_<ref>_pct`` per seed when the family's reference baseline was run."""
+    df = pd.DataFrame([r.row() for r in results])
+    ref, metric = family.reference, family.saving_metric
+    if ref and metric and not df.empty and metric in df and (df["policy"] == ref).any():
+        base = df[df["policy"] == ref].set_index("seed")[metric]
+        df[f"saving_vs_{ref}_pct"] = [saving_pct(v, float(base.get(s, math.nan)))
+                                      for v, s in zip(df[metric], df["seed"], strict=True)]
+    return df
+
+
+def t_halfwidth(values: NDArrayLike, confidence: float = 0.95) -> float:
+    """Half-width of the two-sided Student-t confidence interval of the mean."""
+    from scipy import stats
+
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    n = x.size
+    if n < 2:
+        return math.nan
+    return float(stats.t.ppf(0.5 + confidence / 2.0, n - 1) * x.std(ddof=1) / math.sqrt(n))
+
+
+
+def summary_frame(episodes: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Per policy (in first-seen order): ``<m>_mean`` and ``<m>_ci`` (half-width) of every numeric column."""
+    metrics = [c for c in episodes.columns if c not in ID_COLUMNS and c != "length"
+               and pd.api.types.is_numeric_dtype(episodes[c])]
+    rows = []
+    for policy, grp in episodes.groupby("policy", sort=False):
+        row: dict[str, Any] = {"policy": policy, "episodes": len(grp)}
+        for m in metrics:
+            row[f"{m}_mean"] = float(grp[m].mean())
+            row[f"{m}_ci"] = t_halfwidth(grp[m].to_numpy(), confidence)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def markdown_table(summary: pd.DataFrame, digits: int = 4) -> str:
+    """``mean ± ci`` cells, one column per metric."""
+    metrics = [c[:-5] for c in summary.columns if c.endswith("_mean")]
+    header = ["policy", "episodes", *metrics]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for _, r in summary.iterrows():
+        cells = [str(r["policy"]), str(int(r["episodes"]))]
+        for m in metrics:
+            mean, ci = r[f"{m}_mean"], r[f"{m}_ci"]
+            cells.append(f"{mean:.{digits}g}" + ("" if not math.isfinite(ci) else f" ± {ci:.{digits - 1}g}"))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_summary(summary: pd.DataFrame, family: Family, path: Path) -> Path:
+    """A bar chart with 95% CI error bars per metric (one panel each); the agent's bar is highlighted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = {m.key: m.label or m.key for m in family.metrics}
+    metrics = [c[:-5] for c in summary.columns if c.endswith("_mean")]
+    n = len(metrics)
+    cols = min(3, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    names = summary["policy"].tolist()
+    colors = ["tab:red" if p == "agent" else "tab:blue" for p in names]
+    for ax, m in zip(axes.ravel(), metrics, strict=False):
+        means = summary[f"{m}_mean"].to_numpy(dtype=float)
+        ci = np.nan_to_num(summary[f"{m}_ci"].to_numpy(dtype=float))
+        ax.bar(range(len(names)), means, yerr=ci, color=colors, capsize=3)
+        ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8)
+        ax.set_title(labels.get(m, m), fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    for ax in axes.ravel()[n:]:
+        ax.axis("off")
+    fig.suptitle("agent (red) vs baselines: mean ± 95% CI over the same seeds", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    episodes: pd.DataFrame
+    summary: pd.DataFrame
+    files: dict[str, Path]
+
+
+def evaluate_model(env_id: str | None, model_path: str | Path, episodes: int = 5, baselines: str | None = "all",
+                   seed: int | None = None, out_dir: str | Path | None = None, algo: str | None = None,
+                   env_kwargs: dict[str, Any] | None = None, progress: bool = True) -> EvalReport:
+    """Play the saved agent and the family's baselines on seeds ``seed .. seed+episodes-1`` (default:
+    the run's evaluation seeds' start); write ``episodes.csv``, ``summary.csv``, ``summary.md`` and
+    ``summary.png`` to ``out_dir`` when given."""
+    from servegym.agents.train import EVAL_SEED, check_env_id, load_agent
+    from tqdm.auto import tqdm
+
+    model, norm, run = load_agent(model_path, algo=algo, env_id=env_id)
+    env_id = env_id or run.get("env_id")
+    if env_id is None:
+        from servegym.errors import ConfigError
+
+        raise ConfigError(f"--env is required: no run.json beside {model_path} names the env")
+    check_env_id(env_id)
+    family = family_for(env_id)
+    names = resolve_baselines(family, baselines)
+    kwargs = {**run.get("env_kwargs", {}), **(env_kwargs or {})}
+    start = seed if seed is not None else (run.get("eval_seeds") or [EVAL_SEED])[0]
+    seeds = seeds_from(start, episodes)
+    env = gym.make(env_id, **kwargs)
+    bar = tqdm(total=len(seeds) * (1 + len(names)), desc="evaluate", unit="episode", disable=not progress)
+    try:
+        act = agent_act_fn(model, norm)
+        results = []
+        for s in seeds:
+            results.append(play_episode(env, act, s, "agent", family.metrics))
+            bar.update(1)
+        strict = baselines not in (None, "all")
+        for res in run_baseline_episodes(family, env, names, seeds, strict=strict, progress=bar).values():
+            results += res
+    finally:
+        bar.close()
+        env.close()
+    eps = episodes_frame(results, family)
+    summ = summary_frame(eps)
+    files: dict[str, Path] = {}
+    if out_dir is not None:
+        d = Path(out_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        files["episodes_csv"] = d / "episodes.csv"
+        eps.to_csv(files["episodes_csv"], index=False)
+        files["summary_csv"] = d / "summary.csv"
+        summ.to_csv(files["summary_csv"], index=False)
+        files["summary_md"] = d / "summary.md"
+        files["summary_md"].write_text(f"# {env_id}: agent vs baselines, seeds {seeds[0]}..{seeds[-1]}\n\n"
+                                       + markdown_table(summ))
+        files["plot"] = plot_summary(summ, family, d / "summary.png")
+    return EvalReport(episodes=eps, summary=summ, files=files)

@@ -1,0 +1,176 @@
+"""rl-zoo3-style hyperparameter files: one YAML per env id, one section per algorithm.
+
+Shipped files live in ``servegym/agents/hyperparams/<EnvName>.yml`` (the id without the
+``servegym/`` namespace). A section uses rl-zoo3's vocabulary::
+
+    ppo:
+      n_envs: 4              # parallel envs (``--n-envs`` overrides)
+      n_timesteps: 100000    # default budget (``--timesteps`` overrides)
+      policy: MlpPolicy
+      normalize: true        # VecNormalize; or a mapping {norm_obs: true, norm_reward: false}
+      env_kwargs: {}         # passed to gym.make
+      policy_kwargs: {net_arch: [64, 64], activation_fn: tanh}
+      learning_rate: lin_3e-4   # "lin_X": linear decay from X to 0, as in rl-zoo3
+      n_steps: 256           # everything else goes to the algorithm's constructor
+
+A user file given with ``--hyperparams`` may have the same layout, rl-zoo3's layout (env ids as
+top-level keys) or be a single flat section.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from servegym.errors import ConfigError
+
+# Keys the trainer consumes itself; the rest are algorithm constructor arguments.
+TRAINER_KEYS = ("n_envs", "n_timesteps", "policy", "normalize", "env_kwargs", "policy_kwargs")
+
+
+@dataclass(frozen=True)
+class Hyperparams:
+    """A resolved section: ``algo_kwargs`` go to the algorithm; the rest configure the run."""
+
+    policy: str = "MlpPolicy"
+    n_envs: int | None = None
+    n_timesteps: int | None = None
+    normalize: dict[str, Any] | None = None
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    policy_kwargs: dict[str, Any] = field(default_factory=dict)
+    algo_kwargs: dict[str, Any] = field(default_factory=dict)
+    source: str = "defaults"
+
+
+def env_file_name(env_id: str) -> str:
+    return env_id.split("/")[-1] + ".yml"
+
+
+def _read_yaml(path: Path | Any) -> Any:
+    try:
+        import yaml
+    except ImportError as exc:
+        raise ConfigError("hyperparameter files need pyyaml (pip install 'servegym[rl]')") from exc
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
+
+
+def shipped_file(env_id: str) -> Any | None:
+    """The shipped hyperparameter file of an env id (a Traversable), or ``None``."""
+    f = resources.files("servegym.agents").joinpath("hyperparams", env_file_name(env_id))
+    return f if f.is_file() else None
+
+
+def _section(doc: Any, env_id: str, algo: str, where: str) -> dict[str, Any] | None:
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{where}: expected a mapping at the top level, got {type(doc).__name__}")
+    if env_id in doc:  # rl-zoo3 layout: {env_id: {...}} for one algorithm
+        doc = doc[env_id]
+    if algo in doc and isinstance(doc[algo], dict):
+        return dict(doc[algo])
+    if any(isinstance(v, dict) and k.replace("_", "-") in _algo_names() for k, v in doc.items()):
+        return None  # a per-algo file without a section for this algo
+    return dict(doc)
+
+
+def _algo_names() -> set[str]:
+    from servegym.agents.algos import ALGOS
+
+    return set(ALGOS)
+
+
+def load_hyperparams(env_id: str, algo: str, path: str | Path | None = None) -> Hyperparams:
+    """The section for ``algo`` from ``path`` (or the env's shipped file); SB3 defaults when absent."""
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"--hyperparams = {str(path)!r}: no such file")
+        raw = _section(_read_yaml(p), env_id, algo, str(p))
+        if raw is None:
+            raise ConfigError(f"--hyperparams = {str(path)!r} has no section for algo {algo!r}")
+        source = str(p)
+    else:
+        f = shipped_file(env_id)
+        raw = _section(_read_yaml(f), env_id, algo, str(f)) if f is not None else None
+        source = f"servegym/agents/hyperparams/{env_file_name(env_id)}" if raw is not None else "defaults"
+    return parse_section(raw or {}, source)
+
+
+def parse_section(raw: dict[str, Any], source: str) -> Hyperparams:
+    raw = dict(raw)
+    normalize = raw.pop("normalize", False)
+    if isinstance(normalize, str):  # rl-zoo3 writes "{'norm_obs': True, 'norm_reward': False}"
+        normalize = {"norm_obs": "norm_obs': false" not in normalize.lower(),
+                     "norm_reward": "norm_reward': false" not in normalize.lower()}
+    if normalize is True:
+        normalize = {}
+    elif normalize is False or normalize is None:
+        normalize = None
+    elif not isinstance(normalize, dict):
+        raise ConfigError(f"{source}: normalize = {normalize!r}; allowed: true, false or a mapping")
+
+    def _int(key: str) -> int | None:
+        v = raw.pop(key, None)
+        if v is None:
+            return None
+        try:
+            iv = int(float(v))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{source}: {key} = {v!r}; allowed: a positive integer") from exc
+        if iv < 1:
+            raise ConfigError(f"{source}: {key} = {v!r}; allowed: >= 1")
+        return iv
+
+    n_envs = _int("n_envs")
+    n_timesteps = _int("n_timesteps")
+    env_kwargs = raw.pop("env_kwargs", None) or {}
+    policy_kwargs = raw.pop("policy_kwargs", None) or {}
+    for key, val in (("env_kwargs", env_kwargs), ("policy_kwargs", policy_kwargs)):
+        if not isinstance(val, dict):
+            raise ConfigError(f"{source}: {key} must be a mapping, got {val!r}")
+    return Hyperparams(policy=str(raw.pop("policy", "MlpPolicy")), n_envs=n_envs, n_timesteps=n_timesteps,
+                       normalize=normalize, env_kwargs=dict(env_kwargs), policy_kwargs=dict(policy_kwargs),
+                       algo_kwargs=raw, source=source)
+
+
+def materialize(hp: Hyperparams) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(algo kwargs, policy kwargs) with rl-zoo3 shorthands resolved (imports torch)."""
+    import torch.nn as nn
+
+    acts = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "leaky_relu": nn.LeakyReLU, "gelu": nn.GELU}
+    pk = dict(hp.policy_kwargs)
+    if isinstance(pk.get("activation_fn"), str):
+        name = pk["activation_fn"].lower().removeprefix("nn.")
+        if name not in acts:
+            raise ConfigError(f"{hp.source}: policy_kwargs.activation_fn = {pk['activation_fn']!r}; "
+                              f"allowed: {', '.join(acts)}")
+        pk["activation_fn"] = acts[name]
+    ak = dict(hp.algo_kwargs)
+    for key in ("learning_rate", "clip_range"):
+        v = ak.get(key)
+        if isinstance(v, str):
+            if v.startswith("lin_"):
+                start = float(v[4:])
+                ak[key] = _Linear(start)
+            else:
+                try:
+                    ak[key] = float(v)
+                except ValueError as exc:
+                    raise ConfigError(f"{hp.source}: {key} = {v!r}; allowed: a number or lin_<number>") from exc
+    return ak, pk
+
+
+class _Linear:
+    """rl-zoo3's linear schedule: ``progress_remaining * start`` (picklable, unlike a closure)."""
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+
+    def __call__(self, progress_remaining: float) -> float:
+        return progress_remaining * self.start

@@ -1,0 +1,244 @@
+"""Training a stable-baselines3 agent on a servegym env (``servegym train``).
+
+A run directory holds everything a later ``servegym evaluate`` needs::
+
+    <out>.zip                      the final model
+    <out>_vecnormalize.pkl         VecNormalize statistics (when the hyperparameters normalize)
+    best_model.zip (+ _vecnormalize.pkl)   best mean evaluation reward on the fixed evaluation seeds
+    checkpoints/model_<N>_steps.zip (+ model_vecnormalize_<N>_steps.pkl)
+    run.json                       env id, env kwargs, algo, seeds, hyperparameters, evaluation history
+
+Imports torch and stable-baselines3: the CLI imports this module inside its handler only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+from servegym.agents.algos import algo_class, check_algo
+from servegym.agents.families import family_for, resolve_baselines
+from servegym.agents.hparams import Hyperparams, load_hyperparams, materialize
+from servegym.agents.rollout import has_action_masks, seeds_from
+
+from servegym.errors import ConfigError, check_range
+
+RUN_FILE = "run.json"
+# Evaluation seeds start here by default, away from the training seeds (seed, seed+1, ... per env).
+EVAL_SEED = 1000
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run. ``timesteps`` counts environment steps over all parallel envs; ``eval_freq``
+    likewise (0: evaluate only at the end); ``checkpoint_freq`` in environment steps (0: none)."""
+
+    env_id: str
+    algo: str = "ppo"
+    timesteps: int | None = None
+    n_envs: int | None = None
+    vec: str = "dummy"
+    hyperparams: str | None = None
+    seed: int = 0
+    tb: str | None = "runs/tb"
+    out: str | None = None
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    eval_freq: int | None = None
+    eval_episodes: int = 3
+    eval_seed: int = EVAL_SEED
+    baselines: str | None = "all"
+    checkpoint_freq: int | None = None
+    progress: bool = True
+    device: str = "cpu"
+    verbose: int = 1
+
+    def __post_init__(self) -> None:
+        if self.vec not in ("dummy", "subproc"):
+            raise ConfigError(f"--vec = {self.vec!r}; allowed: dummy, subproc")
+        if self.timesteps is not None:
+            check_range("--timesteps", self.timesteps, 1)
+        if self.n_envs is not None:
+            check_range("--n-envs", self.n_envs, 1, 256)
+        check_range("--eval-episodes", self.eval_episodes, 1)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    model_path: Path
+    best_model_path: Path | None
+    vecnormalize_path: Path | None
+    tb_dir: Path | None
+    run_file: Path
+    eval_history: list[dict[str, float]]
+    wall_s: float
+
+
+def check_env_id(env_id: str) -> None:
+    """A one-line error naming the registered servegym ids when ``env_id`` is unknown."""
+    import servegym  # noqa: F401  (registers the ids)
+
+    if env_id not in gym.registry:
+        ours = sorted(k for k in gym.registry if k.startswith("servegym/"))
+        raise ConfigError(f"--env = {env_id!r} is not a registered env id; allowed: {', '.join(ours) or '(none yet)'}"
+                          " or any other Gymnasium id")
+
+
+def make_monitored_env(env_id: str, env_kwargs: dict[str, Any]) -> gym.Env:
+    """A training env with SB3's Monitor (episode return/length in the logs); module-level so that
+    SubprocVecEnv can pickle it under ``spawn``."""
+    from stable_baselines3.common.monitor import Monitor
+
+    import servegym  # noqa: F401  (registers the ids in spawned workers)
+
+    return Monitor(gym.make(env_id, **env_kwargs))
+
+
+def vecnormalize_path_for(model_path: Path) -> Path:
+    """Where the VecNormalize statistics of a saved model live (checkpoints use SB3's own names)."""
+    stem = model_path.stem
+    parts = stem.rsplit("_", 2)
+    if len(parts) == 3 and parts[2] == "steps" and parts[1].isdigit():
+        return model_path.with_name(f"{parts[0]}_vecnormalize_{parts[1]}_steps.pkl")
+    return model_path.with_name(stem + "_vecnormalize.pkl")
+
+
+def _default_out(cfg: TrainConfig) -> Path:
+    return Path("runs") / f"{cfg.env_id.split('/')[-1]}_{cfg.algo}_s{cfg.seed}" / "model.zip"
+
+
+def _json_safe(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return repr(x)
+
+
+def train(cfg: TrainConfig) -> TrainResult:
+    """Train, evaluate periodically against the family's baselines, save; see the module docstring."""
+    from servegym.agents.callbacks import EpisodeMetricsCallback, SeededEvalCallback, TqdmCallback
+    from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
+
+    t0 = time.perf_counter()
+    check_env_id(cfg.env_id)
+    family = family_for(cfg.env_id)
+    hp: Hyperparams = load_hyperparams(cfg.env_id, cfg.algo, cfg.hyperparams)
+    env_kwargs = {**hp.env_kwargs, **cfg.env_kwargs}
+    probe = gym.make(cfg.env_id, **env_kwargs)
+    try:
+        spec = check_algo(cfg.algo, probe.action_space, cfg.env_id, has_action_masks(probe))
+    finally:
+        probe.close()
+    baselines = resolve_baselines(family, cfg.baselines)
+    timesteps = cfg.timesteps or hp.n_timesteps
+    if timesteps is None:
+        raise ConfigError(f"--timesteps is required: {hp.source} sets no n_timesteps for {cfg.algo}")
+    n_envs = cfg.n_envs or hp.n_envs or 1
+
+    out = Path(cfg.out) if cfg.out else _default_out(cfg)
+    if out.suffix != ".zip":
+        out = out.with_suffix(".zip")
+    run_dir = out.parent
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    vec_cls = SubprocVecEnv if cfg.vec == "subproc" else DummyVecEnv
+    vec_kwargs = {"start_method": "spawn"} if cfg.vec == "subproc" else None
+    venv = vec_cls([partial(make_monitored_env, cfg.env_id, env_kwargs) for _ in range(n_envs)],
+                   **(vec_kwargs or {}))
+    venv.seed(cfg.seed)  # env i resets first with seed + i
+    algo_kwargs, policy_kwargs = materialize(hp)
+    if hp.normalize is not None:
+        norm = {"norm_obs": True, "norm_reward": True, **hp.normalize}
+        venv = VecNormalize(venv, gamma=float(algo_kwargs.get("gamma", 0.99)), **norm)
+    cls = algo_class(spec.name)
+    try:
+        model = cls(hp.policy, venv, seed=cfg.seed, tensorboard_log=cfg.tb, verbose=0, device=cfg.device,
+                    policy_kwargs=policy_kwargs or None, **algo_kwargs)
+    except TypeError as exc:
+        venv.close()
+        raise ConfigError(f"{hp.source}: bad hyperparameter for {spec.name}: {exc}") from exc
+
+    eval_freq = cfg.eval_freq if cfg.eval_freq is not None else max(timesteps // 5, 1)
+    eval_seeds = seeds_from(cfg.eval_seed, cfg.eval_episodes)
+    best_path = run_dir / "best_model.zip"
+
+    def make_eval_env() -> gym.Env:
+        return gym.make(cfg.env_id, **env_kwargs)
+
+    evaluator = SeededEvalCallback(make_eval_env, family, eval_seeds, baselines,
+                                   eval_freq if eval_freq > 0 else timesteps + 1, best_path,
+                                   verbose=cfg.verbose, strict_baselines=cfg.baselines not in (None, "all"))
+    callbacks: list[Any] = [EpisodeMetricsCallback(family), evaluator]
+    ckpt = cfg.checkpoint_freq if cfg.checkpoint_freq is not None else max(timesteps // 4, 1)
+    if ckpt > 0:
+        callbacks.append(CheckpointCallback(save_freq=max(ckpt // n_envs, 1), save_path=str(run_dir / "checkpoints"),
+                                            name_prefix="model", save_vecnormalize=True))
+    if cfg.progress:
+        callbacks.append(TqdmCallback(timesteps))
+    tb_name = f"{cfg.env_id.split('/')[-1]}_{spec.name}_s{cfg.seed}"
+    try:
+        model.learn(total_timesteps=timesteps, callback=CallbackList(callbacks), tb_log_name=tb_name)
+        model.save(out)
+        vn_path: Path | None = None
+        vn = model.get_vec_normalize_env()
+        if vn is not None:
+            vn_path = vecnormalize_path_for(out)
+            vn.save(str(vn_path))
+    finally:
+        venv.close()
+    tb_dir = Path(model.logger.get_dir()) if cfg.tb else None
+    run = {
+        "env_id": cfg.env_id, "algo": spec.name, "env_kwargs": env_kwargs, "timesteps": timesteps,
+        "n_envs": n_envs, "seed": cfg.seed, "eval_seeds": eval_seeds, "baselines": baselines,
+        "hyperparams_source": hp.source, "hyperparams": asdict(hp), "model": out.name,
+        "tensorboard": str(tb_dir) if tb_dir else None, "eval_history": evaluator.history,
+        "baseline_eval": {n: [r.row() for r in res] for n, res in evaluator.baseline_results.items()},
+    }
+    run_file = run_dir / RUN_FILE
+    run_file.write_text(json.dumps(_json_safe(run), indent=2))
+    return TrainResult(model_path=out, best_model_path=best_path if best_path.exists() else None,
+                       vecnormalize_path=vn_path, tb_dir=tb_dir, run_file=run_file,
+                       eval_history=evaluator.history, wall_s=time.perf_counter() - t0)
+
+
+def read_run(model_path: Path) -> dict[str, Any] | None:
+    """The ``run.json`` of a saved model (its folder, or the parent for checkpoints)."""
+    for d in (model_path.parent, model_path.parent.parent):
+        f = d / RUN_FILE
+        if f.is_file():
+            return json.loads(f.read_text())
+    return None
+
+
+def load_agent(model_path: str | Path, algo: str | None = None, env_id: str | None = None) -> tuple[Any, Any, dict]:
+    """(model, observation normalizer or None, run info) of a saved model."""
+    from servegym.agents.rollout import ObsNormalizer
+
+    p = Path(model_path)
+    if not p.is_file():
+        raise ConfigError(f"--model = {str(model_path)!r}: no such file")
+    run = read_run(p) or {}
+    algo = algo or run.get("algo")
+    if algo is None:
+        raise ConfigError(f"--algo is required: no {RUN_FILE} beside {p} says which algorithm saved it")
+    if env_id and run.get("env_id") and run["env_id"] != env_id:
+        raise ConfigError(f"--env = {env_id!r} but the model was trained on {run['env_id']!r}")
+    cls = algo_class(algo)
+    try:
+        model = cls.load(p, device="cpu")
+    except Exception as exc:  # a zip of another algorithm, or not an SB3 zip
+        raise ConfigError(f"--model = {str(p)!r} does not load as {algo}: {type(exc).__name__}: {exc}") from exc
+    vn_path = vecnormalize_path_for(p)
+    norm = ObsNormalizer.load(vn_path) if vn_path.is_file() else None
+    return model, norm, {**run, "algo": algo}
