@@ -287,7 +287,9 @@ def plot_deployments(results: list[PolicyResult], path: str, title: str = "PD pr
         ax2.plot(hours, r.series["power_w"] / 1000.0, lw=0.6, alpha=0.7, label=f"{r.policy} power (kW)")
     ax2.set_ylabel("kW")
     ax.set_title(title)
-    ax2.legend(loc="upper left", fontsize=6)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax2.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=6)
     for ax, r in zip(axes[1:], results, strict=True):
         ax.step(hours, r.series["n_p"], where="post", label="n_P")
         ax.step(hours, r.series["n_d"], where="post", label="n_D")

@@ -203,7 +203,7 @@ def test_scenario_signals_are_documented_shapes() -> None:
     assert sig.base_rate_rps.max() == pytest.approx(14.0, rel=1e-3)
     assert len(sig.mix_weights) <= 96 and np.allclose(sig.mix_weights.sum(axis=1), 1.0)
     assert sig.ci_g_per_kwh.size == 1440 and np.all(sig.ci_g_per_kwh > 0)
-    assert set(np.unique(sig.cap_w)) == {12_000.0, 7_000.0, 8_500.0}
+    assert set(np.unique(sig.cap_w)) == {12_000.0, 5_500.0, 6_500.0}
     assert sig.pattern.mean() == pytest.approx(1.0)
 
 

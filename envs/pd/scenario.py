@@ -35,7 +35,7 @@ moments.
   solar dip at midday.
 * Power cap (facility W, IT power x PUE): ``power_cap_w`` outside events; each ``dr_events`` row
   (start hour, duration h, cap W) lowers it while active (the lowest active cap wins). The two default
-  demand-response events (14:00-16:00 at 7 kW, 19:00-20:00 at 8.5 kW) are **illustrative** curtailment requests
+  demand-response events (14:00-16:00 at 5.5 kW, 19:00-20:00 at 6.5 kW) are **illustrative** curtailment requests
   of the kind the paper's introduction motivates (grid operators asking large loads to curtail).
 * Price (USD/kWh): ``price_usd_per_kwh``, 24 hourly values of local time. We ship no price data; the default
   is an **illustrative** time-of-use tariff (0.08 off-peak 22:00-08:00, 0.12 shoulder, 0.20 on-peak
@@ -71,7 +71,7 @@ DEFAULT_MIX_KNOTS: tuple[tuple[float, float, float, float], ...] = (
 )
 
 #: Illustrative demand-response events: (start local hour, duration h, facility cap W).
-DEFAULT_DR_EVENTS: tuple[tuple[float, float, float], ...] = ((14.0, 2.0, 7_000.0), (19.0, 1.0, 8_500.0))
+DEFAULT_DR_EVENTS: tuple[tuple[float, float, float], ...] = ((14.0, 2.0, 5_500.0), (19.0, 1.0, 6_500.0))
 
 #: Illustrative time-of-use tariff, USD/kWh per local hour (NOT a real utility's rates).
 DEFAULT_TOU_PRICE: tuple[float, ...] = tuple(
