@@ -23,6 +23,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     c = sub.add_parser("catalog", help="NPU chip versions (Table 2 + prices) and model shapes")
     c.add_argument("--json", action="store_true", help="print JSON instead of tables")
     c.set_defaults(func=_cmd_catalog)
+    _add_compare(sub)
     npu.set_defaults(func=lambda args: (npu.print_help(), 2)[1])
 
 
@@ -74,4 +75,46 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
     mkeys = ["name", "hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "experts", "active_experts"]
     _print_table([k.upper() for k in [*mkeys, "params_B"]],
                  [[str(m[k]) for k in mkeys] + [f"{m['total_params'] / 1e9:.1f}"] for m in models])
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- npu compare
+# (cluster simulator + the paper's policies; owned with envs/npu/cluster.py and baselines/npu.py)
+
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="replay a workload under Base, NeuScale and the Ideal oracle (§5)")
+    p.add_argument("--model", default="Llama3-70B", help="Llama3-8B, Llama3-70B (default), Llama3.1-405B, DeepSeekV3-671B")
+    p.add_argument("--trace", default="azure", help="azure (default), lveval, openthoughts or bursty")
+    p.add_argument("--hours", type=float, default=2.0, help="replay length in hours (default 2)")
+    p.add_argument("--policies", default="base,neuscale,ideal", help="comma list of base, neuscale, ideal")
+    p.add_argument("--objective", default="energy", help="best-fit objective: energy (default) or cost")
+    p.add_argument("--rate-rpm", type=float, default=None, help="mean request rate, req/min (default: Table 4)")
+    p.add_argument("--osl-accuracy", type=float, default=0.6, help="output-length prediction accuracy (0.6)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print a JSON list of per-policy results")
+    p.add_argument("--plot-dir", default=None, help="write vpods_over_time.png and energy_vs_slo.png here")
+    p.set_defaults(func=_cmd_compare)
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    import sys
+
+    from servegym.baselines.npu import compare, plot_compare
+
+    pols = tuple(x.strip() for x in args.policies.split(",") if x.strip())
+    res = compare(args.model, args.trace, args.hours, pols, seed=args.seed, objective=args.objective,
+                  rate_rpm=args.rate_rpm, osl_accuracy=args.osl_accuracy, progress=sys.stderr.isatty())
+    if args.plot_dir:
+        plot_compare(res, args.plot_dir, f"{args.model} {args.trace} {args.hours:g} h")
+    rows = [r.row() for r in res]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{args.model} on {args.trace}, {args.hours:g} h (ideal = oracle bound, uses true lengths)")
+    headers = ["POLICY", "TOKENS/J", "TOKENS/USD", "SLO", "SLO_PREFILL", "SLO_DECODE", "ENERGY_MJ", "USD"]
+    _print_table(headers, [[str(r["policy"]), f"{r['energy_efficiency']:.4g}", f"{r['cost_efficiency']:.4g}",
+                            f"{r['slo_satisfaction']:.3f}", f"{r['slo_satisfaction_prefill']:.3f}",
+                            f"{r['slo_satisfaction_decode']:.3f}", f"{r['energy_j'] / 1e6:.4g}", f"{r['usd']:.4g}"]
+                           for r in rows])
     return 0

@@ -1,0 +1,474 @@
+"""The NeuScale paper's policies for :class:`~servegym.envs.npu.cluster.NPUCluster` (§3.4, §5.1).
+
+* :class:`BasePolicy` -- one homogeneous configuration (the best fit of the trace's largest sequence
+  length, per phase) scaled by count only, with the same count rule as NeuScale (peak rate over
+  T_pod, x2 / ÷2 limits, emergency scale-out), so the comparison isolates heterogeneity and grouping.
+* :class:`NeuScalePolicy` -- §3.4 in full: per-bucket best-fit groups, N_pod = ceil(R_peak / T_pod)
+  every 5-min epoch, at most x2 per epoch and ÷2 per 30 min, emergency scale-out at every decision
+  point when a group's peak queue exceeds its aggregated max batch, an EWMA on R_peak, coalescing of
+  groups with N_L = R_peak / T_pod < 0.5 into the next larger group when it has the spare capacity,
+  fail-over to another version's best fit when the quota runs out, and eviction (lower-R_peak groups
+  get chips last) when nothing else fits.
+* :func:`ideal_metrics` -- the oracle of §5.1 (**uses oracle information**: every request's true
+  lengths): each request on its best-fit vPod at a maximum-size batch of its own sequence length;
+  SLO satisfaction 1 by construction.
+
+:func:`run_policy` drives the simulator's decision loop (the same loop the Gymnasium env drives).
+
+Choices the paper leaves open (documented, not tuned): R_peak is the peak 10-s request rate; the EWMA
+is R <- max(P, alpha P + (1 - alpha) R) over each epoch's peak P with alpha = 0.5 (fast scale-in after
+a burst, immediate scale-out); a new group may start at its full N_pod (doubling from 0 is
+undefined); emergency scale-out adds ceil(excess queue / max batch) vPods.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from servegym.envs.npu.cluster import NB, NPUCluster, Observation, ScalingDecision
+from servegym.envs.npu.dse import SEQ_BUCKETS
+from servegym.envs.npu.roofline import PHASES
+
+from servegym.errors import ConfigError, check_range
+
+POLICIES: tuple[str, ...] = ("base", "neuscale", "ideal")
+
+
+@dataclass
+class _CountRule:
+    """Shared count rule: EWMA of R_peak, x2 per epoch, ÷2 per window, emergency scale-out."""
+
+    alpha: float = 0.5
+    max_up: float = 2.0
+    halve_window_s: float = 1800.0
+    ewma: np.ndarray = field(default_factory=lambda: np.zeros((2, NB)))
+    ref: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
+
+    def signal(self, ctx: Observation) -> np.ndarray:
+        p = ctx.epoch_peak
+        self.ewma = np.maximum(p, self.alpha * p + (1.0 - self.alpha) * self.ewma)
+        return self.ewma
+
+    def limit(self, key: tuple[str, int], want: int, current: int, now: float) -> int:
+        n_ref, t_ref = self.ref.get(key, (current, now))
+        if now - t_ref >= self.halve_window_s - 1e-9:
+            n_ref, t_ref = current, now
+        self.ref[key] = (n_ref, t_ref)
+        out = want
+        if current > 0:
+            out = min(out, math.floor(self.max_up * current))
+        return max(out, n_ref // 2)
+
+
+def _alive_counts(ctx: Observation, key: tuple[str, int]) -> dict[int, int]:
+    return dict(ctx.counts.get(key, {}))
+
+
+def _emergency(sim: NPUCluster, ctx: Observation, targets: dict[tuple[str, int], dict[int, int]]) -> dict:
+    """Emergency scale-out (bypasses the x2 limit) for groups whose peak queue exceeds what their alive
+    vPods (booting included) absorb. Decode: queued jobs beyond the summed max batch, ceil(excess / max
+    batch) more vPods. Prefill (max batches of 1-8 and a fluid queue): queued tokens beyond one check
+    interval of the alive vPods' throughput, enough vPods to drain the excess in one interval."""
+    out: dict[tuple[str, int], dict[int, int]] = {}
+    dt = sim.config.check_s
+    for key, tgt in targets.items():
+        if not tgt:
+            continue
+        p, b = PHASES.index(key[0]), int(np.searchsorted(ctx.bucket_edges, key[1]))
+        q = float(ctx.peak_queue[p, b])
+        if q <= 0:
+            continue
+        alive = _alive_counts(ctx, key)
+        main = max(tgt, key=lambda c: tgt[c])
+        if p == 1:
+            excess = q - sum(n * sim.configs[c].max_batch for c, n in alive.items())
+            add = math.ceil(excess / sim.configs[main].max_batch) if excess > 0 else 0
+        else:
+            tpr = max(float(ctx.tokens_per_req[0][ctx.tokens_per_req[0] > 0].mean())
+                      if (ctx.tokens_per_req[0] > 0).any() else 1.0, 1.0)
+            cap = sum(n * sim.max_rps(c, key[0], key[1], 1.0) for c, n in alive.items()) * dt
+            excess = q * tpr - cap
+            add = math.ceil(excess / (sim.max_rps(main, key[0], key[1], 1.0) * dt)) if excess > 0 else 0
+        if add > 0:
+            new = dict(tgt)
+            new[main] = max(tgt[main], alive.get(main, 0)) + add
+            out[key] = new
+    return out
+
+
+class NeuScalePolicy:
+    """NeuScale's autoscaler (§3.4); ``coalesce_below`` is N_L (0.5), ``coalescing=False`` disables it."""
+
+    name = "neuscale"
+
+    def __init__(self, coalesce_below: float = 0.5, coalescing: bool = True, alpha: float = 0.5) -> None:
+        check_range("coalesce_below", coalesce_below, 0.0, None)
+        check_range("alpha", alpha, 0.0, 1.0, low_inclusive=False)
+        self.coalesce_below = coalesce_below
+        self.coalescing = coalescing
+        self.rule = _CountRule(alpha=alpha)
+        self.targets: dict[tuple[str, int], dict[int, int]] = {}
+        self.merged: list[tuple[str, int, int]] = []
+
+    def reset(self, sim: NPUCluster) -> None:
+        self.sim = sim
+        self.rule = _CountRule(alpha=self.rule.alpha, halve_window_s=sim.config.window_s)
+        self.targets = {}
+
+    def groups(self, ctx: Observation, phase: int, signal: np.ndarray) -> list[tuple[int, float, float, int]]:
+        """(bucket index, token rate W (tokens/s), per-vPod capacity C (tokens/s), best-fit id) after
+        coalescing, for buckets with traffic in the window."""
+        sim = self.sim
+        ph = PHASES[phase]
+        tpr = ctx.tokens_per_req[phase]
+        live = np.flatnonzero((tpr > 0) & (signal[phase] > 0))
+        # one group per distinct best-fit configuration over a run of consecutive buckets (§3.4: all vPods
+        # of a group share a configuration; a new group only for a new allocation), keyed by the run's
+        # largest bucket so the length-to-group map sends the whole run there
+        groups: dict[int, list[float]] = {}
+        run: list[int] = []
+        prev = None
+        for b in live.tolist():
+            edge = int(ctx.bucket_edges[b])
+            cid = sim.candidates(ph, edge)[0]
+            if prev is not None and cid != prev[1]:
+                run.append(prev[0])
+            prev = (b, cid)
+        if prev is not None:
+            run.append(prev[0])
+        ends = np.array(run, dtype=np.int64)
+        for b in live.tolist():
+            top = int(ends[np.searchsorted(ends, b)])
+            edge = int(ctx.bucket_edges[top])
+            cid = sim.candidates(ph, edge)[0]
+            cap_b = sim.max_rps(cid, ph, int(ctx.bucket_edges[b]), 1.0)  # tokens/s of one vPod at bucket b
+            w = float(signal[phase, b] * tpr[b])
+            g = groups.setdefault(top, [0.0, 0.0, cid])
+            g[1] += w / cap_b  # vPods needed (at full batch) for this bucket's tokens
+            g[0] += w
+        # store (W, C) with C the effective tokens/s per vPod of the group's mix
+        for v in groups.values():
+            v[1] = v[0] / v[1] if v[1] > 0 else 1.0
+        if self.coalescing:
+            while True:
+                order = sorted(groups, key=lambda b: (groups[b][0] / groups[b][1], b))
+                merged = False
+                for b in order:
+                    w, c, _ = groups[b]
+                    if w / c >= self.coalesce_below:
+                        break
+                    larger = [x for x in groups if x > b]
+                    if not larger:
+                        continue
+                    t = min(larger)
+                    wt, ct, _ = groups[t]
+                    spare = max(1, math.ceil(wt / ct)) * ct - wt
+                    if spare >= w:
+                        groups[t][0] = wt + w
+                        del groups[b]
+                        self.merged.append((ph, int(ctx.bucket_edges[b]), int(ctx.bucket_edges[t])))
+                        merged = True
+                        break
+                if not merged:
+                    break
+        return [(b, v[0], v[1], int(v[2])) for b, v in sorted(groups.items())]
+
+    def decide(self, ctx: Observation) -> ScalingDecision:
+        sim = self.sim
+        if not ctx.at_epoch_boundary:
+            em = _emergency(sim, ctx, self.targets)
+            self.targets.update(em)
+            return ScalingDecision(em)
+        signal = self.rule.signal(ctx)
+        wanted: list[tuple[float, tuple[str, int], int]] = []
+        keep: set[tuple[str, int]] = set()
+        for p in (0, 1):
+            for b, w, c, _cid in self.groups(ctx, p, signal):
+                key = (PHASES[p], int(ctx.bucket_edges[b]))
+                n = max(1, math.ceil(w / c - 1e-9))
+                cur = sum(_alive_counts(ctx, key).values())
+                wanted.append((w, key, self.rule.limit(key, n, cur, ctx.time_s)))
+                keep.add(key)
+        # groups that lost their traffic or were coalesced shrink under the ÷2 limit, then go
+        for key in list(self.targets):
+            if key not in keep:
+                cur = sum(_alive_counts(ctx, key).values())
+                wanted.append((0.0, key, self.rule.limit(key, 0, cur, ctx.time_s)))
+        # quota: highest-R_peak groups first; best fit, then fail-over versions; the rest is evicted
+        budget = dict(ctx.quota_left)
+        for alive in ctx.counts.values():
+            for cid, n in alive.items():
+                budget[sim.configs[cid].version] += n * sim.configs[cid].chips
+        targets: dict[tuple[str, int], dict[int, int]] = {}
+        for _w, key, n in sorted(wanted, key=lambda x: -x[0]):
+            tgt: dict[int, int] = {}
+            left = n
+            for cid in [sim.candidates(*key)[0], *sim.failovers(*key)]:
+                if left <= 0:
+                    break
+                cf = sim.configs[cid]
+                fit = left if math.isinf(budget[cf.version]) else min(left, int(budget[cf.version] // cf.chips))
+                if fit > 0:
+                    tgt[cid] = tgt.get(cid, 0) + fit
+                    budget[cf.version] -= fit * cf.chips
+                    left -= fit
+            targets[key] = tgt
+        self.targets = {k: v for k, v in targets.items() if v}
+        return ScalingDecision(targets)
+
+
+class BasePolicy:
+    """Homogeneous count-only autoscaling: the best fit for the trace's largest sequence length."""
+
+    name = "base"
+
+    def __init__(self, alpha: float = 0.5) -> None:
+        self.rule = _CountRule(alpha=alpha)
+        self.targets: dict[tuple[str, int], dict[int, int]] = {}
+
+    def reset(self, sim: NPUCluster) -> None:
+        self.sim = sim
+        self.rule = _CountRule(alpha=self.rule.alpha, halve_window_s=sim.config.window_s)
+        w = sim.workload
+        edges = sim.edges
+        self.keys = (("prefill", int(edges[np.searchsorted(edges, min(w.max_input_tokens, edges[-1]))])),
+                     ("decode", int(edges[np.searchsorted(edges, min(w.max_total_tokens, edges[-1]))])))
+        self.cfg = {k: sim.candidates(*k)[0] for k in self.keys}
+        self.targets = {}
+
+    def decide(self, ctx: Observation) -> ScalingDecision:
+        sim = self.sim
+        if not ctx.at_epoch_boundary:
+            em = _emergency(sim, ctx, self.targets)
+            self.targets.update(em)
+            return ScalingDecision(em)
+        signal = self.rule.signal(ctx)
+        out: dict[tuple[str, int], dict[int, int]] = {}
+        for p, key in enumerate(self.keys):
+            cid = self.cfg[key]
+            w = float((signal[p] * ctx.tokens_per_req[p]).sum())
+            # T_pod at the requests' own lengths: tokens/s of the configuration at each bucket, weighted
+            cap = np.array([sim.max_rps(cid, key[0], int(e), 1.0) for e in ctx.bucket_edges])
+            wb = signal[p] * ctx.tokens_per_req[p]
+            vpod_s = float((wb / np.maximum(cap, 1e-300)).sum())  # vPods needed at full batch
+            n = max(1, math.ceil(vpod_s - 1e-9)) if w > 0 else 1
+            cur = sum(_alive_counts(ctx, key).values())
+            out[key] = {cid: self.rule.limit(key, n, cur, ctx.time_s)}
+            budget = ctx.quota_left[sim.configs[cid].version] + cur * sim.configs[cid].chips
+            if not math.isinf(budget):
+                out[key][cid] = min(out[key][cid], int(budget // sim.configs[cid].chips))
+        self.targets = out
+        return ScalingDecision(out)
+
+
+def make_policy(name: str) -> NeuScalePolicy | BasePolicy:
+    if name == "neuscale":
+        return NeuScalePolicy()
+    if name == "base":
+        return BasePolicy()
+    raise ConfigError(f"policy = {name!r} is unknown; allowed: base, neuscale (ideal is an oracle bound)")
+
+
+def run_policy(sim: NPUCluster, policy: NeuScalePolicy | BasePolicy, hours: float | None = None,
+               progress: Callable[[int], None] | None = None) -> dict[str, float]:
+    """Drive ``sim`` with ``policy`` at every decision point (``check_s``) for ``hours`` (default: the
+    workload's horizon); returns :meth:`NPUCluster.summary`. ``progress(n)`` is called per epoch."""
+    c = sim.config
+    horizon = sim.workload.duration_s if hours is None else hours * 3600.0
+    check_range("hours", horizon / 3600.0, c.epoch_s / 3600.0, None)
+    policy.reset(sim)
+    n_epochs = int(horizon // c.epoch_s)
+    per = round(c.epoch_s / c.check_s)
+    for e in range(n_epochs):
+        for _ in range(per):
+            ctx = sim.observe()
+            if e == 0 and ctx.at_epoch_boundary:
+                # the service exists at t = 0, sized by the policy on the first 10 minutes of arrivals
+                sim.provision(ScalingDecision(_warm_start(sim, policy)))
+            else:
+                sim.apply(policy.decide(ctx))
+            sim.advance(c.check_s)
+        if progress is not None:
+            progress(e)
+    return sim.summary()
+
+
+def _warm_start(sim: NPUCluster, policy: NeuScalePolicy | BasePolicy) -> dict:
+    """Initial deployment from the first 10 minutes of arrivals (a provisioned service at t = 0),
+    sized by the policy's own rule on a synthetic observation of those arrivals."""
+    c = sim.config
+    w = sim.workload
+    head = w.requests.window(0.0, 600.0)
+    rate = np.zeros((2, NB))
+    tok = np.zeros((2, NB))
+    if len(head):
+        isl, osl = head.input_tokens, head.output_tokens
+        bp = np.searchsorted(sim.edges, np.minimum(isl, sim.edges[-1]))
+        bd = np.searchsorted(sim.edges, np.minimum(isl + osl, sim.edges[-1]))
+        nbin = 600.0 / c.rate_bin_s
+        kb = np.minimum((head.arrival_s // c.rate_bin_s).astype(int), int(nbin) - 1)
+        for p, bb, t in ((0, bp, isl), (1, bd, osl)):
+            cnt = np.zeros((int(nbin), NB))
+            np.add.at(cnt, (kb, bb), 1.0)
+            rate[p] = cnt.max(axis=0) / c.rate_bin_s
+            tok[p] = np.bincount(bb, weights=t, minlength=NB) / np.maximum(np.bincount(bb, minlength=NB), 1)
+    ctx = sim.observe()
+    warm = Observation(**{**ctx.__dict__, "rate_recent": rate, "rate_peak": rate, "epoch_peak": rate,
+                          "tokens_per_req": tok, "at_epoch_boundary": True})
+    dec = policy.decide(warm)
+    return dict(dec.targets)
+
+
+def ideal_metrics(sim: NPUCluster, hours: float | None = None) -> dict[str, float]:
+    """The §5.1 oracle (uses oracle information: true lengths): every request on its best-fit vPod at
+    a maximum-size batch of its own sequence length; energy/cost per token from the roofline tables.
+
+    Prefill tokens = input tokens at the input-length bucket; decode tokens = output tokens at the
+    total-length bucket. SLO satisfaction is 1 by construction (best fits meet the SLO).
+    """
+    horizon = sim.workload.duration_s if hours is None else hours * 3600.0
+    r = sim.workload.requests.window(0.0, horizon)
+    out: dict[str, float] = {"oracle": 1.0}
+    e_tot = u_tot = t_tot = 0.0
+    for ph, bk, tok in (("prefill", sim.bk_p[: len(r)], r.input_tokens), ("decode", sim.bk_d[: len(r)], r.output_tokens)):
+        e_tok = np.array([sim.table.best[(ph, int(s))].energy_j_per_token for s in sim.edges])
+        u_tok = np.array([sim.table.best[(ph, int(s))].usd_per_token for s in sim.edges])
+        e = float((tok * e_tok[bk]).sum())
+        u = float((tok * u_tok[bk]).sum())
+        t = float(tok.sum())
+        out[f"energy_j_{ph}"], out[f"usd_{ph}"], out[f"tokens_{ph}"] = e, u, t
+        out[f"energy_efficiency_{ph}"] = t / e if e else 0.0
+        out[f"cost_efficiency_{ph}"] = t / u if u else 0.0
+        out[f"slo_satisfaction_{ph}"] = 1.0
+        e_tot, u_tot, t_tot = e_tot + e, u_tot + u, t_tot + t
+    out.update(energy_j=e_tot, usd=u_tot, tokens=t_tot, energy_efficiency=t_tot / e_tot if e_tot else 0.0,
+               cost_efficiency=t_tot / u_tot if u_tot else 0.0, slo_satisfaction=1.0,
+               requests_finished=float(len(r)))
+    return out
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """One row of :func:`compare`: efficiencies (tokens/J, tokens/USD), SLO satisfaction (0-1) and the
+    per-epoch vPod counts (epochs x 2 phases x 48 buckets) for plots."""
+
+    policy: str
+    summary: dict[str, float]
+    alive: np.ndarray
+    energy_j_per_epoch: np.ndarray
+    slo_per_epoch: np.ndarray
+
+    def row(self) -> dict[str, float | str | bool]:
+        s = self.summary
+        out: dict[str, float | str | bool] = {
+            "policy": self.policy, "energy_efficiency": s["energy_efficiency"],
+            "cost_efficiency": s["cost_efficiency"], "slo_satisfaction": s["slo_satisfaction"],
+            "oracle": bool(s.get("oracle", 0.0)),
+        }
+        for k in ("energy_efficiency_prefill", "energy_efficiency_decode", "cost_efficiency_prefill",
+                  "cost_efficiency_decode", "slo_satisfaction_prefill", "slo_satisfaction_decode",
+                  "energy_j", "usd", "tokens"):
+            out[k] = s[k]
+        return out
+
+
+def compare(model_name: str = "Llama3-70B", trace: str = "azure", hours: float = 2.0,
+            policies: tuple[str, ...] = ("base", "neuscale", "ideal"), seed: int = 0,
+            objective: str = "energy", rate_rpm: float | None = None, quota: dict[str, int] | None = None,
+            osl_accuracy: float = 0.6, progress: bool = False) -> list[CompareResult]:
+    """Run each policy on the same workload and simulator settings (Ideal: the §5.1 oracle bound)."""
+    from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog
+    from servegym.envs.npu.workloads import make_workload
+
+    for p in policies:
+        if p not in POLICIES:
+            raise ConfigError(f"policy = {p!r} is unknown; allowed: {', '.join(POLICIES)}")
+    if not policies:
+        raise ConfigError(f"policies is empty; allowed: a non-empty subset of {', '.join(POLICIES)}")
+    check_range("hours", hours, 5.0 / 60.0, 24.0 * 7)
+    cfg = ClusterConfig(model=model_name, objective=objective, quota_chips=quota, osl_accuracy=osl_accuracy)
+    wl = make_workload(trace, hours=hours, seed=seed, rate_rpm=rate_rpm)
+    cat = ConfigCatalog(cfg)
+    out: list[CompareResult] = []
+    for name in policies:
+        sim = NPUCluster(cfg, wl, seed=seed, catalog=cat)
+        if name == "ideal":
+            s = ideal_metrics(sim)
+            out.append(CompareResult(name, s, np.zeros((0, 2, NB)), np.zeros(0), np.zeros(0)))
+            continue
+        bar = None
+        cb = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=int(wl.duration_s // cfg.epoch_s), desc=f"{name} {model_name} {trace}", unit="epoch")
+
+            def cb(_e: int, bar: Any = bar) -> None:
+                bar.update(1)
+        s = run_policy(sim, make_policy(name), progress=cb)
+        if bar is not None:
+            bar.close()
+        per = round(cfg.epoch_s / cfg.check_s)
+        hist = sim.history
+        alive = np.array([hist[i].alive for i in range(per - 1, len(hist), per)])
+        e = np.array([sum(h.energy_j.sum() for h in hist[i:i + per]) for i in range(0, len(hist), per)])
+        slo = np.array([_slo(hist[i:i + per]) for i in range(0, len(hist), per)])
+        out.append(CompareResult(name, s, alive, e, slo))
+    return out
+
+
+def _slo(hs: list) -> float:
+    met = sum(h.slo_met[2] for h in hs)
+    tot = sum(h.slo_total for h in hs)
+    return float(met / tot) if tot else 1.0
+
+
+def plot_compare(results: list[CompareResult], out_dir: str, title: str = "") -> list[str]:
+    """vPods over time (per policy, stacked by group) and energy efficiency vs SLO satisfaction; PNG paths."""
+    import os
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    sims = [r for r in results if r.alive.size]
+    if sims:
+        fig, axes = plt.subplots(len(sims), 2, figsize=(11, 3.2 * len(sims)), squeeze=False)
+        for i, r in enumerate(sims):
+            t = (np.arange(r.alive.shape[0]) + 1) * 5.0 / 60.0
+            for p, ph in enumerate(PHASES):
+                ax = axes[i, p]
+                cols = np.flatnonzero(r.alive[:, p].sum(axis=0) > 0)
+                if cols.size:
+                    ax.stackplot(t, r.alive[:, p, cols].T, labels=[f"≤{int(e)}" for e in SEQ_BUCKETS[cols]])
+                    ax.legend(fontsize=6, loc="upper left", ncol=2, title="group (tokens)", title_fontsize=6)
+                ax.set_title(f"{r.policy}: {ph} vPods per group")
+                ax.set_xlabel("hours")
+                ax.set_ylabel("vPods")
+        fig.suptitle(title)
+        fig.tight_layout()
+        path = os.path.join(out_dir, "vpods_over_time.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for r in results:
+        ax.scatter(r.summary["slo_satisfaction"], r.summary["energy_efficiency"], s=60, label=r.policy)
+        ax.annotate(r.policy, (r.summary["slo_satisfaction"], r.summary["energy_efficiency"]), fontsize=8)
+    ax.set_xlabel("SLO satisfaction (TTFT and TPOT)")
+    ax.set_ylabel("energy efficiency (tokens/J)")
+    ax.set_title(title or "energy vs SLO")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "energy_vs_slo.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    paths.append(path)
+    return paths
