@@ -1,25 +1,44 @@
-"""Speed of servegym/PDProvision-v0 (fluid mode, and request mode briefly).
+"""Speed of servegym/PDProvision-v0 (fluid mode, and request mode briefly), plus the baseline table.
 
-Usage: ``.venv/bin/python benchmarks/pd_env_speed.py [--steps N] [--request-steps M]``.
-Reports env construction (tables cached after the first), reset, and steps/s with a fixed action
-and with the min-power baseline in the loop. Target (issue 5): fluid mode >= 2,000 steps/s.
+Usage: ``.venv/bin/python benchmarks/pd_env_speed.py [--steps N] [--request-steps M] [--write]``.
+Reports env construction (tables cached after the first), reset, and steps/s (wall and CPU time of this
+process, median of 3 runs) with a fixed action and with the min-power baseline in the loop; ``--write``
+also runs ``servegym pd compare`` (seed 0, whole day) and writes ``benchmarks/results/pd_env_speed.md``.
+Target (issue 5): fluid mode >= 2,000 steps/s.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import os
 import platform
+import statistics
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
-from servegym.baselines.pd import MinPowerPareto, run_policy
+from servegym.baselines.pd import MinPowerPareto, compare_policies, run_policy
 from servegym.envs.pd.env import PDProvisionEnv
+
+
+def _timed(fn: Callable[[], int], repeats: int = 3) -> tuple[float, float]:
+    """(median steps per wall s, median steps per CPU s) of ``fn`` returning its step count."""
+    wall, cpu = [], []
+    for _ in range(repeats):
+        t, c = time.perf_counter(), time.process_time()
+        n = fn()
+        wall.append(n / (time.perf_counter() - t))
+        cpu.append(n / max(time.process_time() - c, 1e-9))
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--steps", type=int, default=1440 * 3)
-    ap.add_argument("--request-steps", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=1440 * 2)
+    ap.add_argument("--request-steps", type=int, default=20)
+    ap.add_argument("--write", action="store_true", help="write benchmarks/results/pd_env_speed.md")
     args = ap.parse_args()
     t = time.perf_counter()
     env = PDProvisionEnv()
@@ -27,35 +46,56 @@ def main() -> None:
     t = time.perf_counter()
     PDProvisionEnv()
     t_cached = time.perf_counter() - t
-    env.reset(seed=0)
     t = time.perf_counter()
     for _ in range(100):
         env.reset(seed=1)
     t_reset = (time.perf_counter() - t) / 100
     action = np.array([6, 3])
-    n = 0
-    t = time.perf_counter()
-    while n < args.steps:
-        env.reset(seed=n)
-        for _ in range(min(1440, args.steps - n)):
-            env.step(action)
-            n += 1
-    fixed = n / (time.perf_counter() - t)
-    t = time.perf_counter()
-    res = run_policy(env, MinPowerPareto(lookahead=1), seed=0)
-    with_policy = res.steps / (time.perf_counter() - t)
+
+    def fixed() -> int:
+        n = 0
+        while n < args.steps:
+            env.reset(seed=n)
+            for _ in range(min(1440, args.steps - n)):
+                env.step(action)
+                n += 1
+        return n
+
+    fixed_wall, fixed_cpu = _timed(fixed)
+    pol_wall, pol_cpu = _timed(lambda: run_policy(env, MinPowerPareto(lookahead=1), seed=0).steps)
     req = PDProvisionEnv({"mode": "request"})
     req.reset(seed=0)
-    t = time.perf_counter()
-    for _ in range(args.request_steps):
-        req.step(action)
-    request = args.request_steps / (time.perf_counter() - t)
-    print(f"python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}")
-    print(f"construct: first {t_first:.2f} s (trace moments + 96 mix tables), cached {t_cached * 1e3:.1f} ms")
-    print(f"reset: {t_reset * 1e6:.0f} us")
-    print(f"fluid step, fixed action: {fixed:,.0f} steps/s ({args.steps} steps)")
-    print(f"fluid step + min-power+lookahead policy: {with_policy:,.0f} steps/s (one day)")
-    print(f"request mode (PDSimulator), morning load: {request:,.1f} steps/s ({args.request_steps} steps)")
+
+    def request() -> int:
+        for _ in range(args.request_steps):
+            req.step(action)
+        return args.request_steps
+
+    req_wall, _ = _timed(request, repeats=1)
+    lines = [
+        f"python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}, {os.cpu_count()} CPUs",
+        f"construct: first {t_first:.2f} s (trace moments + mix tables), cached {t_cached * 1e3:.1f} ms",
+        f"reset: {t_reset * 1e6:.0f} us",
+        f"fluid step, fixed action: {fixed_wall:,.0f} steps/s wall, {fixed_cpu:,.0f} steps/CPU-s",
+        f"fluid step + min-power+lookahead policy: {pol_wall:,.0f} steps/s wall, {pol_cpu:,.0f} steps/CPU-s",
+        f"request mode (PDSimulator), first {args.request_steps} periods: {req_wall:,.1f} steps/s wall",
+    ]
+    print("\n".join(lines))
+    if not args.write:
+        return
+    rows = [r.summary() for r in compare_policies(seed=0)]
+    table = ["| policy | energy kWh | carbon g | cost USD | SLO violations % | cap excess kWh |",
+             "|---|---:|---:|---:|---:|---:|"]
+    table += [f"| {r['policy']} | {r['energy_kwh']:.1f} | {r['carbon_g']:,.0f} | {r['cost_usd']:.2f} | "
+              f"{r['slo_violation_pct']:.2f} | {r['cap_excess_kwh']:.3f} |" for r in rows]
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    text = (f"# PDProvision-v0 speed and baselines\n\n{stamp}; produced by `benchmarks/pd_env_speed.py --write` "
+            "(CPUs shared with other jobs: the CPU-time figures are the steadier ones).\n\n"
+            + "\n".join(f"- {line}" for line in lines)
+            + "\n\n## `servegym pd compare` (default day, seed 0, fluid mode)\n\n" + "\n".join(table) + "\n")
+    out = Path(__file__).parent / "results" / "pd_env_speed.md"
+    out.write_text(text)
+    print(f"written {out}")
 
 
 if __name__ == "__main__":
