@@ -241,14 +241,19 @@ class CiClock:
         start = pd.Timestamp(cfg.ci_start) if cfg.ci_start is not None else pd.Timestamp(sim.topology.base_hour)
         self.start_h = float(start.hour + start.minute / 60.0 + start.second / 3600.0)
         self.duration_s = float(cfg.duration_s)
+        self._ci_snap: Snapshot | None = None
+        self._ci_stats = (0.0, 0.0)
 
     def features(self, t_s: NDArray[np.float64] | float, snap: Snapshot) -> NDArray[np.float64]:
         """(..., 5) :data:`TIME_FEATURES` at times ``t_s``."""
         t = np.asarray(t_s, dtype=np.float64)
         ang = 2.0 * np.pi * ((self.start_h + t / 3600.0) % 24.0) / 24.0
-        ci = snap.ci_g_per_kwh
-        mean = float(ci.mean())
-        cv = float(ci.std() / mean) if mean > 0 else 0.0
+        if self._ci_snap is not snap:  # CI statistics change only with the snapshot
+            ci = snap.ci_g_per_kwh
+            mean = float(ci.mean())
+            self._ci_stats = (mean, float(ci.std() / mean) if mean > 0 else 0.0)
+            self._ci_snap = snap
+        mean, cv = self._ci_stats
         out = np.empty((*t.shape, 5), dtype=np.float64)
         out[..., 0] = np.clip(t / self.duration_s, 0.0, 1.0)
         out[..., 1] = np.sin(ang)
@@ -299,7 +304,7 @@ def render_rgb(snap: Snapshot, max_num_seqs: int, highlight: NDArray[np.bool_] |
 
 def safe_ratio_squash(x: NDArray[np.float64], scale: float) -> NDArray[np.float64]:
     """``squash(x / scale)`` with non-finite or huge ratios mapped to (just under) 1."""
-    r = np.minimum(np.nan_to_num(x / scale, nan=1e9, posinf=1e9), 1e9)
+    r = np.fmin(np.asarray(x, dtype=np.float64) / scale, 1e9)  # fmin: NaN -> 1e9, inf -> 1e9
     return r / (1.0 + r)
 
 
@@ -341,7 +346,17 @@ class GeoEnvBase(gym.Env):
         self._ln_cap = math.log1p(float(sim.profile.kv_capacity_tokens))
         self._inv_e = 1.0 / sim.engines_per_dc
         self._episode_over = False
+        self._snap_cache: tuple[Snapshot, NDArray[np.float64], NDArray[np.float64]] | None = None
         return sim
+
+    def _snapshot_features(self, snap: Snapshot) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """(flattened :func:`dc_static_features`, estimator headroom H_d) of ``snap``, computed
+        once per snapshot (every decision of a poll interval shares it)."""
+        if self._snap_cache is None or self._snap_cache[0] is not snap:
+            assert self.sim is not None
+            self._snap_cache = (snap, dc_static_features(self.sim, snap).ravel(),
+                                self.sim.estimator.headroom_requests(snap))
+        return self._snap_cache[1], self._snap_cache[2]
 
     def _require_running(self) -> None:
         if self.sim is None or self._episode_over:

@@ -50,7 +50,6 @@ from servegym.envs.geo.env_common import (
     TIME_FEATURES,
     GeoEnvBase,
     GeoEnvConfig,
-    dc_static_features,
     safe_ratio_squash,
 )
 from servegym.envs.geo.provisioner import Snapshot
@@ -161,7 +160,7 @@ class GeoRouteEnv(GeoEnvBase):
         est = ctx.estimates
         cfg = sim.config
         g = np.empty((n, self.obs_dim), dtype=np.float32)
-        g[:, :7 * d] = dc_static_features(sim, snap).ravel()
+        g[:, :7 * d] = self._snapshot_features(snap)[0]
         t = ctx.decision_s
         g[:, 7 * d:8 * d] = np.clip((t[:, None] - snap.polled_at_s[None, :]) / cfg.poll_interval_s, 0.0, 1.0)
         o = 9 * d

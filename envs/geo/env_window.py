@@ -54,7 +54,6 @@ from servegym.envs.geo.env_common import (
     TIME_FEATURES,
     GeoEnvBase,
     GeoEnvConfig,
-    dc_static_features,
     safe_ratio_squash,
     squash,
 )
@@ -200,8 +199,7 @@ class GeoRouteWindowEnv(GeoEnvBase):
 
     def _headroom(self, ctx: DecisionContext) -> NDArray[np.float64]:
         """``H'_d``: the estimator's headroom less this scheduler's dispatches since d's poll."""
-        assert self.sim is not None
-        h = self.sim.estimator.headroom_requests(ctx.snapshot)
+        h = self._snapshot_features(ctx.snapshot)[1]
         return np.maximum(0.0, h - ctx.dispatched[int(ctx.scheduler[0])])
 
     def _caps(self, ctx: DecisionContext, share: NDArray[np.float64]) -> NDArray[np.int64]:
@@ -217,14 +215,15 @@ class GeoRouteWindowEnv(GeoEnvBase):
         n = ctx.n_requests
         s = int(ctx.scheduler[0])
         obs = np.empty(self.obs_dim, dtype=np.float32)
-        obs[:7 * d] = dc_static_features(sim, snap).ravel()
+        obs[:7 * d] = self._snapshot_features(snap)[0]
         obs[7 * d:8 * d] = np.clip((ctx.time_s - snap.polled_at_s) / cfg.poll_interval_s, 0.0, 1.0)
         obs[8 * d:9 * d] = squash(ctx.dispatched[s] * self._inv_e)
         o = 9 * d
-        obs[o:o + d] = est.feasible.mean(axis=0)
-        obs[o + d:o + 2 * d] = safe_ratio_squash(est.ttft_s.mean(axis=0), cfg.ttft_slo_s)
-        obs[o + 2 * d:o + 3 * d] = safe_ratio_squash(est.tpot_s.mean(axis=0), cfg.tpot_slo_s)
-        obs[o + 3 * d:o + 4 * d] = safe_ratio_squash(est.carbon_g.mean(axis=0), self._c_ref)
+        inv_n = 1.0 / n
+        obs[o:o + d] = np.count_nonzero(est.feasible, axis=0) * inv_n
+        scales = np.array([[cfg.ttft_slo_s], [cfg.tpot_slo_s], [self._c_ref]])
+        means = np.stack((est.ttft_s.sum(axis=0), est.tpot_s.sum(axis=0), est.carbon_g.sum(axis=0))) * inv_n
+        obs[o + d:o + 4 * d] = safe_ratio_squash(means, scales).ravel()
         obs[o + 4 * d:o + 5 * d] = snap.rtt_s[s] == 0.0
         obs[o + 5 * d:o + 6 * d] = squash(self._headroom(ctx) / max(n, 1))
         o += 6 * d
