@@ -69,7 +69,7 @@ class Recorder(StandardILP):
                 o_bar = float(np.mean(ctx.osl_estimate))
                 net = max(0.0, prof.energy.e0_dec - prof.idle_w * prof.tp
                           * float(prof.decode(1.0, estimator.isl_mean + 0.5 * estimator.osl_mean)))
-                k = min(ctx.n_requests, snap.engines_per_dc)
+                k = snap.engines_per_dc
                 wake_all = g * k * o_bar * net
                 share_all = (np.asarray(ctx.osl_estimate)[:, None] * prof.energy.e0_dec
                              / (snap.batch[None, :] + 1.0) * g[None, :])

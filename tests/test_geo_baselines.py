@@ -17,7 +17,7 @@ from servegym.baselines.geo import (
 )
 from servegym.baselines.geo.fallback import fallback_assign
 from servegym.baselines.geo.greedy import greedy_choice
-from servegym.baselines.geo.ilp import project_assignment, window_headroom
+from servegym.baselines.geo.ilp import drained_snapshot, project_assignment, window_headroom
 from servegym.baselines.geo.solver import solve_assignment, solve_facility, solve_facility_naive
 from servegym.baselines.geo.timing import SolverQueue, load_solve_time_models
 from servegym.envs.geo.cluster import GeoSimulation
@@ -234,7 +234,7 @@ def small_runs():
     for spec in ALL_SPECS:
         pol = make_policy(spec)
         chk = _Checking(pol)
-        cfg = policy_config(preset("small", load="moderate", duration_s=15.0, drain_s=30.0), pol)
+        cfg = policy_config(preset("small", load="moderate", duration_s=8.0, drain_s=30.0), pol)
         out[spec] = (GeoSimulation(cfg).run(chk).summary, pol, chk)
     return out
 
@@ -302,3 +302,26 @@ def test_projection_moves_load_onto_the_assigned_dcs() -> None:
     e2 = est.estimate(proj, ctx.input_tokens, ctx.osl_estimate, ctx.scheduler)
     assert np.all(e2.ttft_s[:, 0] >= ctx.estimates.ttft_s[:, 0] - 1e-12)
     sim.apply(ctx, assign)
+
+
+def test_headroom_grows_with_snapshot_age_and_shrinks_with_own_dispatches() -> None:
+    sim = GeoSimulation(preset("mini", load="high", duration_s=4.0, decision_mode="window"))
+    pol = make_policy("ilp")
+    pol.reset(sim.n_dcs, sim.n_regions, 0)
+    while (ctx := sim.next_decision()) is not None and ctx.time_s < 2.2:
+        sim.apply(ctx, pol.decide(ctx), pol.sched_delay_s(ctx))
+    snap, est = ctx.snapshot, ctx.estimator
+    fresh = est.headroom_requests(drained_snapshot(snap, est, float(snap.polled_at_s.max())))
+    older = est.headroom_requests(drained_snapshot(snap, est, float(snap.polled_at_s.max()) + 0.5))
+    assert np.all(older >= fresh - 1e-9) and np.any(older > fresh)
+    assert np.allclose(fresh, est.headroom_requests(snap))
+    cap = window_headroom(ctx, est)
+    own = ctx.dispatched[ctx.scheduler[0]]
+    assert np.all(cap <= np.floor(est.headroom_requests(drained_snapshot(snap, est, ctx.time_s))))
+    h_now = est.headroom_requests(drained_snapshot(snap, est, ctx.time_s))
+    r = ctx.dispatched.shape[0]
+    # Each own dispatch since the poll counts R times against the headroom.
+    assert np.all(cap <= np.maximum(0.0, np.floor(h_now - r * own) + 1.0))
+    assert np.all(cap[own > 0] <= np.maximum(0.0, h_now[own > 0] - r * own[own > 0]))
+    assert np.all(cap == np.floor(cap)) and np.all(cap >= 0)
+    sim.apply(ctx, pol.decide(ctx), pol.sched_delay_s(ctx))

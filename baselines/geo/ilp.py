@@ -10,13 +10,21 @@ Both decide one scheduler's window (the simulator's ``decision_mode="window"``: 
   (``servegym.envs.geo.estimator``; ``OSL_r`` is the run's OSL estimate).
 - ``F_r``: the DCs whose estimated TTFT and TPOT meet the budgets.
 - ``H_d`` (requests): the window's batch-slot headroom at d,
-  ``H_d = ⌊max(0, H^snap_d − R · n^own_{s,d})⌋``, where ``H^snap_d`` is the estimator's
-  ``headroom_requests`` (free batch slots of all d's engines net of its queued prompts:
-  ``E · max(0, S_d − B_d − Q_d / Ī)``), ``n^own_{s,d}`` the requests this scheduler s already sent
-  to d since d's last poll (``ctx.dispatched``) and ``R`` the number of schedulers. A scheduler
-  knows only its own dispatches; counting each as ``R`` assumes the others, fed the same share of
-  the load, placed as many (the same correction least-loaded uses). Without it the ~40 windows
-  that share one 1 s snapshot at the paper's high load would each fill the same headroom.
+  ``H_d = ⌊max(0, H_d(t) − R · n^own_{s,d})⌋`` where
+
+  * ``H_d(t)`` is the estimator's ``headroom_requests`` (free batch slots of all d's ``E``
+    engines net of its queued prompts, ``E · max(0, S_d − B_d − Q_d / Ī)``) evaluated on the
+    snapshot with the batch drained for the snapshot's age ``a_d = t − polled_at_d`` at the rate
+    the estimator assumes for ``W_d`` (``B_d / (Ō · τ_d)`` requests per engine-second, ``τ_d``
+    the decode iteration time with prefill stalls): ``B'_d = B_d · max(0, 1 − a_d / (Ō · τ_d))``,
+    ``KV'_d = KV_d · B'_d / B_d`` (the mean context per running request is kept). Without that
+    credit the ~10 windows a scheduler decides on one 1 s snapshot would see none of the slots
+    that free meanwhile (a request lives ``Ō · τ_d``, about 2-3 s at the paper's loads);
+  * ``n^own_{s,d}`` is the number of requests this scheduler s already sent to d since d's last
+    poll (``ctx.dispatched``) and ``R`` the number of schedulers. A scheduler knows only its own
+    dispatches; counting each as ``R`` assumes the others, fed the same share of the load, placed
+    as many (the correction least-loaded uses). Without it the ~40 windows that share one
+    snapshot at the paper's high load would each fill the same headroom.
 
 Placement. The model (``servegym.baselines.geo.solver.solve_assignment``) places as many
 requests as fit, at least carbon; requests left unplaced, or every request when the solve fails
@@ -45,7 +53,7 @@ from servegym.baselines.geo.fallback import fallback_assign
 from servegym.baselines.geo.solver import new_highs, solve_assignment
 from servegym.baselines.geo.timing import SolverQueue, check_timing, load_solve_time_models
 from servegym.envs.geo.decisions import BasePolicy, DecisionContext
-from servegym.envs.geo.estimator import Estimates, Estimator
+from servegym.envs.geo.estimator import MAX_DUTY, Estimates, Estimator
 from servegym.envs.geo.provisioner import Snapshot
 
 from servegym.errors import ConfigError
@@ -56,10 +64,21 @@ T_MAX = 3
 TIME_LIMIT_S = 0.25
 
 
+def drained_snapshot(snap: Snapshot, estimator: Estimator, t_s: float) -> Snapshot:
+    """``snap`` with each DC's batch drained for its age at ``t_s`` (module docstring, ``H_d``)."""
+    prof = estimator.profile
+    b = snap.batch
+    duty = np.minimum(snap.prefill_duty, MAX_DUTY)
+    tau = prof.decode(np.maximum(b, 1.0), snap.kv_tokens) / (1.0 - duty)
+    age = np.maximum(0.0, t_s - snap.polled_at_s)
+    keep = np.maximum(0.0, 1.0 - age / (estimator.osl_mean * tau))
+    return snap.replace(batch=b * keep, kv_tokens=snap.kv_tokens * keep)
+
+
 def window_headroom(ctx: DecisionContext, estimator: Estimator) -> NDArray[np.float64]:
     """``H_d`` of the module docstring (requests, integral floats), for ctx's scheduler."""
     snap = ctx.snapshot
-    h = estimator.headroom_requests(snap)
+    h = estimator.headroom_requests(drained_snapshot(snap, estimator, ctx.time_s))
     if ctx.n_requests == 0:
         return np.floor(h)
     s = int(ctx.scheduler[0])

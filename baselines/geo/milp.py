@@ -9,10 +9,12 @@ last poll (``ctx.dispatched``). Waking an awake DC costs nothing, so its ``y_d``
 and its ``c_{r,d}`` is the estimator's (which includes r's share ``e0_dec / (B_d + 1)`` of the
 fixed decode-step energy, as in the ILP). The other DCs are *asleep*; for them:
 
-- ``k_d = min(n, round(E · max(0, 1 − in_flight_d)))`` engines the window would wake: the
+- ``k_d = round(E · max(0, 1 − in_flight_d))`` engines that waking d brings into service: the
   snapshot's idle engines (``in_flight_d`` is the mean number of requests each of d's ``E``
   engines holds; the DC's round-robin spreads load evenly, so a mean below 1 means that share of
-  engines idle), at most one per request of the window;
+  engines idle). The DC's round-robin, which continues across windows, hands the next requests
+  to every one of them in turn, so a DC once woken soon runs all its engines: waking is a
+  DC-level decision, as the facility model has it;
 - ``f_d = PUE_d · CI_d / 3.6e6 · k_d · Ō · max(0, e0_dec − P_idle · t_dec(1, Ī + Ō/2))`` gCO2: the
   carbon of running ``k_d`` engines for one request lifetime (``Ō`` decode steps, the window's
   mean OSL estimate) at the fixed decode-step energy ``e0_dec`` instead of idling at
@@ -51,8 +53,7 @@ def wake_costs(ctx: DecisionContext, estimator: Estimator) -> tuple[NDArray[np.f
     prof = estimator.profile
     n = ctx.n_requests
     e = snap.engines_per_dc
-    idle = np.rint(e * np.maximum(0.0, 1.0 - snap.in_flight))
-    k = np.minimum(float(n), idle)
+    k = np.rint(e * np.maximum(0.0, 1.0 - snap.in_flight))
     s = int(ctx.scheduler[0]) if n else 0
     awake = (k < 1.0) | (ctx.dispatched[s] > 0)
     g = snap.pue * snap.ci_g_per_kwh / J_PER_KWH
