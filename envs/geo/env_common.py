@@ -86,9 +86,10 @@ class GeoEnvConfig:
             ``"mean"`` or ``"oracle"`` (oracle is named in ``info``).
         w_carbon: reward weight per gCO2 accrued (>= 0).
         w_slo: reward weight per finished request that missed its SLO, in gCO2-equivalents (>= 0).
-            The default 1.0 makes one miss cost as much as serving roughly 60-80 mean requests of
-            the small preset's default workload at the dirtiest DC instead of the cleanest (the
-            carbon a router can save per request is ~0.014 g there): SLO first, then carbon.
+            With the default 1.0 one miss costs what moving ~26 mean requests of the small
+            preset's workload from its dirtiest DC (347 g/kWh) to its cleanest (42 g/kWh) saves on
+            idle engines (0.039 g each by the estimator; less, so more requests, on busy engines
+            that share each step's fixed energy): SLO first, then carbon.
         max_steps: truncate after this many steps (``None``: run the whole request stream).
     """
 
