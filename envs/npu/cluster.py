@@ -571,7 +571,7 @@ class NPUCluster:
         """Work of prefill jobs in seconds of one vPod of their group's dominant configuration at its best
         batch level, at each job's own length bucket (so a long-context group serving short prompts is
         not charged its long-context throughput)."""
-        cid = np.array([self._dominant_target(int(x)) for x in g.tolist()], dtype=np.int64)
+        cid = self._dom_targets()[g]
         none = cid < 0
         if none.any():
             cid[none] = [self.cand[("prefill", int(self.edges[x]))][0] for x in g[none].tolist()]
@@ -971,7 +971,7 @@ class NPUCluster:
         if migrate.any():
             mi = np.flatnonzero(migrate)
             r = ids[mi]
-            cid = np.array([self._dominant_target(int(g)) for g in g1[mi]])
+            cid = self._dom_targets()[g1[mi]]
             nominal = np.where(cid >= 0, self.lat[np.maximum(cid, 0), bk1[mi], LEVELS.size - 1], 0.0)
             kv = (isl[mi] + seg1[mi]) * self.kv_bytes_tok
             xfer = np.where(cid >= 0, kv / self.cfg_dcn_bps[np.maximum(cid, 0)], 0.0)
@@ -982,9 +982,13 @@ class NPUCluster:
             self.m_bk = np.concatenate([self.m_bk, bk_true[mi]])
             self.m_delay = np.concatenate([self.m_delay, xfer])
 
-    def _dominant_target(self, g: int) -> int:
-        t = self.targets.get(g, {})
-        return max(t, key=lambda c: t[c]) if t else -1
+    def _dom_targets(self) -> np.ndarray:
+        """Per group, the configuration with the largest target (-1 without a target)."""
+        out = np.full(2 * NB, -1, dtype=np.int64)
+        for g, t in self.targets.items():
+            if t:
+                out[g] = max(t, key=lambda c: t[c])
+        return out
 
     def _add_decode(self, r: np.ndarray, g: np.ndarray, tok: np.ndarray, t: np.ndarray, bk: np.ndarray) -> None:
         self.d_req = np.concatenate([self.d_req, r])
