@@ -65,7 +65,7 @@ style overrides of :meth:`PDProvisionEnv.default_config` (nested ``"scenario"`` 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import gymnasium as gym
@@ -622,7 +622,3 @@ class PDProvisionEnv(gym.Env):
                 f"power={i.get('power_w', 0.0):.0f} W cap={i.get('cap_w', i.get('next_cap_w', 0.0)):.0f} W "
                 f"slo_viol={i.get('slo_violation', 0.0):.3f}")
         return line
-
-    def with_config(self, **changes: Any) -> PDProvisionEnv:
-        """A new environment with ``changes`` applied to this one's config (same render mode)."""
-        return PDProvisionEnv(replace(self.config, **changes), render_mode=self.render_mode)
