@@ -229,7 +229,7 @@ class CaseStudy:
                     **f}
         if self.name == "decode-removal":
             return {"power_delta_removal_w": s[1]["power_w"] - s[0]["power_w"],
-                    "capacity_3p1d_rps": model.capacity(3, 1).mu,
+                    "capacity_3p1d_rps": s[1]["served_rps"],  # completions while overloaded
                     "ttft_median_before_s": s[0]["ttft_median_s"], "ttft_median_during_s": _median_ttft(res, 1),
                     "tpot_median_before_ms": s[0]["tpot_median_ms"], "tpot_median_during_ms": s[1]["tpot_median_ms"],
                     "drain_min": res.drain_time_s(2, 0) / 60.0, "power_after_minus_before_w": s[2]["power_w"] - s[0]["power_w"],
@@ -239,7 +239,7 @@ class CaseStudy:
                 "power_delta_to_1p1d_w": s[3]["power_w"] - s[2]["power_w"],
                 "tpot_median_3p2d_ms": s[0]["tpot_median_ms"], "tpot_median_3p1d_ms": s[1]["tpot_median_ms"],
                 "ttft_median_3p1d_s": s[1]["ttft_median_s"], "ttft_median_2p1d_s": s[2]["ttft_median_s"],
-                "ttft_max_2p1d_s": s[2]["ttft_max_s"], "capacity_1p1d_rps": model.capacity(1, 1).mu,
+                "ttft_max_2p1d_s": s[2]["ttft_max_s"], "capacity_1p1d_rps": s[3]["served_rps"],  # completions while overloaded
                 "ttft_max_at_end_s": res.ttft_max_by_end_s(), **f}
 
 

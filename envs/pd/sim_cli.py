@@ -52,6 +52,19 @@ def add_sim_commands(sub: Any) -> None:
     cs.set_defaults(func=_case_study)
 
 
+def _finite(obj: Any) -> Any:
+    """JSON-safe copy: non-finite floats (an unbounded model wait, a phase with no requests) become null."""
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if np.isfinite(obj) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj
+
+
 def _stats(x: np.ndarray, scale: float = 1.0) -> dict[str, float | None]:
     if x.size == 0:
         return {"p50": None, "p95": None, "max": None, "mean": None}
@@ -83,7 +96,7 @@ def _simulate(args: argparse.Namespace) -> int:
                     "warmup_s": sat.warmup_s, "mean_batch": sat.mean_batch, "batch_model": cap.batch,
                     "mean_power_w": sat.mean_power_w, "retractions": sat.retractions})
         if args.json:
-            print(json.dumps(out, indent=2))
+            print(json.dumps(_finite(out), indent=2))
             return 0
         print(f"{cap.label} on {model.workload.name}: simulated saturation throughput {sat.throughput_rps:.3f} "
               f"+- {sat.stderr_rps:.3f} req/s vs analytical mu {cap.mu:.3f} ({sat.rel_error:+.2%})")
@@ -144,7 +157,7 @@ def _simulate(args: argparse.Namespace) -> int:
         "model": {"ttft_s": op.ttft_s, "tpot_ms": op.tpot_s * 1e3, "power_w": op.power_w, "batch": op.batch},
     })
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(json.dumps(_finite(out), indent=2))
         return 0
     t, p = out["ttft_s"], out["tpot_ms"]
     print(f"{cap.label} on {model.workload.name}, {out['mode']} at {rate:.3f} req/s (analytical mu {cap.mu:.3f}); "
@@ -177,8 +190,8 @@ def _case_study(args: argparse.Namespace) -> int:
     if args.plot:
         plot_case_study(cs, res, args.plot)
     if args.json:
-        print(json.dumps({"case_study": cs.name, "title": cs.title, "source": cs.source, "seed": args.seed,
-                          "phases": phases, "figures": rows, "plot": args.plot}, indent=2, allow_nan=True))
+        print(json.dumps(_finite({"case_study": cs.name, "title": cs.title, "source": cs.source, "seed": args.seed,
+                                  "phases": phases, "figures": rows, "plot": args.plot}), indent=2, allow_nan=False))
         return 0
     print(f"{cs.title} -- paper {cs.source}")
     print(f"  {'phase':>5} {'deployment':>10} {'from (min)':>10} {'rate':>6} {'served':>7} {'TTFT p50 s':>10} "

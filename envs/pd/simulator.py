@@ -122,8 +122,9 @@ class _Decode(_Instance):
 class PDSimulator:
     """Request-level simulation of ``n_p`` prefill and ``n_d`` decode instances of one :class:`PDModel`.
 
-    ``seed`` is kept for determinism of any randomized choice (the simulator is deterministic given its
-    inputs: ties are broken by event order, so the same requests and calls give identical results).
+    The dynamics make no random choices (routing is round-robin, ties are broken by event order), so the
+    same requests and calls give identical results; ``seed`` seeds :attr:`rng` for callers that draw
+    their request streams alongside the simulator.
     """
 
     def __init__(self, model: PDModel, n_p: int, n_d: int, *, seed: int = 0,
