@@ -147,6 +147,7 @@ class PDSimulator:
         self._idle_w = float(model.system.hardware.loaded_idle_power_w)
         self._mu_p = float(model.mu_p)
         self._tok_ref = float(model.mu_d_max) * float(model.decode_tokens)  # full-pool decode tokens/s
+        self._iter_coef = self._linear_iteration_coefficients(model)
         self.now_s = 0.0
         # Requests (Python lists: scalar access in the event loop is much faster than numpy indexing).
         self._arr: list[float] = []
@@ -367,6 +368,21 @@ class PDSimulator:
         return out
 
     # ------------------------------------------------------------------------------------ internals
+    @staticmethod
+    def _linear_iteration_coefficients(model: PDModel) -> tuple[float, float, float] | None:
+        """(intercept, per context token, per request) of ``model.decode_iteration_time_s``, read off the
+        model's own function so the dynamics stay defined in one place; None (call the function each
+        iteration) if it is not affine in (batch, context) at probe points."""
+        f = model.decode_iteration_time_s
+        c0 = float(f(0, 0))
+        c_ctx = float(f(0, 1_000_000)) - c0
+        c_b = float(f(1_000, 0)) - c0
+        c_ctx, c_b = c_ctx / 1_000_000, c_b / 1_000
+        for b, ctx in ((1, 4_097), (37, 151_000), (250, 230_000)):
+            if not math.isclose(float(f(b, ctx)), c0 + c_ctx * ctx + c_b * b, rel_tol=1e-12):
+                return None
+        return c0, c_ctx, c_b
+
     def _push(self, t: float, kind: int, idx: int, token: int) -> None:
         self._seq += 1
         heapq.heappush(self._events, (t, self._seq, kind, idx, token))
@@ -486,7 +502,11 @@ class PDSimulator:
             d.running = False
             return
         b = len(d.batch)
-        dur = float(self.model.decode_iteration_time_s(b, d.sum_ctx))
+        if self._iter_coef is None:
+            dur = float(self.model.decode_iteration_time_s(b, d.sum_ctx))
+        else:
+            c0, c_ctx, c_b = self._iter_coef
+            dur = c0 + c_ctx * d.sum_ctx + c_b * b
         d.running = True
         self._w_batch_time += b * dur
         self._w_iter_time += dur
