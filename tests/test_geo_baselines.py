@@ -282,8 +282,9 @@ def test_milp_without_wake_cost_is_the_ilp_on_a_run() -> None:
 
 
 def test_window_policies_deterministic() -> None:
-    cfg = preset("mini", load="high", duration_s=3.0, decision_mode="window")
-    for spec in ("iter-ilp", "milp"):
+    base = preset("mini", load="high", duration_s=3.0)
+    for spec in ("iter-ilp", "milp", "green-llm", "greedy:0.5"):
+        cfg = policy_config(base, make_policy(spec))
         r1 = GeoSimulation(cfg).run(make_policy(spec))
         r2 = GeoSimulation(cfg).run(make_policy(spec))
         assert r1.summary["carbon_g"] == r2.summary["carbon_g"]

@@ -40,8 +40,9 @@ gaps). The capacity is tightened to the number of requests that may go to d at a
 
 1. solve the LP relaxation (dual simplex); if its ``y`` are integral it is optimal (and its ``x``
    integral, being a vertex of the TU face ``y = const``);
-2. otherwise fix every fractional ``y`` to 1 and re-solve (hot-started LP): an integral solution;
-   accept it if within ``mip_rel_gap`` of the relaxation's bound;
+2. otherwise round ``y`` at 1/2, and then every positive ``y`` up, re-solving with ``y`` fixed
+   (hot-started LPs): integral solutions; accept the best if within ``mip_rel_gap`` of the
+   relaxation's bound;
 3. otherwise branch on the ``y`` (HiGHS MIP), started from that rounded solution, within what is
    left of the time limit; the rounded solution is kept if the search finds nothing better.
 
@@ -64,6 +65,9 @@ from servegym.errors import ConfigError
 
 #: Tolerance for calling an LP value integral.
 INTEGRALITY_TOL = 1e-6
+
+#: HiGHS presolve setting of the facility MILP's branching step (step 3).
+MIP_PRESOLVE = "choose"
 
 _COLWISE = 1  # HiGHS MatrixFormat::kColwise
 _MINIMIZE = 1  # HiGHS ObjSense::kMinimize
@@ -299,20 +303,25 @@ def solve_facility(cost: NDArray, feasible: NDArray, capacity: NDArray, wake: ND
     y = np.asarray(h.getSolution().col_value, dtype=np.float64)[m + n:]
     if integral and np.all(np.minimum(y, 1.0 - y) <= INTEGRALITY_TOL):
         return result(assign, "Optimal (integral LP relaxation)", True, lb, 0.0, True)
-    # 2. Round every fractional y up and re-solve with y fixed (hot-started LP): an upper bound.
-    open_ = (y > INTEGRALITY_TOL).astype(np.float64)
-    h.changeColsBounds(nf, ycols, open_, open_)
-    h.run()
-    r_assign, r_ok, ub, r_int = _extract(h, n, pr, pd_, scale)
-    if r_ok and r_int and ub - lb <= mip_rel_gap * max(abs(ub), 1e-12):
-        gap = (ub - lb) / max(abs(ub), 1e-12)
-        return result(r_assign, "Optimal within gap (rounded LP relaxation)", True, ub, gap, True)
+    # 2. Round the fractional y (at 1/2, then every positive y up) and re-solve with y fixed
+    #    (hot-started LPs): integral solutions, upper bounds; keep the best.
+    r_ok, ub, r_assign, r_int, start_sol = False, np.inf, assign, False, None
+    for thr in (0.5, INTEGRALITY_TOL):
+        open_ = (y > thr).astype(np.float64)
+        h.changeColsBounds(nf, ycols, open_, open_)
+        h.run()
+        a2, ok2, ub2, int2 = _extract(h, n, pr, pd_, scale)
+        if ok2 and int2 and ub2 < ub:
+            r_ok, ub, r_assign, r_int = True, ub2, a2, int2
+            start_sol = np.asarray(h.getSolution().col_value, dtype=np.float64)
+        if r_ok and ub - lb <= mip_rel_gap * max(abs(ub), 1e-12):
+            gap = (ub - lb) / max(abs(ub), 1e-12)
+            return result(r_assign, "Optimal within gap (rounded LP relaxation)", True, ub, gap, True)
     # 3. Branch on y only (x stays continuous: integral for integral y), from the rounded solution.
-    start_sol = np.asarray(h.getSolution().col_value, dtype=np.float64) if r_ok else None
     h.changeColsBounds(nf, ycols, np.zeros(nf), np.ones(nf))
     h.changeColsIntegrality(nf, ycols, np.ones(nf, dtype=np.uint8))
     h.setOptionValue("solver", "choose")
-    h.setOptionValue("presolve", "choose")
+    h.setOptionValue("presolve", MIP_PRESOLVE)
     if warm_start and start_sol is not None:
         hs = highspy.HighsSolution()
         hs.col_value = start_sol
