@@ -8,7 +8,8 @@ placements (``sim.apply``), which is exactly what deciding them one by one would
 simulator buffers placements until the poll anyway). The scheduler's own dispatch counts
 (``ctx.dispatched``) are advanced step by step, as the simulator would. Observations and masks
 of a whole interval are built in one vectorized pass; a step only writes the scheduler's
-dispatch counts into the request's row.
+dispatch counts into the request's row. (When ``max_steps`` truncates an episode inside a poll
+interval, that interval's decided requests are never applied: the run is discarded at reset.)
 
 **Action** ``Discrete(D)``: the DC index of the current request. Anything else (out of range,
 a float, a bool, a wrong shape) raises :class:`~servegym.errors.ActionError` and changes nothing.
