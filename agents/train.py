@@ -126,10 +126,6 @@ def _json_safe(x: Any) -> Any:
 
 def train(cfg: TrainConfig) -> TrainResult:
     """Train, evaluate periodically against the family's baselines, save; see the module docstring."""
-    from servegym.agents.callbacks import EpisodeMetricsCallback, SeededEvalCallback, TqdmCallback
-    from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
-
     t0 = time.perf_counter()
     check_env_id(cfg.env_id)
     family = family_for(cfg.env_id)
@@ -145,6 +141,11 @@ def train(cfg: TrainConfig) -> TrainResult:
     if timesteps is None:
         raise ConfigError(f"--timesteps is required: {hp.source} sets no n_timesteps for {cfg.algo}")
     n_envs = cfg.n_envs or hp.n_envs or 1
+
+    # The learning stack is imported only once the inputs are known to be valid (fast errors).
+    from servegym.agents.callbacks import EpisodeMetricsCallback, SeededEvalCallback, TqdmCallback
+    from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
 
     out = Path(cfg.out) if cfg.out else _default_out(cfg)
     if out.suffix != ".zip":
