@@ -390,7 +390,8 @@ def compare(model_name: str = "Llama3-70B", trace: str = "azure", hours: float =
     if not policies:
         raise ConfigError(f"policies is empty; allowed: a non-empty subset of {', '.join(POLICIES)}")
     check_range("hours", hours, 5.0 / 60.0, 24.0 * 7)
-    cfg = ClusterConfig(model=model_name, objective=objective, quota_chips=quota, osl_accuracy=osl_accuracy)
+    cfg = ClusterConfig(model=model_name, objective=objective, quota_chips=quota, osl_accuracy=osl_accuracy,
+                        n_candidates=1)  # the policies use only the best fit and the fail-overs
     wl = make_workload(trace, hours=hours, seed=seed, rate_rpm=rate_rpm)
     cat = ConfigCatalog(cfg)
     out: list[CompareResult] = []

@@ -516,9 +516,13 @@ class NPUCluster:
         self._reroute_orphans()
 
     def _active_groups(self, phase: int) -> np.ndarray:
-        """Group indices (within the phase, ascending) whose target is positive."""
-        act = [g - phase * NB for g, t in self.targets.items() if g // NB == phase and sum(t.values()) > 0]
-        return np.array(sorted(act), dtype=np.int64)
+        """Bucket indices (ascending) of the routable groups of a phase: positive target and a ready vPod
+        (a new group joins the length-to-group map once it can serve); when no group of the phase is
+        ready, every group with a positive target (requests then wait for the vPods to boot)."""
+        tgt = [g for g, t in self.targets.items() if g // NB == phase and sum(t.values()) > 0]
+        ready = set(self._ready_groups().tolist())
+        act = [g for g in tgt if g in ready] or tgt
+        return np.array(sorted(g - phase * NB for g in act), dtype=np.int64)
 
     def _route(self, phase: int, bk: np.ndarray) -> np.ndarray:
         act = self._active_groups(phase)
