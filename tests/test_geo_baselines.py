@@ -326,3 +326,13 @@ def test_headroom_grows_with_snapshot_age_and_shrinks_with_own_dispatches() -> N
     assert np.all(cap[own > 0] <= np.maximum(0.0, h_now[own > 0] - r * own[own > 0]))
     assert np.all(cap == np.floor(cap)) and np.all(cap >= 0)
     sim.apply(ctx, pol.decide(ctx), pol.sched_delay_s(ctx))
+
+
+def test_highs_banner_does_not_reach_stdout() -> None:
+    """A CLI's --json output must stay parseable when a window policy creates its solver."""
+    import subprocess
+    import sys
+
+    code = "from servegym.baselines.geo import make_policy; make_policy('milp'); print('{}')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out == "{}\n"

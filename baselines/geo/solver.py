@@ -54,6 +54,9 @@ Columns are built directly in compressed-column form from numpy arrays (no model
 
 from __future__ import annotations
 
+import ctypes
+import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -104,8 +107,37 @@ class SolveResult:
     n_nz: int
 
 
+_banner_shown = False
+
+
+def _quiet_highs() -> highspy.Highs:
+    """``highspy.Highs()``; the first one in a process prints a banner to the C stdout before
+    any option can be set, which would corrupt a CLI's ``--json`` output: send it to /dev/null."""
+    global _banner_shown
+    if _banner_shown:
+        return highspy.Highs()
+    _banner_shown = True
+    sys.stdout.flush()
+    try:
+        saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    except OSError:  # no usable fd 1: nothing to protect
+        return highspy.Highs()
+    try:
+        os.dup2(devnull, 1)
+        h = highspy.Highs()
+        try:
+            ctypes.CDLL(None).fflush(None)
+        except (OSError, AttributeError):
+            pass
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+    return h
+
+
 def _new_highs(time_limit_s: float, threads: int = 1) -> highspy.Highs:
-    h = highspy.Highs()
+    h = _quiet_highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", int(threads))
     h.setOptionValue("time_limit", float(time_limit_s))
