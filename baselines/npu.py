@@ -373,6 +373,9 @@ class CompareResult:
                   "cost_efficiency_decode", "slo_satisfaction_prefill", "slo_satisfaction_decode",
                   "energy_j", "usd", "tokens"):
             out[k] = s[k]
+        for k in ("energy_efficiency_busy", "cost_efficiency_busy"):
+            # request-attributed (no idle vPods); the oracle has no idle, so its value is the plain one
+            out[k] = s.get(k, s[k.replace("_busy", "")])
         return out
 
 

@@ -143,6 +143,9 @@ def test_busy_energy_matches_roofline(cfg: ClusterConfig, cat: ConfigCatalog) ->
     idle = sim.cfg_static_w[cid] * 600.0
     # each job runs alone (arrivals 6 s apart, ~1 s of decode): busy energy at batch 1, rest idle
     assert idle < m.energy_j[1] < idle + n * 100 * per_tok_b1 * 1.01
+    # request-attributed energy: exactly the jobs' steps at batch 1
+    assert m.energy_busy_j[1] == pytest.approx(n * 100 * per_tok_b1)
+    assert m.energy_busy_j[0] < m.energy_j[0]
     assert sim.summary()["slo_satisfaction"] == 1.0
 
 

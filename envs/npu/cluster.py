@@ -205,6 +205,8 @@ class EpochMetrics:
     slo_met: np.ndarray
     slo_total: float
     alive: np.ndarray
+    energy_busy_j: np.ndarray = field(default_factory=lambda: np.zeros(2))
+    usd_busy: np.ndarray = field(default_factory=lambda: np.zeros(2))
 
     @property
     def slo_satisfaction(self) -> float:
@@ -402,7 +404,7 @@ class NPUCluster:
         self.recent_slo = np.ones(2)
         self.history: list[EpochMetrics] = []
         self._epoch_acc: EpochMetrics | None = None
-        self.totals = {"energy_j": np.zeros(2), "usd": np.zeros(2), "tokens": np.zeros(2)}
+        self.totals = {k: np.zeros(2) for k in ("energy_j", "usd", "tokens", "energy_busy_j", "usd_busy")}
 
     # ------------------------------------------------------------------ public helpers
     def group_index(self, phase: str, edge: int) -> int:
@@ -645,7 +647,7 @@ class NPUCluster:
             done += k
         live = self.v_gone == np.inf
         m.alive = np.bincount(self.v_group[live], minlength=2 * NB).reshape(2, NB).astype(float)
-        for key in ("energy_j", "usd", "tokens"):
+        for key in self.totals:
             self.totals[key] += getattr(m, key)
         self.history.append(m)
         return m
@@ -697,6 +699,7 @@ class NPUCluster:
         n_ready = onehot @ frac
         slots = onehot @ (frac * self.cfg_maxb[vc][:, None])
         usd_g = onehot @ (heldfrac * self.cfg_usd_s[vc][:, None]).sum(axis=1) * dt
+        usd_ready = onehot @ (frac * self.cfg_usd_s[vc][:, None])  # (G, K) USD/s of ready vPods
         # earliest time each group has a serving vPod ready (no job starts before it)
         avail = np.full(G, np.inf)
         if vg.size:
@@ -742,6 +745,12 @@ class NPUCluster:
         pb = pbusy[gi, ki, jop]
         energy_pre = dt * (busy_frac * pb + (1.0 - busy_frac) * p_static_ready + (p_static_all - p_static_ready))
         energy[:NB] = energy_pre[:NB].sum(axis=1)
+        # request-attributed ("busy") energy and cost: the steps that served jobs only
+        busy_e = np.zeros(2)
+        busy_u = np.zeros(2)
+        busy_e[0] = float((dt * busy_frac * pb)[:NB].sum())
+        busy_u[0] = float((dt * busy_frac * usd_ready)[:NB].sum())
+        self._busy = (busy_e, busy_u)
         # resolve prefill starts: FCFS per group (order of queue position), Lindley recursion on the group's
         # aggregated server, vectorized as start_n = sum_{i<n} s_i + max(free_at, max_{k<=n} (a_k - sum_{i<k} s_i))
         if self.p_g.size:
@@ -750,7 +759,8 @@ class NPUCluster:
         dec_tokens = 0.0
         for k in range(K):
             t = tk[k]
-            dec_tokens += self._decode_substep(t, dt, n_ready[:, k], slots[:, k], dom, p_static_ready[:, k], energy)
+            dec_tokens += self._decode_substep(t, dt, n_ready[:, k], slots[:, k], dom, p_static_ready[:, k], energy,
+                                               usd_ready[:, k])
         energy[NB:] += dt * (p_static_all[NB:] - p_static_ready[NB:]).sum(axis=1)
         tokens[1] = dec_tokens
         # ---- completions of prefill jobs in service
@@ -763,6 +773,8 @@ class NPUCluster:
         self.util = np.where(n_ready.sum(axis=1) > 0, busy_frac.mean(axis=1), 0.0)
         m.energy_j += np.array([energy[:NB].sum(), energy[NB:].sum()])
         m.usd += np.array([usd_g[:NB].sum(), usd_g[NB:].sum()])
+        m.energy_busy_j += busy_e
+        m.usd_busy += busy_u
         m.tokens += tokens
         self.now = t1
         # drop vPods whose deletion has ended
@@ -835,7 +847,8 @@ class NPUCluster:
         return q
 
     def _decode_substep(self, t: float, dt: float, n_ready: np.ndarray, slots: np.ndarray,
-                        dom: np.ndarray, p_static_ready: np.ndarray, energy: np.ndarray) -> float:
+                        dom: np.ndarray, p_static_ready: np.ndarray, energy: np.ndarray,
+                        usd_ready: np.ndarray) -> float:
         G = 2 * NB
         if self.d_g.size == 0:
             energy[NB:] += dt * p_static_ready[NB:]
@@ -902,6 +915,8 @@ class NPUCluster:
         busy_t = np.bincount(g, weights=np.where(okc, made * tpot, 0.0), minlength=G)
         share = np.where(n_ready > 0, np.minimum(1.0, busy_t / np.maximum(b_busy, 1.0) / (dt * nr)), 0.0)
         energy[NB:] += dt * (1.0 - share[NB:]) * p_static_ready[NB:]
+        self._busy[0][1] += float((made * j_per_tok).sum())
+        self._busy[1][1] += float((dt * share * usd_ready)[NB:].sum())
         if fin.any():
             fi = ia[fin]
             tfin = np.maximum(self.d_arr[fi], t) + left[fin] * tpot[fin]
@@ -1090,4 +1105,13 @@ class NPUCluster:
             "slo_satisfaction": frac(met[2], tot + late),
             "requests_finished": float(self.n_finished),
             "requests_open": float(open_ids.size),
+            # request-attributed accounting (busy steps only, no idle/booting vPods), as a per-request
+            # simulator such as the paper's reports it
+            "energy_busy_j": float(self.totals["energy_busy_j"].sum()), "usd_busy": float(self.totals["usd_busy"].sum()),
+            "energy_efficiency_busy": ratio(tk.sum(), self.totals["energy_busy_j"].sum()),
+            "cost_efficiency_busy": ratio(tk.sum(), self.totals["usd_busy"].sum()),
+            "energy_efficiency_busy_prefill": ratio(tk[0], self.totals["energy_busy_j"][0]),
+            "energy_efficiency_busy_decode": ratio(tk[1], self.totals["energy_busy_j"][1]),
+            "cost_efficiency_busy_prefill": ratio(tk[0], self.totals["usd_busy"][0]),
+            "cost_efficiency_busy_decode": ratio(tk[1], self.totals["usd_busy"][1]),
         }
