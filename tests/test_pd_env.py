@@ -22,8 +22,9 @@ def env() -> PDProvisionEnv:
     return PDProvisionEnv(SHORT)
 
 
-def test_gymnasium_env_checker(env: PDProvisionEnv) -> None:
-    gym_check_env(env, skip_render_check=False)
+def test_gymnasium_env_checker() -> None:
+    made = gym.make("servegym/PDProvision-v0", config=SHORT, render_mode="ansi")
+    gym_check_env(made.unwrapped, skip_render_check=False)
 
 
 def test_sb3_env_checker() -> None:
