@@ -92,6 +92,8 @@ def plot_summary(summary: pd.DataFrame, family: Family, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     labels = {m.key: m.label or m.key for m in family.metrics}
+    if family.reference and family.saving_metric:
+        labels[f"saving_vs_{family.reference}_pct"] = f"{family.saving_metric} saving vs {family.reference} (%)"
     metrics = [c[:-5] for c in summary.columns if c.endswith("_mean")]
     n = len(metrics)
     cols = min(3, n)
