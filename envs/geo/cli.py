@@ -66,7 +66,7 @@ def _add_validate(geo_sub: argparse._SubParsersAction) -> None:
 #: In-module subcommand adders, in --help order.
 GEO_SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_validate,)
 #: Other modules defining ``add_geo_commands(geo_sub)``.
-GEO_COMMAND_MODULES: tuple[str, ...] = ()
+GEO_COMMAND_MODULES: tuple[str, ...] = ("servegym.envs.geo.compare_cli",)
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
