@@ -2,8 +2,11 @@
 
 The paper charges each window the solver's real wall time (§V-C, Fig. 6a). Real time makes a
 run depend on the machine and its load, so by default we charge a deterministic cost per solve,
-fitted from solve times measured by ``benchmarks/geo_solver_speed.py`` on windows of the paper
-preset and stored with their provenance in ``solve_time.json`` next to this module:
+fitted from solve times measured by ``benchmarks/geo_solver_speed.py`` on windows recorded from
+runs of the paper and small presets (the solving thread's CPU time, which other jobs sharing the
+cores do not inflate; least absolute deviations, so that the rare windows that need branching do
+not set the typical cost) and stored with their provenance in ``solve_time.json`` next to this
+module:
 
     t_solve(n, D) = a + b · n · D        (s; n requests in the window, D DCs)
 
