@@ -349,18 +349,28 @@ def solve_facility(cost: NDArray, feasible: NDArray, capacity: NDArray, wake: ND
         if r_ok and ub - lb <= mip_rel_gap * max(abs(ub), 1e-12):
             gap = (ub - lb) / max(abs(ub), 1e-12)
             return result(r_assign, "Optimal within gap (rounded LP relaxation)", True, ub, gap, True)
-    # 3. Branch on y only (x stays continuous: integral for integral y), from the rounded solution.
-    h.changeColsBounds(nf, ycols, np.zeros(nf), np.ones(nf))
-    h.changeColsIntegrality(nf, ycols, np.ones(nf, dtype=np.uint8))
-    h.setOptionValue("solver", "choose")
+    # 3. Branch on y only (x stays continuous: integral for integral y), from the rounded solution,
+    #    on a fresh instance given what is left of the time limit (a reused instance's MIP search
+    #    was seen to overrun its limit).
+    left = time_limit_s - (time.perf_counter() - t0)
+    if left <= 0.0:
+        if r_ok:
+            gap = (ub - lb) / max(abs(ub), 1e-12)
+            return result(r_assign, "Time limit reached (rounded LP relaxation kept)", True, ub, gap, r_int)
+        return result(assign, "Time limit reached", False, float("nan"), float("nan"), False)
+    integrality = np.zeros(n_cols, dtype=np.int32)
+    integrality[ycols] = 1
+    h = _new_highs(left)
+    h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
     h.setOptionValue("presolve", MIP_PRESOLVE)
+    h.passModel(n_cols, n_rows, n_nz, _COLWISE, _MINIMIZE, 0.0, col_cost, np.zeros(n_cols), np.ones(n_cols),
+                row_lo, row_hi, start, index, value, integrality)
     if warm_start and start_sol is not None:
         hs = highspy.HighsSolution()
         hs.col_value = start_sol
         hs.value_valid = True
         h.setSolution(hs)
     h.run()
-    h.setOptionValue("presolve", "off")
     m_assign, m_ok, obj, m_int = _extract(h, n, pr, pd_, scale)
     status = _status_text(h)
     if m_ok and (not r_ok or obj <= ub):
