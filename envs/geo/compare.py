@@ -292,7 +292,7 @@ def plot_tradeoff(summary: pd.DataFrame, path: str | Path, title: str = "", ax: 
         ye = r.get("carbon_saving_pct_ci95") if "carbon_saving_pct_ci95" in summary.columns else None
         ax.errorbar(x, y, xerr=xe, yerr=ye, fmt=markers.get(pol, "D"), color=cmap(i % 10), ms=8 if pol != "milp" else 12,
                     capsize=3, label=pol)
-        ax.annotate(pol, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    _annotate_clusters(ax, summary)
     ax.set_xlabel("SLO violation (%)")
     ax.set_ylabel("carbon saving vs RR (%)")
     ax.set_xscale("symlog", linthresh=1.0)
@@ -308,6 +308,24 @@ def plot_tradeoff(summary: pd.DataFrame, path: str | Path, title: str = "", ax: 
         plt.close(fig)
         return p
     return None
+
+
+def _annotate_clusters(ax: Any, summary: pd.DataFrame) -> None:
+    """One label per cluster of nearly coincident points (e.g. MOER on greedy:0), names joined."""
+    pts = [(str(r["policy"]), float(r["slo_violation_pct"]), float(r["carbon_saving_pct"])) for _, r in summary.iterrows()]
+    xmax = max((abs(p[1]) for p in pts if math.isfinite(p[1])), default=1.0)
+    clusters: list[list[tuple[str, float, float]]] = []
+    for p in pts:
+        for c in clusters:
+            # Close on the plot: within ~1 pp of saving and a tenth of the violation axis (symlog).
+            if abs(c[0][2] - p[2]) < 1.0 and abs(c[0][1] - p[1]) < max(0.15, 0.1 * xmax):
+                c.append(p)
+                break
+        else:
+            clusters.append([p])
+    for c in clusters:
+        ax.annotate(", ".join(q[0] for q in c), (c[0][1], c[0][2]), textcoords="offset points", xytext=(5, 4),
+                    fontsize=8)
 
 
 def describe(config: GeoConfig, preset_name: str | None = None, model: str | None = None) -> str:

@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 DEFAULT_PRESET = "paper"
 DEFAULT_SIM_SECONDS = 30.0
@@ -78,11 +79,16 @@ def _compare(args: argparse.Namespace) -> int:
     else:
         cfg = preset(args.preset, model=args.model, load=args.load, **over)
     policies = [s for s in args.policies.split(",") if s.strip()]
+    out_dir = Path(args.out_dir)
+    try:  # fail before the runs, not after them
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out-dir = {args.out_dir!r} cannot be created ({exc.strerror}); allowed: a writable folder") from None
     t0 = time.perf_counter()
     runs = run_comparison(cfg, policies, args.seeds, workers=args.workers, progress=True)
     wall = time.perf_counter() - t0
     title = describe(cfg, args.preset, args.model)
-    paths = write_outputs(runs, args.out_dir, title=title)
+    paths = write_outputs(runs, out_dir, title=title)
     if args.json:
         json.dump(json_records(runs), sys.stdout, indent=2)
         sys.stdout.write("\n")
