@@ -18,7 +18,7 @@ import json
 import time
 
 import numpy as np
-from servegym.baselines.npu import ideal_metrics, make_policy, run_policy
+from servegym.baselines.npu import BasePolicy, NeuScalePolicy, ideal_metrics, make_policy, run_policy
 from servegym.envs.npu.catalog import MODELS
 from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog, NPUCluster
 from servegym.envs.npu.workloads import make_workload
@@ -29,7 +29,7 @@ METRICS = ("energy_efficiency", "energy_efficiency_busy", "cost_efficiency", "co
 
 
 def run(models: list[str], traces: list[str], hours: float, start_hour: float, objectives: list[str],
-        seed: int) -> list[dict]:
+        seed: int, ablation: bool = False) -> list[dict]:
     rows = []
     wls = {t: make_workload(t, hours=hours, seed=seed, start_hour=start_hour) for t in traces}
     for m in models:
@@ -50,6 +50,10 @@ def run(models: list[str], traces: list[str], hours: float, start_hour: float, o
                     row[f"{pol}_max_vpods"] = max(float(h.alive.sum()) for h in sim.history)
                     row[f"{pol}_groups"] = int(max(np.count_nonzero(h.alive) for h in sim.history))
                 row["ideal"] = ideal_metrics(sim)
+                if ablation and obj == "energy":
+                    sim = NPUCluster(cfg, wls[t], seed=seed, catalog=cat)
+                    row["neuscale_nocoalesce"] = run_policy(sim, NeuScalePolicy(coalescing=False))
+                row["headroom"] = headroom(sim)
                 rows.append(row)
                 b, n = row["base"], row["neuscale"]
                 print(f"{m:16s} {t:13s} {obj:6s} EE {n['energy_efficiency'] / b['energy_efficiency']:.3f}x "
@@ -58,6 +62,25 @@ def run(models: list[str], traces: list[str], hours: float, start_hour: float, o
                       f"SLO {n['slo_satisfaction']:.3f} vs {b['slo_satisfaction']:.3f} "
                       f"({row['base_wall_s']:.0f}+{row['neuscale_wall_s']:.0f} s)", flush=True)
     return rows
+
+
+def headroom(sim: NPUCluster) -> dict[str, float]:
+    """Energy per token of Base's configuration over the best fit's, both at their full batch, summed
+    over the trace's requests (per phase): the efficiency a perfect per-bucket allocation could gain."""
+    base = BasePolicy()
+    base.reset(sim)
+    out = {}
+    n = sim.next_req or sim.n_req
+    for p, (ph, bk, tok) in enumerate((("prefill", sim.bk_p[:n], sim.isl[:n]), ("decode", sim.bk_d[:n], sim.osl[:n]))):
+        cb = base.cfg[base.keys[p]]
+        best = np.array([sim.candidates(ph, int(e))[0] for e in sim.edges])[bk]
+        jb, jo = sim.jmax[cb, bk], sim.jmax[best, bk]
+        eb = float((tok * sim.pow[cb, bk, jb] / sim.tps[cb, bk, jb]).sum())
+        eo = float((tok * sim.pow[best, bk, jo] / sim.tps[best, bk, jo]).sum())
+        out[ph] = eb / eo
+        slo = sim.slo_p if p == 0 else sim.slo_d
+        out[f"{ph}_base_meets_slo_b1"] = float((sim.lat[cb, bk, 0] <= slo[bk]).mean())
+    return out
 
 
 def ratios(rows: list[dict]) -> list[dict]:
@@ -87,7 +110,7 @@ def averages(rat: list[dict], phases: tuple[str, ...]) -> dict[str, tuple[float,
     for k in METRICS:
         v = np.array([x["ratio"] for x in rat if x["metric"] == k and x["phase"] in phases and np.isfinite(x["ratio"])])
         res[k] = (float(v.mean()) if v.size else float("nan"), float(np.exp(np.log(v).mean())) if v.size else
-                  float("nan"), int(v.size))
+                  float("nan"), int(v.size), float(np.median(v)) if v.size else float("nan"))
     return res
 
 
@@ -97,19 +120,24 @@ def write_md(path: str, rows: list[dict], rat: list[dict], args: argparse.Namesp
     lines = ["# NeuScale vs Base vs Ideal (servegym reproduction of paper §5.2-5.3)", "",
              f"Command: `.venv/bin/python benchmarks/npu_reproduction.py --models {','.join(args.models)} "
              f"--traces {','.join(args.traces)} --hours {args.hours:g} --start-hour {args.start_hour:g} "
-             f"--objectives {','.join(args.objectives)}`", "",
+             f"--objectives {','.join(args.objectives)}{' --ablation' if args.ablation else ''} "
+             "--out benchmarks/results/npu_reproduction`", "",
              f"Replays of {args.hours:g} h from {args.start_hour:g}:00 (Azure 2023 timestamps, diurnal profile; "
              "see `envs/npu/workloads.py`), seed 0, 60 % OSL-prediction accuracy, unlimited quota. "
              "Efficiency = tokens / J and tokens / USD of the whole pool (idle vPods, booting and deleting "
              "vPods included); SLO satisfaction = share of requests meeting TTFT and TPOT. Ideal is the §5.1 "
              "oracle (uses true lengths, best-fit vPod at a full batch, no idle).", "",
              "## Averages of NeuScale / Base", "",
-             "| metric | paper (avg) | ours, per phase: mean | geomean | n | ours, whole service: mean | geomean | n |",
-             "|---|---|---|---|---|---|---|---|"]
+             "`n` counts the (model, trace[, phase]) cases with a defined ratio: a case where Base's value is 0 "
+             "(e.g. Base meets no SLO at all) has no ratio and is left out of the mean; see the per-case table.",
+             "",
+             "| metric | paper (avg) | ours, per phase: mean | geomean | median | n | ours, whole service: mean | "
+             "geomean | median | n |", "|---|---|---|---|---|---|---|---|---|---|"]
     for k in METRICS:
         pv = PAPER[k.replace("_busy", "")]
         a, b = per_phase[k], whole[k]
-        lines.append(f"| {k} | {pv:.2f}x | {a[0]:.3f}x | {a[1]:.3f}x | {a[2]} | {b[0]:.3f}x | {b[1]:.3f}x | {b[2]} |")
+        lines.append(f"| {k} | {pv:.2f}x | {a[0]:.3f}x | {a[1]:.3f}x | {a[3]:.3f}x | {a[2]} | {b[0]:.3f}x | "
+                     f"{b[1]:.3f}x | {b[3]:.3f}x | {b[2]} |")
     lines += ["", "## Per model, trace and phase", "",
               "| model | trace | phase | metric | Base | NeuScale | Ideal | NeuScale/Base |", "|---|---|---|---|---|---|---|---|"]
     for x in rat:
@@ -121,6 +149,22 @@ def write_md(path: str, rows: list[dict], rat: list[dict], args: argparse.Namesp
         lines.append(f"| {r['model']} | {r['trace']} | {r['objective']} | {r['requests']} | {r['base_max_vpods']:.0f} | "
                      f"{r['neuscale_max_vpods']:.0f} | {r['neuscale_groups']} | "
                      f"{r['base_wall_s']:.0f} + {r['neuscale_wall_s']:.0f} |")
+    lines += ["", "## Heterogeneity headroom and ablation", "",
+              "Headroom = J/token of Base's configuration / J/token of each request's best fit, both at full batch, "
+              "over the trace's requests (what a perfect per-bucket allocation could gain with no idle time). "
+              "`b1 SLO` = share of requests whose single-request latency on Base's configuration meets their SLO.",
+              "", "| model | trace | prefill headroom | decode headroom | Base prefill b1 SLO | Base decode b1 SLO | "
+              "no-coalescing EE / Base | no-coalescing busy EE / Base | no-coalescing SLO |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["objective"] != "energy":
+            continue
+        h = r["headroom"]
+        nc = r.get("neuscale_nocoalesce")
+        ab = (f"{nc['energy_efficiency'] / r['base']['energy_efficiency']:.3f} | "
+              f"{nc['energy_efficiency_busy'] / r['base']['energy_efficiency_busy']:.3f} | {nc['slo_satisfaction']:.3f}"
+              if nc else "- | - | -")
+        lines.append(f"| {r['model']} | {r['trace']} | {h['prefill']:.3f} | {h['decode']:.3f} | "
+                     f"{h['prefill_base_meets_slo_b1']:.2f} | {h['decode_base_meets_slo_b1']:.2f} | {ab} |")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -134,19 +178,26 @@ def main() -> None:
     ap.add_argument("--objectives", default="energy,cost")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="path prefix: writes PREFIX.json and PREFIX.md")
+    ap.add_argument("--ablation", action="store_true", help="also run NeuScale without coalescing (energy runs)")
+    ap.add_argument("--from-json", default=None, help="rewrite the markdown from a previous PREFIX.json")
     args = ap.parse_args()
     args.models = args.models.split(",")
     args.traces = args.traces.split(",")
     args.objectives = args.objectives.split(",")
-    rows = run(args.models, args.traces, args.hours, args.start_hour, args.objectives, args.seed)
+    if args.from_json:
+        with open(args.from_json) as f:
+            rows = json.load(f)["rows"]
+    else:
+        rows = run(args.models, args.traces, args.hours, args.start_hour, args.objectives, args.seed, args.ablation)
     rat = ratios(rows)
     for label, ph in (("per phase", ("prefill", "decode")), ("whole service", ("all",))):
         av = averages(rat, ph)
         print(label, {k: f"{v[0]:.3f}x (geo {v[1]:.3f}x, n={v[2]}; paper {PAPER[k.replace('_busy', '')]:.2f}x)"
                       for k, v in av.items()})
     if args.out:
-        with open(args.out + ".json", "w") as f:
-            json.dump({"rows": rows, "ratios": rat}, f, indent=1)
+        if not args.from_json:
+            with open(args.out + ".json", "w") as f:
+                json.dump({"rows": rows, "ratios": rat}, f, indent=1)
         write_md(args.out + ".md", rows, rat, args)
 
 
