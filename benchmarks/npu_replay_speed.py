@@ -50,7 +50,8 @@ def main() -> None:
     if args.out:
         lines = [f"# NPU cluster replay speed ({platform.processor() or platform.machine()}, shared 2-core dev "
                  "machine, other jobs running)", "",
-                 "Command: `.venv/bin/python benchmarks/npu_replay_speed.py --out benchmarks/results/npu_replay_speed.md`",
+                 f"Command: `.venv/bin/python benchmarks/npu_replay_speed.py --model {args.model} --traces {args.traces} "
+                 f"--policies {args.policies} --hours {args.hours:g} --out {args.out}`",
                  "", "Target: a 24-hour replay (288 epochs) in <= 60 s wall. `replay_s` is the decision loop "
                  "(observe / apply / advance every 60 s); the workload and the catalog (DSE + step tables) are "
                  "built once and reported separately. The machine is shared by several helpers, so the CPU time "
