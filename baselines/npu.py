@@ -46,7 +46,7 @@ class _CountRule:
     max_up: float = 2.0
     halve_window_s: float = 1800.0
     ewma: np.ndarray = field(default_factory=lambda: np.zeros((2, NB)))
-    ref: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
+    ref: dict[tuple[str, int], tuple[int, float, bool]] = field(default_factory=dict)
 
     def signal(self, ctx: Observation) -> np.ndarray:
         p = ctx.epoch_peak
@@ -54,14 +54,19 @@ class _CountRule:
         return self.ewma
 
     def limit(self, key: tuple[str, int], want: int, current: int, now: float) -> int:
-        n_ref, t_ref = self.ref.get(key, (current, now))
+        """The count allowed now: at most x2 the current count per epoch; at most one halving per window,
+        measured from the window's start count; a group created in this window is not scaled in before
+        the window ends (its creation is its last scaling event), which keeps groups from flickering."""
+        if current == 0:
+            if want > 0:
+                self.ref[key] = (want, now, True)
+            return want
+        n_ref, t_ref, fresh = self.ref.get(key, (current, now, False))
         if now - t_ref >= self.halve_window_s - 1e-9:
-            n_ref, t_ref = current, now
-        self.ref[key] = (n_ref, t_ref)
-        out = want
-        if current > 0:
-            out = min(out, math.floor(self.max_up * current))
-        return max(out, n_ref // 2)
+            n_ref, t_ref, fresh = current, now, False
+        self.ref[key] = (n_ref, t_ref, fresh)
+        out = min(want, math.floor(self.max_up * current))
+        return max(out, min(current, n_ref) if fresh else n_ref // 2)
 
 
 def _alive_counts(ctx: Observation, key: tuple[str, int]) -> dict[int, int]:

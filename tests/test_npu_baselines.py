@@ -64,6 +64,12 @@ def test_count_rule_doubles_at_most_and_halves_per_window() -> None:
     assert r.limit(key, 0, 4, now=600.0) == 4  # still the same window: no further halving
     assert r.limit(key, 0, 4, now=1800.0) == 2  # a new window halves again
     assert r.limit(key, 0, 1, now=3600.0) == 0  # and a group can reach 0 (eviction)
+    # a group created in a window keeps its count until the window ends, then halves
+    r = _CountRule(halve_window_s=1800.0)
+    assert r.limit(key, 3, 0, now=0.0) == 3
+    assert r.limit(key, 0, 3, now=300.0) == 3
+    assert r.limit(key, 6, 3, now=600.0) == 6  # scaling out is still allowed (x2)
+    assert r.limit(key, 0, 6, now=1800.0) == 3
 
 
 def test_ewma_scales_in_fast_and_out_at_once() -> None:
