@@ -31,6 +31,8 @@ ENV_SPECS: tuple[EnvSpecEntry, ...] = (
     EnvSpecEntry("servegym/GeoRouteWindow-v0", "servegym.envs.geo.env_window:GeoRouteWindowEnv"),
     # pd (issue 5): one step per provisioning period; the env truncates at the scenario horizon itself
     EnvSpecEntry("servegym/PDProvision-v0", "servegym.envs.pd.env:PDProvisionEnv"),
+    # npu (issue 6): one step per 5-min epoch; the env truncates at its horizon (config "hours", 24 h) itself
+    EnvSpecEntry("servegym/NPUAutoscale-v0", "servegym.envs.npu.env:NPUAutoscaleEnv"),
 )
 
 

@@ -1,0 +1,626 @@
+"""``servegym/NPUAutoscale-v0``: autoscale heterogeneous NPU vPod groups of one LLM over a day (issue 6, paper §3-5).
+
+One step is one NeuScale epoch (``epoch_s`` = 300 s); an episode is ``hours`` x 12 epochs (default 24 h =
+288 epochs) and ends by truncation only. The dynamics are :class:`~servegym.envs.npu.cluster.NPUCluster`
+(Table 3 overheads, roofline step times and energies, routing by predicted length, quota per chip
+version); this module only maps actions to :class:`~servegym.envs.npu.cluster.ScalingDecision` and
+simulator state to a flat observation. The env never holds a copy of the dynamics.
+
+**Groups (fixed per scenario).** The simulator has one potential group per (phase, 48 DSE length
+buckets); an action over all 96 would be intractable, so the env uses ``groups_per_phase`` (default 4)
+groups per phase, chosen once from the scenario's workload: the length buckets at the quantiles
+i / P (i = 1..P) of the requests' bucket (prefill: input length; decode: input + output length), the
+last one the bucket of the longest request so every request has a group that fits it. Duplicates
+collapse, so a trace with few distinct lengths gets fewer groups; ``env.groups`` lists them as
+``(phase, bucket_edge)``, prefill first, ascending. A group with a 0 target leaves the length map and
+its requests go to the next larger active group (the simulator's routing).
+
+**Action** ``MultiDiscrete([n_levels, n_options] * n_groups)``: per group (in ``env.groups`` order) a
+vPod count index into ``count_levels`` (default 0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) and a
+configuration index into ``env.options[g]`` = the DSE's SLO-meeting Pareto candidates of the group's
+bucket (:meth:`BestFitTable.candidates`, best fit first, up to ``n_candidates``) followed by each chip
+version's best fit not already listed (the fail-overs of §3.4). ``n_options`` is the longest list; the
+rest is padding. Targets are declarative: the group's vPods of other configurations are deleted (15 s)
+and missing ones created (73-108 s + download + start + load); creations that do not fit the quota wait
+(group order = priority).
+
+**Masks** (:meth:`NPUAutoscaleEnv.action_masks`, sb3-contrib's MultiDiscrete layout: the per-dimension
+masks concatenated): padding options; options whose chip version's quota cannot hold even one vPod; and
+count 0 for the largest group of each phase (every request must have a group whose configuration fits
+its length). Never all-false per dimension (a quota that leaves a group no option is a ConfigError).
+A masked value that is still sent is adjusted (count 0 -> the smallest positive level; a masked option
+-> option 0, the best fit) and ``info["action_adjusted"]`` says so, unless ``strict_masks`` is set, in
+which case it raises :class:`~servegym.errors.ActionError`. Anything outside the space (shape,
+non-integer, out of range) always raises ActionError; the state is unchanged either way.
+
+**Observation** ``Box(-1, 10, (n_obs,), float32)``, values clipped; :attr:`NPUAutoscaleEnv.obs_fields`
+names every entry. Per phase (prefill, then decode) and group: recent (last epoch) and peak (10-s bins
+over the 30-min window) request rate of the group's length range / the trace's mean rate (req/s); the
+length histogram (share of the phase's last-epoch requests in each group's range); log1p(mean tokens
+per request) / log1p(2^20); alive and ready vPods / max count level; alive vPods per chip version / max
+count level; the targeted option index / (n_options - 1); utilization (0-1); log1p(queued jobs) / 10
+now and at the peak of the epoch. Then: recent prefill and decode SLO satisfaction, last epoch's SLO
+satisfaction and miss share, quota left per version / quota (1 when unlimited), sin and cos of the hour
+of day, and the elapsed share of the episode.
+
+**Reward** = -objective_weight x objective / reference - slo_penalty x misses / max(arrivals, 1), with
+objective the epoch's energy (J) or cost (USD) per ``objective``; the reference is the Ideal oracle's
+(§5.1: every token on its best fit at a full batch) mean energy or cost per epoch of the scenario, so an
+epoch as efficient as the oracle's average costs about 1. Misses = requests finished in the epoch that
+missed TTFT or TPOT + the change in open requests already past their SLO (so starving the service is
+penalized when it happens, and the episode's total is the simulator's summary count; clipped at 0 per
+epoch). Pool energy includes idle and booting vPods, so a realistic deployment costs several oracle
+epochs (about 10 for Llama3-70B on Azure with the heuristic below); ``slo_penalty`` (50) is set so that
+missing every request costs more than serving it well, and 10 % misses cost about half a served epoch.
+
+**Info**: ``energy_j``, ``cost_usd``, ``tokens`` (prefill input + decode output tokens served),
+``slo_satisfaction`` (of the requests finished in the epoch, 1 when none), ``slo_misses``,
+``arrived``, ``finished``, ``vpods`` (alive at the epoch end), ``vpods_per_version``, ``chips``,
+``tokens_per_j``, ``tokens_per_usd``, ``time_s``, ``action_adjusted``, ``reward_objective``,
+``reward_slo``; reset gives the state keys with zero flows.
+
+Configuration: :class:`NPUEnvConfig` (frozen dataclass); ``NPUAutoscaleEnv(config=dict)`` takes
+highway-env style overrides of :meth:`NPUAutoscaleEnv.default_config` (unknown keys raise
+ConfigError). ``workload_seed`` fixes the trace (built once and cached per process); ``None`` draws it
+from the reset seed (a fresh trace each episode, ~1 s to build for a day of Azure). ``reset(seed=...)``
+seeds the simulator (routing, creation times): same seed, same episode.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from numpy.typing import NDArray
+from servegym.envs.npu.catalog import VERSIONS
+from servegym.envs.npu.cluster import (
+    NB,
+    ClusterConfig,
+    ConfigCatalog,
+    NPUCluster,
+    Observation,
+    ScalingDecision,
+)
+from servegym.envs.npu.dse import OBJECTIVES
+from servegym.envs.npu.roofline import PHASES
+from servegym.envs.npu.workloads import WORKLOADS, NPUWorkload, make_workload
+
+from servegym.errors import ActionError, ConfigError, check_range
+
+DEFAULT_COUNT_LEVELS: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+"""vPod count targets an action can pick per group (roughly geometric, so one dimension spans 0-64)."""
+WARM_WINDOW_S = 600.0
+"""The initial deployment is sized on the first 10 minutes of arrivals (as the baselines' warm start)."""
+LOG_MAX_TOKENS = math.log1p(float(1 << 20))
+
+_CATALOGS: dict[tuple, ConfigCatalog] = {}
+_WORKLOADS: dict[tuple, NPUWorkload] = {}
+_CACHE_MAX = 4
+
+
+@dataclass(frozen=True)
+class NPUEnvConfig:
+    """Configuration of :class:`NPUAutoscaleEnv` (units in names; see the module docstring).
+
+    ``quota_chips``: chips per version (absent/None = unlimited); ``versions``: chip versions the DSE
+    may use; ``n_candidates``: Pareto candidates per group (the action's configuration choices besides
+    the per-version fail-overs).
+    """
+
+    model: str = "Llama3-70B"
+    trace: str = "azure"  # one of servegym.envs.npu.workloads.WORKLOADS
+    hours: float = 24.0  # episode length; a whole number of epochs
+    rate_rpm: float | None = None  # None: Table 4's mean rate for the trace
+    start_hour: float = 0.0  # hour of day (UTC) of the first epoch
+    workload_seed: int | None = 0  # None: drawn from the reset seed
+    objective: str = "energy"  # "energy" (J) or "cost" (USD): DSE best fits and reward
+    slo_factor: float = 5.0  # §2.4: SLO = 5x the single-request latency on NPU-C/D
+    osl_accuracy: float = 0.6  # output-length prediction accuracy of the router (§5.1)
+    quota_chips: Mapping[str, int] | None = None
+    versions: tuple[str, ...] = VERSIONS
+    n_candidates: int = 4
+    groups_per_phase: int = 4
+    count_levels: tuple[int, ...] = DEFAULT_COUNT_LEVELS
+    objective_weight: float = 1.0  # reward per unit of normalized energy/cost (1 = oracle's mean epoch)
+    slo_penalty: float = 50.0  # reward per unit of SLO misses per arrived request (see the module docstring)
+    warm_start: bool = True  # provision groups for the first 10 min of arrivals at t = 0 (else empty)
+    strict_masks: bool = False  # True: a masked action raises ActionError instead of being adjusted
+
+    def __post_init__(self) -> None:
+        if self.trace not in WORKLOADS:
+            raise ConfigError(f"trace = {self.trace!r} is unknown; allowed: {', '.join(WORKLOADS)}")
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"objective = {self.objective!r} is unknown; allowed: {', '.join(OBJECTIVES)}")
+        check_range("hours", self.hours, 5.0 / 60.0, 24.0 * 7)
+        if abs(self.hours * 12.0 - round(self.hours * 12.0)) > 1e-9:
+            raise ConfigError(f"hours = {self.hours!r} must be a whole number of 5-min epochs (a multiple of 1/12)")
+        if self.rate_rpm is not None:
+            check_range("rate_rpm", self.rate_rpm, 0.0, None, low_inclusive=False)
+        check_range("start_hour", self.start_hour, 0.0, 24.0)
+        if self.workload_seed is not None and (isinstance(self.workload_seed, bool)
+                                               or int(self.workload_seed) != self.workload_seed
+                                               or self.workload_seed < 0):
+            raise ConfigError(f"workload_seed = {self.workload_seed!r}; allowed: None or an integer >= 0")
+        for name in ("n_candidates", "groups_per_phase"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or int(v) != v:
+                raise ConfigError(f"{name} = {v!r}; allowed: an integer")
+        check_range("groups_per_phase", self.groups_per_phase, 1, 16)
+        lv = self.count_levels
+        if (not lv or any(isinstance(x, bool) or int(x) != x for x in lv) or list(lv) != sorted(set(lv))
+                or lv[0] < 0 or lv[-1] > 4096 or max(lv) < 1):
+            raise ConfigError(f"count_levels = {lv!r}; allowed: strictly increasing integers in [0, 4096] "
+                              "with at least one positive level")
+        check_range("objective_weight", self.objective_weight, 0.0, None)
+        check_range("slo_penalty", self.slo_penalty, 0.0, None)
+        self.cluster_config()  # validates model, slo_factor, osl_accuracy, quota, versions, n_candidates
+
+    def cluster_config(self) -> ClusterConfig:
+        """The simulator settings of this env (5-min epochs, 60-s checks, 5-s sub-steps)."""
+        return ClusterConfig(model=self.model, objective=self.objective, slo_factor=self.slo_factor,
+                             osl_accuracy=self.osl_accuracy,
+                             quota_chips=None if self.quota_chips is None else dict(self.quota_chips),
+                             versions=tuple(self.versions), n_candidates=int(self.n_candidates))
+
+    @property
+    def horizon_epochs(self) -> int:
+        return round(self.hours * 12.0)
+
+    @classmethod
+    def from_dict(cls, overrides: Mapping[str, Any] | None) -> NPUEnvConfig:
+        """Defaults updated by ``overrides`` (unknown keys raise :class:`ConfigError`)."""
+        d = dict(overrides or {})
+        names = {f.name for f in fields(cls)}
+        bad = sorted(set(d) - names)
+        if bad:
+            raise ConfigError(f"unknown config key(s) {bad}; allowed: {sorted(names)}")
+        for k in ("versions", "count_levels"):
+            if k in d and not isinstance(d[k], str):
+                try:
+                    d[k] = tuple(d[k])
+                except TypeError as exc:
+                    raise ConfigError(f"{k} = {d[k]!r}; allowed: a sequence") from exc
+        if d.get("quota_chips") is not None and not isinstance(d["quota_chips"], Mapping):
+            raise ConfigError(f"quota_chips = {d['quota_chips']!r}; allowed: None or a mapping version -> chips")
+        return cls(**d)
+
+
+def _catalog(cc: ClusterConfig) -> ConfigCatalog:
+    key = ConfigCatalog.key_of(cc)
+    if key not in _CATALOGS:
+        if len(_CATALOGS) >= _CACHE_MAX:
+            _CATALOGS.pop(next(iter(_CATALOGS)))
+        _CATALOGS[key] = ConfigCatalog(cc)
+    return _CATALOGS[key]
+
+
+def _workload(cfg: NPUEnvConfig, seed: int) -> NPUWorkload:
+    key = (cfg.trace, float(cfg.hours), int(seed), cfg.rate_rpm, float(cfg.start_hour))
+    if key not in _WORKLOADS:
+        if len(_WORKLOADS) >= _CACHE_MAX:
+            _WORKLOADS.pop(next(iter(_WORKLOADS)))
+        _WORKLOADS[key] = make_workload(cfg.trace, hours=cfg.hours, seed=int(seed), rate_rpm=cfg.rate_rpm,
+                                        start_hour=cfg.start_hour)
+    return _WORKLOADS[key]
+
+
+def choose_groups(workload: NPUWorkload, edges: NDArray[np.int64], per_phase: int) -> list[list[int]]:
+    """Bucket indices of the env's groups per phase: the quantiles i/P of the requests' length buckets
+    (prefill: input; decode: input + output), the last the longest request's bucket (see module doc)."""
+    r = workload.requests
+    out: list[list[int]] = []
+    q = np.arange(1, per_phase + 1) / per_phase
+    for lengths in (r.input_tokens, r.input_tokens + r.output_tokens):
+        if lengths.size == 0:
+            out.append([NB - 1])
+            continue
+        bk = np.searchsorted(edges, np.minimum(lengths, edges[-1]), side="left")
+        picks = np.quantile(bk, q, method="inverted_cdf").astype(np.int64).tolist()
+        picks.append(int(bk.max()))
+        out.append(sorted(set(picks)))
+    return out
+
+
+class NPUAutoscaleEnv(gym.Env):
+    """Per-epoch autoscaling of NPU vPod groups (see the module docstring)."""
+
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012 (gymnasium API)
+
+    def __init__(self, config: NPUEnvConfig | Mapping[str, Any] | None = None, render_mode: str | None = None) -> None:
+        super().__init__()
+        self.config = config if isinstance(config, NPUEnvConfig) else NPUEnvConfig.from_dict(config)
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ConfigError(f"render_mode = {render_mode!r}; allowed: None, 'ansi'")
+        self.render_mode = render_mode
+        cfg = self.config
+        self.cluster_config = cc = cfg.cluster_config()
+        self.catalog = cat = _catalog(cc)
+        self.edges = cat.edges
+        wl0 = _workload(cfg, 0 if cfg.workload_seed is None else cfg.workload_seed)
+        self.workload = wl0
+        self.levels = np.array(cfg.count_levels, dtype=np.int64)
+        self.horizon = cfg.horizon_epochs
+        self._build_groups(wl0)
+        n_lv, n_opt = self.levels.size, self.n_options
+        self.action_space = spaces.MultiDiscrete(np.array([n_lv, n_opt] * len(self.groups), dtype=np.int64))
+        self._masks = self._static_masks()
+        self.obs_fields = self._obs_fields()
+        self.observation_space = spaces.Box(-1.0, 10.0, shape=(len(self.obs_fields),), dtype=np.float32)
+        self.sim: NPUCluster | None = None
+        self.last_ctx: Observation | None = None
+        self._t = 0
+
+    # ------------------------------------------------------------------------------------------ config
+    @classmethod
+    def default_config(cls) -> dict[str, Any]:
+        """The default configuration as a plain dict, to copy and override."""
+        d = asdict(NPUEnvConfig())
+        d["versions"] = list(d["versions"])
+        d["count_levels"] = list(d["count_levels"])
+        return d
+
+    # ------------------------------------------------------------------------------------------ groups
+    def _build_groups(self, wl: NPUWorkload) -> None:
+        cat = self.catalog
+        quota = self.cluster_config.quota_chips or {}
+        self.groups: list[tuple[str, int]] = []
+        self.group_bucket: list[int] = []
+        self.group_lo: list[int] = []  # first bucket index of the group's length range
+        self.options: list[list[int]] = []
+        for p, picks in enumerate(choose_groups(wl, self.edges, self.config.groups_per_phase)):
+            ph = PHASES[p]
+            lo = 0
+            for b in picks:
+                edge = int(self.edges[b])
+                cands = list(cat.cand[(ph, edge)])
+                opts = cands + [c for c in cat.failover[(ph, edge)] if c not in cands]
+                if not opts:  # nothing fits this length at all: the group cannot exist
+                    continue
+                self.groups.append((ph, edge))
+                self.group_bucket.append(b)
+                self.group_lo.append(lo)
+                self.options.append(opts)
+                lo = b + 1
+            if not any(g[0] == ph for g in self.groups):
+                raise ConfigError(f"no {ph} configuration of {self.config.model} fits the trace's lengths")
+        self.group_phase = np.array([PHASES.index(g[0]) for g in self.groups], dtype=np.int64)
+        self.n_options = max(len(o) for o in self.options)
+        top = {}
+        for i, g in enumerate(self.groups):
+            top[g[0]] = i
+        self.top_group = set(top.values())
+        self._opt_ok = []
+        for i, opts in enumerate(self.options):
+            ok = np.zeros(self.n_options, dtype=bool)
+            for j, cid in enumerate(opts):
+                cf = cat.configs[cid]
+                q = quota.get(cf.version)
+                ok[j] = q is None or cf.chips <= q
+            if not ok.any():
+                raise ConfigError(f"quota_chips = {dict(quota)!r} leaves group {self.groups[i]} no configuration "
+                                  f"(needs at least {min(cat.configs[c].chips for c in opts)} chips of one of "
+                                  f"{sorted({cat.configs[c].version for c in opts})})")
+            self._opt_ok.append(ok)
+        # length ranges of the groups, as bucket-index slices for the observation
+        self._ranges = [(self.group_phase[i], self.group_lo[i], self.group_bucket[i] + 1) for i in range(len(self.groups))]
+
+    def _static_masks(self) -> NDArray[np.bool_]:
+        parts = []
+        for i in range(len(self.groups)):
+            cnt = np.ones(self.levels.size, dtype=bool)
+            if i in self.top_group:
+                cnt &= self.levels > 0
+            parts += [cnt, self._opt_ok[i]]
+        m = np.concatenate(parts)
+        m.setflags(write=False)
+        return m
+
+    def action_masks(self) -> NDArray[np.bool_]:
+        """Valid values per action dimension, concatenated in ``action_space`` order (sb3-contrib's
+        MultiDiscrete layout); never all-false per dimension."""
+        return self._masks.copy()
+
+    def _obs_fields(self) -> list[str]:
+        names: list[str] = []
+        per_group = ["rate_recent/mean_rate", "rate_peak/mean_rate", "length_share", "log_tokens_per_req",
+                     "alive/max_level", "ready/max_level", *[f"alive_{v}/max_level" for v in VERSIONS],
+                     "option/(n_options-1)", "util", "log1p_queue/10", "log1p_peak_queue/10"]
+        for f in per_group:
+            for ph, edge in self.groups:
+                names.append(f"{ph}[{edge}].{f}")
+        names += ["slo_recent_prefill", "slo_recent_decode", "slo_satisfaction_last", "slo_miss_share_last",
+                  *[f"quota_left_{v}/quota" for v in VERSIONS], "sin_hour", "cos_hour", "episode_progress"]
+        return names
+
+    # ------------------------------------------------------------------------------------------ episode
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[NDArray[np.float32], dict[str, Any]]:
+        super().reset(seed=seed)
+        cfg = self.config
+        if cfg.workload_seed is None:
+            self.workload = _workload(cfg, int(self.np_random.integers(2**31 - 1)))
+        sim_seed = int(self.np_random.integers(2**31 - 1))
+        self.sim = sim = NPUCluster(self.cluster_config, self.workload, seed=sim_seed, catalog=self.catalog)
+        w = self.workload
+        dur = max(w.duration_s, 1.0)
+        self._mean_rate = max(len(w.requests) / dur, 1e-9)
+        self._ref = self._oracle_reference()
+        self._t = 0
+        self._late_prev = 0
+        self._last = {"slo_satisfaction": 1.0, "slo_miss_share": 0.0}
+        self._option = np.zeros(len(self.groups), dtype=np.int64)
+        self._count = np.zeros(len(self.groups), dtype=np.int64)
+        if cfg.warm_start:
+            a = self._warm_action()
+            sim.provision(self._decision(a))
+            self._count = self.levels[a[0::2]]
+            self._option = a[1::2].copy()
+        self.last_ctx = sim.observe()
+        info = self._state_info()
+        return self._obs(self.last_ctx), info
+
+    def _oracle_reference(self) -> float:
+        """Mean energy (J) or cost (USD) per epoch of the Ideal oracle on the scenario's workload."""
+        sim = self.sim
+        assert sim is not None
+        key = "energy_j_per_token" if self.config.objective == "energy" else "usd_per_token"
+        r = self.workload.requests
+        tot = 0.0
+        for ph, bk, tok in (("prefill", sim.bk_p, r.input_tokens), ("decode", sim.bk_d, r.output_tokens)):
+            per = np.array([getattr(sim.table.best[(ph, int(s))], key) if (ph, int(s)) in sim.table.best else 0.0
+                            for s in self.edges])
+            tot += float((tok * per[bk]).sum())
+        n_epochs = max(self.workload.duration_s / self.cluster_config.epoch_s, 1.0)
+        return max(tot / n_epochs, 1e-12)
+
+    def _late_count(self) -> int:
+        """Open requests already past their SLO (TTFT before the first token, or TPOT x output tokens)."""
+        sim = self.sim
+        assert sim is not None
+        ids = sim.open_requests()
+        if ids.size == 0:
+            return 0
+        age = sim.now - sim.arr[ids]
+        lp = np.isnan(sim.ttft[ids]) & (age > sim.slo_p[sim.bk_p[ids]])
+        ld = age > sim.slo_d[sim.bk_d[ids]] * sim.osl[ids]
+        return int((lp | ld).sum())
+
+    # ------------------------------------------------------------------------------------------ actions
+    def _check_action(self, action: Any) -> tuple[NDArray[np.int64], bool]:
+        a = np.asarray(action)
+        n = self.action_space.nvec
+        allowed = (f"allowed: {n.size} integers, [count index in 0..{self.levels.size - 1}, option index in "
+                   f"0..{self.n_options - 1}] per group {self.groups}")
+        if a.shape != n.shape:
+            raise ActionError(f"action has shape {a.shape}; {allowed}")
+        if a.dtype.kind not in "iu":
+            if a.dtype.kind not in "fb" or not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
+                raise ActionError(f"action {a.tolist()!r} is not integer-valued; {allowed}")
+        a = a.astype(np.int64)
+        bad = np.flatnonzero((a < 0) | (a >= n))
+        if bad.size:
+            i = int(bad[0])
+            raise ActionError(f"action[{i}] = {int(a[i])} is out of range for group {self.groups[i // 2]} "
+                              f"({'count' if i % 2 == 0 else 'option'}); {allowed}")
+        ok = self._masks[np.concatenate([[0], np.cumsum(n)[:-1]]) + a]
+        if ok.all():
+            return a, False
+        if self.config.strict_masks:
+            i = int(np.flatnonzero(~ok)[0])
+            what = ("count 0 for the largest group of its phase" if i % 2 == 0 else
+                    f"option {int(a[i])} (padding, or a version whose quota cannot hold one vPod)")
+            raise ActionError(f"action[{i}] = {int(a[i])} is masked for group {self.groups[i // 2]}: {what}; "
+                              "see action_masks()")
+        out = a.copy()
+        for i in np.flatnonzero(~ok).tolist():
+            g = i // 2
+            if i % 2 == 0:
+                out[i] = int(np.flatnonzero(self.levels > 0)[0])
+            else:
+                out[i] = int(np.flatnonzero(self._opt_ok[g])[0])
+        return out, True
+
+    def _decision(self, a: NDArray[np.int64]) -> ScalingDecision:
+        targets: dict[tuple[str, int], dict[int, int]] = {}
+        for g, key in enumerate(self.groups):
+            n = int(self.levels[a[2 * g]])
+            cid = self.options[g][int(a[2 * g + 1])]
+            targets[key] = {cid: n} if n > 0 else {}
+        return ScalingDecision(targets)
+
+    def count_index(self, n: float) -> int:
+        """Index of the smallest count level >= n (the largest level when n exceeds them all)."""
+        return int(min(np.searchsorted(self.levels, math.ceil(n - 1e-9), side="left"), self.levels.size - 1))
+
+    def _demand_action(self, rate: NDArray[np.float64], tpr: NDArray[np.float64]) -> NDArray[np.int64]:
+        """Best fit per group, count = ceil(sum over the group's buckets of token demand / one vPod's
+        tokens/s at that bucket) -- N_pod = ceil(R_peak / T_pod) of §3.4 on the env's fixed groups."""
+        sim = self.sim
+        assert sim is not None
+        a = np.zeros(2 * len(self.groups), dtype=np.int64)
+        for g, (p, lo, hi) in enumerate(self._ranges):
+            opt = int(np.flatnonzero(self._opt_ok[g])[0])
+            cid = self.options[g][opt]
+            need = 0.0
+            for b in range(lo, hi):
+                w = float(rate[p, b] * tpr[p, b])
+                if w > 0:
+                    cap = float(sim.tps[cid, b, sim.jmax[cid, b]])
+                    need += w / max(cap, 1e-300)
+            n = max(math.ceil(need - 1e-9), 1 if g in self.top_group else 0)
+            a[2 * g], a[2 * g + 1] = self.count_index(n), opt
+        return a
+
+    def _warm_action(self) -> NDArray[np.int64]:
+        sim = self.sim
+        assert sim is not None
+        head = self.workload.requests.window(0.0, WARM_WINDOW_S)
+        rate = np.zeros((2, NB))
+        tpr = np.zeros((2, NB))
+        if len(head):
+            isl, osl = head.input_tokens, head.output_tokens
+            bin_s = self.cluster_config.rate_bin_s
+            nbin = int(WARM_WINDOW_S / bin_s)
+            kb = np.minimum((head.arrival_s // bin_s).astype(np.int64), nbin - 1)
+            for p, lengths, tok in ((0, isl, isl), (1, isl + osl, osl)):
+                bb = np.searchsorted(self.edges, np.minimum(lengths, self.edges[-1]))
+                cnt = np.zeros((nbin, NB))
+                np.add.at(cnt, (kb, bb), 1.0)
+                rate[p] = cnt.max(axis=0) / bin_s
+                tpr[p] = np.bincount(bb, weights=tok, minlength=NB) / np.maximum(np.bincount(bb, minlength=NB), 1)
+        return self._demand_action(rate, tpr)
+
+    def heuristic_action(self) -> NDArray[np.int64]:
+        """A reference action from the last observation: best fit per group, N_pod = ceil(R_peak / T_pod)
+        on the window's peak rate (NeuScale's count rule without its x2 / ÷2 limits or coalescing); at t = 0
+        the warm-start sizing on the first 10 minutes of arrivals."""
+        if self.last_ctx is None:
+            raise ActionError("heuristic_action() needs reset() first")
+        if self.last_ctx.time_s <= 0.0:  # nothing observed yet: the warm-start sizing
+            return self._warm_action()
+        return self._demand_action(self.last_ctx.rate_peak, self.last_ctx.tokens_per_req)
+
+    def action_from_decision(self, decision: ScalingDecision) -> NDArray[np.int64]:
+        """Project a per-bucket :class:`ScalingDecision` (e.g. from ``NeuScalePolicy.decide``) onto the
+        env's groups: each group gets the summed vPod count of the decision's groups in its length range
+        (rounded up to a count level) on its best fit; unlisted groups keep their current target."""
+        a = np.zeros(2 * len(self.groups), dtype=np.int64)
+        add = np.zeros(len(self.groups))
+        listed = np.zeros(len(self.groups), dtype=bool)
+        for (ph, edge), tgt in decision.targets.items():
+            p = PHASES.index(ph)
+            mine = [g for g in range(len(self.groups)) if self.group_phase[g] == p]
+            b = int(np.searchsorted(self.edges, edge))
+            g = next((x for x in mine if self.group_bucket[x] >= b), mine[-1])
+            add[g] += sum(tgt.values())
+            listed[g] = True
+        for g in range(len(self.groups)):
+            n = add[g] if listed[g] else float(self._count[g])
+            if g in self.top_group:
+                n = max(n, 1.0)
+            a[2 * g] = self.count_index(n)
+            a[2 * g + 1] = int(np.flatnonzero(self._opt_ok[g])[0])
+        return a
+
+    # ------------------------------------------------------------------------------------------ step
+    def step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
+        sim = self.sim
+        if sim is None:
+            raise ActionError("step() called before reset()")
+        if self._t >= self.horizon:
+            raise ActionError("step() called after the episode was truncated; call reset() first")
+        a, adjusted = self._check_action(action)
+        cfg = self.config
+        n0 = sim.next_req
+        sim.apply(self._decision(a))
+        self._count = self.levels[a[0::2]]
+        self._option = a[1::2].copy()
+        m = sim.advance_epoch()
+        arrived = int(sim.next_req - n0)
+        late = self._late_count()
+        # a late open request that finishes moves from `late` to the finished misses; the age test of
+        # `late` is conservative, so the difference can dip below 0 by a request or two: clip
+        misses = max(float(m.slo_total - m.slo_met[2]) + (late - self._late_prev), 0.0)
+        self._late_prev = late
+        energy, usd, tokens = float(m.energy_j.sum()), float(m.usd.sum()), float(m.tokens.sum())
+        obj = energy if cfg.objective == "energy" else usd
+        r_obj = cfg.objective_weight * obj / self._ref
+        miss_share = misses / max(arrived, 1)
+        r_slo = cfg.slo_penalty * miss_share
+        reward = -(r_obj + r_slo)
+        self._t += 1
+        self._last = {"slo_satisfaction": m.slo_satisfaction, "slo_miss_share": miss_share}
+        self.last_ctx = sim.observe()
+        info = self._state_info()
+        info.update(energy_j=energy, cost_usd=usd, tokens=tokens, slo_satisfaction=m.slo_satisfaction,
+                    slo_misses=float(misses), arrived=arrived, finished=int(m.finished),
+                    tokens_per_j=tokens / energy if energy > 0 else 0.0,
+                    tokens_per_usd=tokens / usd if usd > 0 else 0.0, action_adjusted=adjusted,
+                    reward_objective=-r_obj, reward_slo=-r_slo)
+        truncated = self._t >= self.horizon
+        return self._obs(self.last_ctx), float(reward), False, truncated, info
+
+    def _state_info(self) -> dict[str, Any]:
+        sim = self.sim
+        assert sim is not None and self.last_ctx is not None
+        per_v = dict.fromkeys(VERSIONS, 0)
+        n = 0
+        for cnt in self.last_ctx.counts.values():
+            for cid, k in cnt.items():
+                per_v[self.catalog.configs[cid].version] += k
+                n += k
+        held = sim.held_chips()
+        return {"time_s": float(sim.now), "epoch": self._t, "vpods": n, "vpods_per_version": per_v,
+                "chips": float(sum(held.values())), "energy_j": 0.0, "cost_usd": 0.0, "tokens": 0.0,
+                "slo_satisfaction": 1.0, "slo_misses": 0.0, "arrived": 0, "finished": 0, "tokens_per_j": 0.0,
+                "tokens_per_usd": 0.0, "action_adjusted": False}
+
+    # ------------------------------------------------------------------------------------------ obs
+    def _obs(self, ctx: Observation) -> NDArray[np.float32]:
+        G = len(self.groups)
+        maxl = float(self.levels[-1])
+        rr = np.zeros(G)
+        rp = np.zeros(G)
+        tpr = np.zeros(G)
+        for g, (p, lo, hi) in enumerate(self._ranges):
+            rr[g] = ctx.rate_recent[p, lo:hi].sum()
+            rp[g] = ctx.rate_peak[p, lo:hi].sum()
+            w = ctx.rate_peak[p, lo:hi]
+            tpr[g] = float((w * ctx.tokens_per_req[p, lo:hi]).sum() / w.sum()) if w.sum() > 0 else 0.0
+        share = np.zeros(G)
+        for p in (0, 1):
+            sel = self.group_phase == p
+            tot = rr[sel].sum()
+            if tot > 0:
+                share[sel] = rr[sel] / tot
+        gp = self.group_phase
+        gb = np.array(self.group_bucket)
+        util = ctx.util[gp, gb].copy()
+        sim = self.sim
+        if sim is not None and sim.d_g.size:
+            # the simulator's util is the prefill fluid's busy share; for decode, batch-slot occupancy
+            act = np.bincount(sim.d_g[sim.d_active], minlength=2 * NB).reshape(2, NB)
+            dec = gp == 1
+            slots = ctx.slots[1, gb[dec]]
+            util[dec] = np.where(slots > 0, np.minimum(act[1, gb[dec]] / np.maximum(slots, 1e-9), 1.0), 0.0)
+        per_v = np.zeros((len(VERSIONS), G))
+        for g, key in enumerate(self.groups):
+            for cid, k in ctx.counts.get(key, {}).items():
+                per_v[VERSIONS.index(self.catalog.configs[cid].version), g] += k
+        quota = self.sim.quota if self.sim is not None else {}
+        q_left = [1.0 if math.isinf(quota[v]) else (ctx.quota_left[v] / quota[v] if quota[v] > 0 else 0.0)
+                  for v in VERSIONS]
+        hour = (ctx.time_s / 3600.0 + self.config.start_hour) % 24.0
+        parts = [
+            rr / self._mean_rate, rp / self._mean_rate, share, np.log1p(tpr) / LOG_MAX_TOKENS,
+            ctx.alive[gp, gb] / maxl, ctx.ready[gp, gb] / maxl, per_v.ravel() / maxl,
+            self._option / max(self.n_options - 1, 1), util,
+            np.log1p(ctx.queue[gp, gb]) / 10.0, np.log1p(ctx.peak_queue[gp, gb]) / 10.0,
+            ctx.slo_recent, [self._last["slo_satisfaction"], self._last["slo_miss_share"]], q_left,
+            [math.sin(2 * math.pi * hour / 24.0), math.cos(2 * math.pi * hour / 24.0), self._t / self.horizon],
+        ]
+        obs = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in parts])
+        return np.clip(obs, -1.0, 10.0).astype(np.float32)
+
+    # ------------------------------------------------------------------------------------------ render
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        sim, ctx = self.sim, self.last_ctx
+        if sim is None or ctx is None:
+            return "NPUAutoscale-v0 (not reset)\n"
+        lines = [f"t = {sim.now / 3600.0:5.2f} h  epoch {self._t}/{self.horizon}  {self.config.model} on "
+                 f"{self.workload.name}  slo(last epoch) {self._last['slo_satisfaction']:.3f}"]
+        lines.append(f"{'group':>16} {'config':>28} {'alive':>5} {'ready':>5} {'queue':>6} {'util':>5}")
+        for g, key in enumerate(self.groups):
+            p, b = PHASES.index(key[0]), self.group_bucket[g]
+            cid = self.options[g][int(self._option[g])]
+            lines.append(f"{key[0] + ' <=' + str(key[1]):>16} {self.catalog.configs[cid].label:>28} "
+                         f"{int(ctx.alive[p, b]):>5} {int(ctx.ready[p, b]):>5} {int(ctx.queue[p, b]):>6} "
+                         f"{ctx.util[p, b]:>5.2f}")
+        return "\n".join(lines) + "\n"
