@@ -38,7 +38,8 @@ names every entry. Per phase (prefill, then decode) and group: recent (last epoc
 over the 30-min window) request rate of the group's length range / the trace's mean rate (req/s); the
 length histogram (share of the phase's last-epoch requests in each group's range); log1p(mean tokens
 per request) / log1p(2^20); alive and ready vPods / max count level; alive vPods per chip version / max
-count level; the targeted option index / (n_options - 1); utilization (0-1); log1p(queued jobs) / 10
+count level; the targeted option index / (n_options - 1); utilization (0-1: prefill, the simulator's busy share over
+the last 60 s; decode, active jobs / batch slots of ready vPods now); log1p(queued jobs) / 10
 now and at the peak of the epoch. Then: recent prefill and decode SLO satisfaction, last epoch's SLO
 satisfaction and miss share, quota left per version / quota (1 when unlimited), sin and cos of the hour
 of day, and the elapsed share of the episode.
@@ -52,6 +53,10 @@ penalized when it happens, and the episode's total is the simulator's summary co
 epoch). Pool energy includes idle and booting vPods, so a realistic deployment costs several oracle
 epochs (about 10 for Llama3-70B on Azure with the heuristic below); ``slo_penalty`` (50) is set so that
 missing every request costs more than serving it well, and 10 % misses cost about half a served epoch.
+
+**Speed** (``benchmarks/npu_env_speed.py``): a 24-h episode of the default scenario takes 15-21 s wall
+with one BLAS thread (random valid actions, the heuristic, or NeuScale's projected decisions); the
+catalog and workload are built once per process (~7-11 s, cached).
 
 **Info**: ``energy_j``, ``cost_usd``, ``tokens`` (prefill input + decode output tokens served),
 ``slo_satisfaction`` (of the requests finished in the epoch, 1 when none), ``slo_misses``,
