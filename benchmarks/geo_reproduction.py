@@ -145,6 +145,48 @@ PAPER_FIG5B = {("llama3.1-8b", "low"): (49, 59), ("llama3.1-8b", "moderate"): (3
                ("mixtral-8x7b", "low"): (44, 55), ("mixtral-8x7b", "moderate"): (39, 55), ("mixtral-8x7b", "high"): (24, 45)}
 
 
+#: Where and why our numbers differ (written against the committed run; one seed, short runs).
+DIFFERENCES = """\
+## Where we differ from the paper, and why
+
+- **Run length and seeds.** 60 s (Fig. 4a, 6b) and 30 s (Fig. 5b) of arrivals instead of 200 s, one
+  seed, on a shared 2-core machine (the paper: 64 cores). The first ~15 s are ramp-up and are inside our
+  averages; queues that grow for the whole run (greedy, Green-LLM) are shorter than in a 200 s run.
+- **Greedy (and MOER) violate far more, and through TTFT, not TPOT.** Llama moderate: α=0 55% and
+  α=0.5 42% violations (paper ≤ 6.9% and ≤ 1.9%); nearly all are TTFT misses, while the paper finds
+  greedy's p99 TTFT within 3 s and its misses in TPOT. Our greedy is snapshot-only and batchable
+  (`baselines/geo/greedy.py`): every request of a 1 s poll period sees the same snapshot, and the
+  estimator does not count the scheduler's own dispatches since the poll, so all of a period's requests
+  (600 req/s per scheduler at moderate load) herd onto the greenest feasible DC and queue on its batch
+  cap. The paper's numbers imply its greedy reacts within the period. Not changed here (baselines are
+  another helper's); reported to the lead.
+- **Facility MILP on Mixtral saves far less than the ILP** (28/15/11% vs the ILP's 58/54/38% at
+  low/moderate/high; paper: MILP up to 8.6 pp *above* the others, 35.0% at high load). With TP4 a DC has
+  8 engines and Mixtral's OSL is ~3x Llama's, so our wake cost (the fixed decode-step energy of all the
+  DC's idle engines over one request lifetime, `baselines/geo/milp.py`) outweighs the CI gain of
+  waking an asleep green DC, and the MILP keeps already-awake, dirtier DCs. On Llama (32 engines/DC,
+  every DC awake at moderate/high load) the MILP equals the ILP, as its docstring says. This also
+  makes Mixtral's Fig. 5b savings (6–34%) lower than the paper's (24–55%). A question for the
+  baselines owner (the wake-cost definition), not tuned here.
+- **Green-LLM**: on Llama it violates 19–21% at every load (paper: up to 7.2% moderate, 30.7% high);
+  on Mixtral it meets the SLO but saves little at high load (3% vs the paper's MILP − 7.6 pp). Our port
+  maps the hourly token budget to the engine batch limit; the budget's level decides the split.
+- **High-load savings on Llama are lower**: the MILP saves 19.1% (paper 29.2–32.8%), the best policy
+  28.5% (paper 32–38%); greedy α=0.9 still saves 14.5% where the paper finds it emits more than RR.
+  Our green DCs saturate earlier (engine calibration and the 2022 CI at the base hour, not tuned).
+- **CI window (Fig. 5b)**: our CI data for `geo-paper` covers 2022 only, so the CV spans 0.44–0.82
+  (paper: 2021–2024, 0.31–0.94); the direction and Llama's magnitudes (low 61→69%, moderate 45→59%)
+  are close to the paper's (49→59%, 34→56%); high load 18→25% (paper 13→39%).
+- **Staleness (Fig. 6b) hurts far less**: the MILP's violations rise from 0.05–0.4% (Δp ≤ 2 s) to 2.5–4.3%
+  at 10 s, against the paper's 10.5–32% already at 5 s. Our headroom H_d credits the batch drain over
+  the snapshot's age (`baselines/geo`), which partly compensates stale loads; instead the Llama
+  savings fall at long periods (53% → 24% at 10 s) as the MILP stays conservative. Async polling is
+  no better than sync, as in the paper.
+- **Scheduling overhead** is modelled (a fitted cost per HiGHS solve, `baselines/geo/solve_time.json`),
+  a few ms per request (iter-ILP ~13 ms at high load); the paper measures p99s of 0.5–6.5 s on its
+  solver setup, which is why our iter-ILP p99 TTFT (3.0 s) is far below its 7.5 s.
+"""
+
 # -- report ----------------------------------------------------------------------------------
 def _f(x: float, d: int = 1) -> str:
     return "n/a" if x is None or not math.isfinite(float(x)) else f"{float(x):.{d}f}"
@@ -311,7 +353,7 @@ def report_fig6b(df: pd.DataFrame, lines: list[str], verdicts: list[tuple[str, s
               "for Δp ≤ 2 s on both models, 10.5–32% at 5 s; async no consistent benefit.", "",
               "| model | Δp (s) | sync viol. (%) | async viol. (%) | sync saving (%) | async saving (%) |",
               "|---|---:|---:|---:|---:|---:|"]
-    parts, ok_all = [], True
+    parts, ok_end, ok_rho = [], True, True
     for model in MODELS:
         g = milp[milp["model"] == model]
         for dp in POLLS_S:
@@ -324,11 +366,14 @@ def report_fig6b(df: pd.DataFrame, lines: list[str], verdicts: list[tuple[str, s
             h = g[g["poll_mode"] == mode].sort_values("poll_s")
             rho = _spearman(h["poll_s"], h["slo_violation_pct"])
             first, last = h["slo_violation_pct"].iloc[0], h["slo_violation_pct"].iloc[-1]
-            ok = last > first and rho > 0
-            ok_all &= ok
+            ok_end &= bool(last > first)
+            ok_rho &= bool(rho > 0)
             parts.append(f"{MODEL_LABEL[model]} {mode}: {_f(first, 2)}% at 0.5 s → {_f(last, 2)}% at 10 s (ρ = {_f(rho, 2)})")
     lines += ["", "![Fig. 6b reproduction](geo_repro_fig6b.png)", ""]
-    verdicts.append(("staler snapshots raise violations", "holds" if ok_all else "does not hold", "; ".join(parts)))
+    verdict = ("holds" if ok_end and ok_rho else
+               "holds end to end (10 s above 0.5 s in every series), not monotone in every series" if ok_end
+               else "does not hold")
+    verdicts.append(("staler snapshots raise violations (Spearman ρ over Δp)", verdict, "; ".join(parts)))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -356,6 +401,14 @@ def write_report(meta: str = "") -> Path:
              "Our simulator, calibrated engine profiles and baselines; no parameter was tuned to these numbers.", ""]
     if meta:
         lines += [meta, ""]
+    cost = []
+    for name in STUDIES:
+        p = RESULTS / f"geo_repro_{name}.csv"
+        if p.exists():
+            d = pd.read_csv(p, usecols=["wall_s"])
+            cost.append(f"{name} {len(d)} runs, {d['wall_s'].sum() / 60:.1f} min summed over runs")
+    if cost:
+        lines += ["Cost (niced, 2 worker processes, machine shared with other jobs): " + "; ".join(cost) + ".", ""]
     verdicts: list[tuple[str, str, str]] = []
     body: list[str] = []
     for name, fn in (("fig4a", report_fig4a), ("fig5b", report_fig5b), ("fig6b", report_fig6b)):
@@ -366,7 +419,7 @@ def write_report(meta: str = "") -> Path:
             body += [f"## {name}: not run", ""]
     lines += ["## The paper's findings, in direction", "", "| finding | verdict | ours |", "|---|---|---|"]
     lines += [f"| {a} | **{b}** | {c} |" for a, b, c in verdicts]
-    lines += ["", *body]
+    lines += ["", DIFFERENCES, *body]
     out = RESULTS / "geo_reproduction.md"
     out.write_text("\n".join(lines) + "\n")
     return out
