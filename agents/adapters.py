@@ -76,12 +76,16 @@ PD_METRICS = (
 )
 
 # ---------------------------------------------------------------------------------------------- npu
+# NPUAutoscale-v0 reports per-epoch flows in info (energy, cost, tokens, misses): summed over the
+# episode; the epoch's SLO satisfaction is weighted by the requests finished in it.
 NPU_METRICS = (
     MetricSpec("energy_j", ("energy_j",), agg="sum", label="energy (J)"),
     MetricSpec("cost_usd", ("cost_usd",), agg="sum", label="cost (USD)"),
-    MetricSpec("slo_satisfaction", ("slo_satisfaction",), lower_is_better=False, label="SLO satisfaction (0-1)"),
-    MetricSpec("energy_efficiency", ("energy_efficiency",), lower_is_better=False, label="tokens per J"),
-    MetricSpec("cost_efficiency", ("cost_efficiency",), lower_is_better=False, label="tokens per USD"),
+    MetricSpec("tokens", ("tokens",), agg="sum", lower_is_better=False, label="tokens served"),
+    MetricSpec("slo_satisfaction", ("slo_satisfaction",), agg="wmean", weight_key="finished",
+               lower_is_better=False, label="SLO satisfaction (0-1)"),
+    MetricSpec("slo_misses", ("slo_misses",), agg="sum", label="SLO misses (requests)"),
+    MetricSpec("chips", ("chips",), agg="mean", label="mean chips held"),
 )
 
 
@@ -118,6 +122,12 @@ register_family(Family(name="geo", env_ids=("servegym/GeoRoute-v0", "servegym/Ge
 register_family(Family(name="pd", env_ids=("servegym/PDProvision-v0",), metrics=PD_METRICS,
                        baselines=PD_BASELINES, run_baseline=run_pd_baseline,
                        recommended_algo={"servegym/PDProvision-v0": "maskable-ppo"}))
+# No baseline runner yet: NeuScale/Base drive NPUCluster directly (baselines.npu.run_policy) and the env
+# does not expose the simulator seed it derives from reset(seed), so "the same episode" cannot be rebuilt
+# here without copying the env's seeding.
+# No baseline runner yet: NeuScale/Base drive NPUCluster directly (servegym.baselines.npu.run_policy), and
+# the env does not expose the simulator seed it derives from reset(seed), so the agent's episode cannot be
+# rebuilt for them here without copying the env's seeding.
 register_family(Family(name="npu", env_ids=("servegym/NPUAutoscale-v0",), metrics=NPU_METRICS,
                        run_baseline=None, recommended_algo={"servegym/NPUAutoscale-v0": "maskable-ppo"}))
 

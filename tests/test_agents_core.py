@@ -109,7 +109,7 @@ def test_algo_action_space_checks() -> None:
 
 
 def test_hyperparameter_files(tmp_path) -> None:
-    for env_id in (GEO, GEO_WIN, PD):
+    for env_id in (GEO, GEO_WIN, PD, "servegym/NPUAutoscale-v0"):
         hp = load_hyperparams(env_id, "ppo")
         assert hp.source.endswith(env_id.split("/")[1] + ".yml")
         assert hp.n_envs and hp.n_timesteps and "n_steps" in hp.algo_kwargs
@@ -166,3 +166,20 @@ def test_import_servegym_and_help_do_not_load_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
     assert servegym is not None and pd is not None
+
+
+@pytest.mark.skipif(not registered("servegym/NPUAutoscale-v0"), reason="NPUAutoscale-v0 is not registered yet")
+def test_npu_episode_metrics_aggregate_the_epochs() -> None:
+    from servegym.agents.rollout import play_episode
+
+    fam = family_for("servegym/NPUAutoscale-v0")
+    env = gym.make("servegym/NPUAutoscale-v0", config={"hours": 0.5})
+    act = np.ones(env.action_space.shape, dtype=np.int64)
+    res = play_episode(env, lambda obs, info, e: act, 3, "const", fam.metrics)
+    env.reset(seed=3)
+    infos = [env.step(act)[4] for _ in range(res.length)]
+    assert res.length == 6
+    assert res.metrics["energy_j"] == pytest.approx(sum(i["energy_j"] for i in infos))
+    assert res.metrics["slo_misses"] == pytest.approx(sum(i["slo_misses"] for i in infos))
+    fin = sum(i["finished"] for i in infos)
+    assert res.metrics["slo_satisfaction"] == pytest.approx(sum(i["slo_satisfaction"] * i["finished"] for i in infos) / fin)
