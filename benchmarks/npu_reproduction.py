@@ -169,6 +169,43 @@ def write_md(path: str, rows: list[dict], rat: list[dict], args: argparse.Namesp
         f.write("\n".join(lines) + "\n")
 
 
+QUOTAS: tuple[tuple[str, dict[str, int] | None], ...] = (
+    ("unlimited", None),
+    ("C:512/D:1024", {"NPU-A": 0, "NPU-B": 0, "NPU-C": 512, "NPU-D": 1024}),
+    ("C:256/D:512", {"NPU-A": 0, "NPU-B": 0, "NPU-C": 256, "NPU-D": 512}),
+    ("C:128/D:256", {"NPU-A": 0, "NPU-B": 0, "NPU-C": 128, "NPU-D": 256}),
+    ("C:64/D:128", {"NPU-A": 0, "NPU-B": 0, "NPU-C": 64, "NPU-D": 128}),
+)
+
+
+def quota_study(model: str, trace: str, hours: float, start_hour: float, seed: int, path: str) -> None:
+    """Fig. 25-style: NeuScale and Base under chip quotas on NPU-C/D with no fail-over to NPU-A/B."""
+    wl = make_workload(trace, hours=hours, seed=seed, start_hour=start_hour)
+    table = ConfigCatalog(ClusterConfig(model=model, n_candidates=1)).table
+    lines = [f"# Quota study: {model} on {trace}, {hours:g} h from {start_hour:g}:00 (paper Fig. 25)", "",
+             f"Command: `.venv/bin/python benchmarks/npu_reproduction.py --quota-study --models {model} --traces {trace} "
+             f"--hours {hours:g} --start-hour {start_hour:g}`", "",
+             "Quotas cap the chips held per version (creating, ready and deleting vPods); NPU-A/B are set to 0 "
+             "so nothing fails over to the older chips, as in the paper's study. Energy efficiency is "
+             "normalized to the unlimited run of the same policy.", "",
+             "| quota | policy | tokens/J | vs unlimited | tokens/USD | SLO | SLO prefill | SLO decode | "
+             "max chips C / D |", "|---|---|---|---|---|---|---|---|---|"]
+    ref: dict[str, float] = {}
+    for label, q in QUOTAS:
+        cfg = ClusterConfig(model=model, n_candidates=1, quota_chips=q)
+        cat = ConfigCatalog(cfg, table=table)
+        for pol in ("base", "neuscale"):
+            sim = NPUCluster(cfg, wl, seed=seed, catalog=cat)
+            s = run_policy(sim, make_policy(pol))
+            ref.setdefault(pol, s["energy_efficiency"])
+            lines.append(f"| {label} | {pol} | {s['energy_efficiency']:.4g} | {s['energy_efficiency'] / ref[pol]:.3f} | "
+                         f"{s['cost_efficiency']:.4g} | {s['slo_satisfaction']:.3f} | {s['slo_satisfaction_prefill']:.3f} | "
+                         f"{s['slo_satisfaction_decode']:.3f} | {sim.max_held['NPU-C']:.0f} / {sim.max_held['NPU-D']:.0f} |")
+            print(lines[-1], flush=True)
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
@@ -180,10 +217,15 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="path prefix: writes PREFIX.json and PREFIX.md")
     ap.add_argument("--ablation", action="store_true", help="also run NeuScale without coalescing (energy runs)")
     ap.add_argument("--from-json", default=None, help="rewrite the markdown from a previous PREFIX.json")
+    ap.add_argument("--quota-study", action="store_true", help="Fig. 25-style quota sweep for the first model/trace")
     args = ap.parse_args()
     args.models = args.models.split(",")
     args.traces = args.traces.split(",")
     args.objectives = args.objectives.split(",")
+    if args.quota_study:
+        quota_study(args.models[0], args.traces[0], args.hours, args.start_hour, args.seed,
+                    (args.out or "npu_quota_study") + ".md")
+        return
     if args.from_json:
         with open(args.from_json) as f:
             rows = json.load(f)["rows"]

@@ -83,6 +83,8 @@ def test_quota_never_exceeded(cat: ConfigCatalog, wl: NPUWorkload) -> None:
         held = sim.held_chips()
         assert all(held[v] <= quota[v] + 1e-9 for v in quota)
         sim.advance(cfg.check_s)
+    assert all(sim.max_held[v] <= quota[v] for v in quota)
+    assert sim.max_held[sim.configs[pre].version] > 0
 
 
 def test_overheads_delay_capacity(cfg: ClusterConfig, cat: ConfigCatalog, wl: NPUWorkload) -> None:

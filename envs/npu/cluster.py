@@ -366,6 +366,7 @@ class NPUCluster:
         self.now = 0.0
         self.n_finished = 0
         self.n_migrations = 0
+        self.max_held = dict.fromkeys(VERSIONS, 0.0)  # peak chips held per version (quota checks)
         self.quota = {v: (np.inf if (c.quota_chips or {}).get(v) is None else float(c.quota_chips[v]))
                       for v in VERSIONS}
         # vPods (parallel lists, compacted when deleted ones expire)
@@ -522,6 +523,9 @@ class NPUCluster:
             self.v_cfg = np.concatenate([self.v_cfg, new_c]).astype(np.int64)
             self.v_ready = np.concatenate([self.v_ready, new_r])
             self.v_gone = np.concatenate([self.v_gone, np.full(len(new_g), np.inf)])
+        held_now = self.held_chips()
+        for v in VERSIONS:
+            self.max_held[v] = max(self.max_held[v], held_now[v])
         self._reroute_orphans()
 
     def _active_groups(self, phase: int) -> np.ndarray:
