@@ -125,8 +125,8 @@ class NeuScalePolicy:
         self.targets = {}
 
     def groups(self, ctx: Observation, phase: int, signal: np.ndarray) -> list[tuple[int, float, float, int]]:
-        """(bucket index, token rate W (tokens/s), per-vPod capacity C (tokens/s), best-fit id) after
-        coalescing, for buckets with traffic in the window."""
+        """(bucket index, token rate W (tokens/s), per-vPod capacity C (tokens/s), best-fit id, R_peak
+        (req/s)) after coalescing, for buckets with traffic in the window."""
         sim = self.sim
         ph = PHASES[phase]
         tpr = ctx.tokens_per_req[phase]
@@ -152,9 +152,10 @@ class NeuScalePolicy:
             cid = sim.candidates(ph, edge)[0]
             cap_b = sim.max_rps(cid, ph, int(ctx.bucket_edges[b]), 1.0)  # tokens/s of one vPod at bucket b
             w = float(signal[phase, b] * tpr[b])
-            g = groups.setdefault(top, [0.0, 0.0, cid])
+            g = groups.setdefault(top, [0.0, 0.0, cid, 0.0])
             g[1] += w / cap_b  # vPods needed (at full batch) for this bucket's tokens
             g[0] += w
+            g[3] += float(signal[phase, b])  # R_peak of the group (req/s)
         # store (W, C) with C the effective tokens/s per vPod of the group's mix
         for v in groups.values():
             v[1] = v[0] / v[1] if v[1] > 0 else 1.0
@@ -163,24 +164,25 @@ class NeuScalePolicy:
                 order = sorted(groups, key=lambda b: (groups[b][0] / groups[b][1], b))
                 merged = False
                 for b in order:
-                    w, c, _ = groups[b]
+                    w, c, _, r = groups[b]
                     if w / c >= self.coalesce_below:
                         break
                     larger = [x for x in groups if x > b]
                     if not larger:
                         continue
                     t = min(larger)
-                    wt, ct, _ = groups[t]
+                    wt, ct, _, _rt = groups[t]
                     spare = max(1, math.ceil(wt / ct)) * ct - wt
                     if spare >= w:
                         groups[t][0] = wt + w
+                        groups[t][3] += r
                         del groups[b]
                         self.merged.append((ph, int(ctx.bucket_edges[b]), int(ctx.bucket_edges[t])))
                         merged = True
                         break
                 if not merged:
                     break
-        return [(b, v[0], v[1], int(v[2])) for b, v in sorted(groups.items())]
+        return [(b, v[0], v[1], int(v[2]), v[3]) for b, v in sorted(groups.items())]
 
     def decide(self, ctx: Observation) -> ScalingDecision:
         sim = self.sim
@@ -192,18 +194,18 @@ class NeuScalePolicy:
         wanted: list[tuple[float, tuple[str, int], int]] = []
         keep: set[tuple[str, int]] = set()
         for p in (0, 1):
-            for b, w, c, _cid in self.groups(ctx, p, signal):
+            for b, w, c, _cid, r_peak in self.groups(ctx, p, signal):
                 key = (PHASES[p], int(ctx.bucket_edges[b]))
                 n = max(1, math.ceil(w / c - 1e-9))
                 cur = sum(_alive_counts(ctx, key).values())
-                wanted.append((w, key, self.rule.limit(key, n, cur, ctx.time_s)))
+                wanted.append((r_peak, key, self.rule.limit(key, n, cur, ctx.time_s)))
                 keep.add(key)
         # groups that lost their traffic or were coalesced shrink under the ÷2 limit, then go
         for key in list(self.targets):
             if key not in keep:
                 cur = sum(_alive_counts(ctx, key).values())
                 wanted.append((0.0, key, self.rule.limit(key, 0, cur, ctx.time_s)))
-        # quota: highest-R_peak groups first; best fit, then fail-over versions; the rest is evicted
+        # quota: highest-R_peak (req/s) groups first; best fit, then fail-over versions; the rest is evicted
         budget = dict(ctx.quota_left)
         for alive in ctx.counts.values():
             for cid, n in alive.items():

@@ -923,7 +923,7 @@ class NPUCluster:
         energy[NB:] += np.bincount(g - NB, weights=made * j_per_tok, minlength=NB)
         # idle share of the ready vPods' time at static power: busy vPod-time is the jobs' decode time,
         # divided by the batch they share (busy jobs per busy vPod)
-        busy_t = np.bincount(g, weights=np.where(okc, made * tpot, 0.0), minlength=G)
+        busy_t = np.bincount(g, weights=np.where(okc, made, 0.0) * np.where(okc, tpot, 0.0), minlength=G)
         share = np.where(n_ready > 0, np.minimum(1.0, busy_t / np.maximum(b_busy, 1.0) / (dt * nr)), 0.0)
         energy[NB:] += dt * (1.0 - share[NB:]) * p_static_ready[NB:]
         self._busy[0][1] += float((made * j_per_tok).sum())
