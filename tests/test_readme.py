@@ -9,7 +9,7 @@ from conftest import REPO_ROOT
 
 def _quick_start_commands() -> list[str]:
     text = (REPO_ROOT / "README.md").read_text()
-    m = re.search(r"## Quick start\n(.*?)\n## ", text, re.S)
+    m = re.search(r"## Quick start\n(.*?)\n#", text, re.S)
     assert m, "README.md needs a '## Quick start' section"
     blocks = re.findall(r"```(?:bash|sh)?\n(.*?)```", m.group(1), re.S)
     return [line.strip() for b in blocks for line in b.strip().splitlines() if line.strip() and not line.startswith("#")]
