@@ -336,3 +336,65 @@ def test_highs_banner_does_not_reach_stdout() -> None:
     code = "from servegym.baselines.geo import make_policy; make_policy('milp'); print('{}')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == "{}\n"
+
+
+# -- greedy with its own placements projected ----------------------------------------------------------
+def _crafted_greedy_context(dispatched_on_green: int = 0):
+    """A mini-preset poll period on a crafted snapshot: every DC empty except the greenest, whose
+    engines have 3 free batch slots each (H = 24 requests); one scheduler (R = 1)."""
+    import dataclasses
+
+    sim = GeoSimulation(preset("mini", load="moderate", duration_s=3.0))
+    ctx = sim.next_batch()
+    est, snap = ctx.estimator, ctx.snapshot
+    green = int(np.argmin(snap.pue * snap.ci_g_per_kwh))
+    s_max = est.profile.max_num_seqs
+    b = np.zeros(snap.n_dcs)
+    b[green] = s_max - 3
+    crafted = snap.replace(batch=b, kv_tokens=b * (est.isl_mean + est.osl_mean / 2), queued_tokens=np.zeros(snap.n_dcs),
+                           prefill_duty=np.zeros(snap.n_dcs),
+                           polled_at_s=np.full(snap.n_dcs, float(ctx.decision_s.max())))
+    disp = np.zeros_like(ctx.dispatched)
+    disp[0, green] = dispatched_on_green
+    out = dataclasses.replace(
+        ctx, snapshot=crafted, dispatched=disp,
+        estimate_fn=lambda: est.estimate(crafted, ctx.input_tokens, ctx.osl_estimate, ctx.scheduler))
+    return out, green
+
+
+@pytest.mark.parametrize("already", [0, 10])
+def test_greedy0_spreads_a_period_once_the_greenest_headroom_is_used(already: int) -> None:
+    from servegym.baselines.geo.greedy import Greedy
+
+    ctx, green = _crafted_greedy_context(already)
+    snap, est = ctx.snapshot, ctx.estimator
+    assert ctx.dispatched.shape[0] == 1 and ctx.n_requests > 40
+    e = ctx.estimates
+    g = snap.pue * snap.ci_g_per_kwh
+    # Snapshot-only, every request of the period herds onto the greenest DC.
+    assert e.feasible[:, green].all()
+    assert np.all(greedy_choice(0.0, e.ttft_s, e.tpot_s, ctx.osl_estimate, e.feasible, g) == green)
+    dc = Greedy(0.0).decide(ctx)
+    h = est.headroom_requests(snap)[green]
+    assert h == pytest.approx(24.0)
+    fit = 24 - already  # H − R·n ≥ 1 for n = already, ..., 23
+    assert np.all(dc[:fit] == green)
+    assert np.all(dc[fit:] != green)
+    # The rest goes to the next-greenest DC (empty, all its slots free).
+    second = int(np.argsort(g)[1])
+    assert np.all(dc[fit:] == second)
+
+
+@pytest.mark.parametrize("spec", ["greedy:0", "greedy:0.5"])
+def test_greedy_batch_equals_one_by_one(spec: str) -> None:
+    """``batchable``: a poll period decided in one call places exactly as one request at a time."""
+    cfg = preset("small", load="high", duration_s=2.0, drain_s=5.0)
+    a = GeoSimulation(cfg).run(make_policy(spec))
+    sim = GeoSimulation(cfg)
+    pol = make_policy(spec)
+    pol.reset(sim.n_dcs, sim.n_regions, 0)
+    while (ctx := sim.next_decision()) is not None:
+        sim.apply(ctx, pol.decide(ctx))
+    b = sim.metrics(policy=spec)
+    assert np.array_equal(a.requests["dc"].to_numpy(), b.requests["dc"].to_numpy())
+    assert len(np.unique(a.requests["dc"].to_numpy())) > 1

@@ -1,7 +1,6 @@
 """Carbon-weighted greedy scheduling (§IV-A) and MOER routing (§V-A, [43]).
 
-For each request r the scheduler keeps the SLO-feasible DCs ``F_r`` (estimated TTFT and TPOT
-within budget, the shared estimator of ``servegym.envs.geo.estimator``) and picks the lowest
+For each request r the scheduler keeps the SLO-feasible DCs ``F_r`` and picks the lowest
 
     score_{r,d} = α · Lat_{r,d} / max_{d'∈F_r} Lat_{r,d'} + (1 − α) · G_d / max_{d'∈F_r} G_{d'}
 
@@ -14,12 +13,40 @@ Definitions (ours; the paper leaves them implicit):
   paper's uniform PUE this ranks DCs exactly as ``CI_d``; with per-site PUEs it ranks by the
   carbon the DC actually emits per kWh of engine energy.
 - Ties go to the lowest DC index.
-- No feasible DC (``F_r`` empty): the request goes to the DC with the lowest estimated
-  ``Lat_{r,d}`` over all DCs (the least-late choice; carbon is not considered once the SLO is
-  already lost). This is our choice; the paper does not state one.
 
-The policy reads only the snapshot-based estimates, so its choice for a request does not
-depend on the other requests of the poll interval: it is ``batchable`` and fully vectorized.
+Own placements (the rule, per request r of scheduler s, decided in arrival order). Let
+``n_d = ctx.dispatched[s, d]`` plus the requests of this context that s placed on d before r
+(the requests s sent to d since d's last poll), ``R`` the number of schedulers and ``E`` the
+engines per DC. As least-loaded and the window ILPs do, each own placement counts ``R`` times:
+a scheduler knows only its own dispatches and assumes the other ``R − 1``, fed the same share of
+the load, placed as many.
+
+1. Projection. ``TTFT_{r,d}`` and ``TPOT_{r,d}`` come from the shared estimator on the snapshot
+   with ``m_d = E · ⌊R · n_d / E⌋`` requests of mean prompt ``Ī`` projected onto d by the
+   iterative ILP's :func:`~servegym.baselines.geo.ilp.project_assignment` (per engine
+   ``⌊R · n_d / E⌋`` whole requests: those that fit d's free batch slots join ``B_d``/``KV_d``,
+   the rest queue in ``Q_d``). The projection moves in whole requests per engine so that the
+   estimates change only every ``E / R`` own placements on a DC: that is what keeps a whole poll
+   period's decision cheap (estimates are recomputed for a block of requests only when some
+   DC's projected level changes).
+2. Headroom. ``H_{r,d} = H_d(t_r) − R · n_d`` with ``H_d(t_r)`` the window ILP's headroom
+   (:func:`~servegym.baselines.geo.ilp.drained_snapshot`: free batch slots of the whole DC net
+   of its queue, on the snapshot drained for its age at r's decision time ``t_r``, rounded down
+   to ``HEADROOM_GRID_S`` = 10 ms so that a period needs at most ~100 evaluations). A DC with
+   ``H_{r,d} < 1`` has no batch slot left for r: r would wait for one, so it is not feasible.
+3. ``F_r``: the DCs with estimated TTFT and TPOT (step 1) within budget and ``H_{r,d} ≥ 1``
+   (step 2).
+4. No feasible DC (``F_r`` empty): r goes to the DC with the lowest projected ``Lat_{r,d}`` over
+   all DCs (the least-late choice; carbon is not considered once the SLO is already lost). This
+   is our choice; the paper does not state one.
+
+The rule depends only on the snapshot, ``ctx.dispatched`` and r's own features and decision
+time, so deciding a poll period's requests one by one (``next_decision``) or as one context
+(``next_batch``) gives the same placements: the policy is ``batchable``. In a batch the cheap
+part (headroom counts and the score of one row of D DCs) runs per request; the estimator runs
+vectorized over blocks of requests. Without a ``ctx.estimator`` (a context built by hand) the
+policy falls back to the snapshot-only rule: the context's own estimates, no projection, no
+headroom.
 
 MOER routing ("the lowest-CI SLO-feasible DC", [43]) coincides with greedy at α = 0; it is
 provided as :class:`MOER` with its own name.
@@ -27,16 +54,29 @@ provided as :class:`MOER` with its own name.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import NDArray
+from servegym.baselines.geo.ilp import drained_snapshot, project_assignment
 from servegym.envs.geo.decisions import BasePolicy, DecisionContext
+from servegym.envs.geo.estimator import Estimator
+from servegym.envs.geo.provisioner import Snapshot
 
 from servegym.errors import ConfigError
+
+#: Requests per estimator call when a batch is decided (the estimates of a block are reused
+#: until some DC's projected level changes).
+BLOCK = 64
+#: Grid (s) of the decision times at which the drained headroom ``H_d(t_r)`` is evaluated: ``t_r``
+#: is rounded down to it (less drain credit, so never more headroom than at ``t_r``).
+HEADROOM_GRID_S = 0.01
 
 
 def greedy_choice(alpha: float, ttft_s: NDArray, tpot_s: NDArray, osl: NDArray, feasible: NDArray,
                   g: NDArray) -> NDArray[np.int64]:
-    """The greedy DC per request (see the module docstring); arrays (n, D), ``osl`` (n,), ``g`` (D,)."""
+    """The greedy DC per request on fixed estimates (score and rules 3-4 of the module docstring);
+    arrays (n, D), ``osl`` (n,), ``g`` (D,)."""
     lat = ttft_s + np.asarray(osl, dtype=np.float64)[:, None] * tpot_s
     feas = np.asarray(feasible, dtype=bool)
     n, d = lat.shape
@@ -57,6 +97,28 @@ def greedy_choice(alpha: float, ttft_s: NDArray, tpot_s: NDArray, osl: NDArray, 
     return out
 
 
+def _choose_one(alpha: float, lat: NDArray[np.float64], feas: NDArray[np.bool_], g: NDArray[np.float64]) -> int:
+    """:func:`greedy_choice` for one request (``lat`` = its ``Lat_{r,d}``, (D,)); the per-request path."""
+    if not feas.any():
+        return int(np.argmin(lat))
+    if alpha == 0.0:
+        gm = g[feas].max()
+        return int(np.argmin(np.where(feas, g / gm if gm > 0 else 0.0, np.inf)))
+    lm = lat[feas].max()
+    gm = g[feas].max()
+    lat_term = lat / lm if lm > 0 else np.zeros_like(lat)
+    g_term = g / gm if gm > 0 else np.zeros_like(g)
+    return int(np.argmin(np.where(feas, alpha * lat_term + (1.0 - alpha) * g_term, np.inf)))
+
+
+def projected_snapshot(snap: Snapshot, estimator: Estimator, level: NDArray[np.float64]) -> Snapshot:
+    """``snap`` with ``level[d]`` whole requests per engine (of mean prompt ``Ī``) projected onto
+    each DC d by :func:`~servegym.baselines.geo.ilp.project_assignment` (rule 1)."""
+    per_dc = (np.asarray(level, dtype=np.float64) * snap.engines_per_dc).astype(np.int64)
+    assign = np.repeat(np.arange(snap.n_dcs, dtype=np.int64), per_dc)
+    return project_assignment(snap, estimator, assign, np.full(assign.size, estimator.isl_mean))
+
+
 class Greedy(BasePolicy):
     """Carbon-weighted greedy with weight ``alpha`` in [0, 1] on latency (module docstring).
 
@@ -71,12 +133,68 @@ class Greedy(BasePolicy):
             raise ConfigError(f"alpha = {alpha!r} is out of range; allowed: a number in [0, 1]")
         self.alpha = float(alpha)
         self.name = f"greedy:{self.alpha:g}"
+        # Drained headroom per grid time, for the snapshot it was computed on (a cache only).
+        self._head_snap: Snapshot | None = None
+        self._head_cache: dict[int, NDArray[np.float64]] = {}
+
+    def _headroom(self, snap: Snapshot, estimator: Estimator, t_s: float) -> NDArray[np.float64]:
+        """``H_d`` on the snapshot drained to ``t_s`` rounded down to ``HEADROOM_GRID_S`` (rule 2)."""
+        if snap is not self._head_snap:
+            self._head_snap, self._head_cache = snap, {}
+        key = math.floor(t_s / HEADROOM_GRID_S)
+        h = self._head_cache.get(key)
+        if h is None:
+            h = estimator.headroom_requests(drained_snapshot(snap, estimator, key * HEADROOM_GRID_S))
+            self._head_cache[key] = h
+        return h
 
     def decide(self, ctx: DecisionContext) -> NDArray[np.int64]:
-        est = ctx.estimates
         snap = ctx.snapshot
-        return greedy_choice(self.alpha, est.ttft_s, est.tpot_s, ctx.osl_estimate, est.feasible,
-                             snap.pue * snap.ci_g_per_kwh)
+        g = snap.pue * snap.ci_g_per_kwh
+        estimator = ctx.estimator
+        if estimator is None or ctx.n_requests == 0:
+            est = ctx.estimates
+            return greedy_choice(self.alpha, est.ttft_s, est.tpot_s, ctx.osl_estimate, est.feasible, g)
+        out = np.empty(ctx.n_requests, dtype=np.int64)
+        for s in np.unique(ctx.scheduler):
+            rows = np.flatnonzero(ctx.scheduler == s)
+            out[rows] = self._decide_scheduler(ctx, estimator, int(s), rows, g)
+        return out
+
+    def _decide_scheduler(self, ctx: DecisionContext, estimator: Estimator, s: int, rows: NDArray[np.int64],
+                          g: NDArray[np.float64]) -> NDArray[np.int64]:
+        """Rules 1-4 for scheduler ``s``'s rows of ``ctx``, in order."""
+        snap = ctx.snapshot
+        r = float(ctx.dispatched.shape[0])
+        e = float(snap.engines_per_dc)
+        own = ctx.dispatched[s].astype(np.float64)
+        level = np.floor(r * own / e)
+        out = np.empty(rows.size, dtype=np.int64)
+        lo = hi = 0
+        stale = True
+        lat = feas = np.empty((0, 0))
+        for k, i in enumerate(rows):
+            if stale or k >= hi:
+                lo, hi = k, min(rows.size, k + BLOCK)
+                blk = rows[lo:hi]
+                if not level.any():
+                    est = ctx.estimates.rows(blk if rows.size < ctx.n_requests else slice(lo, hi))
+                else:
+                    proj = projected_snapshot(snap, estimator, level)
+                    est = estimator.estimate(proj, ctx.input_tokens[blk], ctx.osl_estimate[blk], ctx.scheduler[blk])
+                lat = est.ttft_s + ctx.osl_estimate[blk][:, None] * est.tpot_s
+                feas = est.feasible
+                stale = False
+            j = k - lo
+            f = feas[j] & (self._headroom(snap, estimator, float(ctx.decision_s[i])) - r * own >= 1.0)
+            d = _choose_one(self.alpha, lat[j], f, g)
+            out[k] = d
+            own[d] += 1.0
+            lv = np.floor(r * own[d] / e)
+            if lv != level[d]:
+                level[d] = lv
+                stale = True
+        return out
 
 
 class MOER(Greedy):
