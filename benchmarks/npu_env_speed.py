@@ -13,22 +13,15 @@ separately. Run:
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import platform
+import time
 
-# The simulator's per-chunk group sums are small matrix products; on a loaded 2-core box a multi-threaded
-# BLAS oversubscribes the cores and makes them ~4x slower (measured: 2.6 s vs 0.66 s for 4 steps with ~300
-# vPods). One BLAS thread unless the caller sets it (must precede the numpy import).
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import time  # noqa: E402
-
-import numpy as np  # noqa: E402
-from servegym.baselines.npu import NeuScalePolicy  # noqa: E402
-from servegym.envs.npu.env import NPUAutoscaleEnv  # noqa: E402
+import numpy as np
+from servegym.baselines.npu import NeuScalePolicy
+from servegym.envs.npu.env import NPUAutoscaleEnv
 
 
 def run(env: NPUAutoscaleEnv, driver: str, seed: int) -> dict:
@@ -94,7 +87,8 @@ def main() -> None:
                  f"Env construction (DSE catalog with {cfg.n_candidates} Pareto candidates per bucket + workload): "
                  f"{t_init:.1f} s, once per process (cached). Target: one 24-h episode in <= 60 s wall. Load average "
                  f"at the end: {os.getloadavg()[0]:.1f} on 2 cores, so CPU time is given beside wall time. BLAS threads: "
-                 f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')} (see the script).", "",
+                 f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset (library default)')}; the "
+                 "simulator's group sums use np.bincount, so its speed does not depend on it.", "",
                  "| driver | steps | wall s | CPU s | ms/step | return | tokens/J | tokens/USD | SLO satisfaction | "
                  "mean vPods | max vPods |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:

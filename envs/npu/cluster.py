@@ -50,8 +50,9 @@ Model
 
 Granularity: 5-s sub-steps (decode jobs advance in fluid tokens within a sub-step), 60-s decision
 points (emergency checks), 300-s epochs. A 24-hour Azure replay (2.4 M requests, 288 epochs) takes
-about 22 s wall (13 s CPU) on the shared 2-core dev machine, within the 60-s budget
-(``benchmarks/npu_replay_speed.py``, ``benchmarks/results/npu_replay_speed.md``).
+12-23 s wall (11-13 s CPU) on the shared 2-core dev machine, within the 60-s budget, whatever the BLAS
+thread count (per-group sums are np.bincount, not matrix products; ``benchmarks/npu_replay_speed.py``,
+``benchmarks/results/npu_replay_speed.md``).
 
 Differences from the paper's simulator: roofline step tables instead of a production NPU simulator per
 request; fluid prefill and per-job decode at 5-s sub-steps rather than per-token events; the decode
@@ -84,6 +85,15 @@ LOAD_GBPS_PER_CHIP = 24.0
 LEVELS = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], dtype=np.int64)
 """Batch levels of the precomputed step tables (clipped to each configuration's max batch)."""
 NB = len(SEQ_BUCKETS)
+
+
+def _group_sum(g: np.ndarray, x: np.ndarray, n_groups: int) -> np.ndarray:
+    """Sum the rows of ``x`` (shape (V, ...)) by group ``g`` (V ints in [0, n_groups)): (n_groups, ...)."""
+    flat = x.reshape(g.size, -1)
+    width = flat.shape[1]
+    idx = (g[:, None] * width + np.arange(width)[None, :]).ravel()
+    out = np.bincount(idx, weights=flat.ravel(), minlength=n_groups * width)
+    return out.reshape((n_groups, *x.shape[1:]))
 
 
 @dataclass(frozen=True)
@@ -699,18 +709,18 @@ class NPUCluster:
         # (jobs carry their work in seconds of the group's dominant configuration at its best level)
         tps_v = self.tps[vc, vb] / np.maximum(self.tps[vc, vb, -1:], 1e-300)  # (V, J)
         pow_v = self.pow[vc, vb]
-        onehot = np.zeros((G, vg.size))
-        onehot[vg, np.arange(vg.size)] = 1.0
         J = LEVELS.size
-        cap = (onehot @ (frac[:, :, None] * tps_v[:, None, :]).reshape(vg.size, -1)).reshape(G, K, J)
-        pbusy = (onehot @ (frac[:, :, None] * pow_v[:, None, :]).reshape(vg.size, -1)).reshape(G, K, J)
+        # per-group sums by bincount, not one-hot matrix products: tiny BLAS calls oversubscribe a shared
+        # box with a multi-threaded BLAS (4x slower), and bincount is as fast single-threaded
+        cap = _group_sum(vg, frac[:, :, None] * tps_v[:, None, :], G)  # (G, K, J)
+        pbusy = _group_sum(vg, frac[:, :, None] * pow_v[:, None, :], G)
         stat_w = self.cfg_static_w[vc]
-        p_static_ready = onehot @ (frac * stat_w[:, None])  # (G, K)
-        p_static_all = onehot @ (heldfrac * stat_w[:, None])
-        n_ready = onehot @ frac
-        slots = onehot @ (frac * self.cfg_maxb[vc][:, None])
-        usd_g = onehot @ (heldfrac * self.cfg_usd_s[vc][:, None]).sum(axis=1) * dt
-        usd_ready = onehot @ (frac * self.cfg_usd_s[vc][:, None])  # (G, K) USD/s of ready vPods
+        p_static_ready = _group_sum(vg, frac * stat_w[:, None], G)  # (G, K)
+        p_static_all = _group_sum(vg, heldfrac * stat_w[:, None], G)
+        n_ready = _group_sum(vg, frac, G)
+        slots = _group_sum(vg, frac * self.cfg_maxb[vc][:, None], G)
+        usd_g = _group_sum(vg, (heldfrac * self.cfg_usd_s[vc][:, None]).sum(axis=1), G) * dt
+        usd_ready = _group_sum(vg, frac * self.cfg_usd_s[vc][:, None], G)  # (G, K) USD/s of ready vPods
         # earliest time each group has a serving vPod ready (no job starts before it)
         avail = np.full(G, np.inf)
         if vg.size:
