@@ -97,20 +97,6 @@ def greedy_choice(alpha: float, ttft_s: NDArray, tpot_s: NDArray, osl: NDArray, 
     return out
 
 
-def _choose_one(alpha: float, lat: NDArray[np.float64], feas: NDArray[np.bool_], g: NDArray[np.float64]) -> int:
-    """:func:`greedy_choice` for one request (``lat`` = its ``Lat_{r,d}``, (D,)); the per-request path."""
-    if not feas.any():
-        return int(np.argmin(lat))
-    if alpha == 0.0:
-        gm = g[feas].max()
-        return int(np.argmin(np.where(feas, g / gm if gm > 0 else 0.0, np.inf)))
-    lm = lat[feas].max()
-    gm = g[feas].max()
-    lat_term = lat / lm if lm > 0 else np.zeros_like(lat)
-    g_term = g / gm if gm > 0 else np.zeros_like(g)
-    return int(np.argmin(np.where(feas, alpha * lat_term + (1.0 - alpha) * g_term, np.inf)))
-
-
 def projected_snapshot(snap: Snapshot, estimator: Estimator, level: NDArray[np.float64]) -> Snapshot:
     """``snap`` with ``level[d]`` whole requests per engine (of mean prompt ``Ī``) projected onto
     each DC d by :func:`~servegym.baselines.geo.ilp.project_assignment` (rule 1)."""
@@ -163,17 +149,26 @@ class Greedy(BasePolicy):
 
     def _decide_scheduler(self, ctx: DecisionContext, estimator: Estimator, s: int, rows: NDArray[np.int64],
                           g: NDArray[np.float64]) -> NDArray[np.int64]:
-        """Rules 1-4 for scheduler ``s``'s rows of ``ctx``, in order."""
+        """Rules 1-4 for scheduler ``s``'s rows of ``ctx``, in order.
+
+        Vectorized by speculation: a block of rows is decided at once with the own counts held
+        fixed; the decisions stand up to the first row whose true state (own counts plus the
+        block's earlier placements) differs in its feasible set or projected levels; the rest is
+        redecided from there. The result is the one-by-one rule's exactly.
+        """
         snap = ctx.snapshot
         r = float(ctx.dispatched.shape[0])
         e = float(snap.engines_per_dc)
+        n_dcs = snap.n_dcs
         own = ctx.dispatched[s].astype(np.float64)
         level = np.floor(r * own / e)
         out = np.empty(rows.size, dtype=np.int64)
+        osl = ctx.osl_estimate
+        k = 0
         lo = hi = 0
+        ttft = tpot = feas = head = np.empty((0, n_dcs))
         stale = True
-        lat = feas = np.empty((0, 0))
-        for k, i in enumerate(rows):
+        while k < rows.size:
             if stale or k >= hi:
                 lo, hi = k, min(rows.size, k + BLOCK)
                 blk = rows[lo:hi]
@@ -181,19 +176,30 @@ class Greedy(BasePolicy):
                     est = ctx.estimates.rows(blk if rows.size < ctx.n_requests else slice(lo, hi))
                 else:
                     proj = projected_snapshot(snap, estimator, level)
-                    est = estimator.estimate(proj, ctx.input_tokens[blk], ctx.osl_estimate[blk], ctx.scheduler[blk])
-                lat = est.ttft_s + ctx.osl_estimate[blk][:, None] * est.tpot_s
-                feas = est.feasible
+                    est = estimator.estimate(proj, ctx.input_tokens[blk], osl[blk], ctx.scheduler[blk])
+                ttft, tpot, feas = est.ttft_s, est.tpot_s, est.feasible
+                head = np.stack([self._headroom(snap, estimator, float(t)) for t in ctx.decision_s[blk]])
                 stale = False
-            j = k - lo
-            f = feas[j] & (self._headroom(snap, estimator, float(ctx.decision_s[i])) - r * own >= 1.0)
-            d = _choose_one(self.alpha, lat[j], f, g)
-            out[k] = d
-            own[d] += 1.0
-            lv = np.floor(r * own[d] / e)
-            if lv != level[d]:
-                level[d] = lv
+            j0 = k - lo
+            sub = rows[k:hi]
+            h = head[j0:]
+            f = feas[j0:] & (h - r * own >= 1.0)
+            choice = greedy_choice(self.alpha, ttft[j0:], tpot[j0:], osl[sub], f, g)
+            # Own counts each row really sees: own + the block's earlier placements.
+            onehot = np.zeros((sub.size, n_dcs))
+            onehot[np.arange(sub.size), choice] = 1.0
+            before = own + np.cumsum(onehot, axis=0) - onehot
+            same = np.all((feas[j0:] & (h - r * before >= 1.0)) == f, axis=1)
+            same &= np.all(np.floor(r * before / e) == level, axis=1)
+            bad = np.flatnonzero(~same)
+            n_ok = int(bad[0]) if bad.size else sub.size  # row 0 always stands (nothing placed before it)
+            out[k:k + n_ok] = choice[:n_ok]
+            own += onehot[:n_ok].sum(axis=0)
+            new_level = np.floor(r * own / e)
+            if np.any(new_level != level):
+                level = new_level
                 stale = True
+            k += n_ok
         return out
 
 
