@@ -65,9 +65,12 @@ from servegym.envs.geo.provisioner import Snapshot
 
 from servegym.errors import ConfigError
 
-#: Requests per estimator call when a batch is decided (the estimates of a block are reused
-#: until some DC's projected level changes).
-BLOCK = 64
+#: Requests per block of estimator calls when a batch is decided.
+BLOCK = 128
+#: Projected levels above the block's first that its estimate tables cover.
+LEVELS_AHEAD = 4
+#: Fixed-point passes per attempt to decide the rest of a block.
+FIXED_POINT_PASSES = 6
 #: Grid (s) of the decision times at which the drained headroom ``H_d(t_r)`` is evaluated: ``t_r``
 #: is rounded down to it (less drain credit, so never more headroom than at ``t_r``).
 HEADROOM_GRID_S = 0.01
@@ -151,54 +154,62 @@ class Greedy(BasePolicy):
                           g: NDArray[np.float64]) -> NDArray[np.int64]:
         """Rules 1-4 for scheduler ``s``'s rows of ``ctx``, in order.
 
-        Vectorized by speculation: a block of rows is decided at once with the own counts held
-        fixed; the decisions stand up to the first row whose true state (own counts plus the
-        block's earlier placements) differs in its feasible set or projected levels; the rest is
-        redecided from there. The result is the one-by-one rule's exactly.
+        Vectorized: for a block of rows the estimates are tabled at the projected levels
+        ``level_d + o``, ``o = 0..LEVELS_AHEAD`` (each estimator column depends on its own DC
+        only), and the block is decided by fixed-point iteration: decide every row from the own
+        counts the previous pass implies for it, until they agree. The rows up to the first whose
+        counts still disagree (or whose level is past the table) stand; each pass fixes at least
+        one more row. The result is the one-by-one rule's exactly.
         """
         snap = ctx.snapshot
         r = float(ctx.dispatched.shape[0])
         e = float(snap.engines_per_dc)
         n_dcs = snap.n_dcs
         own = ctx.dispatched[s].astype(np.float64)
-        level = np.floor(r * own / e)
         out = np.empty(rows.size, dtype=np.int64)
         osl = ctx.osl_estimate
-        k = 0
-        lo = hi = 0
-        ttft = tpot = feas = head = np.empty((0, n_dcs))
-        stale = True
+        k = lo = hi = 0
+        base = np.floor(r * own / e)
+        ttft_t = tpot_t = feas_t = np.empty((0, 0, n_dcs))
+        head = np.empty((0, n_dcs))
+        cols = np.arange(n_dcs)
         while k < rows.size:
-            if stale or k >= hi:
+            if k >= hi or np.any(np.floor(r * own / e) - base > LEVELS_AHEAD):
                 lo, hi = k, min(rows.size, k + BLOCK)
                 blk = rows[lo:hi]
-                if not level.any():
-                    est = ctx.estimates.rows(blk if rows.size < ctx.n_requests else slice(lo, hi))
-                else:
-                    proj = projected_snapshot(snap, estimator, level)
-                    est = estimator.estimate(proj, ctx.input_tokens[blk], osl[blk], ctx.scheduler[blk])
-                ttft, tpot, feas = est.ttft_s, est.tpot_s, est.feasible
+                base = np.floor(r * own / e)
+                tabs = []
+                for o in range(LEVELS_AHEAD + 1):
+                    if o == 0 and not base.any():
+                        tabs.append(ctx.estimates.rows(blk if rows.size < ctx.n_requests else slice(lo, hi)))
+                    else:
+                        proj = projected_snapshot(snap, estimator, base + o)
+                        tabs.append(estimator.estimate(proj, ctx.input_tokens[blk], osl[blk], ctx.scheduler[blk]))
+                ttft_t = np.stack([t.ttft_s for t in tabs])
+                tpot_t = np.stack([t.tpot_s for t in tabs])
+                feas_t = np.stack([t.feasible for t in tabs])
                 head = np.stack([self._headroom(snap, estimator, float(t)) for t in ctx.decision_s[blk]])
-                stale = False
             j0 = k - lo
-            sub = rows[k:hi]
-            h = head[j0:]
-            f = feas[j0:] & (h - r * own >= 1.0)
-            choice = greedy_choice(self.alpha, ttft[j0:], tpot[j0:], osl[sub], f, g)
-            # Own counts each row really sees: own + the block's earlier placements.
-            onehot = np.zeros((sub.size, n_dcs))
-            onehot[np.arange(sub.size), choice] = 1.0
-            before = own + np.cumsum(onehot, axis=0) - onehot
-            same = np.all((feas[j0:] & (h - r * before >= 1.0)) == f, axis=1)
-            same &= np.all(np.floor(r * before / e) == level, axis=1)
+            m = hi - k
+            rr_ = np.arange(m)[:, None]
+            jj = j0 + rr_
+            before = np.broadcast_to(own, (m, n_dcs))
+            for _ in range(FIXED_POINT_PASSES):
+                off = np.floor(r * before / e) - base
+                o = np.minimum(off, LEVELS_AHEAD).astype(np.int64)
+                f = feas_t[o, jj, cols] & (head[j0:] - r * before >= 1.0)
+                choice = greedy_choice(self.alpha, ttft_t[o, jj, cols], tpot_t[o, jj, cols], osl[rows[k:hi]], f, g)
+                onehot = np.zeros((m, n_dcs))
+                onehot[np.arange(m), choice] = 1.0
+                implied = own + np.cumsum(onehot, axis=0) - onehot
+                same = np.all(implied == before, axis=1) & np.all(off <= LEVELS_AHEAD, axis=1)
+                if same.all():
+                    break
+                before = implied
             bad = np.flatnonzero(~same)
-            n_ok = int(bad[0]) if bad.size else sub.size  # row 0 always stands (nothing placed before it)
+            n_ok = int(bad[0]) if bad.size else m  # row 0 always stands (nothing placed before it)
             out[k:k + n_ok] = choice[:n_ok]
-            own += onehot[:n_ok].sum(axis=0)
-            new_level = np.floor(r * own / e)
-            if np.any(new_level != level):
-                level = new_level
-                stale = True
+            own = own + onehot[:n_ok].sum(axis=0)
             k += n_ok
         return out
 
