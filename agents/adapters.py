@@ -122,14 +122,32 @@ register_family(Family(name="geo", env_ids=("servegym/GeoRoute-v0", "servegym/Ge
 register_family(Family(name="pd", env_ids=("servegym/PDProvision-v0",), metrics=PD_METRICS,
                        baselines=PD_BASELINES, run_baseline=run_pd_baseline,
                        recommended_algo={"servegym/PDProvision-v0": "maskable-ppo"}))
-# No baseline runner yet: NeuScale/Base drive NPUCluster directly (baselines.npu.run_policy) and the env
-# does not expose the simulator seed it derives from reset(seed), so "the same episode" cannot be rebuilt
-# here without copying the env's seeding.
-# No baseline runner yet: NeuScale/Base drive NPUCluster directly (servegym.baselines.npu.run_policy), and
-# the env does not expose the simulator seed it derives from reset(seed), so the agent's episode cannot be
-# rebuilt for them here without copying the env's seeding.
+
+
+NPU_BASELINES = ("base", "neuscale", "ideal")
+
+
+def run_npu_baseline(env: gym.Env, name: str, seed: int) -> EpisodeResult:
+    """One NPUAutoscale-v0 episode of a :mod:`servegym.baselines.npu` policy on the agent's episode.
+
+    NeuScale and Base drive the simulator with their own 60-s decision loop (emergency scale-out
+    between epochs, which the env's per-epoch action cannot express), so they do not step the env:
+    :meth:`NPUAutoscaleEnv.run_baseline` resets it with ``seed`` and runs the policy on a simulator with
+    the same workload and simulator seed, reporting per-epoch infos with the step's keys and formulas.
+    ``ideal`` is the §5.1 oracle (true lengths): one info with the episode's totals, no ``chips``.
+    """
+    if name not in NPU_BASELINES:
+        raise _unknown("npu", name, NPU_BASELINES)
+    out = env.unwrapped.run_baseline(name, int(seed))
+    acc = EpisodeAccumulator(NPU_METRICS)
+    for info in out["infos"]:
+        acc.add(info)
+    return EpisodeResult(policy=name, seed=int(seed), reward=float(out["reward"]), length=int(out["length"]),
+                         metrics=acc.result())
+
+
 register_family(Family(name="npu", env_ids=("servegym/NPUAutoscale-v0",), metrics=NPU_METRICS,
-                       run_baseline=None, recommended_algo={"servegym/NPUAutoscale-v0": "maskable-ppo"}))
+                       baselines=NPU_BASELINES, run_baseline=run_npu_baseline, reference="base",
+                       saving_metric="energy_j", recommended_algo={"servegym/NPUAutoscale-v0": "maskable-ppo"}))
 
-
-__all__ = ["GEO_METRICS", "NPU_METRICS", "PD_METRICS", "EpisodeResult", "play_episode"]
+__all__ = ["GEO_METRICS", "NPU_BASELINES", "NPU_METRICS", "PD_METRICS", "EpisodeResult", "play_episode"]

@@ -54,9 +54,17 @@ epoch). Pool energy includes idle and booting vPods, so a realistic deployment c
 epochs (about 10 for Llama3-70B on Azure with the heuristic below); ``slo_penalty`` (50) is set so that
 missing every request costs more than serving it well, and 10 % misses cost about half a served epoch.
 
-**Speed** (``benchmarks/npu_env_speed.py``): a 24-h episode of the default scenario takes 15-21 s wall
-with one BLAS thread (random valid actions, the heuristic, or NeuScale's projected decisions); the
-catalog and workload are built once per process (~7-11 s, cached).
+**Speed** (``benchmarks/npu_env_speed.py``): a 24-h episode of the default scenario takes 12-14 s wall
+on an unloaded share of the 2-core dev machine (random valid actions, the heuristic, or NeuScale's
+projected decisions; any BLAS thread count); the catalog and workload are built once per process
+(~5-11 s, cached).
+
+**Baselines on the agent's episode.** After ``reset(seed=s)``, :attr:`NPUAutoscaleEnv.simulation_seed` is
+the :class:`~servegym.envs.npu.cluster.NPUCluster` seed of the episode (derived from ``s``; the workload
+too when ``workload_seed`` is None). :meth:`NPUAutoscaleEnv.run_baseline` (policy in ``BASELINES``:
+``base``, ``neuscale``, ``ideal``) runs a :mod:`servegym.baselines.npu` policy on exactly that episode
+and returns per-epoch infos with the step's keys and formulas, so ``servegym evaluate`` and the
+TensorBoard callback compare an agent with the paper's policies on the same work.
 
 **Info**: ``energy_j``, ``cost_usd``, ``tokens`` (prefill input + decode output tokens served),
 ``slo_satisfaction`` (of the requests finished in the epoch, 1 when none), ``slo_misses``,
@@ -87,6 +95,7 @@ from servegym.envs.npu.cluster import (
     NB,
     ClusterConfig,
     ConfigCatalog,
+    EpochMetrics,
     NPUCluster,
     Observation,
     ScalingDecision,
@@ -102,6 +111,9 @@ DEFAULT_COUNT_LEVELS: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48
 WARM_WINDOW_S = 600.0
 """The initial deployment is sized on the first 10 minutes of arrivals (as the baselines' warm start)."""
 LOG_MAX_TOKENS = math.log1p(float(1 << 20))
+
+BASELINES: tuple[str, ...] = ("base", "neuscale", "ideal")
+"""Policies :meth:`NPUAutoscaleEnv.run_baseline` runs on the env's episode (servegym.baselines.npu)."""
 
 _CATALOGS: dict[tuple, ConfigCatalog] = {}
 _WORKLOADS: dict[tuple, NPUWorkload] = {}
@@ -257,6 +269,7 @@ class NPUAutoscaleEnv(gym.Env):
         self.obs_fields = self._obs_fields()
         self.observation_space = spaces.Box(-1.0, 10.0, shape=(len(self.obs_fields),), dtype=np.float32)
         self.sim: NPUCluster | None = None
+        self.simulation_seed: int | None = None  # NPUCluster seed of the current episode (set by reset)
         self.last_ctx: Observation | None = None
         self._t = 0
 
@@ -350,6 +363,7 @@ class NPUAutoscaleEnv(gym.Env):
         if cfg.workload_seed is None:
             self.workload = _workload(cfg, int(self.np_random.integers(2**31 - 1)))
         sim_seed = int(self.np_random.integers(2**31 - 1))
+        self.simulation_seed = sim_seed
         self.sim = sim = NPUCluster(self.cluster_config, self.workload, seed=sim_seed, catalog=self.catalog)
         w = self.workload
         dur = max(w.duration_s, 1.0)
@@ -383,9 +397,9 @@ class NPUAutoscaleEnv(gym.Env):
         n_epochs = max(self.workload.duration_s / self.cluster_config.epoch_s, 1.0)
         return max(tot / n_epochs, 1e-12)
 
-    def _late_count(self) -> int:
+    def _late_count(self, sim: NPUCluster | None = None) -> int:
         """Open requests already past their SLO (TTFT before the first token, or TPOT x output tokens)."""
-        sim = self.sim
+        sim = self.sim if sim is None else sim
         assert sim is not None
         ids = sim.open_requests()
         if ids.size == 0:
@@ -520,35 +534,103 @@ class NPUAutoscaleEnv(gym.Env):
         if self._t >= self.horizon:
             raise ActionError("step() called after the episode was truncated; call reset() first")
         a, adjusted = self._check_action(action)
-        cfg = self.config
         n0 = sim.next_req
         sim.apply(self._decision(a))
         self._count = self.levels[a[0::2]]
         self._option = a[1::2].copy()
         m = sim.advance_epoch()
-        arrived = int(sim.next_req - n0)
-        late = self._late_count()
-        # a late open request that finishes moves from `late` to the finished misses; the age test of
-        # `late` is conservative, so the difference can dip below 0 by a request or two: clip
-        misses = max(float(m.slo_total - m.slo_met[2]) + (late - self._late_prev), 0.0)
-        self._late_prev = late
-        energy, usd, tokens = float(m.energy_j.sum()), float(m.usd.sum()), float(m.tokens.sum())
-        obj = energy if cfg.objective == "energy" else usd
-        r_obj = cfg.objective_weight * obj / self._ref
-        miss_share = misses / max(arrived, 1)
-        r_slo = cfg.slo_penalty * miss_share
-        reward = -(r_obj + r_slo)
+        reward, flows, self._late_prev = self._epoch_outcome(sim, [m], int(sim.next_req - n0), self._late_prev)
         self._t += 1
-        self._last = {"slo_satisfaction": m.slo_satisfaction, "slo_miss_share": miss_share}
+        self._last = {"slo_satisfaction": flows["slo_satisfaction"],
+                      "slo_miss_share": flows["slo_misses"] / max(flows["arrived"], 1)}
         self.last_ctx = sim.observe()
         info = self._state_info()
-        info.update(energy_j=energy, cost_usd=usd, tokens=tokens, slo_satisfaction=m.slo_satisfaction,
-                    slo_misses=float(misses), arrived=arrived, finished=int(m.finished),
-                    tokens_per_j=tokens / energy if energy > 0 else 0.0,
-                    tokens_per_usd=tokens / usd if usd > 0 else 0.0, action_adjusted=adjusted,
-                    reward_objective=-r_obj, reward_slo=-r_slo)
+        info.update(flows, action_adjusted=adjusted)
         truncated = self._t >= self.horizon
         return self._obs(self.last_ctx), float(reward), False, truncated, info
+
+    def _epoch_outcome(self, sim: NPUCluster, spans: list[EpochMetrics], arrived: int, late_prev: int
+                       ) -> tuple[float, dict[str, Any], int]:
+        """Reward and info flows of one epoch of ``sim`` made of the advance spans ``spans`` (one for the
+        env's step, one per decision point for a baseline's loop); returns (reward, flows, late count)."""
+        cfg = self.config
+        late = self._late_count(sim)
+        slo_total = sum(float(m.slo_total) for m in spans)
+        slo_met = sum(float(m.slo_met[2]) for m in spans)
+        # a late open request that finishes moves from `late` to the finished misses; the age test of
+        # `late` is conservative, so the difference can dip below 0 by a request or two: clip
+        misses = max(slo_total - slo_met + (late - late_prev), 0.0)
+        energy = sum(float(m.energy_j.sum()) for m in spans)
+        usd = sum(float(m.usd.sum()) for m in spans)
+        tokens = sum(float(m.tokens.sum()) for m in spans)
+        obj = energy if cfg.objective == "energy" else usd
+        r_obj = cfg.objective_weight * obj / self._ref
+        r_slo = cfg.slo_penalty * misses / max(arrived, 1)
+        flows = {"energy_j": energy, "cost_usd": usd, "tokens": tokens,
+                 "slo_satisfaction": slo_met / slo_total if slo_total else 1.0, "slo_misses": float(misses),
+                 "arrived": arrived, "finished": sum(int(m.finished) for m in spans),
+                 "tokens_per_j": tokens / energy if energy > 0 else 0.0,
+                 "tokens_per_usd": tokens / usd if usd > 0 else 0.0,
+                 "reward_objective": -r_obj, "reward_slo": -r_slo}
+        return -(r_obj + r_slo), flows, late
+
+    # ------------------------------------------------------------------------------------------ baselines
+    def run_baseline(self, policy: str, seed: int | None = None) -> dict[str, Any]:
+        """Run a :mod:`servegym.baselines.npu` policy on exactly the episode ``reset(seed=seed)`` produces.
+
+        ``policy``: one of ``BASELINES`` (``base``, ``neuscale``: their own decision loop every
+        ``check_s`` = 60 s with their own warm start, :func:`~servegym.baselines.npu.run_policy`;
+        ``ideal``: the §5.1 oracle, :func:`~servegym.baselines.npu.ideal_metrics`, which uses true
+        lengths). The env is reset with ``seed`` (so the workload and :attr:`simulation_seed` are the
+        agent's) and the policy drives a fresh :class:`NPUCluster` with that seed and workload for the
+        env's horizon; the env's own simulator is left at the start of that episode.
+
+        Returns ``{"policy", "seed", "simulation_seed", "reward", "length", "infos", "summary"}``: one
+        info per epoch with the same flow keys and formulas as :meth:`step`'s (``energy_j``,
+        ``cost_usd``, ``tokens``, ``slo_satisfaction``, ``slo_misses``, ``arrived``, ``finished``, ...,
+        plus the state keys ``time_s``, ``epoch``, ``vpods``, ``chips``), ``reward`` their summed
+        reward, and ``summary`` the simulator's :meth:`NPUCluster.summary`. The oracle has no vPods
+        and no per-epoch schedule: one info with the episode's totals (no ``chips``), no misses, and
+        ``length`` the horizon.
+        """
+        from servegym.baselines.npu import ideal_metrics, make_policy, run_policy
+
+        if policy not in BASELINES:
+            raise ConfigError(f"policy = {policy!r} is unknown; allowed: {', '.join(BASELINES)}")
+        self.reset(seed=seed)
+        assert self.simulation_seed is not None
+        sim = NPUCluster(self.cluster_config, self.workload, seed=self.simulation_seed, catalog=self.catalog)
+        hours = self.horizon * self.cluster_config.epoch_s / 3600.0
+        out: dict[str, Any] = {"policy": policy, "seed": seed, "simulation_seed": self.simulation_seed,
+                               "length": self.horizon}
+        if policy == "ideal":
+            s = ideal_metrics(sim, hours=hours)
+            obj = s["energy_j"] if self.config.objective == "energy" else s["usd"]
+            r_obj = self.config.objective_weight * obj / self._ref
+            n = s["requests_finished"]
+            out["infos"] = [{"energy_j": s["energy_j"], "cost_usd": s["usd"], "tokens": s["tokens"],
+                             "slo_satisfaction": 1.0, "slo_misses": 0.0, "arrived": int(n), "finished": int(n),
+                             "tokens_per_j": s["energy_efficiency"], "tokens_per_usd": s["cost_efficiency"],
+                             "reward_objective": -r_obj, "reward_slo": 0.0, "time_s": hours * 3600.0,
+                             "epoch": self.horizon}]
+            out["reward"], out["summary"] = -r_obj, s
+            return out
+        per = round(self.cluster_config.epoch_s / self.cluster_config.check_s)
+        infos: list[dict[str, Any]] = []
+        state = {"n0": 0, "late": 0, "reward": 0.0}
+
+        def account(e: int) -> None:
+            reward, flows, state["late"] = self._epoch_outcome(sim, sim.history[-per:], int(sim.next_req - state["n0"]),
+                                                               state["late"])
+            state["n0"] = sim.next_req
+            state["reward"] += reward
+            flows.update(time_s=float(sim.now), epoch=e + 1, vpods=int(np.count_nonzero(sim.v_gone == np.inf)),
+                         chips=float(sum(sim.held_chips().values())))
+            infos.append(flows)
+
+        out["summary"] = run_policy(sim, make_policy(policy), hours=hours, progress=account)
+        out["infos"], out["reward"] = infos, state["reward"]
+        return out
 
     def _state_info(self) -> dict[str, Any]:
         sim = self.sim
