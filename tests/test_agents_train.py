@@ -22,13 +22,20 @@ pytest.importorskip("stable_baselines3", reason="the rl extra (stable-baselines3
 pytest.importorskip("sb3_contrib", reason="the rl extra (sb3-contrib) is not installed")
 
 # Per family: the env id, tiny gym.make kwargs, the algorithm, two cheap baselines, and hyperparameters
-# small enough that a run is a few hundred steps.
+# small enough that a run is a few hundred steps. npu: one hour (12 epochs) of Llama3-8B with one
+# Pareto candidate per group, ~50 ms per step.
 CASES = {
     "pd": ("servegym/PDProvision-v0", {"config": {"scenario": {"horizon_steps": 24}}}, "maskable-ppo",
            ["static-peak", "min-power"]),
     "geo": ("servegym/GeoRoute-v0", {"config": {"preset": "mini", "geo": {"duration_s": 1}}}, "maskable-ppo",
             ["rr", "greedy:0.5"]),
+    "npu": ("servegym/NPUAutoscale-v0", {"config": {"model": "Llama3-8B", "hours": 1.0, "n_candidates": 1}},
+            "maskable-ppo", ["base", "neuscale", "ideal"]),
 }
+# The domain scalars each family's TensorBoard must carry (episode, eval and baseline lines).
+DOMAIN_KEYS = {"pd": ("carbon_g", "slo_violation_pct", "energy_kwh"),
+               "geo": ("carbon_g", "slo_violation_pct", "energy_kwh"),
+               "npu": ("energy_j", "cost_usd", "slo_satisfaction")}
 TINY_HP = "{algo}:\n  n_envs: 2\n  n_steps: 64\n  batch_size: 64\n  n_epochs: 2\n  normalize: true\n" \
           "  policy_kwargs: {{net_arch: [16]}}\n"
 
@@ -70,7 +77,7 @@ def test_tensorboard_has_domain_scalars_and_baseline_lines(trained: dict) -> Non
 
     fam = family_for(trained["env_id"])
     tags = _scalars(trained["dir"] / "tb")
-    for key in ("carbon_g", "slo_violation_pct", "energy_kwh"):
+    for key in DOMAIN_KEYS[trained["family"]]:
         assert key in fam.metric_keys()
         assert tags.get(f"episode/{key}"), f"episode/{key} missing"
         assert len(tags[f"eval/{key}"]) >= 2  # periodic + final evaluation
@@ -107,7 +114,8 @@ def test_evaluate_writes_table_and_plot(trained: dict, capsys) -> None:
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     assert [r["policy"] for r in summary] == ["agent", *trained["baselines"]]
-    assert all(r["episodes"] == 2 and "carbon_g_ci" in r for r in summary)
+    key = DOMAIN_KEYS[trained["family"]][0]
+    assert all(r["episodes"] == 2 and f"{key}_ci" in r for r in summary)
     eps = pd.read_csv(out / "episodes.csv")
     # Agent and baselines met the same seeds.
     assert eps.groupby("policy")["seed"].apply(sorted).map(tuple).nunique() == 1
@@ -133,8 +141,9 @@ def test_sweep_2x2_on_process_pool(trained: dict, capsys) -> None:
     assert main(["sweep", str(cfg), "--workers", "2", "--out", str(out), "--json"]) == 0
     df = pd.read_csv(out)
     assert len(df) == 4 and set(df["policy"]) == {trained["baselines"][0], "agent"}
-    assert set(df["scenario"]) == {"a", "b"} and df["carbon_g"].notna().all()
+    key = DOMAIN_KEYS[trained["family"]][0]
+    assert set(df["scenario"]) == {"a", "b"} and df[key].notna().all()
     # Same scenario, policy and seed in both scenarios (identical kwargs): identical results.
-    a, b = (df[df.scenario == s].set_index("policy")["carbon_g"] for s in ("a", "b"))
+    a, b = (df[df.scenario == s].set_index("policy")[key] for s in ("a", "b"))
     pd.testing.assert_series_equal(a, b)
     assert json.loads(capsys.readouterr().out)
