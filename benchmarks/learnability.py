@@ -5,6 +5,7 @@ Usage (defaults are the small budget recorded in benchmarks/results/learnability
 
     python benchmarks/learnability.py --family pd --timesteps 30000 --seeds 3 --eval-episodes 3
     python benchmarks/learnability.py --family geo-window --timesteps 30000 --seeds 3
+    python benchmarks/learnability.py --family npu --timesteps 2304 --seeds 2 --eval-episodes 3
 
 Per family it writes ``<family>_episodes.csv`` (agent seed x eval seed, and baselines x eval seed),
 ``<family>_summary.md`` (mean ± 95% CI, Student t over the agents' training seeds for the agent and
@@ -30,6 +31,10 @@ SETUPS: dict[str, tuple[str, str, dict[str, Any], tuple[str, ...]]] = {
     "geo-window": ("servegym/GeoRouteWindow-v0", "ppo", {}, ("carbon_g", "slo_violation_pct")),
     "geo-route": ("servegym/GeoRoute-v0", "maskable-ppo", {"config": {"preset": "mini"}},
                   ("carbon_g", "slo_violation_pct")),
+    # Two hours (24 five-minute epochs) of the default model/trace: ~40-55 ms per step, so a few
+    # thousand steps per training seed fit in minutes.
+    "npu": ("servegym/NPUAutoscale-v0", "maskable-ppo", {"config": {"hours": 2.0}},
+            ("energy_j", "slo_satisfaction")),
 }
 OUT = Path(__file__).resolve().parent / "results" / "learnability"
 
