@@ -362,27 +362,41 @@ def _crafted_greedy_context(dispatched_on_green: int = 0):
     return out, green
 
 
-@pytest.mark.parametrize("already", [0, 10])
-def test_greedy0_spreads_a_period_once_the_greenest_headroom_is_used(already: int) -> None:
-    from servegym.baselines.geo.greedy import Greedy
+@pytest.mark.parametrize("already", [200, 240])
+def test_greedy0_leaves_the_greenest_dc_once_projected_placements_break_its_slo(already: int) -> None:
+    """Own placements since the poll, projected onto the greenest DC's batch and queue, push its
+    estimated TTFT (the wait for a batch slot) over the SLO; from then on requests go elsewhere.
+    A snapshot-only greedy sends the whole period to the greenest DC."""
+    from servegym.baselines.geo.greedy import Greedy, projected_snapshot
 
     ctx, green = _crafted_greedy_context(already)
     snap, est = ctx.snapshot, ctx.estimator
     assert ctx.dispatched.shape[0] == 1 and ctx.n_requests > 40
     e = ctx.estimates
     g = snap.pue * snap.ci_g_per_kwh
+    second = int(np.argsort(g)[1])
     # Snapshot-only, every request of the period herds onto the greenest DC.
-    assert e.feasible[:, green].all()
+    assert e.feasible[:, green].all() and e.feasible[:, second].all()
     assert np.all(greedy_choice(0.0, e.ttft_s, e.tpot_s, ctx.osl_estimate, e.feasible, g) == green)
     dc = Greedy(0.0).decide(ctx)
-    h = est.headroom_requests(snap)[green]
-    assert h == pytest.approx(24.0)
-    fit = 24 - already  # H − R·n ≥ 1 for n = already, ..., 23
-    assert np.all(dc[:fit] == green)
-    assert np.all(dc[fit:] != green)
-    # The rest goes to the next-greenest DC (empty, all its slots free).
-    second = int(np.argsort(g)[1])
-    assert np.all(dc[fit:] == second)
+    # One by one (R = 1, E engines): r goes to the greenest DC iff its estimates there, with the
+    # n own placements so far projected as ⌊n / E⌋ requests per engine, meet the SLO.
+    n, expect, late = already, [], []
+    for j in range(ctx.n_requests):
+        level = np.zeros(snap.n_dcs)
+        level[green] = n // snap.engines_per_dc
+        ej = est.estimate(projected_snapshot(snap, est, level), ctx.input_tokens[j:j + 1],
+                          ctx.osl_estimate[j:j + 1], ctx.scheduler[j:j + 1])
+        ok = bool(ej.feasible[0, green])
+        if not ok:
+            late.append(ej.ttft_s[0, green] > est.ttft_slo_s or ej.tpot_s[0, green] > est.tpot_slo_s)
+        expect.append(green if ok else second)
+        n += ok
+    assert np.array_equal(dc, np.array(expect))
+    on_green = int(np.sum(dc == green))
+    assert on_green >= snap.engines_per_dc  # the first level still fits
+    assert on_green < ctx.n_requests and all(late)  # then the projected TTFT/TPOT break the SLO
+    assert np.all(dc[-10:] == second)  # and the tail of the period goes elsewhere
 
 
 @pytest.mark.parametrize("spec", ["greedy:0", "greedy:0.5"])
