@@ -104,6 +104,13 @@ def _emergency(sim: NPUCluster, ctx: Observation, targets: dict[tuple[str, int],
             out[key] = new
     return out
 
+def _emergency_decision(sim: NPUCluster, ctx: Observation,
+                        targets: dict[tuple[str, int], dict[int, int]]) -> ScalingDecision:
+    """Between epochs both policies only scale out in an emergency; the new targets stick until the next epoch."""
+    em = _emergency(sim, ctx, targets)
+    targets.update(em)
+    return ScalingDecision(em)
+
 
 class NeuScalePolicy:
     """NeuScale's autoscaler (§3.4); ``coalesce_below`` is N_L (0.5), ``coalescing=False`` disables it."""
@@ -187,9 +194,7 @@ class NeuScalePolicy:
     def decide(self, ctx: Observation) -> ScalingDecision:
         sim = self.sim
         if not ctx.at_epoch_boundary:
-            em = _emergency(sim, ctx, self.targets)
-            self.targets.update(em)
-            return ScalingDecision(em)
+            return _emergency_decision(sim, ctx, self.targets)
         signal = self.rule.signal(ctx)
         wanted: list[tuple[float, tuple[str, int], int]] = []
         keep: set[tuple[str, int]] = set()
@@ -250,9 +255,7 @@ class BasePolicy:
     def decide(self, ctx: Observation) -> ScalingDecision:
         sim = self.sim
         if not ctx.at_epoch_boundary:
-            em = _emergency(sim, ctx, self.targets)
-            self.targets.update(em)
-            return ScalingDecision(em)
+            return _emergency_decision(sim, ctx, self.targets)
         signal = self.rule.signal(ctx)
         out: dict[tuple[str, int], dict[int, int]] = {}
         for p, key in enumerate(self.keys):
