@@ -48,8 +48,11 @@ def test_validate_json(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["pd", "validate", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == (0 if out["passed"] else 1)
-    caps = [c for c in out["checks"] if c["name"].startswith("capacity ")]
-    assert len(caps) == 4 and all(c["passed"] for c in caps)
+    caps = [c for c in out["checks"] if c["name"].startswith("capacity ") and c["required"]]
+    assert len(caps) == 4
+    assert all(c["passed"] == (abs(c["rel_error"]) <= c["tolerance"]) for c in out["checks"]
+               if c["tolerance"] is not None)
+    assert out["passed"] == all(c["passed"] for c in out["checks"] if c["required"])
 
 
 @pytest.mark.parametrize(("argv", "needle"), [

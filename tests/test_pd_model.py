@@ -15,10 +15,19 @@ from servegym.envs.pd.catalog import (
     PowerRamp,
     paper_system,
     sglang_mem_fraction_static,
+    sglang_profiled_kv_tokens,
     sglang_serving,
 )
 from servegym.envs.pd.model import PDModel, all_deployments, parse_deployment
-from servegym.envs.pd.validate import CAPACITY_ANCHORS, POWER_ANCHORS, all_required_pass, run_checks
+from servegym.envs.pd.validate import (
+    CAPACITY_ANCHORS,
+    CAPACITY_TOL,
+    POWER_ANCHORS,
+    POWER_TOL,
+    Check,
+    all_required_pass,
+    run_checks,
+)
 from servegym.envs.pd.workload_moments import WorkloadMoments
 
 from servegym.errors import ConfigError
@@ -38,6 +47,14 @@ def test_catalog_constants_and_sglang_derivation() -> None:
     assert TABLE3.decode_ramp.saturation_point == pytest.approx(0.50, abs=0.005)
     with pytest.raises(ConfigError, match="mem_fraction_static"):
         sglang_serving(mem_fraction_static=0.3)
+    # SGLang's own profiling: f * (driver memory - CUDA context) - weights, over kappa.
+    assert sglang_profiled_kv_tokens() == np.floor((0.907 * (143_771 - 512) * 2**20 - 2 * 32.8e9) / 262_144)
+    assert sglang_profiled_kv_tokens() == 269_499
+    assert sglang_profiled_kv_tokens(preload_overhead_mib=0) > sglang_profiled_kv_tokens()
+    with pytest.raises(ConfigError, match="preload_overhead_mib"):
+        sglang_profiled_kv_tokens(preload_overhead_mib=-1)
+    with pytest.raises(ConfigError, match="mem_fraction_static"):
+        sglang_profiled_kv_tokens(mem_fraction_static=0.4)
 
 
 def test_prefill_and_decode_coefficients() -> None:
@@ -131,21 +148,71 @@ def test_power_model() -> None:
         m.power_w(3, 2, -1.0)
 
 
-def test_paper_anchors_hold() -> None:
-    checks = run_checks(include_traces=False)
-    caps = {c.name: c for c in checks if c.name.startswith("capacity ")}
-    assert len(caps) == len(CAPACITY_ANCHORS)
-    for c in caps.values():
-        assert abs(c.rel_error) <= 0.035, c
-    saved = {c.source: c for c in checks if c.name.startswith("power saved 3p2d->3p1d")}
-    assert len(saved) == sum(1 for a in POWER_ANCHORS if a[:2] == ((3, 2), (3, 1)))
-    assert abs(saved["§5.3.1"].rel_error) <= 0.15  # 3.1 req/s, paper 560 W
-    assert abs(saved["App. D"].rel_error) <= 0.15  # 3.6 req/s, paper 520 W
-    # 5.3 req/s (paper 620 W): the model's decode ramp is at its cap in both deployments and its 3p1d
-    # capacity is 1.4% low, so it predicts about 718 W (+15.8%), just outside the 15% anchor; guard the
-    # size of that known gap rather than hide it.
-    assert abs(saved["§5.3.2"].rel_error) <= 0.20
-    assert all_required_pass(checks) == all(c.passed for c in checks if c.required)
+_CHECKS: list[Check] = []
+
+
+def _anchor_checks() -> dict[str, Check]:
+    """``run_checks`` once per session (it solves a few hundred memory balances)."""
+    if not _CHECKS:
+        _CHECKS.extend(run_checks(include_traces=False))
+    return {c.name: c for c in _CHECKS}
+
+
+_CAPACITY_NAMES = [f"capacity {n_p}p{n_d}d, fixed 4096/256" for (n_p, n_d), _, _ in CAPACITY_ANCHORS]
+_POWER_NAMES = [f"power saved {a[0]}p{a[1]}d->{b[0]}p{b[1]}d at {rate:g} req/s"
+                for a, b, rate, _, _, required in POWER_ANCHORS if required]
+# The two anchors the model misses, and why (see catalog.sglang_serving and validate.py). Strict: if one
+# starts to pass, the test fails and this list must be revisited.
+_KNOWN_MISSES = {
+    "capacity 3p2d, fixed 4096/256":
+        "3p2d is prefill-bound: the model gives rho_P * 3 mu_P = 0.99 * 3 * 2.30 = 6.84 req/s with Table 3's "
+        "n_P-independent mu_P (1p1d measures 2.3); the paper's 6.6 implies 2.2 per prefill instance (+3.6%; "
+        "+3.2% against 5.3 / 0.8 = 6.625)",
+    "power saved 3p2d->3p1d at 5.3 req/s":
+        "both 3p2d decode instances sit at the decode ramp's knee (x = 0.499), so the saving is the full cap "
+        "plus 42 W of prefill (718 W, +15.8%); it holds only for C_tok >= 239k tokens, while the 3.1 req/s "
+        "saving needs C_tok <= 255k and SGLang's own profiled pool is 269.5k",
+}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=_KNOWN_MISSES[n])) if n in _KNOWN_MISSES else n
+    for n in _CAPACITY_NAMES + _POWER_NAMES])
+def test_paper_anchor_holds(name: str) -> None:
+    c = _anchor_checks()[name]
+    assert c.required and c.tolerance == (CAPACITY_TOL if name.startswith("capacity") else POWER_TOL)
+    assert CAPACITY_TOL == 0.035 and POWER_TOL == 0.15  # the issue's tolerances
+    assert abs(c.rel_error) <= c.tolerance, c
+
+
+def test_known_anchor_misses_stay_small() -> None:
+    checks = _anchor_checks()
+    assert set(_KNOWN_MISSES) <= set(_CAPACITY_NAMES + _POWER_NAMES)
+    assert 0.035 < checks["capacity 3p2d, fixed 4096/256"].rel_error < 0.04
+    assert 0.15 < checks["power saved 3p2d->3p1d at 5.3 req/s"].rel_error < 0.17
+    assert checks["capacity 3p2d vs 5.3 req/s / 0.8"].passed  # the paper's own figure, 6.625
+    assert all_required_pass(list(checks.values())) is False
+    # The KV-pool rows: the measured 3p1d capacity implies a pool between the two SGLang readings, and
+    # SGLang's profiled pool trades the 5.3 req/s miss for a 3p1d capacity and a 3.1 req/s saving miss.
+    implied = checks["KV pool C_tok vs the pool implied by 3p1d = 5.2 req/s"].paper
+    assert 237_606 < implied < sglang_profiled_kv_tokens()
+    profiled = {c.name.split(",")[0]: c for c in checks.values() if "SGLang-profiled" in c.name}
+    assert profiled["capacity 3p1d"].passed is False
+    assert profiled["power saved 3p2d->3p1d at 3.1 req/s"].passed is False
+    assert profiled["power saved 3p2d->3p1d at 5.3 req/s"].passed is True
+
+
+def test_no_wait_capacity_bounds_the_paper_capacity() -> None:
+    for w in (FIXED, VARIABLE):
+        m = PDModel(w)
+        for n_p, n_d in [(1, 1), (2, 1), (3, 1), (3, 2), (4, 2), (1, 3)]:
+            mu, nw = m.capacity(n_p, n_d).mu, m.no_wait_capacity(n_p, n_d)
+            assert mu <= nw * (1 + 1e-9) and nw <= n_p * m.mu_p * (1 + 1e-12)
+    m = PDModel(FIXED)
+    assert m.no_wait_capacity(2, 1) == pytest.approx(2 * m.mu_p)  # prefill-bound: decode has room
+    assert m.no_wait_capacity(3, 1) < 3 * m.mu_p  # decode-bound at 3p1d
+    with pytest.raises(ConfigError, match="n_P"):
+        m.no_wait_capacity(0, 1)
 
 
 @pytest.mark.parametrize("spec", ["3p", "p2d", "0p1d", "1p0d", "3x2", "-1p2d", "1.5p2d"])

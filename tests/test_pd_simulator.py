@@ -251,3 +251,15 @@ def test_cli_case_study_plot(tmp_path: object, capsys: pytest.CaptureFixture[str
     assert png.stat().st_size > 10_000
     assert figs["ttft_max_at_end_s"]["simulated"] > 100  # unbounded growth at 1p1d (paper: 320 s)
     assert abs(figs["power_delta_decode_removal_w"]["simulated"] - (-520)) < 0.15 * 520
+
+
+@pytest.mark.parametrize(("n_p", "n_d"), [(1, 1), (2, 1)])
+def test_saturation_lies_between_the_model_bounds(n_p: int, n_d: int) -> None:
+    """Mooncake, where the model's Kingman-charged reservations are most of the pool (the two cross-check
+    cells outside 5%): the simulated saturation sits between the paper's capacity (every waiting request
+    holds its reservation) and the no-wait bound (none does), as the shared admission semantics imply."""
+    model = PDModel(parse_workload("mooncake"))
+    sat = saturation_throughput(model, n_p, n_d, pd_length_sampler("mooncake"), seed=0)
+    slack = 3 * sat.stderr_rps
+    assert model.capacity(n_p, n_d).mu < sat.throughput_rps - slack
+    assert sat.throughput_rps <= model.no_wait_capacity(n_p, n_d) + slack

@@ -9,7 +9,9 @@ ramp 133/566/692 W saturating near 0.99; decode: MBU 0.77, t_iter 1.00 ms, t_req
 points (692-133)/566 = 0.99 and (678-448)/458 = 0.50.
 
 ``C_tok`` (KV token slots of a decode instance) and ``R`` (reserved output slots per request) are not
-published; :func:`sglang_serving` derives them from SGLang's defaults (see its docstring).
+published; :func:`sglang_serving` derives them by the issue's recipe from SGLang's defaults, and its
+docstring compares that with SGLang's own memory profiling (:func:`sglang_profiled_kv_tokens`) and with the
+pool the paper's measured capacities imply.
 """
 
 from __future__ import annotations
@@ -169,28 +171,50 @@ def sglang_mem_fraction_static(gpu_mem_mib: float, *, tp_size: int = 1,
 def sglang_serving(hardware: Hardware = H200, model: ModelSpec = QWEN3_32B, *,
                    mem_fraction_static: float | None = None,
                    reserve_tokens: float = SGLANG_NUM_RESERVED_DECODE_TOKENS) -> ServingConfig:
-    """C_tok and R of a decode instance as SGLang 0.5.9 sizes them (neither is published in the paper).
+    """C_tok and R of a decode instance by the issue's recipe (neither is published in the paper).
 
-    Derivation:
+    The recipe (issue 5, item 1): SGLang 0.5.9's default decode reservation, its default memory fraction
+    on a 141 GB GPU, weights of 2N bytes and kappa = 4 L h_kv d_head.
 
-    * R: SGLang's PD decode scheduler admits a request only if ``len(origin_input_ids) +
-      num_reserved_decode_tokens`` slots are free, and keeps ``num_reserved_decode_tokens`` per running,
-      transferring and waiting request in reserve; the default is 512, so R = 512 tokens
-      (the paper's "l_in + R" reservation, §3.1.3).
+    * R: SGLang's PD decode scheduler (``disaggregation/decode.py``, ``DecodePreallocQueue``) admits a
+      request only if ``len(origin_input_ids) + num_reserved_decode_tokens`` slots are allocatable, and
+      keeps ``num_reserved_decode_tokens`` per running, transferring and waiting request in reserve; the
+      default is 512 (``ServerArgs.num_reserved_decode_tokens``), so R = 512 tokens (the paper's
+      "l_in + R" reservation, §3.1.3).
     * Memory fraction: with no ``--mem-fraction-static`` SGLang sets
       ``f = round((gpu_mem - reserved) / gpu_mem, 3)``; in the 90-160 GiB bucket ("H20, H200") at TP1 it
       uses chunked prefill 8192 and CUDA-graph max batch 256, so reserved = 512 + 1.5*8192 + 2*256 + 128 =
-      13,440 MiB, and with the 143,771 MiB the driver reports for an H200, f = 0.907.
-    * KV pool: ``profile_max_num_token`` keeps ``f * memory - weights`` for the KV cache and divides by the
-      per-token cell size. With the H200's 141 GB, weights of 2N = 65.6 GB and kappa = 4 L h_kv d_head =
-      262,144 B/token: C_tok = floor((0.907 * 141e9 - 65.6e9) / 262,144) = 237,606 tokens.
+      13,440 MiB, and with the 143,771 MiB the driver reports for an H200, f = 0.907. (The CUDA graphs and
+      activations live in the 1 - f share; they do not come out of the KV pool.)
+    * KV pool: f * 141e9 B minus 2N = 65.6e9 B of weights, over kappa = 262,144 B/token:
+      C_tok = floor((0.907 * 141e9 - 65.6e9) / 262,144) = 237,606 tokens (page size 1: no rounding).
 
-    Check against the capacity anchors (App. D / §5.3, fixed 4096/256, ``servegym pd validate``): with this
-    C_tok the model gives 1p1d 2.27, 2p1d 4.43, 3p1d 5.13, 3p2d 6.84 req/s vs 2.3, 4.5, 5.2, 6.625.
-    Sensitivity: only decode-limited points move with C_tok (3p1d: about +1% per +2,400 tokens). Taking the
-    141 GB as 143,771 MiB (150.8e9 B) instead would give about 271k tokens and 3p1d 5.5 req/s (+5%), so the
-    measured capacities support the 141e9-byte reading. Both numbers can be overridden
-    (``--kv-tokens``, ``--reserve``, :meth:`PDSystem.with_serving`).
+    **This is not what SGLang itself computes.** "141 GB" is NVIDIA's rounded figure for 143,771 MiB
+    (140.4 GiB, 150.8e9 B), and SGLang's ``profile_max_num_token`` keeps
+    ``free_after_weights - free_before_weights * (1 - f)`` for the KV cache, i.e. f times the *driver's*
+    memory (less the CUDA context) minus the weights; :func:`sglang_profiled_kv_tokens` does that
+    arithmetic and gives about 269,500 tokens (Qwen3-32B's exact 32.76e9 parameters change either figure by
+    only ~290 tokens). The two readings bracket the paper's measurements from opposite sides
+    (``servegym pd validate`` prints both; fixed 4096/256, Table 3):
+
+    ============================  ==========  ======================  ======================
+    figure                        paper       C_tok = 237,606         C_tok = 269,499
+    ============================  ==========  ======================  ======================
+    3p1d capacity (decode-bound)  5.2 req/s   5.13 (-1.4%)            5.46 (+5.1%, fails)
+    saving at 3.1 req/s           560 W       486 W (-13.3%)          469 W (-16.2%, fails)
+    saving at 5.3 req/s           620 W       718 W (+15.8%, fails)   648 W (+4.4%)
+    ============================  ==========  ======================  ======================
+
+    The three anchors hold together only for C_tok between about 239,000 (5.3 req/s saving) and 255,000
+    (3.1 req/s saving) tokens.
+
+    The paper's only decode-bound measured capacity (3p1d, 5.2 req/s) implies, through the model's own
+    memory balance, a pool of about 244,000 tokens, i.e. an effective memory fraction near 0.86 rather than
+    SGLang's 0.907; the paper does not publish ``--mem-fraction-static`` or the logged
+    ``max_total_num_tokens``, and no documented SGLang 0.5.9 default (piecewise CUDA graphs cost at most
+    another 464 MiB, about -1,800 tokens) accounts for the gap. The default therefore stays the issue's
+    recipe, the reading closer to the measured capacities; neither reading is fitted to the anchors.
+    Both numbers can be overridden (``--kv-tokens``, ``--reserve``, :meth:`PDSystem.with_serving`).
     """
     if mem_fraction_static is None:
         mem_fraction_static = sglang_mem_fraction_static(hardware.driver_memory_mib)
@@ -201,10 +225,41 @@ def sglang_serving(hardware: Hardware = H200, model: ModelSpec = QWEN3_32B, *,
             f"mem_fraction_static = {mem_fraction_static} leaves no KV memory for {model.name} on {hardware.name}; "
             f"allowed: > {model.weight_bytes / hardware.memory_bytes:.3f}")
     kv_tokens = float(np.floor(free / model.kv_bytes_per_token))
-    how = (f"SGLang 0.5.9 defaults: mem_fraction_static={mem_fraction_static:.3f} of {hardware.memory_bytes / 1e9:g} GB, "
-           f"minus {model.weight_bytes / 1e9:g} GB weights, / {model.kv_bytes_per_token} B/token; "
-           f"R = num_reserved_decode_tokens = {reserve_tokens:g}")
+    how = (f"issue recipe on SGLang 0.5.9 defaults: mem_fraction_static={mem_fraction_static:.3f} of "
+           f"{hardware.memory_bytes / 1e9:g} GB, minus {model.weight_bytes / 1e9:g} GB weights, "
+           f"/ {model.kv_bytes_per_token} B/token; R = num_reserved_decode_tokens = {reserve_tokens:g}")
     return ServingConfig(kv_tokens=kv_tokens, reserve_tokens=float(reserve_tokens), derivation=how)
+
+
+#: Device memory held before SGLang loads the weights (CUDA context, cuBLAS/NCCL handles at TP1), MiB. An
+#: assumption (SGLang logs it as "Init torch distributed ends. mem usage=..."); each 512 MiB lowers the
+#: profiled pool by only f * 2,048 ~ 1,860 tokens for Qwen3-32B.
+SGLANG_PRELOAD_OVERHEAD_MIB = 512.0
+
+
+def sglang_profiled_kv_tokens(hardware: Hardware = H200, model: ModelSpec = QWEN3_32B, *,
+                              mem_fraction_static: float | None = None,
+                              preload_overhead_mib: float = SGLANG_PRELOAD_OVERHEAD_MIB) -> float:
+    """KV token slots as SGLang's ``ModelRunner.profile_max_num_token`` computes them, tokens.
+
+    SGLang measures the free memory before loading the weights (``pre_model_load_memory``: the driver's
+    total less the CUDA context) and after, and keeps
+    ``rest = free_after - free_before * (1 - mem_fraction_static)`` GiB for the KV cache, so
+    ``C_tok = floor((f * free_before - weights) * 2**30 / kappa)`` with free_before from
+    ``hardware.driver_memory_mib`` (143,771 MiB on an H200). For Qwen3-32B with f = 0.907 this is
+    269,499 tokens (see :func:`sglang_serving` for why the default pool is not this figure).
+    """
+    if mem_fraction_static is None:
+        mem_fraction_static = sglang_mem_fraction_static(hardware.driver_memory_mib)
+    check_range("mem_fraction_static", mem_fraction_static, 0.0, 1.0, low_inclusive=False)
+    check_range("preload_overhead_mib", preload_overhead_mib, 0.0, hardware.driver_memory_mib,
+                high_inclusive=False)
+    free_before = (hardware.driver_memory_mib - preload_overhead_mib) * 2.0**20  # bytes
+    rest = mem_fraction_static * free_before - model.weight_bytes
+    if rest <= 0:
+        raise ConfigError(f"mem_fraction_static = {mem_fraction_static} leaves no KV memory for {model.name} "
+                          f"on {hardware.name}")
+    return float(np.floor(rest / model.kv_bytes_per_token))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,24 @@ Implements §3-4 and Algorithm 1 of the PD provisioning paper (shared/papers/pd-
 * deployment capacity mu = min(n_P mu_P, n_D mu_D) (eq. 2) and full-pool capacity mu_D^max = mu_D(B_max);
 * power (eqs. 12-14): capped ramps of normalized throughput, balanced load, summed over instances.
 
+Admission semantics (the same in :mod:`servegym.envs.pd.simulator`; paper §4.2, SGLang 0.5.9
+``disaggregation/decode.py``): a request is routed round-robin to a decode instance on arrival and is
+*admitted* when that instance's ``DecodePreallocQueue`` pre-allocates ``l_in`` slots for it while keeping
+``R`` free per request it already holds (the admission test ``free >= l_in + R``, FCFS with head-of-line
+blocking). Only then does its prefill server receive it (the bootstrap handshake completes), so a request
+holds ``l_in + R`` from admission through its prefill wait and service, and ``l_ctx + R`` while decoding.
+While the pool cannot fit the head request, arrivals wait in the pre-allocation queue *without* memory.
+The paper's prefill wait t_W is counted from admission (Lemma 4.2), and the model estimates it with
+Kingman's formula for the whole prefill queue: it assumes every request waiting for prefill holds its
+reservation, i.e. that admission itself never waits. Its capacity mu is therefore the largest rate at
+which the mean reserved prefill queue still fits in the pool. Above it the simulator (and SGLang) can keep
+serving more, with the overflow waiting unreserved, up to the saturation throughput: the model is
+conservative wherever the Kingman queue of reservations is a large share of the pool. This matters for a
+single prefill instance with heavy-tailed inputs (Mooncake 1p1d: mu = 0.81 vs a simulated saturation of
+0.86 req/s, see ``benchmarks/results/pd_crosscheck.md``); the opposite bound, no reserved waiting at all
+(t_W = 0, :meth:`PDModel.no_wait_capacity`), overshoots the simulation by up to 16% (Mooncake 4p2d),
+because round-robin prefill queues fed by memory-gated admission do idle.
+
 :class:`PDModel` binds a :class:`~servegym.envs.pd.catalog.PDSystem` to a workload and caches the
 deployment-independent coefficients; :meth:`PDModel.capacity` is the scalar path (``scipy.optimize.brentq``,
 as in the paper) and :meth:`PDModel.grid` evaluates many deployments at once with a vectorized bisection
@@ -288,6 +306,24 @@ class PDModel:
         return Capacity(n_p=int(n_p), n_d=int(n_d), mu=mu, mu_p=self.mu_p, mu_d=mu_d, batch=b,
                         mu_d_max=self.mu_d_max, b_max=self.b_max, rho_p=rho, wait_s=wait,
                         t_d_s=self.a_d + self.b_d * b, power_w=power)
+
+    def no_wait_capacity(self, n_p: int, n_d: int) -> float:
+        """Capacity if no request ever waited for prefill while holding a reservation, req/s.
+
+        The memory balance of eq. (10) with t_W = 0 (only requests in prefill service hold ``l_in + R``):
+        its root B_0 does not depend on the deployment, and the capacity is min(n_P mu_P, n_D mu_D(B_0)).
+        Under the admission semantics of the module docstring this is an upper reference for the simulated
+        saturation throughput, reached when memory-gated admission keeps every prefill instance busy; it is
+        not the paper's capacity (:meth:`capacity`), which charges the Kingman wait to reservations.
+        """
+        check_deployment(n_p, n_d)
+
+        def g0(b: float) -> float:
+            return float(self.decode_capacity(b)) * self.res_tp + b * self.per_batch + self.unused - self.c_tok
+
+        # g0(0) = E[U] - C_tok < 0 (checked in __init__) and g0(B_max) = mu_D(B_max) E[t_P (l_in+R)] > 0.
+        b0 = float(brentq(g0, 0.0, self.b_max))
+        return min(n_p * self.mu_p, n_d * float(self.decode_capacity(b0)))
 
     def operating_point(self, n_p: int, n_d: int, rate: float, mu: float | None = None) -> OperatingPoint:
         """Waiting time, TTFT, decode batch, TPOT and power at ``rate`` req/s (same model, below saturation).

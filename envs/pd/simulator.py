@@ -5,7 +5,9 @@ It reuses the analytical model's timing and power primitives -- :meth:`PDModel.p
 model averages away: individual requests, queues, KV reservations, continuous batching and runtime
 reconfiguration. Times in s, energy in J, power in W, lengths in tokens.
 
-Request path (paper §3.1.3, §4.2, §5.1; SGLang 0.5.9 PD semantics):
+Request path (paper §3.1.3, §4.2, §5.1; SGLang 0.5.9 PD semantics, the admission semantics stated in
+:mod:`servegym.envs.pd.model`, whose capacity approximates the reserved part of the prefill wait by
+Kingman's formula where this simulator tracks it exactly):
 
 1. **Arrival.** Each request is assigned a decode instance in round-robin order and joins that
    instance's admission queue (FCFS with head-of-line blocking, as SGLang's decode pre-allocation queue).
