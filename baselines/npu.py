@@ -19,6 +19,24 @@ Choices the paper leaves open (documented, not tuned): R_peak is the peak 10-s r
 is R <- max(P, alpha P + (1 - alpha) R) over each epoch's peak P with alpha = 0.5 (fast scale-in after
 a burst, immediate scale-out); a new group may start at its full N_pod (doubling from 0 is
 undefined); emergency scale-out adds ceil(excess queue / max batch) vPods.
+
+Readings of §3.4 that fix earlier artefacts (both policies):
+
+* **A group's R_peak is the peak of its aggregate rate** ("the peak request rate ... that would be
+  served by this group"), not the sum of its buckets' own 10-s peaks. The EWMA stays per bucket; the
+  group's demand is the sum of its buckets' EWMA demands times :func:`coincidence` (peak of the sum
+  over sum of the peaks, measured on the last epoch's 10-s bins). Summing bucket peaks overstated a
+  group's peak by 1.02-1.08x on Azure and 1.5-1.8x on LVEval/OpenThoughts (sparse buckets peak in
+  different bins), most for Base, whose one group spans every bucket.
+* **Groups are distinct allocations**, not (allocation, max batch) pairs: the paper compares "the new
+  set of vPod allocations with existing vPod groups"; max batch is an admission limit of the engine
+  (DSE metadata). Consecutive buckets whose best fits share an allocation form one group that runs the
+  largest bucket's entry. Splitting them had put identical 32-chip decode vPods in separate groups
+  (Llama3-70B/OpenThoughts decode 0.79x of Base before, 1.00x after).
+* **A coalesced group is gone at once**: its requests go to the absorbing group and its vPods are
+  released in the same epoch. Holding it under the ÷2-per-window rule kept it in the length-to-group
+  map, so it went on splitting traffic (and batch size) off the group that was meant to absorb it.
+  Groups that only lost their traffic still shrink by at most ÷2 per window.
 """
 
 from __future__ import annotations
@@ -67,6 +85,23 @@ class _CountRule:
         self.ref[key] = (n_ref, t_ref, fresh)
         out = min(want, math.floor(self.max_up * current))
         return max(out, min(current, n_ref) if fresh else n_ref // 2)
+
+
+def coincidence(ctx: Observation, phase: int, buckets: np.ndarray, cap: np.ndarray) -> float:
+    """Peak of a group's aggregate 10-s demand over the sum of its buckets' own peaks (in (0, 1]).
+
+    Demand of a bin = sum over the group's ``buckets`` of tokens / (bin length x ``cap``, the bucket's
+    tokens/s per vPod): vPods busy at full batch. §3.4 sizes a group by the peak rate "that would be
+    served by this group"; the count rule keeps its EWMA per bucket, so the group's R_peak / T_pod is
+    the sum of the buckets' EWMA demands times this factor, measured on the last epoch's bins. 1 when
+    the observation has no bins or the group saw no traffic in the epoch.
+    """
+    bins = ctx.epoch_token_bins
+    if bins is None or buckets.size == 0:
+        return 1.0
+    x = bins[:, phase, buckets] / np.maximum(cap, 1e-300)
+    peaks = float(x.max(axis=0).sum())
+    return float(x.sum(axis=1).max()) / peaks if peaks > 0 else 1.0
 
 
 def _alive_counts(ctx: Observation, key: tuple[str, int]) -> dict[int, int]:
@@ -138,21 +173,25 @@ class NeuScalePolicy:
         ph = PHASES[phase]
         tpr = ctx.tokens_per_req[phase]
         live = np.flatnonzero((tpr > 0) & (signal[phase] > 0))
-        # one group per distinct best-fit configuration over a run of consecutive buckets (§3.4: all vPods
-        # of a group share a configuration; a new group only for a new allocation), keyed by the run's
-        # largest bucket so the length-to-group map sends the whole run there
+        # one group per distinct best-fit allocation over a run of consecutive buckets (§3.4: all vPods of
+        # a group share a configuration; "compares the new set of vPod allocations with existing vPod
+        # groups to determine if a new group needs to be created"), keyed by the run's largest bucket so
+        # the length-to-group map sends the whole run there. Buckets whose best fits differ only in max
+        # batch (the engine's admission limit, metadata of the DSE entry, not part of the vPod) share
+        # one group; it runs the largest bucket's entry, whose max batch fits the longest requests.
         groups: dict[int, list[float]] = {}
         run: list[int] = []
         prev = None
         for b in live.tolist():
             edge = int(ctx.bucket_edges[b])
-            cid = sim.candidates(ph, edge)[0]
-            if prev is not None and cid != prev[1]:
+            alloc = sim.configs[sim.candidates(ph, edge)[0]].entry.alloc_index
+            if prev is not None and alloc != prev[1]:
                 run.append(prev[0])
-            prev = (b, cid)
+            prev = (b, alloc)
         if prev is not None:
             run.append(prev[0])
         ends = np.array(run, dtype=np.int64)
+        members: dict[int, list[tuple[int, float]]] = {}
         for b in live.tolist():
             top = int(ends[np.searchsorted(ends, b)])
             edge = int(ctx.bucket_edges[top])
@@ -163,9 +202,14 @@ class NeuScalePolicy:
             g[1] += w / cap_b  # vPods needed (at full batch) for this bucket's tokens
             g[0] += w
             g[3] += float(signal[phase, b])  # R_peak of the group (req/s)
-        # store (W, C) with C the effective tokens/s per vPod of the group's mix
-        for v in groups.values():
-            v[1] = v[0] / v[1] if v[1] > 0 else 1.0
+            members.setdefault(top, []).append((b, cap_b))
+        # the group's peak is that of its aggregate rate, not the sum of its buckets' peaks; store (W, C)
+        # with C the effective tokens/s per vPod of the group's mix
+        for top, v in groups.items():
+            bs, caps = zip(*members[top], strict=True)
+            k = coincidence(ctx, phase, np.array(bs), np.array(caps))
+            v[0], v[3] = v[0] * k, v[3] * k
+            v[1] = v[0] / (v[1] * k) if v[1] > 0 else 1.0
         if self.coalescing:
             while True:
                 order = sorted(groups, key=lambda b: (groups[b][0] / groups[b][1], b))
@@ -198,6 +242,7 @@ class NeuScalePolicy:
         signal = self.rule.signal(ctx)
         wanted: list[tuple[float, tuple[str, int], int]] = []
         keep: set[tuple[str, int]] = set()
+        n_merged = len(self.merged)
         for p in (0, 1):
             for b, w, c, _cid, r_peak in self.groups(ctx, p, signal):
                 key = (PHASES[p], int(ctx.bucket_edges[b]))
@@ -205,11 +250,18 @@ class NeuScalePolicy:
                 cur = sum(_alive_counts(ctx, key).values())
                 wanted.append((r_peak, key, self.rule.limit(key, n, cur, ctx.time_s)))
                 keep.add(key)
-        # groups that lost their traffic or were coalesced shrink under the ÷2 limit, then go
+        # a coalesced group is gone: the larger group absorbs all its requests (§3.4), so it leaves the
+        # length-to-group map and its vPods are released now (holding them would keep splitting its
+        # traffic off the absorbing group, the underutilization coalescing exists to remove); groups that
+        # merely lost their traffic shrink under the ÷2-per-window limit, then go
+        merged_now = {(ph, e) for ph, e, _t in self.merged[n_merged:]} - keep
         for key in list(self.targets):
             if key not in keep:
                 cur = sum(_alive_counts(ctx, key).values())
-                wanted.append((0.0, key, self.rule.limit(key, 0, cur, ctx.time_s)))
+                n_left = 0 if key in merged_now else self.rule.limit(key, 0, cur, ctx.time_s)
+                if key in merged_now:
+                    self.rule.ref.pop(key, None)
+                wanted.append((0.0, key, n_left))
         # quota: highest-R_peak (req/s) groups first; best fit, then fail-over versions; the rest is evicted
         budget = dict(ctx.quota_left)
         for alive in ctx.counts.values():
@@ -264,7 +316,8 @@ class BasePolicy:
             # T_pod at the requests' own lengths: tokens/s of the configuration at each bucket, weighted
             cap = np.array([sim.max_rps(cid, key[0], int(e), 1.0) for e in ctx.bucket_edges])
             wb = signal[p] * ctx.tokens_per_req[p]
-            vpod_s = float((wb / np.maximum(cap, 1e-300)).sum())  # vPods needed at full batch
+            # vPods needed at full batch for the group's peak (the aggregate's peak, not the buckets' sum)
+            vpod_s = float((wb / np.maximum(cap, 1e-300)).sum()) * coincidence(ctx, p, np.arange(cap.size), cap)
             n = max(1, math.ceil(vpod_s - 1e-9)) if w > 0 else 1
             cur = sum(_alive_counts(ctx, key).values())
             out[key] = {cid: self.rule.limit(key, n, cur, ctx.time_s)}
@@ -315,6 +368,7 @@ def _warm_start(sim: NPUCluster, policy: NeuScalePolicy | BasePolicy) -> dict:
     head = w.requests.window(0.0, 600.0)
     rate = np.zeros((2, NB))
     tok = np.zeros((2, NB))
+    bins = np.zeros((round(600.0 / c.rate_bin_s), 2, NB))
     if len(head):
         isl, osl = head.input_tokens, head.output_tokens
         bp = np.searchsorted(sim.edges, np.minimum(isl, sim.edges[-1]))
@@ -324,11 +378,13 @@ def _warm_start(sim: NPUCluster, policy: NeuScalePolicy | BasePolicy) -> dict:
         for p, bb, t in ((0, bp, isl), (1, bd, osl)):
             cnt = np.zeros((int(nbin), NB))
             np.add.at(cnt, (kb, bb), 1.0)
+            np.add.at(bins[:, p], (kb, bb), t.astype(float))
             rate[p] = cnt.max(axis=0) / c.rate_bin_s
             tok[p] = np.bincount(bb, weights=t, minlength=NB) / np.maximum(np.bincount(bb, minlength=NB), 1)
     ctx = sim.observe()
     warm = Observation(**{**ctx.__dict__, "rate_recent": rate, "rate_peak": rate, "epoch_peak": rate,
-                          "tokens_per_req": tok, "at_epoch_boundary": True})
+                          "tokens_per_req": tok, "at_epoch_boundary": True,
+                          "epoch_token_bins": bins})
     dec = policy.decide(warm)
     return dict(dec.targets)
 

@@ -221,3 +221,100 @@ def test_compare_cli_json(capsys, tmp_path) -> None:
     assert (tmp_path / "vpods_over_time.png").stat().st_size > 0
     assert (tmp_path / "energy_vs_slo.png").stat().st_size > 0
     assert main(["npu", "compare", "--policies", "base,foo", "--hours", "0.25"]) != 0
+
+
+def test_group_peak_is_the_peak_of_the_aggregate_rate(cat: ConfigCatalog, wl) -> None:
+    """§3.4 sizes a group by the peak rate the *group* serves: two buckets peaking in different 10-s bins
+    need fewer vPods than the sum of their own peaks."""
+    sim = _sim(cat, wl)
+    pol = BasePolicy()
+    pol.reset(sim)
+    key = pol.keys[0]
+    cid = pol.cfg[key]
+    e1, e2 = 1024, 2048
+    b1, b2 = int(np.searchsorted(sim.edges, e1)), int(np.searchsorted(sim.edges, e2))
+    c1, c2 = (sim.max_rps(cid, "prefill", e, 1.0) for e in (e1, e2))
+    nbins = round(sim.config.epoch_s / sim.config.rate_bin_s)
+    tpr = np.zeros((2, NB))
+    tpr[0, [b1, b2]] = 1000.0
+    peak = np.zeros((2, NB))
+    peak[0, b1], peak[0, b2] = 0.8 * c1 / 1000.0, 0.8 * c2 / 1000.0  # each bucket alone: 0.8 vPod at its peak
+    apart = np.zeros((nbins, 2, NB))
+    apart[0, 0, b1] = 0.8 * c1 * sim.config.rate_bin_s
+    apart[1, 0, b2] = 0.8 * c2 * sim.config.rate_bin_s
+    together = apart.copy()
+    together[1, 0, b2], together[0, 0, b2] = 0.0, 0.8 * c2 * sim.config.rate_bin_s
+    from servegym.baselines.npu import coincidence
+
+    assert coincidence(_obs(sim, epoch_token_bins=apart), 0, np.array([b1, b2]), np.array([c1, c2])) == pytest.approx(0.5)
+    assert coincidence(_obs(sim, epoch_token_bins=together), 0, np.array([b1, b2]), np.array([c1, c2])) == pytest.approx(1.0)
+    assert coincidence(_obs(sim, epoch_token_bins=None), 0, np.array([b1, b2]), np.array([c1, c2])) == 1.0
+    n_apart = BasePolicy()
+    n_apart.reset(sim)
+    d = n_apart.decide(_obs(sim, epoch_peak=peak, rate_peak=peak, tokens_per_req=tpr, epoch_token_bins=apart))
+    assert d.targets[key] == {cid: 1}  # peak of the sum: 0.8 vPod
+    n_tog = BasePolicy()
+    n_tog.reset(sim)
+    d = n_tog.decide(_obs(sim, epoch_peak=peak, rate_peak=peak, tokens_per_req=tpr, epoch_token_bins=together))
+    assert d.targets[key] == {cid: 2}  # coincident peaks: 1.6 vPods
+
+
+def test_neuscale_groups_buckets_by_allocation_not_max_batch(cat: ConfigCatalog, wl) -> None:
+    """Adjacent buckets whose best fits are the same vPod allocation with different max batches form one
+    group (the largest bucket's entry); a different allocation starts a new group."""
+    sim = _sim(cat, wl)
+    e = sim.edges
+    alloc = [sim.configs[sim.candidates("prefill", int(x))[0]].entry.alloc_index for x in e]
+    batch = [sim.configs[sim.candidates("prefill", int(x))[0]].max_batch for x in e]
+    i = next(k for k in range(NB - 1) if alloc[k] == alloc[k + 1] and batch[k] != batch[k + 1])
+    pol = NeuScalePolicy(coalescing=False)
+    pol.reset(sim)
+    tpr = np.zeros((2, NB))
+    tpr[0, [i, i + 1]] = float(e[i])
+    sig = np.zeros((2, NB))
+    sig[0, [i, i + 1]] = 1.0
+    groups = pol.groups(_obs(sim, tokens_per_req=tpr), 0, sig)
+    assert [g[0] for g in groups] == [i + 1]
+    assert groups[0][3] == sim.candidates("prefill", int(e[i + 1]))[0]
+    j = next(k for k in range(NB) if alloc[k] != alloc[i])
+    tpr[0, j], sig[0, j] = float(e[j]), 1.0
+    assert len(pol.groups(_obs(sim, tokens_per_req=tpr), 0, sig)) == 2
+
+
+def test_neuscale_beats_base_on_slo_where_base_is_a_deep_pipeline() -> None:
+    """The paper's SLO direction (§5.2-5.3): Llama3-70B on OpenThoughts, where Base's best fit for the
+    longest prompt (NPU-D tp1 pp8) is too slow for the short prompts; deterministic 1-h replay."""
+    cfg = ClusterConfig(model="Llama3-70B", n_candidates=1)
+    c70 = ConfigCatalog(cfg)
+    w = make_workload("openthoughts", hours=1.0, seed=0, start_hour=8)
+    base = BasePolicy()
+    s_b = run_policy(NPUCluster(cfg, w, seed=0, catalog=c70), base)
+    s_n = run_policy(NPUCluster(cfg, w, seed=0, catalog=c70), NeuScalePolicy())
+    base_cfg = c70.configs[base.cfg[base.keys[0]]].entry
+    assert base_cfg.pp >= 4
+    assert s_n["slo_satisfaction_prefill"] > s_b["slo_satisfaction_prefill"] + 0.5
+
+
+def test_coalesced_group_is_released_at_once(cat: ConfigCatalog, wl) -> None:
+    """A merged group leaves the length-to-group map and frees its vPods in the same epoch (its requests
+    are absorbed by the larger group); a group that only lost traffic still shrinks by at most ÷2."""
+    sim = _sim(cat, wl)
+    e = sim.edges
+    small, big = int(np.searchsorted(e, 128)), int(np.searchsorted(e, 8192))
+    cs, cb = sim.candidates("decode", 128)[0], sim.candidates("decode", 8192)[0]
+    co = sim.candidates("decode", 2048)[0]
+    sim.provision(ScalingDecision({("decode", 128): {cs: 2}, ("decode", 8192): {cb: 2},
+                                   ("decode", 2048): {co: 4}}))
+    pol = NeuScalePolicy()
+    pol.reset(sim)
+    pol.targets = {("decode", 128): {cs: 2}, ("decode", 8192): {cb: 2}, ("decode", 2048): {co: 4}}
+    tpr = np.zeros((2, NB))
+    tpr[1, [small, big]] = 100.0
+    peak = np.zeros((2, NB))
+    peak[1, small] = 0.2 * sim.max_rps(cs, "decode", 128, 1.0) / 100.0
+    peak[1, big] = 1.5 * sim.max_rps(cb, "decode", 8192, 1.0) / 100.0
+    dec = pol.decide(_obs(sim, epoch_peak=peak, rate_peak=peak, tokens_per_req=tpr))
+    assert pol.merged[-1] == ("decode", 128, 8192)
+    assert sum(dec.targets[("decode", 128)].values()) == 0  # merged: released now, not halved to 1
+    assert sum(dec.targets[("decode", 2048)].values()) == 2  # no traffic, not merged: ÷2
+    assert sum(dec.targets[("decode", 8192)].values()) == 2

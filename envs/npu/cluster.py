@@ -187,6 +187,10 @@ class Observation:
     ``peak_queue`` the peak since the previous decision point, ``slots`` the summed max batch of
     ready vPods, ``util`` busy fraction over the last check interval. ``counts[(phase, edge)]`` maps
     config id -> vPods alive (not being deleted). ``quota_left`` chips per version (inf: unlimited).
+    ``epoch_token_bins`` (bins of the last epoch x 2 x 48): the monitor's time series of tokens arrived
+    per ``rate_bin_s`` bin and bucket (newest first), from which a policy takes the peak of a *group's*
+    aggregate rate (§3.4: "the peak request rate ... that would be served by this group"); None when
+    not available (a hand-built observation), which policies read as "bucket peaks coincide".
     """
 
     time_s: float
@@ -207,6 +211,7 @@ class Observation:
     counts: dict[tuple[str, int], dict[int, int]]
     targets: dict[tuple[str, int], dict[int, int]]
     quota_left: dict[str, float]
+    epoch_token_bins: np.ndarray | None = None
 
 
 @dataclass
@@ -639,6 +644,7 @@ class NPUCluster:
             util=self.util.reshape(2, NB).copy(), slo_recent=self.recent_slo.copy(), counts=cnt,
             targets={(PHASES[g // NB], int(self.edges[g % NB])): dict(t) for g, t in self.targets.items() if t},
             quota_left={v: self.quota[v] - held[v] for v in VERSIONS},
+            epoch_token_bins=toks[:nb_epoch].copy(),
         )
         self.peak_queue = np.zeros(G)
         return ctx
