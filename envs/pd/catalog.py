@@ -127,7 +127,8 @@ class ServingConfig:
 # App. B.1: "The H200 GPU [39] has a peak compute throughput of pi = 989 TFLOP/s and a memory bandwidth of
 # beta = 4.8 TB/s"; 141 GB HBM3e from the same NVIDIA product page [39]; 115 W loaded-idle from App. B.3
 # ("the power of a GPU that holds the model weights but serves no requests, 115 W on this hardware");
-# 143,771 MiB is the total nvidia-smi / torch.cuda.mem_get_info report for an H200 SXM.
+# 143,771 MiB is the total nvidia-smi / torch.cuda.mem_get_info report for an H200 SXM (so NVIDIA's "141 GB"
+# is about 141 GiB; memory_bytes keeps the issue recipe's 141e9 B reading, see sglang_serving).
 H200 = Hardware(name="H200", peak_flops=989e12, mem_bandwidth=4.8e12, memory_bytes=141e9,
                 loaded_idle_power_w=115.0, driver_memory_mib=143_771.0)
 
