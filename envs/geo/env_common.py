@@ -27,7 +27,7 @@ The fleet would keep serving after the stream ends, so no state is terminal.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -37,7 +37,7 @@ from servegym.envs.geo.cluster import GeoSimulation
 from servegym.envs.geo.config import LOADS, PAPER_MODELS, PRESETS, GeoConfig, preset
 from servegym.envs.geo.provisioner import Snapshot
 
-from servegym.errors import ConfigError, check_range
+from servegym.errors import ConfigError, check_range, known_overrides
 
 #: Carbon intensity that maps to 1.0 in the observations (g/kWh); coal-heavy grids reach ~900.
 CI_SCALE_G_PER_KWH = 1000.0
@@ -141,11 +141,7 @@ class GeoEnvConfig:
     @classmethod
     def from_dict(cls, overrides: dict[str, Any] | None) -> GeoEnvConfig:
         """Defaults updated by ``overrides``; unknown keys raise :class:`ConfigError`."""
-        overrides = dict(overrides or {})
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(overrides) - names)
-        if unknown:
-            raise ConfigError(f"unknown config key(s) {unknown}; allowed: {sorted(names)}")
+        overrides = known_overrides(overrides, cls)
         if "geo" in overrides and overrides["geo"] is not None and isinstance(overrides["geo"], dict):
             overrides["geo"] = dict(overrides["geo"])
         return cls(**overrides)

@@ -65,7 +65,7 @@ style overrides of :meth:`PDProvisionEnv.default_config` (nested ``"scenario"`` 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -77,7 +77,7 @@ from servegym.envs.pd.pareto import DEFAULT_RHO_BAR, max_capacity_under_power, m
 from servegym.envs.pd.scenario import DayScenario, DaySignals, build_signals
 from servegym.envs.pd.tables import MixTables, mix_tables
 
-from servegym.errors import ActionError, ConfigError, check_range
+from servegym.errors import ActionError, ConfigError, check_range, known_overrides
 
 OBJECTIVES = ("energy", "carbon", "cost")
 MODES = ("fluid", "request")
@@ -160,11 +160,7 @@ class PDEnvConfig:
     @classmethod
     def from_dict(cls, overrides: dict[str, Any] | None) -> PDEnvConfig:
         """Defaults updated by ``overrides`` (unknown keys raise :class:`ConfigError`)."""
-        overrides = dict(overrides or {})
-        names = {f.name for f in fields(cls)}
-        bad = sorted(set(overrides) - names)
-        if bad:
-            raise ConfigError(f"unknown config key(s) {bad}; allowed: {sorted(names)}")
+        overrides = known_overrides(overrides, cls)
         scen = overrides.pop("scenario", None)
         if isinstance(scen, dict):
             overrides["scenario"] = DayScenario.from_dict(scen)

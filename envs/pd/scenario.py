@@ -45,12 +45,12 @@ moments.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
-from servegym.errors import ConfigError, check_range
+from servegym.errors import ConfigError, check_range, known_overrides
 
 #: Length-mix components, in the column order of ``mix_knots``.
 MIX_COMPONENTS: tuple[str, ...] = ("azure-code", "azure-conv", "mooncake")
@@ -136,10 +136,7 @@ class DayScenario:
     @classmethod
     def from_dict(cls, d: dict) -> DayScenario:
         """Build from a (partial) dict of field overrides; unknown keys raise :class:`ConfigError`."""
-        names = {f.name for f in fields(cls)}
-        bad = sorted(set(d) - names)
-        if bad:
-            raise ConfigError(f"unknown scenario field(s) {bad}; allowed: {sorted(names)}")
+        d = known_overrides(d, cls, "scenario field")
         tuple_fields = {"diurnal", "mix_knots", "dr_events", "price_usd_per_kwh"}
         kw = {k: (_to_tuple(v) if k in tuple_fields else v) for k, v in d.items()}
         return cls(**kw)

@@ -8,6 +8,10 @@ The CLI prints them as one line and exits non-zero instead of showing a tracebac
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
 
 class ServegymError(ValueError):
     """Base class of every error caused by user input rather than by a bug."""
@@ -50,3 +54,15 @@ def check_range(name: str, value: float, low: float | None = None, high: float |
         lb = "[" if low_inclusive and low is not None else "("
         hb = "]" if high_inclusive and high is not None else ")"
         raise ConfigError(f"{name} = {value!r} is out of range; allowed: {lb}{lo}, {hi}{hb}")
+
+
+def known_overrides(overrides: Mapping[str, Any] | None, config_cls: type, what: str = "config key") -> dict[str, Any]:
+    """A mutable copy of ``overrides`` (None -> empty) after checking every key is a field of the dataclass
+    ``config_cls``: the highway-env-style ``config={...}`` dicts of the envs are partial updates of their
+    defaults, and a misspelt key must fail loudly rather than be ignored."""
+    out = dict(overrides or {})
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = sorted(set(out) - names)
+    if unknown:
+        raise ConfigError(f"unknown {what}(s) {unknown}; allowed: {sorted(names)}")
+    return out
