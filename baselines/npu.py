@@ -401,8 +401,9 @@ def ideal_metrics(sim: NPUCluster, hours: float | None = None) -> dict[str, floa
     out: dict[str, float] = {"oracle": 1.0}
     e_tot = u_tot = t_tot = 0.0
     for ph, bk, tok in (("prefill", sim.bk_p[: len(r)], r.input_tokens), ("decode", sim.bk_d[: len(r)], r.output_tokens)):
-        e_tok = np.array([sim.table.best[(ph, int(s))].energy_j_per_token for s in sim.edges])
-        u_tok = np.array([sim.table.best[(ph, int(s))].usd_per_token for s in sim.edges])
+        # the best fits the cluster can run (those of its phase's chip versions, ClusterConfig.phase_versions)
+        e_tok = np.array([sim.best_fit[(ph, int(s))].energy_j_per_token for s in sim.edges])
+        u_tok = np.array([sim.best_fit[(ph, int(s))].usd_per_token for s in sim.edges])
         e = float((tok * e_tok[bk]).sum())
         u = float((tok * u_tok[bk]).sum())
         t = float(tok.sum())

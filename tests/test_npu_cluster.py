@@ -218,3 +218,43 @@ def test_bad_input_errors_leave_state_unchanged(cfg: ClusterConfig, cat: ConfigC
         sim.advance(7.0)
     with pytest.raises(ActionError, match="provision"):
         sim.provision(ScalingDecision({}))
+
+
+def test_phase_versions_validation_names_the_field() -> None:
+    for bad, msg in (({"train": ("NPU-C",)}, "phase_versions key 'train'"),
+                     ({"prefill": ("NPU-X",)}, r"phase_versions\['prefill'\]"),
+                     ({"decode": ()}, r"phase_versions\['decode'\]"),
+                     ({"decode": "NPU-C"}, r"phase_versions\['decode'\]"),
+                     (["NPU-C"], "phase_versions")):
+        with pytest.raises(ConfigError, match=msg):
+            ClusterConfig(model=MODEL, phase_versions=bad)
+    # only explored versions can be allowed: the others have no DSE entries
+    with pytest.raises(ConfigError, match="NPU-C, NPU-D"):
+        ClusterConfig(model=MODEL, versions=("NPU-C", "NPU-D"), phase_versions={"decode": ("NPU-A",)})
+
+
+def test_default_catalog_runs_the_tables_best_fits(cat: ConfigCatalog) -> None:
+    assert cat.best_fit == cat.table.best
+    for (ph, s), e in cat.table.best.items():
+        c = cat.configs[cat.cand[(ph, s)][0]].entry
+        assert (c.alloc_index, c.batch) == (e.alloc_index, e.batch)
+
+
+def test_phase_versions_restrict_configurations_and_keep_the_slo(cat: ConfigCatalog, wl: NPUWorkload) -> None:
+    pv = {"prefill": ("NPU-D",), "decode": ("NPU-C",)}
+    cfg = ClusterConfig(model=MODEL, n_candidates=1, phase_versions=pv)
+    assert cfg.allowed_versions("prefill") == ("NPU-D",) and ClusterConfig(model=MODEL).allowed_versions("decode") == (
+        "NPU-A", "NPU-B", "NPU-C", "NPU-D")
+    with pytest.raises(ConfigError, match="catalog"):
+        NPUCluster(cfg, wl, catalog=cat)  # a catalog of another version mix is not reused
+    rc = ConfigCatalog(cfg, table=cat.table)
+    assert all(c.version == pv[c.phase][0] for c in rc.configs)
+    for (ph, s), e in rc.best_fit.items():
+        full = cat.table.best[(ph, s)]
+        assert e.version == pv[ph][0] and e.slo_s == full.slo_s  # same SLO as the unrestricted cluster
+        if full.meets_slo:  # a subset of the allocations cannot beat the full best fit
+            assert e.energy_j_per_token >= full.energy_j_per_token * (1 - 1e-12)
+    sim = NPUCluster(cfg, wl, seed=0, catalog=rc)
+    s = run_policy(sim, NeuScalePolicy())
+    assert s["requests_finished"] > 0
+    assert sim.max_held["NPU-A"] == sim.max_held["NPU-B"] == 0.0 and sim.max_held["NPU-C"] > 0 < sim.max_held["NPU-D"]

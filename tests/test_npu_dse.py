@@ -193,3 +193,43 @@ def test_candidates_for_an_action_space(small) -> None:
         assert small.candidates(phase, 1024, k=1) == cands[:1]
     with pytest.raises(ConfigError, match="k ="):
         small.candidates("decode", 1024, k=0)
+
+
+@pytest.mark.parametrize("versions", [("NPU-C",), ("NPU-D",), ("NPU-C", "NPU-D"), ("NPU-A", "NPU-B"), VERSIONS])
+def test_best_of_versions_is_the_best_fit_of_the_restricted_space(small, versions: tuple[str, ...]) -> None:
+    vi = np.isin(small.space["version_idx"], [VERSIONS.index(v) for v in versions])[:, None]
+    for phase in ("prefill", "decode"):
+        for s in (1024, 32768):
+            sm = small.metrics(phase, s)
+            ok = sm.feasible & vi
+            e = small.best_of(phase, s, versions)
+            if not ok.any():
+                assert e is None
+                continue
+            assert e.version in versions and e.role == "best" and e.slo_s == small.slo_s[(phase, s)]
+            meet = ok & (sm.latency_s <= small.slo_s[(phase, s)])
+            if meet.any():
+                assert e.meets_slo and e.energy_j_per_token == pytest.approx(sm.energy_j_per_token[meet].min())
+            else:
+                assert not e.meets_slo and e.latency_s == pytest.approx(sm.latency_s[ok].min())
+            if set(versions) == set(VERSIONS):
+                best = small.lookup(phase, s)
+                assert (e.alloc_index, e.batch) == (best.alloc_index, best.batch)
+            front = small.pareto(phase, s, versions=versions)
+            assert front and all(p.version in versions for p in front)
+            # brute force: no allowed point dominates a front point
+            lat, en = sm.latency_s[ok], sm.energy_j_per_token[ok]
+            for p in front:
+                assert not ((lat <= p.latency_s) & (en <= p.energy_j_per_token)
+                            & ((lat < p.latency_s) | (en < p.energy_j_per_token))).any()
+            cands = small.candidates(phase, s, k=3, versions=versions)
+            assert (cands[0].alloc_index, cands[0].batch) == (e.alloc_index, e.batch)
+            assert all(c.version in versions for c in cands)
+
+
+@pytest.mark.parametrize("bad", [(), ("NPU-X",), ("NPU-C", "NPU-C"), "NPU-C"])
+def test_best_of_rejects_bad_versions(small, bad) -> None:
+    with pytest.raises(ConfigError, match="versions"):
+        small.best_of("decode", 1024, bad)
+    with pytest.raises(ConfigError, match="versions"):
+        small.pareto("decode", 1024, versions=bad)

@@ -194,6 +194,12 @@ def test_step_before_reset_and_after_truncation() -> None:
     ({"quota_chips": {"NPU-Z": 8}}, "quota_chips"),
     ({"workload_seed": -2}, "workload_seed"),
     ({"versions": ["NPU-D"], "quota_chips": {"NPU-D": 0}}, "quota_chips"),
+    ({"phase_versions": {"prefill": ["NPU-X"]}}, "phase_versions"),
+    ({"phase_versions": {"train": ["NPU-C"]}}, "phase_versions"),
+    ({"phase_versions": {"decode": "NPU-C"}}, "phase_versions"),
+    ({"phase_versions": {"decode": 3}}, "phase_versions"),
+    ({"phase_versions": ["NPU-C"]}, "phase_versions"),
+    ({"versions": ["NPU-D"], "phase_versions": {"decode": ["NPU-C"]}}, "phase_versions"),
 ])
 def test_bad_config_names_the_field(over: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError, match=field):
@@ -297,3 +303,16 @@ def test_cost_objective_and_cold_start() -> None:
         ratios.append(-info["reward_objective"] / info["cost_usd"])
     # the objective term is cost / (the oracle's mean USD per epoch): one constant ratio
     assert np.allclose(ratios, ratios[0]) and ratios[0] > 0
+
+
+def test_phase_versions_restrict_every_configuration_choice() -> None:
+    env = make(phase_versions={"prefill": ["NPU-D"], "decode": ["NPU-C"]}, **LIGHT)
+    assert env.cluster_config.phase_versions == {"prefill": ("NPU-D",), "decode": ("NPU-C",)}
+    want = {"prefill": "NPU-D", "decode": "NPU-C"}
+    assert env.catalog.configs and all(c.version == want[c.phase] for c in env.catalog.configs)
+    env.reset(seed=0)
+    # every group at its largest count with its first option: vPods of both phases get created
+    env.step(np.tile([len(env.levels) - 1, 0], len(env.groups)))
+    sim = env.sim
+    assert sim is not None and sim.max_held["NPU-A"] == sim.max_held["NPU-B"] == 0.0
+    assert sim.max_held["NPU-C"] > 0 and sim.max_held["NPU-D"] > 0

@@ -49,10 +49,11 @@ Model
   at every decision point, in the decision's group order).
 
 Granularity: 5-s sub-steps (decode jobs advance in fluid tokens within a sub-step), 60-s decision
-points (emergency checks), 300-s epochs. A 24-hour Azure replay (2.4 M requests, 288 epochs) takes
-12-23 s wall (11-13 s CPU) on the shared 2-core dev machine, within the 60-s budget, whatever the BLAS
-thread count (per-group sums are np.bincount, not matrix products; ``benchmarks/npu_replay_speed.py``,
-``benchmarks/results/npu_replay_speed.md``).
+points (emergency checks), 300-s epochs. A 24-hour replay takes 4.1-4.3 s wall on Azure (2.4 M
+requests, 288 epochs) and 2.4-3.3 s on LVEval/OpenThoughts (Llama3-70B, NeuScale or Base; wall = CPU
+on the shared 2-core dev machine at load < 1; up to 23 s wall under load 5), within the 60-s budget,
+whatever the BLAS thread count (per-group sums are np.bincount, not matrix products;
+``benchmarks/npu_replay_speed.py``, ``benchmarks/results/npu_replay_speed.md``).
 
 Differences from the paper's simulator: roofline step tables instead of a production NPU simulator per
 request; fluid prefill and per-job decode at 5-s sub-steps rather than per-token events; the decode
@@ -63,12 +64,12 @@ energy and cost are reported beside the whole-pool figures.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 from servegym.envs.npu.catalog import CHIPS, VERSIONS, model
-from servegym.envs.npu.dse import SEQ_BUCKETS, BestFit, BestFitTable, run_dse
+from servegym.envs.npu.dse import SEQ_BUCKETS, BestFit, BestFitTable, check_versions, run_dse
 from servegym.envs.npu.roofline import PHASES, weight_bytes_per_chip
 from servegym.envs.npu.workloads import NPUWorkload
 
@@ -98,7 +99,16 @@ def _group_sum(g: np.ndarray, x: np.ndarray, n_groups: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    """Simulator settings. Times in s; ``quota_chips``: chips per version (absent/None = unlimited)."""
+    """Simulator settings. Times in s; ``quota_chips``: chips per version (absent/None = unlimited).
+
+    ``versions``: chip versions the DSE explores (leaving NPU-C or NPU-D out also changes the SLO, which
+    §2.4 sets on whichever of them is faster). ``phase_versions``: chip versions each phase's vPods may use, e.g.
+    ``{"prefill": ("NPU-D",), "decode": ("NPU-C",)}`` for the paper's "expert choice" mix (§5.4,
+    Fig. 24); a phase not listed may use all of ``versions``; None (default) restricts nothing. Unlike
+    ``versions`` it keeps the SLO of the full exploration, so clusters of different version mixes are
+    judged against the same SLO: best fits, Pareto candidates and fail-overs are chosen among the
+    listed versions only (:meth:`BestFitTable.best_of`).
+    """
 
     model: str = "Llama3-70B"
     objective: str = "energy"
@@ -112,6 +122,7 @@ class ClusterConfig:
     quota_chips: Mapping[str, int] | None = None
     versions: tuple[str, ...] = VERSIONS
     n_candidates: int = 4
+    phase_versions: Mapping[str, Sequence[str]] | None = None
 
     def __post_init__(self) -> None:
         model(self.model)
@@ -137,6 +148,20 @@ class ClusterConfig:
                 raise ConfigError(f"quota_chips key {v!r} is unknown; allowed: {', '.join(VERSIONS)}")
             if q is not None:
                 check_range(f"quota_chips[{v}]", q, 0, None)
+        if self.phase_versions is not None:
+            if not isinstance(self.phase_versions, Mapping):
+                raise ConfigError(f"phase_versions = {self.phase_versions!r}; allowed: None or a mapping "
+                                  f"phase ({', '.join(PHASES)}) -> chip versions")
+            for ph, vs in self.phase_versions.items():
+                if ph not in PHASES:
+                    raise ConfigError(f"phase_versions key {ph!r} is unknown; allowed: {', '.join(PHASES)}")
+                # a subset of the explored versions: the others have no DSE entries to run
+                check_versions(f"phase_versions[{ph!r}]", vs, self.versions)
+
+    def allowed_versions(self, phase: str) -> tuple[str, ...]:
+        """Chip versions ``phase``'s vPods may use (``phase_versions[phase]``, else all of ``versions``)."""
+        pv = self.phase_versions or {}
+        return tuple(pv[phase]) if phase in pv else tuple(self.versions)
 
 
 @dataclass(frozen=True)
@@ -243,7 +268,9 @@ class ConfigCatalog:
 
     @staticmethod
     def key_of(c: ClusterConfig) -> tuple:
-        return (c.model, c.objective, float(c.slo_factor), tuple(c.versions), int(c.n_candidates))
+        pv = c.phase_versions or {}
+        return (c.model, c.objective, float(c.slo_factor), tuple(c.versions), int(c.n_candidates),
+                tuple((ph, tuple(pv[ph])) for ph in PHASES if ph in pv))
 
     def __init__(self, config: ClusterConfig, table: BestFitTable | None = None) -> None:
         self.key = self.key_of(config)
@@ -267,6 +294,9 @@ class ConfigCatalog:
         self.configs: list[VPodConfig] = []
         self.cand: dict[tuple[str, int], list[int]] = {}
         self.failover: dict[tuple[str, int], list[int]] = {}
+        # per bucket: the best fit the cluster can run (the table's, or among the phase's versions)
+        self.best_fit: dict[tuple[str, int], BestFit] = {}
+        pv = self.config.phase_versions or {}
 
         def add(e: BestFit, phase: str) -> int:
             key = (phase, e.alloc_index, e.batch)
@@ -276,13 +306,16 @@ class ConfigCatalog:
             return seen[key]
 
         for ph in self.table.phases:
+            vs = tuple(pv[ph]) if ph in pv else None  # None: unrestricted, the table as explored
             for s in self.edges.tolist():
-                best = self.table.lookup(ph, s)
+                best = self.table.lookup(ph, s) if vs is None else self.table.best_of(ph, s, vs)
+                if best is not None:
+                    self.best_fit[(ph, s)] = best
                 # k = 1 needs no Pareto front (the front is the slow part of building a catalog)
                 picks = ([best] if self.config.n_candidates == 1 and best is not None
-                         else self.table.candidates(ph, s, self.config.n_candidates))
+                         else self.table.candidates(ph, s, self.config.n_candidates, versions=vs))
                 cands = [add(e, ph) for e in picks]
-                fos = [self.table.lookup(ph, s, v) for v in VERSIONS]
+                fos = [self.table.lookup(ph, s, v) for v in (VERSIONS if vs is None else vs)]
                 fo = sorted((e for e in fos if e is not None),
                             key=lambda e: (not e.meets_slo, e.energy_j_per_token if self.config.objective == "energy"
                                            else e.usd_per_token))

@@ -9,7 +9,7 @@ SLO; when nothing meets it, the one with the best attainable latency (§2.4). Th
 a best fit per chip version (the fail-over candidates of §3.4).
 
 Differences from NeuScale: FLOPs and bytes come from :mod:`servegym.envs.npu.roofline` rather than
-from XLA HLO cost analysis, and the whole table is computed in about a second instead of about 10
+from XLA HLO cost analysis, and the whole table is computed in 0.3-0.6 s instead of about 10
 minutes per sequence length on 120 cores (§3.3).
 
 Reuse by the cluster simulator / env / baselines: :meth:`BestFitTable.lookup` gives the best fit
@@ -21,7 +21,7 @@ vPod at any batch.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 from servegym.envs.npu.catalog import VERSIONS, ModelSpec, VPod, model
@@ -180,6 +180,32 @@ class BestFitTable:
             raise ConfigError(f"version = {version!r} is unknown; allowed: {', '.join(VERSIONS)}")
         return self.per_version.get((*key, version))
 
+    def best_of(self, phase: str, seq_len: float, versions: Iterable[str]) -> BestFit | None:
+        """Best fit for ``seq_len`` among the chip ``versions`` only (a cluster that lacks the others).
+
+        Chosen from the per-version best fits with the table's own rule (lowest objective per token
+        meeting the SLO; else the lowest latency), so with every explored version it is
+        :meth:`lookup`'s best fit. The SLO stays the table's (set on NPU-C/D, §2.4): restricting the
+        versions a cluster owns does not change what its users are promised. None when nothing of
+        ``versions`` fits the bucket in memory.
+        """
+        key = self._key(phase, seq_len)
+        ents = [self.per_version[(*key, v)] for v in check_versions("versions", versions)
+                if (*key, v) in self.per_version]
+        if not ents:
+            return None
+
+        def obj(e: BestFit) -> float:
+            return e.energy_j_per_token if self.objective == "energy" else e.usd_per_token
+
+        meet = [e for e in ents if e.meets_slo]
+        # the tie-breaks of _pick: latency, chips, then enumeration order (alloc index, batch)
+        if meet:
+            e = min(meet, key=lambda e: (obj(e), e.latency_s, e.chips, e.alloc_index, e.batch))
+        else:
+            e = min(ents, key=lambda e: (e.latency_s, obj(e), e.chips, e.alloc_index, e.batch))
+        return replace(e, role="best")
+
     def entries(self, phase: str | None = None, fallbacks: bool = False) -> list[BestFit]:
         """Best-fit entries ordered by phase then bucket (fail-overs after each best when asked)."""
         out: list[BestFit] = []
@@ -191,32 +217,40 @@ class BestFitTable:
                     out.extend(self.per_version[(ph, s, v)] for v in VERSIONS if (ph, s, v) in self.per_version)
         return out
 
-    def pareto(self, phase: str, seq_len: float, objective: str | None = None) -> list[BestFit]:
+    def pareto(self, phase: str, seq_len: float, objective: str | None = None,
+               versions: Iterable[str] | None = None) -> list[BestFit]:
         """Pareto-optimal (latency vs objective per token) feasible allocation/batch pairs of a bucket,
-        sorted by latency."""
+        sorted by latency; with ``versions``, the front of those chip versions' allocations only."""
         key = self._key(phase, seq_len)
         obj = _check_objective(objective or self.objective)
         sm = self.metrics(*key)
+        ok = sm.feasible
+        if versions is not None:
+            vi = [VERSIONS.index(v) for v in check_versions("versions", versions)]
+            ok = ok & np.isin(self.space["version_idx"], vi)[:, None]
         cost = _objective_array(sm, obj)
-        lat = np.where(sm.feasible, sm.latency_s, np.inf)
-        cost = np.where(sm.feasible, cost, np.inf)
-        mask = pareto_mask(lat, cost) & sm.feasible
+        lat = np.where(ok, sm.latency_s, np.inf)
+        cost = np.where(ok, cost, np.inf)
+        mask = pareto_mask(lat, cost) & ok
         idx = np.argwhere(mask)
         idx = idx[np.lexsort((cost[mask], lat[mask]))]
         return [_entry(self, key, "pareto", sm, int(i), int(j)) for i, j in idx]
 
 
-    def candidates(self, phase: str, seq_len: float, k: int = 4) -> list[BestFit]:
+    def candidates(self, phase: str, seq_len: float, k: int = 4,
+                   versions: Iterable[str] | None = None) -> list[BestFit]:
         """Up to ``k`` SLO-meeting Pareto points of a bucket for an action space: the best fit first,
         then points spread evenly over the rest of the SLO-meeting front (faster, costlier ones).
 
-        When no point meets the SLO, the fastest point alone. Deterministic; ``k`` ≥ 1.
+        When no point meets the SLO, the fastest point alone. ``versions``: only those chip versions
+        (best fit by :meth:`best_of`). Deterministic; ``k`` ≥ 1.
         """
         check_range("k", k, 1, None)
-        front = self.pareto(phase, seq_len)
+        front = self.pareto(phase, seq_len, versions=versions)
         if not front:
             return []
-        best = self.lookup(phase, seq_len)
+        best = self.lookup(phase, seq_len) if versions is None else self.best_of(phase, seq_len, versions)
+        assert best is not None  # a non-empty front has a feasible point, hence a best fit
         meet = [e for e in front if e.meets_slo]
         if not meet:
             return [front[0]]
@@ -228,6 +262,18 @@ class BestFitTable:
             picks = [rest[i] for i in idx]
         head = next(e for e in meet if (e.alloc_index, e.batch) == (best.alloc_index, best.batch))
         return [head, *picks]
+
+def check_versions(name: str, versions: Iterable[str], allowed: Sequence[str] = VERSIONS) -> tuple[str, ...]:
+    """``versions`` as a tuple after checking it is a non-empty, duplicate-free subset of ``allowed``;
+    :class:`ConfigError` naming ``name`` otherwise."""
+    if isinstance(versions, str):
+        raise ConfigError(f"{name} = {versions!r}; allowed: a sequence of versions (a subset of "
+                          f"{', '.join(allowed)}), not one string")
+    vs = tuple(versions)
+    if not vs or len(set(vs)) != len(vs) or any(v not in allowed for v in vs):
+        raise ConfigError(f"{name} = {vs!r}; allowed: a non-empty subset of {', '.join(allowed)} without repeats")
+    return vs
+
 
 def _check_objective(objective: str) -> str:
     if objective not in OBJECTIVES:

@@ -125,7 +125,8 @@ class NPUEnvConfig:
     """Configuration of :class:`NPUAutoscaleEnv` (units in names; see the module docstring).
 
     ``quota_chips``: chips per version (absent/None = unlimited); ``versions``: chip versions the DSE
-    may use; ``n_candidates``: Pareto candidates per group (the action's configuration choices besides
+    may use; ``phase_versions``: chip versions each phase may use, e.g. ``{"prefill": ["NPU-D"],
+    "decode": ["NPU-C"]}`` (None = all of ``versions``; see :class:`ClusterConfig`); ``n_candidates``: Pareto candidates per group (the action's configuration choices besides
     the per-version fail-overs).
     """
 
@@ -140,6 +141,7 @@ class NPUEnvConfig:
     osl_accuracy: float = 0.6  # output-length prediction accuracy of the router (§5.1)
     quota_chips: Mapping[str, int] | None = None
     versions: tuple[str, ...] = VERSIONS
+    phase_versions: Mapping[str, tuple[str, ...]] | None = None
     n_candidates: int = 4
     groups_per_phase: int = 4
     count_levels: tuple[int, ...] = DEFAULT_COUNT_LEVELS
@@ -175,14 +177,16 @@ class NPUEnvConfig:
                               "with at least one positive level")
         check_range("objective_weight", self.objective_weight, 0.0, None)
         check_range("slo_penalty", self.slo_penalty, 0.0, None)
-        self.cluster_config()  # validates model, slo_factor, osl_accuracy, quota, versions, n_candidates
+        self.cluster_config()  # validates model, slo_factor, osl_accuracy, quota, versions, phase_versions,
+        # n_candidates
 
     def cluster_config(self) -> ClusterConfig:
         """The simulator settings of this env (5-min epochs, 60-s checks, 5-s sub-steps)."""
         return ClusterConfig(model=self.model, objective=self.objective, slo_factor=self.slo_factor,
                              osl_accuracy=self.osl_accuracy,
                              quota_chips=None if self.quota_chips is None else dict(self.quota_chips),
-                             versions=tuple(self.versions), n_candidates=int(self.n_candidates))
+                             versions=tuple(self.versions), n_candidates=int(self.n_candidates),
+                             phase_versions=self.phase_versions)
 
     @property
     def horizon_epochs(self) -> int:
@@ -204,6 +208,16 @@ class NPUEnvConfig:
                     raise ConfigError(f"{k} = {d[k]!r}; allowed: a sequence") from exc
         if d.get("quota_chips") is not None and not isinstance(d["quota_chips"], Mapping):
             raise ConfigError(f"quota_chips = {d['quota_chips']!r}; allowed: None or a mapping version -> chips")
+        pv = d.get("phase_versions")
+        if pv is not None:
+            if not isinstance(pv, Mapping):
+                raise ConfigError(f"phase_versions = {pv!r}; allowed: None or a mapping phase -> chip versions")
+            # lists (JSON) become tuples; a bare string stays one so ClusterConfig rejects it by name
+            try:
+                d["phase_versions"] = {k: v if isinstance(v, str) else tuple(v) for k, v in pv.items()}
+            except TypeError as exc:
+                raise ConfigError(f"phase_versions = {pv!r}; allowed: a mapping phase -> a sequence of "
+                                  "chip versions") from exc
         return cls(**d)
 
 
@@ -391,7 +405,7 @@ class NPUAutoscaleEnv(gym.Env):
         r = self.workload.requests
         tot = 0.0
         for ph, bk, tok in (("prefill", sim.bk_p, r.input_tokens), ("decode", sim.bk_d, r.output_tokens)):
-            per = np.array([getattr(sim.table.best[(ph, int(s))], key) if (ph, int(s)) in sim.table.best else 0.0
+            per = np.array([getattr(sim.best_fit[(ph, int(s))], key) if (ph, int(s)) in sim.best_fit else 0.0
                             for s in self.edges])
             tot += float((tok * per[bk]).sum())
         n_epochs = max(self.workload.duration_s / self.cluster_config.epoch_s, 1.0)
