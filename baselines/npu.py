@@ -6,9 +6,9 @@
 * :class:`NeuScalePolicy` -- §3.4 in full: per-bucket best-fit groups, N_pod = ceil(R_peak / T_pod)
   every 5-min epoch, at most x2 per epoch and ÷2 per 30 min, emergency scale-out at every decision
   point when a group's peak queue exceeds its aggregated max batch, an EWMA on R_peak, coalescing of
-  groups with N_L = R_peak / T_pod < 0.5 into the next larger group when it has the spare capacity,
-  fail-over to another version's best fit when the quota runs out, and eviction (lower-R_peak groups
-  get chips last) when nothing else fits.
+  groups with N_L = R_peak / T_pod < 0.5 into the next larger group when it has the spare capacity
+  and meets their SLO, fail-over to another version's best fit when the quota runs out, and eviction
+  (lower-R_peak groups get chips last) when nothing else fits.
 * :func:`ideal_metrics` -- the oracle of §5.1 (**uses oracle information**: every request's true
   lengths): each request on its best-fit vPod at a maximum-size batch of its own sequence length;
   SLO satisfaction 1 by construction.
@@ -37,6 +37,13 @@ Readings of §3.4 that fix earlier artefacts (both policies):
   released in the same epoch. Holding it under the ÷2-per-window rule kept it in the length-to-group
   map, so it went on splitting traffic (and batch size) off the group that was meant to absorb it.
   Groups that only lost their traffic still shrink by at most ÷2 per window.
+* **A group only absorbs requests it serves within their SLO.** Coalescing needs "sufficient spare
+  capacity to absorb all its requests", and "NeuScale prioritizes SLO guarantees" (§5.2); a merge is
+  therefore taken only if the absorbing group's vPod meets the SLO (TTFT for prefill, TPOT for decode)
+  of every merged bucket at its max batch, the DSE's own criterion (``slo_aware_merge``; ``False``
+  restores the capacity-only rule). At Table 4's rates every group has N_L << 0.5, so without this
+  check the merges cascade into the largest group, i.e. Base's deep-pipeline configuration, and short
+  prompts miss their TTFT (Llama3.1-405B/OpenThoughts: every 128-token prompt, prefill SLO 0.52).
 """
 
 from __future__ import annotations
@@ -152,11 +159,13 @@ class NeuScalePolicy:
 
     name = "neuscale"
 
-    def __init__(self, coalesce_below: float = 0.5, coalescing: bool = True, alpha: float = 0.5) -> None:
+    def __init__(self, coalesce_below: float = 0.5, coalescing: bool = True, alpha: float = 0.5,
+                 slo_aware_merge: bool = True) -> None:
         check_range("coalesce_below", coalesce_below, 0.0, None)
         check_range("alpha", alpha, 0.0, 1.0, low_inclusive=False)
         self.coalesce_below = coalesce_below
         self.coalescing = coalescing
+        self.slo_aware_merge = slo_aware_merge
         self.rule = _CountRule(alpha=alpha)
         self.targets: dict[tuple[str, int], dict[int, int]] = {}
         self.merged: list[tuple[str, int, int]] = []
@@ -222,11 +231,13 @@ class NeuScalePolicy:
                     if not larger:
                         continue
                     t = min(larger)
-                    wt, ct, _, _rt = groups[t]
+                    wt, ct, cid_t, _rt = groups[t]
                     spare = max(1, math.ceil(wt / ct)) * ct - wt
-                    if spare >= w:
+                    if spare >= w and (not self.slo_aware_merge
+                                       or self._serves_within_slo(phase, int(cid_t), [m for m, _ in members[b]])):
                         groups[t][0] = wt + w
                         groups[t][3] += r
+                        members[t].extend(members.pop(b))
                         del groups[b]
                         self.merged.append((ph, int(ctx.bucket_edges[b]), int(ctx.bucket_edges[t])))
                         merged = True
@@ -234,6 +245,15 @@ class NeuScalePolicy:
                 if not merged:
                     break
         return [(b, v[0], v[1], int(v[2]), v[3]) for b, v in sorted(groups.items())]
+
+    def _serves_within_slo(self, phase: int, cid: int, buckets: list[int]) -> bool:
+        """Whether a vPod of ``cid`` meets every bucket's SLO (TTFT for prefill, TPOT for decode) at its
+        max batch, the DSE's own criterion (a group runs at that batch under load, and the TTFT of a
+        prefill batch is the batch's latency): a group may only absorb requests it serves within their SLO."""
+        sim = self.sim
+        slo = sim.slo_p if phase == 0 else sim.slo_d
+        b = np.asarray(buckets, dtype=np.int64)
+        return bool(np.all(sim.lat[cid, b, -1] <= slo[b] + 1e-12))
 
     def decide(self, ctx: Observation) -> ScalingDecision:
         sim = self.sim

@@ -332,3 +332,32 @@ def test_neuscale_beats_base_on_the_papers_headline_case() -> None:
     assert s_n["energy_efficiency_busy_prefill"] > s_b["energy_efficiency_busy_prefill"]
     assert s_n["energy_efficiency_busy_decode"] > s_b["energy_efficiency_busy_decode"]
     assert s_n["slo_satisfaction"] > s_b["slo_satisfaction"] + 0.5
+
+
+def test_coalescing_never_moves_requests_onto_a_vpod_that_misses_their_slo() -> None:
+    """NeuScale "prioritizes SLO guarantees" (§5.2): an underloaded group is only absorbed by a larger
+    group whose vPod meets its requests' SLO. Llama3.1-405B prefill: the 256-token best fit (NPU-D tp8
+    pp4) takes longer than the 128-token bucket's SLO, so the 128-token group stays on its own best fit
+    (tp16 pp2); with the SLO check off it merges and every short prompt misses its TTFT."""
+    cfg = ClusterConfig(model="Llama3.1-405B", n_candidates=1)
+    c405 = ConfigCatalog(cfg)
+    w = make_workload("openthoughts", hours=2.0, seed=0)
+    sim = NPUCluster(cfg, w, seed=0, catalog=c405)
+    b0, b1 = int(np.searchsorted(sim.edges, 128)), int(np.searchsorted(sim.edges, 256))
+    c0, c1 = sim.candidates("prefill", 128)[0], sim.candidates("prefill", 256)[0]
+    assert sim.lat[c0, b0, -1] <= sim.slo_p[b0] < sim.lat[c1, b0, -1]  # at each vPod's max batch
+    pol = NeuScalePolicy()
+    pol.reset(sim)
+    tpr = np.zeros((2, NB))
+    tpr[0, [b0, b1]] = [100.0, 200.0]
+    sig = np.zeros((2, NB))
+    sig[0, [b0, b1]] = 0.01  # both far below N_L = 0.5, the larger one with spare capacity
+    ctx = _obs(sim, tokens_per_req=tpr)
+    assert [g[0] for g in pol.groups(ctx, 0, sig)] == [b0, b1]
+    blind = NeuScalePolicy(slo_aware_merge=False)
+    blind.reset(sim)
+    assert [g[0] for g in blind.groups(ctx, 0, sig)] == [b1]
+    # end to end: the short prompts meet their TTFT only with the SLO check
+    s_aware = run_policy(NPUCluster(cfg, w, seed=0, catalog=c405), NeuScalePolicy())
+    s_blind = run_policy(NPUCluster(cfg, w, seed=0, catalog=c405), NeuScalePolicy(slo_aware_merge=False))
+    assert s_aware["slo_satisfaction_prefill"] > s_blind["slo_satisfaction_prefill"] + 0.2
