@@ -257,7 +257,7 @@ def main() -> None:
     args.objectives = args.objectives.split(",")
     if args.quota_study:
         quota_study(args.models[0], args.traces[0], args.hours, args.start_hour, args.seed,
-                    (args.out or "npu_quota_study") + ".md")
+                    (args.out or "benchmarks/results/npu_quota_study") + ".md")
         return
     if args.from_json:
         with open(args.from_json) as f:
