@@ -83,7 +83,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -104,7 +104,7 @@ from servegym.envs.npu.dse import OBJECTIVES
 from servegym.envs.npu.roofline import PHASES
 from servegym.envs.npu.workloads import WORKLOADS, NPUWorkload, make_workload
 
-from servegym.errors import ActionError, ConfigError, check_range
+from servegym.errors import ActionError, ConfigError, check_range, known_overrides
 
 DEFAULT_COUNT_LEVELS: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 """vPod count targets an action can pick per group (roughly geometric, so one dimension spans 0-64)."""
@@ -195,11 +195,7 @@ class NPUEnvConfig:
     @classmethod
     def from_dict(cls, overrides: Mapping[str, Any] | None) -> NPUEnvConfig:
         """Defaults updated by ``overrides`` (unknown keys raise :class:`ConfigError`)."""
-        d = dict(overrides or {})
-        names = {f.name for f in fields(cls)}
-        bad = sorted(set(d) - names)
-        if bad:
-            raise ConfigError(f"unknown config key(s) {bad}; allowed: {sorted(names)}")
+        d = known_overrides(overrides, cls)
         for k in ("versions", "count_levels"):
             if k in d and not isinstance(d[k], str):
                 try:
