@@ -412,3 +412,33 @@ def test_greedy_batch_equals_one_by_one(spec: str) -> None:
     b = sim.metrics(policy=spec)
     assert np.array_equal(a.requests["dc"].to_numpy(), b.requests["dc"].to_numpy())
     assert len(np.unique(a.requests["dc"].to_numpy())) > 1
+
+
+@pytest.mark.parametrize("model", ["llama3.1-8b", "mixtral-8x7b"])
+def test_milp_wake_cost_and_removed_share_account_for_the_same_energy(model: str) -> None:
+    """f_d charges once what the per-request costs of an asleep DC no longer hold: k_d requests of the
+    mean OSL give back exactly f_d, so an asleep DC is never cheaper than the ILP says for that load."""
+    from servegym.baselines.geo.milp import wake_costs
+
+    sim = GeoSimulation(preset("mini", model=model, load="moderate", duration_s=3.0, decision_mode="window"))
+    ctx = sim.next_decision()
+    wake, awake, share = wake_costs(ctx, ctx.estimator)
+    snap = ctx.snapshot
+    osl = np.maximum(np.asarray(ctx.osl_estimate, dtype=np.float64), 1.0)
+    asleep = np.flatnonzero(~awake)
+    assert asleep.size and np.all(snap.batch[asleep] == 0)
+    k = np.rint(snap.engines_per_dc * np.maximum(0.0, 1.0 - snap.in_flight))
+    per_token = share[:, asleep] / osl[:, None]  # the removed fixed share per decode step, gCO2
+    assert np.allclose(per_token, per_token[0])
+    assert wake[asleep] == pytest.approx(k[asleep] * osl.mean() * per_token[0], rel=1e-9)
+    assert np.all(share[:, awake] == 0.0)
+
+
+def test_milp_is_not_dearer_than_the_ilp_on_mixtral() -> None:
+    """Mixtral's fixed decode-step energy does not exceed its idle draw over a step, so waking costs
+    nothing extra and the MILP must place like the ILP (a removed share without its wake cost once made
+    asleep DCs look cheap: 2.2x the ILP's carbon here)."""
+    cfg = preset("mini", model="mixtral-8x7b", load="moderate", duration_s=6.0, decision_mode="window")
+    ilp = GeoSimulation(cfg).run(StandardILP()).summary["carbon_g"]
+    milp = GeoSimulation(cfg).run(FacilityMILP()).summary["carbon_g"]
+    assert milp <= 1.01 * ilp
