@@ -171,15 +171,16 @@ DIFFERENCES = """\
   +0.45 pp violations (paper, dense: +7.3 pp saving, +12.1 pp violations); α=0 high-load savings are
   21.3% (Llama) and 38.1% (Mixtral). Not tuned to the paper. The other policies' rows of this rerun
   equal the previous run's.
-- **Facility MILP (fixed 2026-12-02).** It is now within 0.6 pp of the ILP on both models
-  (Llama 67.2/53.2/20.2%, Mixtral 57.9/53.8/38.0% at low/moderate/high; the ILP 67.1/53.6/20.8% and
-  57.9/53.8/37.6%), with fewer violations at high load on Llama (0.40% vs 1.19%); paper: MILP up to
-  8.6 pp above the others on Mixtral, 35.0% at high load. Before, an asleep DC's per-request cost lost
-  its whole fixed decode-step share while the wake cost f_d added back only the part above idle power;
-  on Mixtral that part is zero (f_d = 0), so asleep, dirtier DCs looked cheaper than awake green ones
-  and the MILP saved only 28.6/15.1/11.3% (Fig. 5b: 6-34%). Now the removed share is exactly what f_d
-  charges (`baselines/geo/milp.py`); the MILP's margin over the ILP that the paper reports on Mixtral
-  does not appear, since with f_d = 0 the two models coincide.
+- **Facility MILP (fixed 2026-12-02).** Llama 67.2/53.2/20.2% (the ILP 67.1/53.6/20.8%), Mixtral
+  56.3/52.6/35.1% at low/moderate/high (the ILP 57.9/53.8/37.6%; paper: 35.0% at high load, and up to
+  8.6 pp *above* the other policies at moderate load, which we do not reproduce: ours is 1.2 pp below
+  the ILP). Two accounting errors had made asleep, dirtier DCs look cheap on Mixtral (11-29% savings):
+  an asleep DC's per-request cost lost its whole fixed decode-step share while f_d added back only the
+  part above idle power, and the idle power was multiplied by TP a second time (1152 W instead of 288 W
+  per TP4 engine, which made f_d = 0). Our f_d charges every idle engine of the DC for one request
+  lifetime (the DC's round-robin soon runs them all), an upper bound of what a window that sends fewer
+  requests than idle engines wakes; that keeps some green asleep DCs asleep and is why the MILP trails
+  the ILP slightly on Mixtral (TP4: 8 engines per DC) and not on Llama (every DC awake).
 - **Green-LLM**: on Llama it violates 19–21% at every load (paper: up to 7.2% moderate, 30.7% high);
   on Mixtral it meets the SLO but saves little at high load (3% vs the paper's MILP − 7.6 pp). Our port
   maps the hourly token budget to the engine batch limit; the budget's level decides the split.
@@ -188,9 +189,9 @@ DIFFERENCES = """\
   Our green DCs saturate earlier (engine calibration and the 2022 CI at the base hour, not tuned).
 - **CI window (Fig. 5b)**: our CI data for `geo-paper` covers 2022 only, so the CV spans 0.44–0.82
   (paper: 2021–2024, 0.31–0.94); the direction and magnitudes are close to the paper's: Llama low
-  62→69%, moderate 46→60% (paper 49→59%, 34→56%), Mixtral low 56→61%, moderate 51→59% (paper 44→55%,
-  39→55%); at high load Llama 20→26% (paper 13→39%), Mixtral 41→53% (paper 24→45%).
-- **Staleness (Fig. 6b) hurts far less**: the MILP's violations rise from 0–1.6% (Δp ≤ 2 s) to 2.5–5.7%
+  62→69%, moderate 46→60% (paper 49→59%, 34→56%), Mixtral low 54→60%, moderate 47→58% (paper 44→55%,
+  39→55%); at high load Llama 20→26% (paper 13→39%), Mixtral 33→51% (paper 24→45%).
+- **Staleness (Fig. 6b) hurts far less**: the MILP's violations rise from 0–1.6% (Δp ≤ 2 s) to 2.5–6.1%
   at 10 s, against the paper's 10.5–32% already at 5 s. Our headroom H_d credits the batch drain over
   the snapshot's age (`baselines/geo`), which partly compensates stale loads; instead the Llama
   savings fall at long periods (53% → 24% at 10 s) as the MILP stays conservative. Async polling is

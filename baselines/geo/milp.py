@@ -18,15 +18,17 @@ fixed decode-step energy, as in the ILP). The other DCs are *asleep*; for them:
 - ``f_d = PUE_d · CI_d / 3.6e6 · k_d · Ō · max(0, e0_dec − P_idle · t_dec(1, Ī + Ō/2))`` gCO2: the
   carbon of running ``k_d`` engines for one request lifetime (``Ō`` decode steps, the window's
   mean OSL estimate) at the fixed decode-step energy ``e0_dec`` instead of idling at
-  ``P_idle = idle_w · tp`` W (the simulator charges idle power while nothing is in flight);
+  the engine's idle power ``P_idle = idle_w`` W (``EngineProfile.idle_w`` is already per engine,
+  ``idle_w_per_gpu · tp``; the simulator charges it while nothing is in flight);
 - ``c_{r,d}`` is the estimator's carbon minus the part of its fixed share that ``f_d`` now charges
   once: ``OSL_r · max(0, e0_dec − P_idle · t_dec) / (B_d + 1)``, times ``PUE_d · CI_d / 3.6e6``. The rest
   of the fixed share (the idle power the engine draws anyway) stays in ``c_{r,d}``, so sending exactly
   ``k_d`` requests to an asleep DC costs what the ILP charges, more requests share the wake-up, fewer
-  pay for all of it. (Removing the whole share ``OSL_r · e0_dec / (B_d + 1)`` while ``f_d`` adds back
-  only the part above idle dropped the idle part from the objective: asleep DCs looked cheaper than
-  awake ones, most on Mixtral, whose ``e0_dec`` does not exceed ``P_idle · t_dec`` so ``f_d = 0``, and
-  the MILP spread each window over dirty asleep DCs: 16-28% savings where the ILP saves 48-60%.)
+  pay for all of it. (Two earlier errors, fixed 2026-12-02: the whole share ``OSL_r · e0_dec / (B_d + 1)``
+  was removed while ``f_d`` added back only the part above idle, and ``P_idle`` was multiplied by ``tp``
+  a second time, which for Mixtral (TP4: 1152 W instead of 288 W) exceeded ``e0_dec / t_dec`` and made
+  ``f_d = 0``; together they made asleep, dirtier DCs look cheap and the MILP saved 11-29% on Mixtral
+  where the ILP saves 38-58%.)
 
 With every DC awake (the paper's moderate and high loads) the model is exactly the ILP; the
 solver then only solves the LP. Strategy for the asleep DCs (``solve_facility``): x continuous
@@ -64,7 +66,7 @@ def wake_costs(ctx: DecisionContext, estimator: Estimator) -> tuple[NDArray[np.f
     g = snap.pue * snap.ci_g_per_kwh / J_PER_KWH
     osl = np.maximum(np.asarray(ctx.osl_estimate, dtype=np.float64), 1.0)
     o_bar = float(osl.mean()) if n else estimator.osl_mean
-    p_idle = prof.idle_w * prof.tp
+    p_idle = prof.idle_w  # W per engine (idle_w_per_gpu * tp)
     step = float(prof.decode(1.0, estimator.isl_mean + 0.5 * estimator.osl_mean))
     net = max(0.0, prof.energy.e0_dec - p_idle * step)
     wake = np.where(awake, 0.0, g * k * o_bar * net)
