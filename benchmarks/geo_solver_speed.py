@@ -68,11 +68,13 @@ class Recorder(StandardILP):
                 prof = estimator.profile
                 g = snap.pue * snap.ci_g_per_kwh / J_PER_KWH
                 o_bar = float(np.mean(ctx.osl_estimate))
-                net = max(0.0, prof.energy.e0_dec - prof.idle_w * prof.tp
+                # the same accounting as wake_costs (idle_w is per engine; the removed share is the
+                # fixed energy above idle that f_d charges)
+                net = max(0.0, prof.energy.e0_dec - prof.idle_w
                           * float(prof.decode(1.0, estimator.isl_mean + 0.5 * estimator.osl_mean)))
                 k = snap.engines_per_dc
                 wake_all = g * k * o_bar * net
-                share_all = (np.asarray(ctx.osl_estimate)[:, None] * prof.energy.e0_dec
+                share_all = (np.asarray(ctx.osl_estimate)[:, None] * net
                              / (snap.batch[None, :] + 1.0) * g[None, :])
                 self.windows.append({
                     "n": ctx.n_requests, "d": ctx.n_dcs, "carbon": est.carbon_g.copy(),
