@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 from servegym.baselines.geo.ilp import StandardILP
-from servegym.baselines.geo.milp import wake_costs
+from servegym.baselines.geo.milp import wake_costs, wake_energy_per_step
 from servegym.baselines.geo.solver import (
     new_highs,
     solve_assignment,
@@ -65,13 +65,9 @@ class Recorder(StandardILP):
                 wake, awake, share = wake_costs(ctx, estimator)
                 # Stress variant: every DC asleep, every engine idle.
                 snap = ctx.snapshot
-                prof = estimator.profile
                 g = snap.pue * snap.ci_g_per_kwh / J_PER_KWH
                 o_bar = float(np.mean(ctx.osl_estimate))
-                # the same accounting as wake_costs (idle_w is per engine; the removed share is the
-                # fixed energy above idle that f_d charges)
-                net = max(0.0, prof.energy.e0_dec - prof.idle_w
-                          * float(prof.decode(1.0, estimator.isl_mean + 0.5 * estimator.osl_mean)))
+                net = wake_energy_per_step(estimator)  # the removed share is what f_d charges
                 k = snap.engines_per_dc
                 wake_all = g * k * o_bar * net
                 share_all = (np.asarray(ctx.osl_estimate)[:, None] * net

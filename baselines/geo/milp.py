@@ -53,11 +53,19 @@ from servegym.errors import ConfigError
 MIP_REL_GAP = 0.01
 
 
+def wake_energy_per_step(estimator: Estimator) -> float:
+    """J per decode step that waking one engine adds over its idle draw: ``max(0, e0_dec − P_idle · t_dec)``
+    with the engine's idle power ``P_idle = idle_w`` (already per engine, TP included) over a batch-1
+    step at the workload's mean context."""
+    prof = estimator.profile
+    step = float(prof.decode(1.0, estimator.isl_mean + 0.5 * estimator.osl_mean))
+    return max(0.0, prof.energy.e0_dec - prof.idle_w * step)
+
+
 def wake_costs(ctx: DecisionContext, estimator: Estimator) -> tuple[NDArray[np.float64], NDArray[np.bool_],
                                                                     NDArray[np.float64]]:
     """(f_d gCO2 (0 for awake DCs), awake (D,), fixed-share carbon to remove (n, D)) per the module docstring."""
     snap = ctx.snapshot
-    prof = estimator.profile
     n = ctx.n_requests
     e = snap.engines_per_dc
     k = np.rint(e * np.maximum(0.0, 1.0 - snap.in_flight))
@@ -66,9 +74,7 @@ def wake_costs(ctx: DecisionContext, estimator: Estimator) -> tuple[NDArray[np.f
     g = snap.pue * snap.ci_g_per_kwh / J_PER_KWH
     osl = np.maximum(np.asarray(ctx.osl_estimate, dtype=np.float64), 1.0)
     o_bar = float(osl.mean()) if n else estimator.osl_mean
-    p_idle = prof.idle_w  # W per engine (idle_w_per_gpu * tp)
-    step = float(prof.decode(1.0, estimator.isl_mean + 0.5 * estimator.osl_mean))
-    net = max(0.0, prof.energy.e0_dec - p_idle * step)
+    net = wake_energy_per_step(estimator)
     wake = np.where(awake, 0.0, g * k * o_bar * net)
     share = osl[:, None] * net / (snap.batch[None, :] + 1.0) * g[None, :]
     share = np.where(awake[None, :], 0.0, share)
