@@ -25,6 +25,7 @@ GEO_METRICS = (
     MetricSpec("ttft_p99_s", ("ttft_p99_s",), label="p99 TTFT (s)"),
     MetricSpec("tpot_p99_s", ("tpot_p99_s",), label="p99 TPOT (s)"),
     MetricSpec("energy_kwh", ("energy_kwh",), label="facility energy (kWh)"),
+    MetricSpec("power_w", ("power_w",), label="mean facility power (W)"),
 )
 #: The paper's Fig. 4a set (servegym.baselines.geo.PAPER_POLICIES).
 GEO_BASELINES = ("rr", "ll", "greedy:0", "greedy:0.5", "greedy:0.9", "ilp", "iter-ilp", "milp", "green-llm",
@@ -68,7 +69,7 @@ PD_METRICS = (
     MetricSpec("carbon_g", ("carbon_g",), agg="sum", label="carbon (gCO2)"),
     MetricSpec("energy_kwh", ("energy_kwh",), agg="sum", label="facility energy (kWh)"),
     MetricSpec("cost_usd", ("cost_usd",), agg="sum", label="energy cost (USD)"),
-    MetricSpec("slo_violation_pct", ("slo_violation",), agg="wmean", weight_key="arrived", scale=100.0,
+    MetricSpec("slo_violation_pct", ("slo_violation_pct",), agg="wmean", weight_key="arrived",
                label="SLO violation (%)"),
     MetricSpec("ttft_mean_s", ("ttft_s",), agg="wmean", weight_key="arrived", label="mean TTFT (s)"),
     MetricSpec("power_w", ("power_w",), agg="mean", label="mean facility power (W)"),
@@ -77,14 +78,15 @@ PD_METRICS = (
 
 # ---------------------------------------------------------------------------------------------- npu
 # NPUAutoscale-v0 reports per-epoch flows in info (energy, cost, tokens, misses): summed over the
-# episode; the epoch's SLO satisfaction is weighted by the requests finished in it.
+# episode; the epoch's SLO violation (%) is weighted by the requests finished in it, power averaged.
 NPU_METRICS = (
     MetricSpec("energy_j", ("energy_j",), agg="sum", label="energy (J)"),
     MetricSpec("cost_usd", ("cost_usd",), agg="sum", label="cost (USD)"),
     MetricSpec("tokens", ("tokens",), agg="sum", lower_is_better=False, label="tokens served"),
-    MetricSpec("slo_satisfaction", ("slo_satisfaction",), agg="wmean", weight_key="finished",
-               lower_is_better=False, label="SLO satisfaction (0-1)"),
+    MetricSpec("slo_violation_pct", ("slo_violation_pct",), agg="wmean", weight_key="finished",
+               label="SLO violation (%)"),
     MetricSpec("slo_misses", ("slo_misses",), agg="sum", label="SLO misses (requests)"),
+    MetricSpec("power_w", ("power_w",), agg="mean", label="mean pool power (W)"),
     MetricSpec("chips", ("chips",), agg="mean", label="mean chips held"),
 )
 

@@ -212,7 +212,7 @@ class PolicyResult:
 
 
 SERIES_KEYS = ("hour", "n_p", "n_d", "pending_p", "pending_d", "rate_rps", "power_w", "cap_w", "backlog",
-               "slo_violation")
+               "slo_violation_pct")
 
 
 def run_policy(env: PDProvisionEnv, policy: Policy, *, seed: int | None = 0, max_steps: int | None = None,
@@ -232,7 +232,7 @@ def run_policy(env: PDProvisionEnv, policy: Policy, *, seed: int | None = 0, max
         carbon += info["carbon_g"]
         cost += info["cost_usd"]
         excess += info["cap_excess_kwh"]
-        viol += info["slo_violation"] * info["arrived"]
+        viol += info["slo_violation_pct"] * info["arrived"]
         arrived += info["arrived"]
         for key in SERIES_KEYS:
             series[key].append(float(info[key]))
@@ -241,7 +241,7 @@ def run_policy(env: PDProvisionEnv, policy: Policy, *, seed: int | None = 0, max
         if terminated or truncated:
             break
     return PolicyResult(policy=policy.name, energy_kwh=energy, carbon_g=carbon, cost_usd=cost,
-                        slo_violation_pct=100.0 * viol / arrived if arrived > 0 else 0.0, cap_excess_kwh=excess,
+                        slo_violation_pct=viol / arrived if arrived > 0 else 0.0, cap_excess_kwh=excess,
                         reward=reward, steps=steps, arrived=arrived, backlog_end=float(info["backlog"]),
                         series={k: np.asarray(v) for k, v in series.items()})
 

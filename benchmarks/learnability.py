@@ -34,7 +34,7 @@ SETUPS: dict[str, tuple[str, str, dict[str, Any], tuple[str, ...]]] = {
     # Two hours (24 five-minute epochs) of the default model/trace: ~40-55 ms per step, so a few
     # thousand steps per training seed fit in minutes.
     "npu": ("servegym/NPUAutoscale-v0", "maskable-ppo", {"config": {"hours": 2.0}},
-            ("energy_j", "slo_satisfaction")),
+            ("energy_j", "slo_violation_pct")),
 }
 OUT = Path(__file__).resolve().parent / "results" / "learnability"
 

@@ -182,4 +182,7 @@ def test_npu_episode_metrics_aggregate_the_epochs() -> None:
     assert res.metrics["energy_j"] == pytest.approx(sum(i["energy_j"] for i in infos))
     assert res.metrics["slo_misses"] == pytest.approx(sum(i["slo_misses"] for i in infos))
     fin = sum(i["finished"] for i in infos)
-    assert res.metrics["slo_satisfaction"] == pytest.approx(sum(i["slo_satisfaction"] * i["finished"] for i in infos) / fin)
+    assert res.metrics["slo_violation_pct"] == pytest.approx(
+        sum(i["slo_violation_pct"] * i["finished"] for i in infos) / fin)
+    assert res.metrics["power_w"] == pytest.approx(sum(i["power_w"] for i in infos) / len(infos))
+    assert infos[0]["power_w"] == pytest.approx(infos[0]["energy_j"] / env.unwrapped.cluster_config.epoch_s)

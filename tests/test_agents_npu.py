@@ -93,7 +93,7 @@ def test_family_runner_gives_the_agents_metrics_on_the_same_seeds() -> None:
     env.reset(seed=2)
     a = env.unwrapped.heuristic_action()
     steps = [env.step(a)[4] for _ in range(env.unwrapped.horizon)]
-    assert {"energy_j", "cost_usd", "tokens", "slo_satisfaction", "slo_misses", "chips", "finished"} <= set(steps[-1])
-    assert set(direct["infos"][-1]) >= {"energy_j", "cost_usd", "tokens", "slo_satisfaction", "slo_misses", "chips",
+    assert {"energy_j", "cost_usd", "tokens", "slo_violation_pct", "slo_misses", "chips", "finished"} <= set(steps[-1])
+    assert set(direct["infos"][-1]) >= {"energy_j", "cost_usd", "tokens", "slo_violation_pct", "slo_misses", "chips",
                                         "finished"}
     assert np.isfinite(ns.reward)

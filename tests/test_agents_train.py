@@ -35,7 +35,7 @@ CASES = {
 # The domain scalars each family's TensorBoard must carry (episode, eval and baseline lines).
 DOMAIN_KEYS = {"pd": ("carbon_g", "slo_violation_pct", "energy_kwh"),
                "geo": ("carbon_g", "slo_violation_pct", "energy_kwh"),
-               "npu": ("energy_j", "cost_usd", "slo_satisfaction")}
+               "npu": ("energy_j", "cost_usd", "slo_violation_pct")}
 TINY_HP = "{algo}:\n  n_envs: 2\n  n_steps: 64\n  batch_size: 64\n  n_epochs: 2\n  normalize: true\n" \
           "  policy_kwargs: {{net_arch: [16]}}\n"
 

@@ -20,7 +20,7 @@ from servegym.errors import ActionError, ConfigError
 QUICK: dict[str, Any] = {"hours": 0.5}
 #: A light load and a short count ladder for the runs with random actions (fewer vPods, faster steps).
 LIGHT: dict[str, Any] = {"rate_rpm": 120.0, "count_levels": [0, 1, 2, 4]}
-INFO_KEYS = {"energy_j", "cost_usd", "tokens", "slo_satisfaction", "vpods", "tokens_per_j", "tokens_per_usd",
+INFO_KEYS = {"energy_j", "cost_usd", "tokens", "slo_violation_pct", "power_w", "vpods", "tokens_per_j", "tokens_per_usd",
              "slo_misses", "arrived", "finished", "vpods_per_version", "chips", "time_s", "action_adjusted"}
 
 
@@ -225,7 +225,7 @@ def test_info_reward_and_episode_accounting() -> None:
         _, r, term, trunc, info = env.step(env.heuristic_action())
         assert INFO_KEYS <= set(info) and not term
         assert r == pytest.approx(info["reward_objective"] + info["reward_slo"])
-        assert info["energy_j"] > 0 and info["cost_usd"] > 0 and 0 <= info["slo_satisfaction"] <= 1
+        assert info["energy_j"] > 0 and info["cost_usd"] > 0 and 0 <= info["slo_violation_pct"] <= 100
         assert info["tokens_per_j"] == pytest.approx(info["tokens"] / info["energy_j"])
         assert info["vpods"] == sum(info["vpods_per_version"].values()) > 0
         total_misses += info["slo_misses"]
@@ -233,8 +233,8 @@ def test_info_reward_and_episode_accounting() -> None:
     s = env.sim.summary()
     n_req = s["requests_finished"] + s["requests_open"]
     # per-epoch misses telescope to the simulator's count (clipping at 0 can only add)
-    assert total_misses >= (1.0 - s["slo_satisfaction"]) * n_req - 1e-6
-    assert total_misses <= (1.0 - s["slo_satisfaction"]) * n_req + 0.01 * n_req + 2
+    assert total_misses >= s["slo_violation_pct"] / 100.0 * n_req - 1e-6
+    assert total_misses <= s["slo_violation_pct"] / 100.0 * n_req + 0.01 * n_req + 2
 
 
 def test_reward_prefers_serving_to_starving() -> None:

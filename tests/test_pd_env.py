@@ -141,7 +141,7 @@ def test_fluid_backlog_conservation(seed: int, actions: list[tuple[int, int]], d
         _, _, _, _, info = e.step(np.array(a))
         assert info["backlog"] >= 0
         assert info["served_total"] + info["backlog"] == pytest.approx(info["arrived_total"], rel=1e-9, abs=1e-6)
-        assert 0.0 <= info["slo_violation"] <= 1.0
+        assert 0.0 <= info["slo_violation_pct"] <= 100.0
         assert info["n_p"] >= 1 and info["n_d"] >= 1
         assert info["n_p"] + info["pending_p"] == info["target_p"]
 
@@ -165,7 +165,7 @@ def test_overload_grows_backlog_and_violates() -> None:
         _, _, _, _, info = e.step(np.array([1, 1]))
         backlogs.append(info["backlog"])
     assert np.all(np.diff(backlogs) > 0)
-    assert info["slo_violation"] > 0.9 and info["ttft_s"] > 60
+    assert info["slo_violation_pct"] > 90.0 and info["ttft_s"] > 60
 
 
 def test_power_within_ramp_bounds_and_energy_units() -> None:
@@ -261,7 +261,7 @@ def test_request_mode_deterministic_and_conserves() -> None:
         e = PDProvisionEnv(cfg)
         e.reset(seed=5)
         infos = [e.step(np.array(a))[-1] for a in ((2, 1), (3, 2), (1, 1), (2, 2))]
-        runs.append([(i["energy_kwh"], i["served_total"], i["backlog"], i["slo_violation"]) for i in infos])
+        runs.append([(i["energy_kwh"], i["served_total"], i["backlog"], i["slo_violation_pct"]) for i in infos])
         sim = e._sim.counters()
         assert sim["arrived"] == sim["finished"] + sim["in_prefill_queue"] + sim["in_decode"]
         assert infos[-1]["arrived_total"] == sim["arrived"]

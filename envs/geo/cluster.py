@@ -618,6 +618,7 @@ class GeoSimulation:
             "seed": self.seed,
             "carbon_g": float(acc[_CO2].sum()),
             "energy_kwh": float(facility_j.sum() / J_PER_KWH),
+            "power_w": float(facility_j.sum() / t),
             "carbon_with_drain_g": float(self._acc_all[_CO2].sum()),
             "window_s": self._t_win,
             "slo_violation_pct": 100.0 * viol / denom if denom else 0.0,

@@ -3,7 +3,8 @@
 :class:`GeoResults` holds three tables and a summary:
 
 - ``summary`` (dict, also ``summary_frame()``): policy, OSL source, total carbon (gCO2; engine
-  step and idle energy, host power and PUE included) and facility energy (kWh) over the serving
+  step and idle energy, host power and PUE included), facility energy (kWh) and mean facility power
+  (``power_w``, W) over the serving
   window ``[0, duration_s]`` (``window_s``; ``carbon_with_drain_g`` adds the drain), SLO violation
   rate (% of arrived requests that missed the TTFT or TPOT budget; requests unfinished when the
   run ends count as violations), p50/p90/p99 TTFT and TPOT (s), request counts, mean modelled

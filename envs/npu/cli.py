@@ -112,9 +112,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=1))
         return 0
     print(f"{args.model} on {args.trace}, {args.hours:g} h (ideal = oracle bound, uses true lengths)")
-    headers = ["POLICY", "TOKENS/J", "TOKENS/USD", "SLO", "SLO_PREFILL", "SLO_DECODE", "ENERGY_MJ", "USD"]
+    headers = ["POLICY", "TOKENS/J", "TOKENS/USD", "SLO_VIOL_%", "TTFT_VIOL_%", "TPOT_VIOL_%", "ENERGY_MJ", "USD"]
     _print_table(headers, [[str(r["policy"]), f"{r['energy_efficiency']:.4g}", f"{r['cost_efficiency']:.4g}",
-                            f"{r['slo_satisfaction']:.3f}", f"{r['slo_satisfaction_prefill']:.3f}",
-                            f"{r['slo_satisfaction_decode']:.3f}", f"{r['energy_j'] / 1e6:.4g}", f"{r['usd']:.4g}"]
+                            f"{r['slo_violation_pct']:.2f}", f"{r['ttft_violation_pct']:.2f}",
+                            f"{r['tpot_violation_pct']:.2f}", f"{r['energy_j'] / 1e6:.4g}", f"{r['usd']:.4g}"]
                            for r in rows])
     return 0

@@ -256,9 +256,9 @@ class EpochMetrics:
     usd_busy: np.ndarray = field(default_factory=lambda: np.zeros(2))
 
     @property
-    def slo_satisfaction(self) -> float:
-        """Share of the requests finished in this span that met both TTFT and TPOT (1 when none finished)."""
-        return float(self.slo_met[2] / self.slo_total) if self.slo_total else 1.0
+    def slo_violation_pct(self) -> float:
+        """Share (%) of the requests finished in this span that missed TTFT or TPOT (0 when none finished)."""
+        return float(100.0 * (1.0 - self.slo_met[2] / self.slo_total)) if self.slo_total else 0.0
 
 
 class ConfigCatalog:
@@ -1128,8 +1128,9 @@ class NPUCluster:
 
     def summary(self) -> dict[str, float]:
         """Totals so far: energy (J), cost (USD), tokens, efficiencies (tokens/J, tokens/USD) and SLO
-        satisfaction (0-1, share of requests meeting TTFT and TPOT; per phase too). Requests still open
-        count as violations once their age exceeds their SLO (TTFT, or TPOT x output tokens)."""
+        violation (%, share of requests missing TTFT or TPOT: ``slo_violation_pct``; TTFT alone, the
+        prefill phase: ``ttft_violation_pct``; TPOT alone, decode: ``tpot_violation_pct``). Requests still
+        open count as violations once their age exceeds their SLO (TTFT, or TPOT x output tokens)."""
         e = self.totals["energy_j"]
         u = self.totals["usd"]
         tk = self.totals["tokens"]
@@ -1146,8 +1147,8 @@ class NPUCluster:
             ld = age > self.slo_d[self.bk_d[open_ids]] * self.osl[open_ids]
             late_p, late_d, late = int(lp.sum()), int(ld.sum()), int((lp | ld).sum())
 
-        def frac(a: float, n: float) -> float:
-            return a / n if n else 1.0
+        def viol_pct(met: float, n: float) -> float:
+            return 100.0 * (1.0 - met / n) if n else 0.0
 
         def ratio(a: float, b: float) -> float:
             return float(a / b) if b > 0 else 0.0
@@ -1160,9 +1161,9 @@ class NPUCluster:
             "energy_efficiency": ratio(tk.sum(), e.sum()), "cost_efficiency": ratio(tk.sum(), u.sum()),
             "energy_efficiency_prefill": ratio(tk[0], e[0]), "energy_efficiency_decode": ratio(tk[1], e[1]),
             "cost_efficiency_prefill": ratio(tk[0], u[0]), "cost_efficiency_decode": ratio(tk[1], u[1]),
-            "slo_satisfaction_prefill": frac(met[0], tot + late_p),
-            "slo_satisfaction_decode": frac(met[1], tot + late_d),
-            "slo_satisfaction": frac(met[2], tot + late),
+            "ttft_violation_pct": viol_pct(met[0], tot + late_p),
+            "tpot_violation_pct": viol_pct(met[1], tot + late_d),
+            "slo_violation_pct": viol_pct(met[2], tot + late),
             "requests_finished": float(self.n_finished),
             "requests_open": float(open_ids.size),
             # request-attributed accounting (busy steps only, no idle/booting vPods), as a per-request

@@ -67,7 +67,8 @@ and returns per-epoch infos with the step's keys and formulas, so ``servegym eva
 TensorBoard callback compare an agent with the paper's policies on the same work.
 
 **Info**: ``energy_j``, ``cost_usd``, ``tokens`` (prefill input + decode output tokens served),
-``slo_satisfaction`` (of the requests finished in the epoch, 1 when none), ``slo_misses``,
+``slo_violation_pct`` (% of the requests finished in the epoch that missed TTFT or TPOT, 0 when none),
+``slo_misses``, ``power_w`` (mean pool power over the epoch, W),
 ``arrived``, ``finished``, ``vpods`` (alive at the epoch end), ``vpods_per_version``, ``chips``,
 ``tokens_per_j``, ``tokens_per_usd``, ``time_s``, ``action_adjusted``, ``reward_objective``,
 ``reward_slo``; reset gives the state keys with zero flows.
@@ -551,7 +552,7 @@ class NPUAutoscaleEnv(gym.Env):
         m = sim.advance_epoch()
         reward, flows, self._late_prev = self._epoch_outcome(sim, [m], int(sim.next_req - n0), self._late_prev)
         self._t += 1
-        self._last = {"slo_satisfaction": flows["slo_satisfaction"],
+        self._last = {"slo_satisfaction": 1.0 - flows["slo_violation_pct"] / 100.0,
                       "slo_miss_share": flows["slo_misses"] / max(flows["arrived"], 1)}
         self.last_ctx = sim.observe()
         info = self._state_info()
@@ -573,11 +574,13 @@ class NPUAutoscaleEnv(gym.Env):
         energy = sum(float(m.energy_j.sum()) for m in spans)
         usd = sum(float(m.usd.sum()) for m in spans)
         tokens = sum(float(m.tokens.sum()) for m in spans)
+        duration_s = sum(float(m.t1_s - m.t0_s) for m in spans)
         obj = energy if cfg.objective == "energy" else usd
         r_obj = cfg.objective_weight * obj / self._ref
         r_slo = cfg.slo_penalty * misses / max(arrived, 1)
         flows = {"energy_j": energy, "cost_usd": usd, "tokens": tokens,
-                 "slo_satisfaction": slo_met / slo_total if slo_total else 1.0, "slo_misses": float(misses),
+                 "slo_violation_pct": 100.0 * (1.0 - slo_met / slo_total) if slo_total else 0.0,
+                 "slo_misses": float(misses), "power_w": energy / duration_s if duration_s > 0 else 0.0,
                  "arrived": arrived, "finished": sum(int(m.finished) for m in spans),
                  "tokens_per_j": tokens / energy if energy > 0 else 0.0,
                  "tokens_per_usd": tokens / usd if usd > 0 else 0.0,
@@ -597,7 +600,7 @@ class NPUAutoscaleEnv(gym.Env):
 
         Returns ``{"policy", "seed", "simulation_seed", "reward", "length", "infos", "summary"}``: one
         info per epoch with the same flow keys and formulas as :meth:`step`'s (``energy_j``,
-        ``cost_usd``, ``tokens``, ``slo_satisfaction``, ``slo_misses``, ``arrived``, ``finished``, ...,
+        ``cost_usd``, ``tokens``, ``slo_violation_pct``, ``slo_misses``, ``power_w``, ``arrived``, ``finished``, ...,
         plus the state keys ``time_s``, ``epoch``, ``vpods``, ``chips``), ``reward`` their summed
         reward, and ``summary`` the simulator's :meth:`NPUCluster.summary`. The oracle has no vPods
         and no per-epoch schedule: one info with the episode's totals (no ``chips``), no misses, and
@@ -619,7 +622,8 @@ class NPUAutoscaleEnv(gym.Env):
             r_obj = self.config.objective_weight * obj / self._ref
             n = s["requests_finished"]
             out["infos"] = [{"energy_j": s["energy_j"], "cost_usd": s["usd"], "tokens": s["tokens"],
-                             "slo_satisfaction": 1.0, "slo_misses": 0.0, "arrived": int(n), "finished": int(n),
+                             "slo_violation_pct": 0.0, "slo_misses": 0.0, "arrived": int(n), "finished": int(n),
+                             "power_w": s["energy_j"] / (hours * 3600.0) if hours > 0 else 0.0,
                              "tokens_per_j": s["energy_efficiency"], "tokens_per_usd": s["cost_efficiency"],
                              "reward_objective": -r_obj, "reward_slo": 0.0, "time_s": hours * 3600.0,
                              "epoch": self.horizon}]
@@ -654,7 +658,8 @@ class NPUAutoscaleEnv(gym.Env):
         held = sim.held_chips()
         return {"time_s": float(sim.now), "epoch": self._t, "vpods": n, "vpods_per_version": per_v,
                 "chips": float(sum(held.values())), "energy_j": 0.0, "cost_usd": 0.0, "tokens": 0.0,
-                "slo_satisfaction": 1.0, "slo_misses": 0.0, "arrived": 0, "finished": 0, "tokens_per_j": 0.0,
+                "slo_violation_pct": 0.0, "slo_misses": 0.0, "power_w": 0.0, "arrived": 0, "finished": 0,
+                "tokens_per_j": 0.0,
                 "tokens_per_usd": 0.0, "action_adjusted": False}
 
     # ------------------------------------------------------------------------------------------ obs

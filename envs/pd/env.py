@@ -35,8 +35,8 @@ CVa^2 = 1/n_P, utilization capped at 0.99 since the backlog carries any overload
 exponential tail P(wait > x) = rho exp(-rho x / W) (Kingman 1961, the paper's ref. [24]); t_P(l_in) is
 taken over 64 quantiles of the mix's prefill-time distribution, so very long prompts miss a tight TTFT
 target even on an idle deployment. TPOT is the decode-iteration time at the Little's-law decode batch (the
-operating batch while backlogged). ``info["slo_violation"]`` is the share of the period's arrivals that miss
-the TTFT or TPOT target (16 arrival instants per piece).
+operating batch while backlogged). ``info["slo_violation_pct"]`` is the share (%) of the period's arrivals
+that miss the TTFT or TPOT target (16 arrival instants per piece).
 
 **Request-level dynamics** (``mode="request"``) run :class:`servegym.envs.pd.simulator.PDSimulator` (individual
 requests, KV reservations, continuous batching, ramp power per instance; the simulator handles start-up
@@ -47,15 +47,15 @@ delays and removals itself); see :meth:`PDProvisionEnv._request_step` for how it
 scale of each entry (rates / peak_rate_rps, counts / pool maxima, log1p backlog / 10, ...).
 
 **Info** (every step; reset gives the state keys): ``power_w`` (mean facility power of the period, W),
-``it_power_w``, ``energy_kwh`` (facility), ``carbon_g``, ``cost_usd``, ``slo_violation`` (share of the period's
-arrivals), ``ttft_s`` / ``tpot_s`` (means), ``cap_w``, ``cap_excess_kwh``, ``n_p`` / ``n_d`` (serving at the
+``it_power_w``, ``energy_kwh`` (facility), ``carbon_g``, ``cost_usd``, ``slo_violation_pct`` (% of the
+period's arrivals), ``ttft_s`` / ``tpot_s`` (means), ``cap_w``, ``cap_excess_kwh``, ``n_p`` / ``n_d`` (serving at the
 period end), ``pending_p`` / ``pending_d`` (starting), ``target_p`` / ``target_d``, ``backlog`` (requests),
 ``arrived`` / ``served`` (period) and ``arrived_total`` / ``served_total``, ``rate_rps`` (observed),
 ``forecast_rate_rps`` / ``forecast_max_rps``, ``mix_index`` / ``mix_weights`` (coming period), ``capacity_rps``,
 ``prefill_util`` (served / (n_P mu_P)), ``decode_util`` (served / (n_D mu_D^max), eq. 12), ``demand_util``
 ((arrivals + backlog) rate / mu), ``ci_g_per_kwh``, ``price_usd_per_kwh``, ``action_adjusted``.
 
-**Reward** = -(objective_weight x objective) - slo_weight x slo_violation - cap_weight x cap_excess_kwh,
+**Reward** = -(objective_weight x objective) - slo_weight x slo_violation_pct / 100 - cap_weight x cap_excess_kwh,
 objective = facility energy (kWh), carbon (kg CO2eq) or cost (USD) of the period per ``objective``.
 
 Configuration: :class:`PDEnvConfig` (frozen dataclass); ``PDProvisionEnv(config=dict)`` takes highway-env
@@ -123,7 +123,7 @@ class PDEnvConfig:
     tpot_slo_s: float = 0.05  # TPOT target, s
     objective: str = "energy"  # "energy" (kWh), "carbon" (kg), "cost" (USD)
     objective_weight: float = 1.0  # reward per unit of the objective
-    slo_weight: float = 2.0  # reward per unit of slo_violation (share of the period's arrivals)
+    slo_weight: float = 2.0  # reward per unit of violation share (slo_violation_pct / 100 of the period's arrivals)
     cap_weight: float = 10.0  # reward per kWh above the power cap
     system: PDSystem = field(default_factory=paper_system)
 
@@ -346,18 +346,20 @@ class PDProvisionEnv(gym.Env):
         carbon_g = energy_kwh * ci
         cost = energy_kwh * price
         objective = {"energy": energy_kwh, "carbon": carbon_g / 1000.0, "cost": cost}[cfg.objective]
-        reward = -(cfg.objective_weight * objective + cfg.slo_weight * m["slo_violation"]
+        # the period drivers report the violation as a share; info carries it in % (the suite's convention)
+        viol_share = m.pop("slo_violation")
+        reward = -(cfg.objective_weight * objective + cfg.slo_weight * viol_share
                    + cfg.cap_weight * m["cap_excess_kwh"])
         self._hist = [arrived / period, *self._hist[:-1]]
         self._last_power_w = m["power_w"]
-        self._last_viol = m["slo_violation"]
+        self._last_viol = viol_share
         self._k = k + 1
         truncated = self._k >= self.signals.base_rate_rps.size
         info = self._state_info()
         info.update(m)
         info.update(energy_kwh=energy_kwh, carbon_g=carbon_g, cost_usd=cost, cap_w=cap_w, ci_g_per_kwh=ci,
                     price_usd_per_kwh=price, arrived=arrived, action_adjusted=adjusted,
-                    reward_objective=objective)
+                    reward_objective=objective, slo_violation_pct=100.0 * viol_share)
         self._last_info = info
         return self._obs(), float(reward), False, truncated, info
 
@@ -497,7 +499,7 @@ class PDProvisionEnv(gym.Env):
         """One period of the request-level simulator (``mode="request"``).
 
         Arrivals: the period's count at uniform times; lengths from the period's mix (requests that could
-        not fit a decode pool alone, l_in + l_out > C_tok - R, are redrawn). ``slo_violation`` combines the
+        not fit a decode pool alone, l_in + l_out > C_tok - R, are redrawn). The violation share (``slo_violation_pct`` / 100) combines the
         share of first tokens in the period with TTFT above target (a) and of requests finished in the period
         with TPOT above target (b) as 1 - (1 - a)(1 - b); ``backlog`` is the simulator's requests arrived and
         not yet prefilled; ``served`` counts completions.
@@ -616,5 +618,5 @@ class PDProvisionEnv(gym.Env):
                 f"(+{len(self._pending[0])}p+{len(self._pending[1])}d starting) "
                 f"rate={i.get('rate_rps', 0.0):.2f} req/s backlog={self._backlog:.1f} "
                 f"power={i.get('power_w', 0.0):.0f} W cap={i.get('cap_w', i.get('next_cap_w', 0.0)):.0f} W "
-                f"slo_viol={i.get('slo_violation', 0.0):.3f}")
+                f"slo_viol={i.get('slo_violation_pct', 0.0):.2f}%")
         return line
