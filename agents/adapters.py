@@ -39,7 +39,7 @@ def run_geo_baseline(env: gym.Env, name: str, seed: int) -> EpisodeResult:
     the baseline serves the same request stream under the same grid. It runs the simulator's own
     policy loop rather than stepping the env: the window schedulers (ILP, MILP) decide jointly,
     which neither env's action expresses. ``reward`` is the env's reward formula applied to the
-    run (-w_carbon * carbon with drain - w_slo * violations); the metrics are the run summary the
+    run (-w_carbon * carbon with drain - w_slo * every miss, unfinished requests included); the metrics are the run summary the
     env reports in ``info["episode_metrics"]``. An env configured with ``max_steps`` stops early
     and is then not comparable with these full runs.
     """
@@ -53,8 +53,9 @@ def run_geo_baseline(env: gym.Env, name: str, seed: int) -> EpisodeResult:
     res = sim.run(policy)
     summary = res.summary
     cfg = base.config
+    # every miss, finished or not (the env's return identity, servegym.envs.geo.env_common)
     reward = -(cfg.w_carbon * float(summary["carbon_with_drain_g"])
-               + cfg.w_slo * float(sim.n_finished_violations))
+               + cfg.w_slo * float(sim.n_finished_violations + summary["unfinished"]))
     acc = EpisodeAccumulator(GEO_METRICS)
     acc.add({"episode_metrics": summary})
     # Length in the env's own steps: requests for GeoRoute-v0, windows for GeoRouteWindow-v0.

@@ -314,3 +314,63 @@ def test_maskable_ppo_trains_on_georoute() -> None:
     mask = env.unwrapped.action_masks()
     action, _ = model.predict(obs, action_masks=mask, deterministic=True)
     assert mask[int(action)]
+
+
+def _episode(env: gym.Env, act, seed: int) -> tuple[float, list[float], dict]:
+    env.reset(seed=seed)
+    rewards, info = [], {}
+    while True:
+        _, r, terminated, truncated, info = env.step(act(env))
+        assert not terminated
+        rewards.append(r)
+        if truncated:
+            return math.fsum(rewards), rewards, info
+
+
+def _measured_return(env: gym.Env, info: dict) -> float:
+    """-(w_carbon x gCO2 + w_slo x every miss) as the run's episode_metrics count them."""
+    m = info["episode_metrics"]
+    cfg = env.unwrapped.config
+    misses = m["slo_violation_pct"] / 100.0 * (m["finished"] + m["unfinished"])
+    return -(cfg.w_carbon * m["carbon_with_drain_g"] + cfg.w_slo * misses)
+
+
+#: Everything to DC 0 at high load with a 1 s drain: an overloaded DC and unfinished requests.
+OVERLOAD = {"preset": "small", "load": "high", "w_slo": 0.5, "geo": {"duration_s": 3.0, "drain_s": 1.0}}
+
+
+@pytest.mark.parametrize("reward", ["dense", "poll"])
+@pytest.mark.parametrize("env_cls", [GeoRouteEnv, GeoRouteWindowEnv])
+@pytest.mark.parametrize("cfg", [MINI, OVERLOAD])
+def test_return_is_measured_carbon_and_every_miss(reward: str, env_cls: type, cfg: dict) -> None:
+    """The return identity (issue 12 item 1, issue 15 defect 2): the episode return equals
+    -(w_carbon x carbon with drain + w_slo x every miss, unfinished requests included), in both
+    reward modes, also for a policy that overloads one DC and leaves requests unfinished."""
+    env = env_cls(config={**cfg, "reward": reward})
+    if env_cls is GeoRouteEnv:
+        act = (lambda e: 0) if cfg is OVERLOAD else (lambda e: int(np.flatnonzero(e.action_masks())[-1]))
+    else:
+        act = (lambda e: np.array([1.0] + [-1.0] * (e.n_dcs - 1))) if cfg is OVERLOAD else (lambda e: np.zeros(e.n_dcs))
+    total, rewards, info = _episode(env, act, 7)
+    m = info["episode_metrics"]
+    if cfg is OVERLOAD:
+        assert m["unfinished"] > 100  # the case the old reward got wrong
+    assert info["slo_misses"] == env.sim.n_finished_violations + m["unfinished"]
+    assert total == pytest.approx(_measured_return(env, info), rel=1e-9, abs=1e-9)
+    if reward == "dense":
+        assert all(r != 0.0 for r in rewards)  # every decision is credited
+    else:
+        assert sum(r != 0.0 for r in rewards) < len(rewards)
+
+
+def test_dense_reward_is_the_estimators_cost_between_polls() -> None:
+    """Between polls the dense reward of a decision is -(w_carbon x estimated carbon + w_slo x
+    predicted miss) of the chosen DC on the shared estimator."""
+    env = GeoRouteEnv(config={**MINI, "w_slo": 2.0, "geo": {"duration_s": 4.0, "poll_interval_s": 2.0}})
+    env.reset(seed=1)
+    for k in range(20):
+        i, est = env._i, env._ctx.estimates
+        a = k % env.n_dcs
+        _, r, _, _, _ = env.step(a)
+        assert env._i == i + 1  # still inside the poll interval: no settlement on this step
+        assert r == pytest.approx(-(est.carbon_g[i, a] + 2.0 * (not est.feasible[i, a])), rel=1e-12)

@@ -8,16 +8,27 @@ Configuration (:class:`GeoEnvConfig`, highway-env style): ``Env(config={...}, **
 ``gym.make(id, config={...}, w_slo=2.0)``; the dict updates :meth:`GeoEnvConfig.default_config`
 and unknown keys or bad values raise :class:`~servegym.errors.ConfigError`.
 
-Reward (per step, both envs)::
+Reward (``reward`` config key; both envs). With ``M = -(w_carbon * gCO2 + w_slo * misses)`` the
+measured cost, ``misses`` counting every request that missed its TTFT or TPOT SLO *or never
+finished* (the count ``episode_metrics`` reports), every complete episode's undiscounted return is
 
-    r = -w_carbon * (carbon accrued since the previous step, gCO2)
-        - w_slo * (requests finished since the previous step that missed the TTFT or TPOT SLO)
+    sum of rewards = -(w_carbon * carbon_with_drain_g + w_slo * (finished misses + unfinished))
 
-Carbon accrues at every provisioner poll (facility energy of every DC, idle and host power
-included, times PUE and CI), and requests finish inside the poll intervals, so the reward is
-zero on most request steps and arrives on the step whose placement closes a poll interval.
-The episode's reward sum is ``-w_carbon * carbon_with_drain_g - w_slo * finished violations``
-of the run (:attr:`GeoSimulation.carbon_g`, ``n_finished_violations``).
+in both modes (tested on real episodes, including an overloading policy):
+
+- ``"dense"`` (default): credit per decision. Placing request r on DC d pays at once the shared
+  estimator's cost of that placement, ``-(w_carbon * c_{r,d} + w_slo * (1 - feasible_{r,d}))``
+  (``c_{r,d}`` its estimated engine carbon in gCO2, PUE and CI included; the SLO risk is 1 when
+  the estimator predicts a miss). Every provisioner poll then settles the difference between
+  estimate and measurement: the measured cost of the poll interval (carbon of every DC, idle and
+  host power included, plus the misses of the requests that finished in it) replaces the
+  estimates of exactly the requests that finished in it. When the run ends, the requests that
+  never finished are settled as misses. So the drain is settled poll by poll as requests finish
+  (its polls are folded into the last step only because no decision is left to step on), and the
+  estimate's error, not the whole cost, is what arrives late.
+- ``"poll"``: the former reward, kept for comparability: the measured cost accrued since the
+  previous step (zero on most request steps; non-zero on the step whose placement closes a poll
+  interval), plus the unfinished requests' misses at the end.
 
 Episodes end by truncation only: when every request of the run (arrivals in
 ``[0, duration_s)``) has been placed and the drain has finished, or after ``max_steps`` steps.
@@ -43,6 +54,9 @@ from servegym.errors import ConfigError, check_range, known_overrides
 CI_SCALE_G_PER_KWH = 1000.0
 #: Highest PUE the configs allow (``GeoConfig.pue`` range); PUE features are ``(PUE - 1) / 2``.
 PUE_MAX = 3.0
+
+#: Reward modes (``GeoEnvConfig.reward``).
+REWARD_MODES = ("dense", "poll")
 
 #: Per-DC snapshot features, in observation order (each a block of D values, DC index order).
 DC_FEATURES: tuple[str, ...] = (
@@ -91,6 +105,8 @@ class GeoEnvConfig:
             idle engines (0.039 g each by the estimator; less, so more requests, on busy engines
             that share each step's fixed energy): SLO first, then carbon.
         max_steps: truncate after this many steps (``None``: run the whole request stream).
+        reward: ``"dense"`` (estimator credit per decision, settled at every poll) or ``"poll"``
+            (measured cost per poll); the same episode return (module docstring).
     """
 
     preset: str = "small"
@@ -100,8 +116,11 @@ class GeoEnvConfig:
     w_carbon: float = 1.0
     w_slo: float = 1.0
     max_steps: int | None = None
+    reward: str = "dense"
 
     def __post_init__(self) -> None:
+        if self.reward not in REWARD_MODES:
+            raise ConfigError(f"reward = {self.reward!r} is not allowed; allowed: {list(REWARD_MODES)}")
         if self.preset not in PRESETS:
             raise ConfigError(f"preset = {self.preset!r} is not allowed; allowed: {list(PRESETS)}")
         if self.model not in PAPER_MODELS:
@@ -164,17 +183,26 @@ def resolve_config(config: GeoEnvConfig | dict[str, Any] | None, overrides: dict
 class EpisodeTracker:
     """Reward and running metrics of one episode, read from the simulator's public counters.
 
-    TTFTs of finished requests are gathered incrementally (``sim.finished_batches``) so that the
-    running p99 costs O(finished) once per poll interval, not per step.
+    Dense credit (module docstring): the driver records, for every request it applies, the
+    estimated carbon and SLO risk it already paid (:meth:`record`); :meth:`update` then settles
+    the requests that finished since the previous call against the measured cost. TTFTs of
+    finished requests are gathered incrementally (``sim.finished_batches``) so that the running p99
+    costs O(finished) once per poll interval, not per step.
     """
 
     def __init__(self, sim: GeoSimulation, cfg: GeoEnvConfig) -> None:
         self.sim = sim
         self.w_carbon = float(cfg.w_carbon)
         self.w_slo = float(cfg.w_slo)
+        self.dense = cfg.reward == "dense"
         self.carbon_prev = sim.carbon_g
         self.viol_prev = sim.n_finished_violations
-        self._ttft = np.empty(max(sim.n_requests, 1), dtype=np.float64)
+        n = max(sim.n_requests, 1)
+        self._ttft = np.empty(n, dtype=np.float64)
+        # Per request: what its decision already paid (w-weighted cost, > 0), settled at its finish.
+        self._paid = np.zeros(n, dtype=np.float64)
+        self._paid_open = 0.0  # paid by requests not settled yet
+        self.final_settled = False
         self._n_ttft = 0
         self._n_batches = 0
         self._p99 = 0.0
@@ -182,8 +210,18 @@ class EpisodeTracker:
         self.steps = 0
         self.update()
 
+    def dense_costs(self, carbon_g: NDArray[np.float64], feasible: NDArray[np.bool_]) -> NDArray[np.float64]:
+        """The dense per-decision cost ``w_carbon * c + w_slo * (1 - feasible)`` (same shape)."""
+        return self.w_carbon * carbon_g + self.w_slo * (~np.asarray(feasible, dtype=bool))
+
+    def record(self, request_id: NDArray[np.int64], cost: NDArray[np.float64]) -> None:
+        """Requests just applied and the dense cost each one's decision paid (rewards of ``-cost``)."""
+        if self.dense and request_id.size:
+            self._paid[request_id] = cost
+            self._paid_open += float(cost.sum())
+
     def update(self) -> float:
-        """Reward accrued since the previous call; refreshes :attr:`info`."""
+        """Reward accrued since the previous call (the poll settlement in dense mode); refreshes :attr:`info`."""
         sim = self.sim
         carbon = sim.carbon_g
         viol = sim.n_finished_violations
@@ -196,8 +234,21 @@ class EpisodeTracker:
                 k = len(fin.ttft_s)
                 self._ttft[self._n_ttft:self._n_ttft + k] = fin.ttft_s
                 self._n_ttft += k
+                if self.dense:
+                    settled = float(self._paid[np.asarray(fin.request_id, dtype=np.int64)].sum())
+                    reward += settled
+                    self._paid_open -= settled
             self._p99 = float(np.percentile(self._ttft[:self._n_ttft], 99))
         fin_n = sim.n_finished
+        unfinished = 0
+        if sim.done:
+            # Requests that never finished are misses (as episode_metrics counts them); in dense
+            # mode their paid estimates are settled now.
+            unfinished = sim.n_requests - fin_n
+            if not self.final_settled:
+                reward += -self.w_slo * unfinished + (self._paid_open if self.dense else 0.0)
+                self._paid_open = 0.0
+                self.final_settled = True
         # 0.0 before any request finished (not NaN: infos must compare equal across identical runs)
         p99 = self._p99 if self._n_ttft else 0.0
         self.info = {
@@ -205,6 +256,8 @@ class EpisodeTracker:
             "finished": fin_n,
             "slo_violations": viol,
             "slo_violation_pct": 100.0 * viol / fin_n if fin_n else 0.0,
+            "unfinished": unfinished,
+            "slo_misses": viol + unfinished,
             "ttft_p99_s": p99,
             "sim_time_s": sim.now_s,
             "osl_mode": sim.config.osl_mode,

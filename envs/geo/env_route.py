@@ -88,6 +88,7 @@ class GeoRouteEnv(GeoEnvBase):
         self.observation_space = spaces.Box(-1.0, 1.0, shape=(self.obs_dim,), dtype=np.float32)
         self.action_space = spaces.Discrete(d)
         self._disp_lo, self._disp_hi = 8 * d, 9 * d
+        self._dense = self.config.reward == "dense"
         self._ctx: DecisionContext | None = None
 
     @property
@@ -116,12 +117,14 @@ class GeoRouteEnv(GeoEnvBase):
         self._actions[i] = a
         self._disp[self._sched[i], a] += 1.0
         self._i = i + 1
-        reward = 0.0
+        reward = -float(self._cost[i, a]) if self._dense else 0.0
         if self._i == self._n:
-            assert self.sim is not None and self._tracker is not None
+            assert self.sim is not None and self._tracker is not None and self._ctx is not None
             self.sim.apply(self._ctx, self._actions)
+            if self._dense:
+                self._tracker.record(self._ctx.request_id, self._cost[np.arange(self._n), self._actions])
             self._load_interval()
-            reward = self._tracker.update()
+            reward += self._tracker.update()
         run_over = self._ctx is None
         truncated, info = self._finish_step(run_over)
         obs = self._end_observation() if run_over else self._observation()
@@ -178,6 +181,9 @@ class GeoRouteEnv(GeoEnvBase):
         g[:, o + 2 + r:] = self._clock.features(t, snap)
         self._rows = g
         self._mask = np.array(est.mask, dtype=bool)
+        if self._dense:
+            assert self._tracker is not None
+            self._cost = self._tracker.dense_costs(est.carbon_g, est.feasible)
         self._sched = sched.tolist()
         self._disp = np.asarray(ctx.dispatched, dtype=np.float64).copy()
         self._actions = np.empty(n, dtype=np.int64)

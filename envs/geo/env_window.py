@@ -162,11 +162,18 @@ class GeoRouteWindowEnv(GeoEnvBase):
         share = self._check_action(action)
         sim, ctx = self.sim, self._ctx
         assert sim is not None and ctx is not None and self._tracker is not None
-        dc, overflow = assign_within_caps(ctx.estimates.carbon_g, ctx.action_mask(), self._caps(ctx, share))
+        est = ctx.estimates
+        dc, overflow = assign_within_caps(est.carbon_g, ctx.action_mask(), self._caps(ctx, share))
         sim.apply(ctx, dc)
+        reward = 0.0
+        if self.config.reward == "dense":
+            rows = np.arange(dc.size)
+            cost = self._tracker.dense_costs(est.carbon_g[rows, dc], est.feasible[rows, dc])
+            self._tracker.record(ctx.request_id, cost)
+            reward = -float(cost.sum())
         self._overflow = overflow
         self._ctx = sim.next_decision()
-        reward = self._tracker.update()
+        reward += self._tracker.update()
         run_over = self._ctx is None
         truncated, info = self._finish_step(run_over)
         info["overflow"] = overflow
