@@ -29,8 +29,9 @@ from servegym.agents.families import (
     run_baseline_episodes,
     saving_pct,
 )
+from servegym.agents.model_io import save_obs_stats
 from servegym.agents.rollout import agent_act_fn, play_episode
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.logger import TensorBoardOutputFormat
 from tqdm.auto import tqdm
 
@@ -126,7 +127,7 @@ class SeededEvalCallback(BaseCallback):
         seeds: evaluation episode seeds (identical at every evaluation, so curves are comparable).
         baselines: baseline names to evaluate once on ``seeds`` and draw as reference lines.
         eval_freq: evaluation period in total environment steps (over all parallel envs).
-        best_path: where the best model goes (``.zip``); its VecNormalize statistics beside it.
+        best_path: where the best model goes (``.zip``); its observation statistics (.npz) beside it.
     """
 
     def __init__(self, make_env: Callable[[], gym.Env], family: Family, seeds: Sequence[int],
@@ -201,8 +202,24 @@ class SeededEvalCallback(BaseCallback):
             if self.best_path is not None:
                 self.model.save(self.best_path)
                 if vn is not None:
-                    vn.save(str(self.best_path.with_name(self.best_path.stem + "_vecnormalize.pkl")))
+                    save_obs_stats(vn, self.best_path.with_name(self.best_path.stem + "_vecnormalize.npz"))
         if self.verbose:
             shown = ", ".join(f"{k}={v:.4g}" for k, v in summary.items() if k != "timesteps")
             tqdm.write(f"eval @ {step}: {shown}")
         return summary
+
+
+class StatsCheckpointCallback(CheckpointCallback):
+    """SB3's checkpoints, with the VecNormalize observation statistics as a plain-array ``.npz``
+    (``model_vecnormalize_<N>_steps.npz``) instead of SB3's pickle, which loading would have to unpickle."""
+
+    def __init__(self, save_freq: int, save_path: str, name_prefix: str = "model", verbose: int = 0) -> None:
+        super().__init__(save_freq=save_freq, save_path=save_path, name_prefix=name_prefix,
+                         save_vecnormalize=False, verbose=verbose)
+
+    def _on_step(self) -> bool:
+        ok = super()._on_step()
+        vn = self.model.get_vec_normalize_env()
+        if self.n_calls % self.save_freq == 0 and vn is not None:
+            save_obs_stats(vn, self._checkpoint_path("vecnormalize_", extension="npz"))
+        return ok

@@ -134,7 +134,7 @@ def evaluate_model(env_id: str | None, model_path: str | Path, episodes: int = 5
     from servegym.agents.train import EVAL_SEED, check_env_id, load_agent
     from tqdm.auto import tqdm
 
-    model, norm, run = load_agent(model_path, algo=algo, env_id=env_id)
+    model, norm, run = load_agent(model_path, algo=algo, env_id=env_id, env_kwargs=env_kwargs)
     env_id = env_id or run.get("env_id")
     if env_id is None:
         from servegym.errors import ConfigError

@@ -7,14 +7,13 @@ with SB3's ``predict(obs, deterministic=..., [action_masks=...])``.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from servegym.agents.families import EpisodeAccumulator, EpisodeResult, MetricSpec
+from servegym.agents.model_io import ObsNormalizer
 
 from servegym.errors import ConfigError
 
@@ -47,23 +46,6 @@ def play_episode(env: gym.Env, act: ActFn, seed: int, policy: str, metrics: Sequ
         if not acc.only_last or done:
             acc.add(info)
     return EpisodeResult(policy=policy, seed=int(seed), reward=total, length=steps, metrics=acc.result())
-
-
-class ObsNormalizer:
-    """The observation normalization of a saved ``VecNormalize`` (frozen: statistics are not updated)."""
-
-    def __init__(self, vecnormalize: Any) -> None:
-        self._vn = vecnormalize
-        self._vn.training = False
-
-    @classmethod
-    def load(cls, path: str | Path) -> ObsNormalizer:
-        # VecNormalize pickles without its venv; normalize_obs needs only the running statistics.
-        with open(path, "rb") as fh:
-            return cls(pickle.load(fh))
-
-    def __call__(self, obs: Any) -> Any:
-        return self._vn.normalize_obs(obs)
 
 
 def has_action_masks(env: gym.Env) -> bool:

@@ -164,7 +164,7 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
             if path not in _AGENTS:
                 from servegym.agents.train import load_agent
 
-                _AGENTS[path] = load_agent(path, env_id=task["env_id"])
+                _AGENTS[path] = load_agent(path, env_id=task["env_id"], env_kwargs=task["env_kwargs"])
             model, norm, _ = _AGENTS[path]
             res = play_episode(env, agent_act_fn(model, norm), task["seed"], task["policy"], fam.metrics)
     finally:

@@ -3,9 +3,10 @@
 A run directory holds everything a later ``servegym evaluate`` needs::
 
     <out>.zip                      the final model
-    <out>_vecnormalize.pkl         VecNormalize statistics (when the hyperparameters normalize)
-    best_model.zip (+ _vecnormalize.pkl)   best mean evaluation reward on the fixed evaluation seeds
-    checkpoints/model_<N>_steps.zip (+ model_vecnormalize_<N>_steps.pkl)
+    <out>_vecnormalize.npz         VecNormalize observation statistics as plain arrays (when the
+                                   hyperparameters normalize; never a pickle, see agents/model_io.py)
+    best_model.zip (+ _vecnormalize.npz)   best mean evaluation reward on the fixed evaluation seeds
+    checkpoints/model_<N>_steps.zip (+ model_vecnormalize_<N>_steps.npz)
     run.json                       env id, env kwargs, algo, seeds, hyperparameters, evaluation history
 
 Imports torch and stable-baselines3: the CLI imports this module inside its handler only.
@@ -100,12 +101,12 @@ def make_monitored_env(env_id: str, env_kwargs: dict[str, Any]) -> gym.Env:
 
 
 def vecnormalize_path_for(model_path: Path) -> Path:
-    """Where the VecNormalize statistics of a saved model live (checkpoints use SB3's own names)."""
+    """Where the observation statistics (``.npz``) of a saved model live (checkpoints use SB3's names)."""
     stem = model_path.stem
     parts = stem.rsplit("_", 2)
     if len(parts) == 3 and parts[2] == "steps" and parts[1].isdigit():
-        return model_path.with_name(f"{parts[0]}_vecnormalize_{parts[1]}_steps.pkl")
-    return model_path.with_name(stem + "_vecnormalize.pkl")
+        return model_path.with_name(f"{parts[0]}_vecnormalize_{parts[1]}_steps.npz")
+    return model_path.with_name(stem + "_vecnormalize.npz")
 
 
 def _default_out(cfg: TrainConfig) -> Path:
@@ -143,8 +144,14 @@ def train(cfg: TrainConfig) -> TrainResult:
     n_envs = cfg.n_envs or hp.n_envs or 1
 
     # The learning stack is imported only once the inputs are known to be valid (fast errors).
-    from servegym.agents.callbacks import EpisodeMetricsCallback, SeededEvalCallback, TqdmCallback
-    from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
+    from servegym.agents.callbacks import (
+        EpisodeMetricsCallback,
+        SeededEvalCallback,
+        StatsCheckpointCallback,
+        TqdmCallback,
+    )
+    from servegym.agents.model_io import save_obs_stats
+    from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
 
     out = Path(cfg.out) if cfg.out else _default_out(cfg)
@@ -183,8 +190,8 @@ def train(cfg: TrainConfig) -> TrainResult:
     callbacks: list[Any] = [EpisodeMetricsCallback(family), evaluator]
     ckpt = cfg.checkpoint_freq if cfg.checkpoint_freq is not None else max(timesteps // 4, 1)
     if ckpt > 0:
-        callbacks.append(CheckpointCallback(save_freq=max(ckpt // n_envs, 1), save_path=str(run_dir / "checkpoints"),
-                                            name_prefix="model", save_vecnormalize=True))
+        callbacks.append(StatsCheckpointCallback(save_freq=max(ckpt // n_envs, 1),
+                                                 save_path=str(run_dir / "checkpoints"), name_prefix="model"))
     if cfg.progress:
         callbacks.append(TqdmCallback(timesteps))
     tb_name = f"{cfg.env_id.split('/')[-1]}_{spec.name}_s{cfg.seed}"
@@ -195,7 +202,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         vn = model.get_vec_normalize_env()
         if vn is not None:
             vn_path = vecnormalize_path_for(out)
-            vn.save(str(vn_path))
+            save_obs_stats(vn, vn_path)
     finally:
         venv.close()
     tb_dir = Path(model.logger.get_dir()) if cfg.tb else None
@@ -222,9 +229,12 @@ def read_run(model_path: Path) -> dict[str, Any] | None:
     return None
 
 
-def load_agent(model_path: str | Path, algo: str | None = None, env_id: str | None = None) -> tuple[Any, Any, dict]:
-    """(model, observation normalizer or None, run info) of a saved model."""
-    from servegym.agents.rollout import ObsNormalizer
+def load_agent(model_path: str | Path, algo: str | None = None, env_id: str | None = None,
+               env_kwargs: dict[str, Any] | None = None) -> tuple[Any, Any, dict]:
+    """(model, observation normalizer or None, run info) of a saved model, loaded without unpickling
+    anything (servegym.agents.model_io): the spaces come from the env (``env_id`` or the run's, made with
+    the run's env kwargs updated by ``env_kwargs``), the statistics from the ``.npz`` beside the model."""
+    from servegym.agents.model_io import load_obs_normalizer, load_sb3_model
 
     p = Path(model_path)
     if not p.is_file():
@@ -235,11 +245,17 @@ def load_agent(model_path: str | Path, algo: str | None = None, env_id: str | No
         raise ConfigError(f"--algo is required: no {RUN_FILE} beside {p} says which algorithm saved it")
     if env_id and run.get("env_id") and run["env_id"] != env_id:
         raise ConfigError(f"--env = {env_id!r} but the model was trained on {run['env_id']!r}")
+    env_id = env_id or run.get("env_id")
+    if env_id is None:
+        raise ConfigError(f"--env is required: no {RUN_FILE} beside {p} names the env")
+    check_env_id(env_id)
     cls = algo_class(algo)
+    env = gym.make(env_id, **{**(run.get("env_kwargs") or {}), **(env_kwargs or {})})
     try:
-        model = cls.load(p, device="cpu")
-    except Exception as exc:  # a zip of another algorithm, or not an SB3 zip
-        raise ConfigError(f"--model = {str(p)!r} does not load as {algo}: {type(exc).__name__}: {exc}") from exc
-    vn_path = vecnormalize_path_for(p)
-    norm = ObsNormalizer.load(vn_path) if vn_path.is_file() else None
+        obs_space, act_space = env.observation_space, env.action_space
+    finally:
+        env.close()
+    policy = (run.get("hyperparams") or {}).get("policy")
+    model = load_sb3_model(p, cls, obs_space, act_space, policy=policy if isinstance(policy, str) else None)
+    norm = load_obs_normalizer(vecnormalize_path_for(p))
     return model, norm, {**run, "algo": algo}

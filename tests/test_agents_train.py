@@ -97,7 +97,7 @@ def test_saved_model_loads_and_run_files(trained: dict) -> None:
     run_dir = trained["model"].parent
     run = json.loads((run_dir / "run.json").read_text())
     assert run["env_id"] == trained["env_id"] and run["baselines"] == trained["baselines"]
-    assert (run_dir / "model_vecnormalize.pkl").is_file() and (run_dir / "best_model.zip").is_file()
+    assert (run_dir / "model_vecnormalize.npz").is_file() and (run_dir / "best_model.zip").is_file()
     assert list((run_dir / "checkpoints").glob("model_*_steps.zip"))
     model, norm, info = load_agent(trained["model"])
     assert norm is not None and info["algo"] == "maskable-ppo"

@@ -1,0 +1,298 @@
+"""Saving and loading agents without executing code from the files (see the README's SECURITY section).
+
+Two files make a saved agent:
+
+* ``<model>.zip``: stable-baselines3's archive. Its ``data`` entry is JSON in which SB3 stores what JSON cannot
+  hold (spaces, the policy class, learning-rate schedules, ``policy_kwargs`` with classes) as cloudpickle,
+  and SB3's own ``load`` unpickles those: a crafted zip runs code. :func:`load_sb3_model` reads the JSON
+  itself and hands SB3 a ``custom_objects`` entry for *every* pickled key, so none is ever decoded: the
+  spaces come from the env, the policy class from the algorithm's aliases, class-valued policy kwargs
+  from a short allowlist, schedules are constants (unused when acting). Tensors are read with
+  ``torch.load(weights_only=True)``, forced here whatever the SB3 version does.
+* ``<model>_vecnormalize.npz``: the observation statistics of SB3's ``VecNormalize`` as plain float arrays
+  (written by :func:`save_obs_stats`, read with ``allow_pickle=False``). A ``_vecnormalize.pkl`` (SB3's
+  pickle) is never read: beside an ``.npz`` it is ignored, alone it is refused with an error.
+
+torch and SB3 are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import zipfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from servegym.errors import ConfigError
+
+# The largest ``data`` JSON read from a model zip (SB3's are a few kB; the cap keeps a crafted zip from
+# inflating gigabytes into memory before anything is checked).
+MAX_DATA_BYTES = 16 * 2**20
+# The largest observation-statistics file read (a few kB in practice).
+MAX_STATS_BYTES = 64 * 2**20
+
+_CLASS_REPR = re.compile(r"^<class '([A-Za-z_][\w.]*)'>$")
+
+
+def _allowed_classes() -> dict[str, type]:
+    """Classes a saved ``policy_kwargs`` may name, by ``module.qualname``: activations, optimizers and SB3's
+    feature extractors. Anything else in a model file is refused rather than imported."""
+    import torch.nn as nn
+    import torch.optim as optim
+    from stable_baselines3.common import torch_layers
+
+    classes: list[type] = [nn.Tanh, nn.ReLU, nn.ELU, nn.LeakyReLU, nn.GELU, nn.SiLU, nn.Sigmoid, nn.Softplus,
+                           nn.Identity, optim.Adam, optim.AdamW, optim.SGD, optim.RMSprop,
+                           torch_layers.FlattenExtractor, torch_layers.CombinedExtractor, torch_layers.NatureCNN]
+    return {f"{c.__module__}.{c.__qualname__}": c for c in classes}
+
+
+def _is_pickled(item: Any) -> bool:
+    return isinstance(item, dict) and ":serialized:" in item
+
+
+def read_model_data(path: str | Path) -> dict[str, Any]:
+    """The JSON ``data`` entry of an SB3 model zip, parsed (nothing in it is unpickled)."""
+    p = Path(path)
+    try:
+        with zipfile.ZipFile(p) as zf:
+            try:
+                info = zf.getinfo("data")
+            except KeyError:
+                raise ConfigError(f"--model = {str(p)!r} is not a stable-baselines3 model: no 'data' entry") from None
+            if info.file_size > MAX_DATA_BYTES:
+                raise ConfigError(f"--model = {str(p)!r}: 'data' entry is {info.file_size} bytes; "
+                                  f"allowed: <= {MAX_DATA_BYTES}")
+            with zf.open(info) as fh:
+                raw = fh.read(MAX_DATA_BYTES + 1)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise ConfigError(f"--model = {str(p)!r} is not a readable zip file ({exc})") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ConfigError(f"--model = {str(p)!r}: 'data' is not JSON ({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--model = {str(p)!r}: 'data' is not a JSON object")
+    return data
+
+
+def _policy_kwargs(item: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """Rebuild a pickled ``policy_kwargs`` from the plain copy SB3 stores beside the pickle: JSON values as
+    they are, ``"<class 'x.Y'>"`` strings through the allowlist."""
+    allowed = _allowed_classes()
+    out: dict[str, Any] = {}
+    for key, val in item.items():
+        if key.startswith(":"):
+            continue
+        if isinstance(val, str) and val.startswith("<"):
+            m = _CLASS_REPR.match(val)
+            if m is None or m.group(1) not in allowed:
+                raise ConfigError(f"--model = {str(path)!r}: policy_kwargs.{key} = {val[:120]!r} cannot be loaded "
+                                  f"without unpickling; allowed classes: {', '.join(sorted(allowed))}")
+            out[key] = allowed[m.group(1)]
+        else:
+            out[key] = val
+    return out
+
+
+def safe_custom_objects(data: Mapping[str, Any], algo_cls: type, observation_space: Any, action_space: Any,
+                        policy: str | None, path: Path) -> dict[str, Any]:
+    """A ``custom_objects`` replacing every pickled entry of ``data`` (see the module docstring)."""
+    import gymnasium as gym
+    from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
+    from stable_baselines3.common.utils import ConstantSchedule
+
+    aliases = getattr(algo_cls, "policy_aliases", {})
+    if policy is None:
+        policy = "MultiInputPolicy" if isinstance(observation_space, gym.spaces.Dict) else "MlpPolicy"
+    if policy not in aliases:
+        raise ConfigError(f"policy {policy!r} is not a policy of {algo_cls.__name__}; allowed: {', '.join(aliases)}")
+    out: dict[str, Any] = {}
+    for key, item in data.items():
+        if key == "policy_class":
+            out[key] = aliases[policy]
+        elif key == "observation_space":
+            out[key] = observation_space
+        elif key == "action_space":
+            out[key] = action_space
+        elif not _is_pickled(item):
+            continue
+        elif key == "policy_kwargs":
+            out[key] = _policy_kwargs(item, path)
+        elif key in ("lr_schedule", "clip_range", "clip_range_vf", "learning_rate"):
+            out[key] = ConstantSchedule(0.0)  # only training reads schedules
+        elif key == "train_freq":
+            out[key] = TrainFreq(1, TrainFrequencyUnit.STEP)
+        else:
+            # Training state (last observations, episode buffers, buffer classes): not needed to act.
+            out[key] = None
+    return out
+
+
+@contextlib.contextmanager
+def _tensors_only() -> Iterator[None]:
+    """``torch.load`` with ``weights_only=True`` for the duration (SB3 >= 2.4 already passes it)."""
+    import torch
+
+    original = torch.load
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        kwargs["weights_only"] = True
+        return original(*args, **kwargs)
+
+    torch.load = load
+    try:
+        yield
+    finally:
+        torch.load = original
+
+
+def load_sb3_model(path: str | Path, algo_cls: type, observation_space: Any, action_space: Any,
+                   policy: str | None = None) -> Any:
+    """Load an SB3 model zip without unpickling anything in it (see the module docstring)."""
+    p = Path(path)
+    data = read_model_data(p)
+    custom = safe_custom_objects(data, algo_cls, observation_space, action_space, policy, p)
+    leftover = [k for k, v in data.items() if _is_pickled(v) and k not in custom]
+    assert not leftover, leftover  # every pickled entry is replaced, or SB3 would decode it
+    try:
+        with _tensors_only():
+            return algo_cls.load(p, device="cpu", custom_objects=custom)
+    except ConfigError:
+        raise
+    except Exception as exc:  # a zip of another algorithm or env, or tensors that are not plain weights
+        raise ConfigError(f"--model = {str(p)!r} does not load as {algo_cls.__name__}: "
+                          f"{type(exc).__name__}: {str(exc)[:300]}") from None
+
+
+# --------------------------------------------------------------------------- observation statistics
+
+
+def save_obs_stats(vecnormalize: Any, path: str | Path) -> Path:
+    """Write the observation statistics of a ``VecNormalize`` as an ``.npz`` of plain arrays."""
+    p = Path(path)
+    arrays: dict[str, np.ndarray] = {
+        "norm_obs": np.asarray(bool(vecnormalize.norm_obs)),
+        "clip_obs": np.asarray(float(vecnormalize.clip_obs)),
+        "epsilon": np.asarray(float(vecnormalize.epsilon)),
+    }
+    rms = vecnormalize.obs_rms
+    if isinstance(rms, dict):
+        keys = list(vecnormalize.norm_obs_keys or [])
+        arrays["keys"] = np.asarray(keys, dtype=np.str_)
+        for i, k in enumerate(keys):
+            arrays[f"mean_{i}"] = np.asarray(rms[k].mean, dtype=np.float64)
+            arrays[f"var_{i}"] = np.asarray(rms[k].var, dtype=np.float64)
+    else:
+        arrays["mean"] = np.asarray(rms.mean, dtype=np.float64)
+        arrays["var"] = np.asarray(rms.var, dtype=np.float64)
+    with open(p, "wb") as fh:
+        np.savez(fh, **arrays)
+    return p
+
+
+class ObsNormalizer:
+    """The frozen observation normalization of a trained ``VecNormalize``:
+    ``clip((obs - mean) / sqrt(var + epsilon), -clip_obs, clip_obs)`` as float32, per key for dict spaces."""
+
+    def __init__(self, norm_obs: bool, clip_obs: float, epsilon: float,
+                 stats: dict[str | None, tuple[np.ndarray, np.ndarray]]) -> None:
+        self.norm_obs = norm_obs
+        self.clip_obs = clip_obs
+        self.epsilon = epsilon
+        self.stats = stats
+
+    @classmethod
+    def from_vecnormalize(cls, vn: Any) -> ObsNormalizer:
+        rms = vn.obs_rms
+        if isinstance(rms, dict):
+            stats = {k: (np.asarray(rms[k].mean), np.asarray(rms[k].var)) for k in (vn.norm_obs_keys or [])}
+        else:
+            stats = {None: (np.asarray(rms.mean), np.asarray(rms.var))}
+        return cls(bool(vn.norm_obs), float(vn.clip_obs), float(vn.epsilon), stats)
+
+    @classmethod
+    def load(cls, path: str | Path) -> ObsNormalizer:
+        """Read an ``.npz`` written by :func:`save_obs_stats` (no pickles: object arrays are refused)."""
+        p = Path(path)
+        if p.suffix == ".pkl":
+            raise ConfigError(f"{str(p)!r}: refusing to unpickle VecNormalize statistics (a pickle can run code); "
+                              "expected the .npz that servegym train writes")
+        if p.stat().st_size > MAX_STATS_BYTES:
+            raise ConfigError(f"{str(p)!r} is {p.stat().st_size} bytes; allowed: <= {MAX_STATS_BYTES}")
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+            raise ConfigError(f"{str(p)!r} is not a plain-array .npz of observation statistics "
+                              f"({type(exc).__name__}: {str(exc)[:200]})") from None
+        try:
+            norm_obs = bool(arrays["norm_obs"])
+            clip_obs = float(arrays["clip_obs"])
+            epsilon = float(arrays["epsilon"])
+            if "keys" in arrays:
+                keys = [str(k) for k in arrays["keys"]]
+                stats: dict[str | None, tuple[np.ndarray, np.ndarray]] = {
+                    k: (arrays[f"mean_{i}"], arrays[f"var_{i}"]) for i, k in enumerate(keys)}
+            else:
+                stats = {None: (arrays["mean"], arrays["var"])}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{str(p)!r}: missing or malformed field {exc}") from None
+        for k, (mean, var) in stats.items():
+            ok = (mean.dtype.kind == "f" and var.dtype.kind == "f" and mean.shape == var.shape
+                  and np.isfinite(mean).all() and np.isfinite(var).all() and (var >= 0).all())
+            if not ok:
+                raise ConfigError(f"{str(p)!r}: statistics{'' if k is None else f' of {k!r}'} must be finite float "
+                                  "arrays of equal shape with var >= 0")
+        if not (np.isfinite(clip_obs) and clip_obs > 0 and np.isfinite(epsilon) and epsilon >= 0):
+            raise ConfigError(f"{str(p)!r}: clip_obs = {clip_obs} and epsilon = {epsilon}; allowed: > 0 and >= 0")
+        return cls(norm_obs, clip_obs, epsilon, stats)
+
+    def _one(self, obs: Any, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
+        x = (np.asarray(obs) - mean) / np.sqrt(var + self.epsilon)
+        return np.clip(x, -self.clip_obs, self.clip_obs).astype(np.float32)
+
+    def __call__(self, obs: Any) -> Any:
+        if not self.norm_obs:
+            return obs
+        if isinstance(obs, dict):
+            out = dict(obs)
+            for k, (mean, var) in self.stats.items():
+                out[k] = self._one(obs[k], mean, var)
+            return out
+        mean, var = self.stats[None]
+        return self._one(obs, mean, var)
+
+
+def legacy_stats_path(stats_path: Path) -> Path:
+    """The ``.pkl`` name SB3 (and servegym before the safe format) used for ``stats_path``."""
+    return stats_path.with_suffix(".pkl")
+
+
+def load_obs_normalizer(stats_path: Path) -> ObsNormalizer | None:
+    """The normalizer at ``stats_path`` (``.npz``), None when the model has none; an SB3 pickle in its
+    place is refused (never unpickled)."""
+    if stats_path.is_file():
+        return ObsNormalizer.load(stats_path)
+    legacy = legacy_stats_path(stats_path)
+    if legacy.is_file():
+        raise ConfigError(f"{str(legacy)!r}: refusing to unpickle VecNormalize statistics (a pickle can run code). "
+                          f"If you made this file yourself, convert it once in a trusted session with "
+                          f"servegym.agents.model_io.convert_trusted_pickle({str(legacy)!r}), or retrain")
+    return None
+
+
+def convert_trusted_pickle(pkl_path: str | Path) -> Path:
+    """Convert a ``_vecnormalize.pkl`` **that you made yourself** to the safe ``.npz`` beside it.
+    This unpickles the file: never call it on a file from someone else."""
+    import pickle
+
+    p = Path(pkl_path)
+    with open(p, "rb") as fh:
+        vn = pickle.load(fh)
+    return save_obs_stats(vn, p.with_suffix(".npz"))
