@@ -49,7 +49,8 @@ def test_validate_json(capsys: pytest.CaptureFixture[str]) -> None:
     out = json.loads(capsys.readouterr().out)
     assert code == (0 if out["passed"] else 1)
     caps = [c for c in out["checks"] if c["name"].startswith("capacity ") and c["required"]]
-    assert len(caps) == 4
+    assert len(caps) == 4 and out["passed"] is True and code == 0
+    assert "legend" in out and {c["role"] for c in out["checks"]} == {"fitted", "held out", "info"}
     assert all(c["passed"] == (abs(c["rel_error"]) <= c["tolerance"]) for c in out["checks"]
                if c["tolerance"] is not None)
     assert out["passed"] == all(c["passed"] for c in out["checks"] if c["required"])
@@ -72,7 +73,23 @@ def test_bad_input_is_one_line_error(argv: list[str], needle: str, capsys: pytes
 def test_validate_with_overridden_pool(capsys: pytest.CaptureFixture[str]) -> None:
     main(["pd", "validate", "--kv-tokens", "250000"])
     text = capsys.readouterr().out
-    assert "C_tok = 250000" in text and "capacity 3p1d" in text
+    assert "C_tok = 250,000" in text and "capacity 3p1d" in text
+
+
+def test_validate_passes_with_legend_and_exit_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    """Default (fitted C_tok): every required anchor passes, exit 0, and the output explains its result column."""
+    assert main(["pd", "validate"]) == 0
+    text = capsys.readouterr().out
+    assert "required anchors: 7 of 7 pass" in text and "FAIL held out" not in text
+    assert "PASS fitted" in text and text.count("PASS held out") == 6
+    assert "result: PASS / FAIL = a required anchor" in text and "informational" in text
+    assert max(len(line) for line in text.splitlines()) <= 120
+    # SGLang's profiled pool (a named reading) misses the 3p1d capacity: a FAIL, and exit status 1.
+    assert main(["pd", "validate", "--kv-tokens", "sglang-profiled"]) == 1
+    text = capsys.readouterr().out
+    assert "C_tok = 269,499" in text and "FAIL fitted" in text
+    assert main(["pd", "validate", "--kv-tokens", "many"]) == 2
+    assert "--kv-tokens" in capsys.readouterr().err
 
 
 def test_pareto_picks(capsys: pytest.CaptureFixture[str]) -> None:

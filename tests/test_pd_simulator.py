@@ -184,7 +184,7 @@ def test_bad_input() -> None:
     with pytest.raises(ConfigError, match="t_end_s"):
         sim.advance(float("nan"))
     with pytest.raises(ConfigError, match="C_tok"):
-        sim.submit(Requests(np.array([20.0]), np.array([237_000]), np.array([200])))
+        sim.submit(Requests(np.array([20.0]), np.array([244_000]), np.array([200])))
     with pytest.raises(ConfigError, match="n_D"):
         sim.set_deployment(1, 0)
     with pytest.raises(ConfigError, match="Requests"):
@@ -235,6 +235,36 @@ def test_cli_simulate_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["pd", "simulate", "--deployment", "0p2d", "--rate", "1"]) == 2
     assert main(["pd", "case-study", "nope"]) == 2
     assert "rate-drop" in capsys.readouterr().err
+
+
+def test_cli_trace_run_compares_with_the_traces_own_moments(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --workload, the analytical figures beside a trace replay come from the replayed requests."""
+    import json
+
+    from servegym.envs.traces import load_trace
+
+    from servegym.cli import main
+
+    argv = ["pd", "simulate", "--trace", "azure-conv", "--deployment", "3p2d", "--duration", "60", "--warmup", "0",
+            "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    full = load_trace("azure-conv")
+    c_tok, r = paper_system().serving.kv_tokens, paper_system().serving.reserve_tokens
+    keep = (full.input_tokens + full.output_tokens + r) <= c_tok
+    reqs = Requests(full.arrival_s[keep] - full.arrival_s[0], full.input_tokens[keep],
+                    full.output_tokens[keep]).window(0.0, 60.0)
+    own = PDModel(WorkloadMoments.from_samples(reqs.input_tokens, reqs.output_tokens))
+    cap, op = own.capacity(3, 2), own.operating_point(3, 2, len(reqs) / 60.0)
+    assert out["workload"].startswith("azure-conv lengths")
+    assert out["mu_model"] == pytest.approx(cap.mu, rel=1e-9)
+    assert out["model"]["tpot_ms"] == pytest.approx(op.tpot_s * 1e3, rel=1e-9)
+    assert out["model"]["power_w"] == pytest.approx(op.power_w, rel=1e-9)
+    fixed_mu = PDModel(WorkloadMoments.fixed(4096, 256)).capacity(3, 2).mu
+    assert abs(out["mu_model"] / fixed_mu - 1) > 0.5  # not the fixed 4096/256 model any more
+    # --workload still overrides the moments (and the simulator's power normalizers with them).
+    assert main([*argv, "--workload", "fixed:4096:256"]) == 0
+    assert json.loads(capsys.readouterr().out)["mu_model"] == pytest.approx(fixed_mu, rel=1e-9)
 
 
 @pytest.mark.slow

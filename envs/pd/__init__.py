@@ -2,7 +2,7 @@
 
 Modules (import them directly; this package imports nothing so ``import servegym`` stays light):
 
-* :mod:`servegym.envs.pd.catalog`: H200, Qwen3-32B, Table 3 calibration, SGLang-derived KV pool (C_tok, R).
+* :mod:`servegym.envs.pd.catalog`: H200, Qwen3-32B, Table 3 calibration, KV pool C_tok fitted to 3p1d = 5.2 req/s (R = 512).
 * :mod:`servegym.envs.pd.workload_moments`: length moments from samples, distributions or trace names.
 * :mod:`servegym.envs.pd.model`: :class:`~servegym.envs.pd.model.PDModel` -- capacity (Algorithm 1),
   operating points and power, scalar (brentq) and vectorized over deployments.

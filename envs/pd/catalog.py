@@ -3,20 +3,25 @@
 Source of every number: ``shared/papers/pd-power-aware-provisioning.md`` ("Analytical Power-Aware
 Provisioning for Prefill-Decode Disaggregated AI Inference", Yan et al., arXiv:2609.24639), cited by
 section/table on each constant. Table 3's columns are scrambled in the text extraction; the values used
-here are the prefill/decode assignment confirmed in the project issue (prefill: MFU 0.67, c_a 2.17,
+here are the prefill/decode assignment confirmed against App. B.3 (prefill: MFU 0.67, c_a 2.17,
 ramp 133/566/692 W saturating near 0.99; decode: MBU 0.77, t_iter 1.00 ms, t_req 0.062 ms, ramp
 448/458/678 W saturating near 0.50), which is the only assignment consistent with App. B.3's saturation
 points (692-133)/566 = 0.99 and (678-448)/458 = 0.50.
 
-``C_tok`` (KV token slots of a decode instance) and ``R`` (reserved output slots per request) are not
-published; :func:`sglang_serving` derives them by the issue's recipe from SGLang's defaults, and its
-docstring compares that with SGLang's own memory profiling (:func:`sglang_profiled_kv_tokens`) and with the
-pool the paper's measured capacities imply.
+``C_tok`` (KV token slots of a decode instance) is not published. It is *calibrated*:
+:func:`fitted_serving` loads C_tok = 244,190 tokens, fitted by ``servegym.calibration.pd_kv`` (brentq) to the
+paper's one decode-bound capacity measurement, 3p1d = 5.2 req/s at fixed 4096/256 (§5.3.2); every other anchor
+is held out. ``R`` = 512 is SGLang 0.5.9's ``num_reserved_decode_tokens``. Two documented SGLang readings of the
+pool are kept as provenance and as named ``--kv-tokens`` alternatives (:data:`KV_TOKEN_READINGS`):
+:func:`sglang_serving` (SGLang's default memory fraction of "141 GB", 237,606) and
+:func:`sglang_profiled_kv_tokens` (SGLang's own memory profiling of the H200's 143,771 MiB, 269,499).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
+from importlib import resources
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -128,7 +133,7 @@ class ServingConfig:
 # beta = 4.8 TB/s"; 141 GB HBM3e from the same NVIDIA product page [39]; 115 W loaded-idle from App. B.3
 # ("the power of a GPU that holds the model weights but serves no requests, 115 W on this hardware");
 # 143,771 MiB is the total nvidia-smi / torch.cuda.mem_get_info report for an H200 SXM (so NVIDIA's "141 GB"
-# is about 141 GiB; memory_bytes keeps the issue recipe's 141e9 B reading, see sglang_serving).
+# is about 141 GiB; memory_bytes keeps the 141e9 B reading of sglang_serving, see sglang_serving).
 H200 = Hardware(name="H200", peak_flops=989e12, mem_bandwidth=4.8e12, memory_bytes=141e9,
                 loaded_idle_power_w=115.0, driver_memory_mib=143_771.0)
 
@@ -172,10 +177,12 @@ def sglang_mem_fraction_static(gpu_mem_mib: float, *, tp_size: int = 1,
 def sglang_serving(hardware: Hardware = H200, model: ModelSpec = QWEN3_32B, *,
                    mem_fraction_static: float | None = None,
                    reserve_tokens: float = SGLANG_NUM_RESERVED_DECODE_TOKENS) -> ServingConfig:
-    """C_tok and R of a decode instance by the issue's recipe (neither is published in the paper).
+    """C_tok and R of a decode instance from SGLang 0.5.9's defaults (the "SGLang recipe" reading).
 
-    The recipe (issue 5, item 1): SGLang 0.5.9's default decode reservation, its default memory fraction
-    on a 141 GB GPU, weights of 2N bytes and kappa = 4 L h_kv d_head.
+    Neither number is published in the paper; this reading is kept as provenance and as the
+    ``--kv-tokens sglang-recipe`` alternative to the fitted default (:func:`fitted_serving`). It takes SGLang
+    0.5.9's default decode reservation, its default memory fraction on a 141 GB GPU, weights of 2N bytes and
+    kappa = 4 L h_kv d_head.
 
     * R: SGLang's PD decode scheduler (``disaggregation/decode.py``, ``DecodePreallocQueue``) admits a
       request only if ``len(origin_input_ids) + num_reserved_decode_tokens`` slots are allocatable, and
@@ -195,27 +202,22 @@ def sglang_serving(hardware: Hardware = H200, model: ModelSpec = QWEN3_32B, *,
     ``free_after_weights - free_before_weights * (1 - f)`` for the KV cache, i.e. f times the *driver's*
     memory (less the CUDA context) minus the weights; :func:`sglang_profiled_kv_tokens` does that
     arithmetic and gives about 269,500 tokens (Qwen3-32B's exact 32.76e9 parameters change either figure by
-    only ~290 tokens). The two readings bracket the paper's measurements from opposite sides
-    (``servegym pd validate`` prints both; fixed 4096/256, Table 3):
+    only ~290 tokens). The two readings bracket the paper's measurements from opposite sides; the fitted pool
+    lies between them (fixed 4096/256, Table 3, paper semantics; ``servegym pd validate --kv-tokens NAME``):
 
-    ============================  ==========  ======================  ======================
-    figure                        paper       C_tok = 237,606         C_tok = 269,499
-    ============================  ==========  ======================  ======================
-    3p1d capacity (decode-bound)  5.2 req/s   5.13 (-1.4%)            5.46 (+5.1%, fails)
-    saving at 3.1 req/s           560 W       486 W (-13.3%)          469 W (-16.2%, fails)
-    saving at 5.3 req/s           620 W       718 W (+15.8%, fails)   648 W (+4.4%)
-    ============================  ==========  ======================  ======================
+    ============================  ==========  ================  ======================  ======================
+    figure                        paper       fitted 244,190    C_tok = 237,606         C_tok = 269,499
+    ============================  ==========  ================  ======================  ======================
+    3p1d capacity (decode-bound)  5.2 req/s   5.20 (fitted)     5.13 (-1.4%)            5.46 (+5.1%, fails)
+    saving at 3.1 req/s           560 W       482 W (-14.0%)    486 W (-13.3%)          469 W (-16.2%, fails)
+    saving at 5.3 req/s           620 W       694 W (+11.9%)    718 W (+15.8%, fails)   648 W (+4.4%)
+    ============================  ==========  ================  ======================  ======================
 
     The three anchors hold together only for C_tok between about 239,000 (5.3 req/s saving) and 255,000
-    (3.1 req/s saving) tokens.
-
-    The paper's only decode-bound measured capacity (3p1d, 5.2 req/s) implies, through the model's own
-    memory balance, a pool of about 244,000 tokens, i.e. an effective memory fraction near 0.86 rather than
+    (3.1 req/s saving) tokens. The fitted 244,190 is an effective memory fraction near 0.86 rather than
     SGLang's 0.907; the paper does not publish ``--mem-fraction-static`` or the logged
     ``max_total_num_tokens``, and no documented SGLang 0.5.9 default (piecewise CUDA graphs cost at most
-    another 464 MiB, about -1,800 tokens) accounts for the gap. The default therefore stays the issue's
-    recipe, the reading closer to the measured capacities; neither reading is fitted to the anchors.
-    Both numbers can be overridden (``--kv-tokens``, ``--reserve``, :meth:`PDSystem.with_serving`).
+    another 464 MiB, about -1,800 tokens) accounts for the gap.
     """
     if mem_fraction_static is None:
         mem_fraction_static = sglang_mem_fraction_static(hardware.driver_memory_mib)
@@ -226,7 +228,7 @@ def sglang_serving(hardware: Hardware = H200, model: ModelSpec = QWEN3_32B, *,
             f"mem_fraction_static = {mem_fraction_static} leaves no KV memory for {model.name} on {hardware.name}; "
             f"allowed: > {model.weight_bytes / hardware.memory_bytes:.3f}")
     kv_tokens = float(np.floor(free / model.kv_bytes_per_token))
-    how = (f"issue recipe on SGLang 0.5.9 defaults: mem_fraction_static={mem_fraction_static:.3f} of "
+    how = (f"SGLang 0.5.9 defaults: mem_fraction_static={mem_fraction_static:.3f} of "
            f"{hardware.memory_bytes / 1e9:g} GB, minus {model.weight_bytes / 1e9:g} GB weights, "
            f"/ {model.kv_bytes_per_token} B/token; R = num_reserved_decode_tokens = {reserve_tokens:g}")
     return ServingConfig(kv_tokens=kv_tokens, reserve_tokens=float(reserve_tokens), derivation=how)
@@ -263,6 +265,48 @@ def sglang_profiled_kv_tokens(hardware: Hardware = H200, model: ModelSpec = QWEN
     return float(np.floor(rest / model.kv_bytes_per_token))
 
 
+#: Where the fitted pool is recorded (``servegym.calibration`` package data, written by
+#: ``python -m servegym.calibration.pd_kv --write``).
+KV_POOL_RECORD = "profiles/pd/kv_pool.json"
+
+
+def fitted_serving() -> ServingConfig:
+    """C_tok fitted to the paper's 3p1d = 5.2 req/s (fixed 4096/256, §5.3.2) and R = 512, from the shipped record.
+
+    The fit (``servegym.calibration.pd_kv``: brentq on the model's 3p1d capacity, floored to whole slots) gives
+    244,190 tokens, between SGLang's two documented readings (237,606 by its default memory fraction of
+    "141 GB", 269,499 by its own profiling of the driver's 143,771 MiB): an effective memory fraction near 0.86.
+    """
+    rec = json.loads(resources.files("servegym.calibration").joinpath(KV_POOL_RECORD).read_text())
+    how = (f"fitted to {rec['source']} ({rec['method']}); R = SGLang's num_reserved_decode_tokens; "
+           f"held out: {', '.join(rec['held_out'])}")
+    return ServingConfig(kv_tokens=float(rec["kv_tokens"]), reserve_tokens=float(rec["reserve_tokens"]), derivation=how)
+
+
+#: Named readings of C_tok accepted by ``--kv-tokens`` (tokens): the fitted default and SGLang's two readings.
+KV_TOKEN_READINGS = ("fitted", "sglang-recipe", "sglang-profiled")
+
+
+def kv_tokens_reading(value: str | float | None) -> float | None:
+    """``--kv-tokens`` value: None (keep the default), a named reading of :data:`KV_TOKEN_READINGS`, or a number."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        key = value.strip().lower()
+        if key == "fitted":
+            return fitted_serving().kv_tokens
+        if key == "sglang-recipe":
+            return sglang_serving().kv_tokens
+        if key == "sglang-profiled":
+            return sglang_profiled_kv_tokens()
+        try:
+            value = float(key)
+        except ValueError:
+            raise ConfigError(f"--kv-tokens = {value!r}; allowed: a number of tokens > 0 or one of "
+                              f"{list(KV_TOKEN_READINGS)}") from None
+    return float(value)
+
+
 @dataclass(frozen=True)
 class PDSystem:
     """Everything the analytical model needs besides the workload: hardware, model, calibration, KV pool."""
@@ -270,7 +314,7 @@ class PDSystem:
     hardware: Hardware = H200
     model: ModelSpec = QWEN3_32B
     calibration: Calibration = TABLE3
-    serving: ServingConfig = field(default_factory=sglang_serving)
+    serving: ServingConfig = field(default_factory=fitted_serving)
 
     def with_serving(self, *, kv_tokens: float | None = None, reserve_tokens: float | None = None) -> PDSystem:
         """A copy with C_tok and/or R overridden (None keeps the current value)."""
@@ -285,5 +329,5 @@ class PDSystem:
 
 
 def paper_system() -> PDSystem:
-    """The paper's setup (§5.1): Qwen3-32B on one H200 per instance, SGLang 0.5.9, Table 3 parameters."""
+    """The paper's setup (§5.1): Qwen3-32B on one H200 per instance, SGLang 0.5.9, Table 3 parameters, fitted C_tok."""
     return PDSystem()

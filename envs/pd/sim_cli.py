@@ -20,8 +20,10 @@ def add_sim_commands(sub: Any) -> None:
     sim = sub.add_parser("simulate", help="request-level simulation of one deployment",
                          description="Simulate a PD deployment request by request (Poisson or trace arrivals) "
                                      "and compare with the analytical model.")
-    sim.add_argument("--workload", default="fixed:4096:256",
-                     help=f"length distribution (and model workload): {WORKLOAD_SPECS} (default fixed:4096:256)")
+    sim.add_argument("--workload", default=None,
+                     help=f"length distribution (and model workload): {WORKLOAD_SPECS} (default fixed:4096:256; "
+                          "with --trace, the analytical model uses the replayed requests' own length moments "
+                          "unless --workload is given)")
     sim.add_argument("--deployment", required=True, help="<n_P>p<n_D>d, e.g. 3p2d")
     load = sim.add_mutually_exclusive_group()
     load.add_argument("--rate", type=float, help="Poisson arrival rate, req/s")
@@ -34,7 +36,8 @@ def add_sim_commands(sub: Any) -> None:
     sim.add_argument("--duration", type=float, default=600.0, help="measured window, s (default 600)")
     sim.add_argument("--warmup", type=float, default=120.0, help="discarded warm-up, s (default 120)")
     sim.add_argument("--seed", type=int, default=0)
-    sim.add_argument("--kv-tokens", type=float, default=None, help="C_tok, KV token slots per decode instance")
+    sim.add_argument("--kv-tokens", default=None, metavar="TOKENS|NAME",
+                     help="C_tok per decode instance: a number, or fitted (default), sglang-recipe, sglang-profiled")
     sim.add_argument("--reserve", type=float, default=None, help="R, reserved output slots per request")
     sim.add_argument("--json", action="store_true", help="print JSON")
     sim.set_defaults(func=_simulate)
@@ -73,10 +76,10 @@ def _stats(x: np.ndarray, scale: float = 1.0) -> dict[str, float | None]:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from servegym.envs.pd.catalog import paper_system
+    from servegym.envs.pd.catalog import kv_tokens_reading, paper_system
     from servegym.envs.pd.model import PDModel, parse_deployment
     from servegym.envs.pd.simulator import PDSimulator, pd_length_sampler, saturation_throughput
-    from servegym.envs.pd.workload_moments import parse_workload
+    from servegym.envs.pd.workload_moments import WorkloadMoments, parse_workload
     from servegym.envs.workload import Requests, poisson_arrivals
 
     from servegym.errors import ConfigError, check_range
@@ -84,13 +87,34 @@ def _simulate(args: argparse.Namespace) -> int:
     n_p, n_d = parse_deployment(args.deployment)
     check_range("--duration", args.duration, 1.0, 30 * 86_400.0)
     check_range("--warmup", args.warmup, 0.0, 30 * 86_400.0)
-    system = paper_system().with_serving(kv_tokens=args.kv_tokens, reserve_tokens=args.reserve)
-    model = PDModel(parse_workload(args.workload), system)
+    system = paper_system().with_serving(kv_tokens=kv_tokens_reading(args.kv_tokens), reserve_tokens=args.reserve)
+    total = args.warmup + args.duration
+    trace_reqs = None
+    if args.trace:
+        from servegym.envs.traces import load_trace
+
+        full = load_trace(args.trace, time_scale=args.time_scale)
+        keep = (full.input_tokens + full.output_tokens + system.serving.reserve_tokens) <= system.serving.kv_tokens
+        trace_reqs = Requests(full.arrival_s[keep] - full.arrival_s[0], full.input_tokens[keep],
+                              full.output_tokens[keep]).window(0.0, total)
+        if len(trace_reqs) == 0:
+            raise ConfigError(f"--trace {args.trace}: no request arrives within the first {total:g} s "
+                              "(--warmup + --duration); allowed: a longer window or a smaller --time-scale")
+    if trace_reqs is not None and args.workload is None:
+        # The replayed requests define the analytical model's workload (its moments, mu_P, mu_D and the
+        # simulator's power normalizers), so the figures printed beside the run describe this trace.
+        workload = WorkloadMoments.from_samples(np.maximum(trace_reqs.input_tokens, 1),
+                                                np.maximum(trace_reqs.output_tokens, 1),
+                                                name=f"{args.trace} lengths ({len(trace_reqs)} requests replayed)")
+    else:
+        workload = parse_workload(args.workload or "fixed:4096:256")
+    model = PDModel(workload, system)
     cap = model.capacity(n_p, n_d)
     out: dict[str, Any] = {"workload": model.workload.name, "deployment": cap.label, "mu_model": cap.mu,
                            "power_at_mu_model_w": cap.power_w}
     if args.saturation:
-        sat = saturation_throughput(model, n_p, n_d, pd_length_sampler(args.workload), seed=args.seed)
+        sat = saturation_throughput(model, n_p, n_d, pd_length_sampler(args.workload or "fixed:4096:256"),
+                                    seed=args.seed)
         out.update({"mode": "saturation", "offered_rps": sat.offered_rps, "throughput_rps": sat.throughput_rps,
                     "stderr_rps": sat.stderr_rps, "rel_error": sat.rel_error, "window_s": sat.window_s,
                     "warmup_s": sat.warmup_s, "mean_batch": sat.mean_batch, "batch_model": cap.batch,
@@ -104,14 +128,8 @@ def _simulate(args: argparse.Namespace) -> int:
               f"(model {cap.power_w:.0f} W); window {sat.window_s:.0f} s after {sat.warmup_s:.0f} s warm-up")
         return 0
     rng = np.random.default_rng(args.seed)
-    total = args.warmup + args.duration
-    if args.trace:
-        from servegym.envs.traces import load_trace
-
-        full = load_trace(args.trace, time_scale=args.time_scale)
-        keep = (full.input_tokens + full.output_tokens + system.serving.reserve_tokens) <= system.serving.kv_tokens
-        reqs = Requests(full.arrival_s[keep] - full.arrival_s[0], full.input_tokens[keep], full.output_tokens[keep])
-        reqs = reqs.window(0.0, total)
+    if trace_reqs is not None:
+        reqs = trace_reqs
         rate = len(reqs) / total
         out["mode"] = f"trace {args.trace} (time scale {args.time_scale:g})"
     else:
@@ -120,7 +138,7 @@ def _simulate(args: argparse.Namespace) -> int:
         rate = args.rate if args.rate is not None else args.load * cap.mu
         check_range("rate", rate, 0.0, 1e5, low_inclusive=False)
         arr = poisson_arrivals(rate, total, rng)
-        isl, osl = pd_length_sampler(args.workload).sample(arr.size, rng)
+        isl, osl = pd_length_sampler(args.workload or "fixed:4096:256").sample(arr.size, rng)
         reqs = Requests(arr, isl, osl)
         out["mode"] = "poisson"
     sim = PDSimulator(model, n_p, n_d, seed=args.seed)
