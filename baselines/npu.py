@@ -32,7 +32,7 @@ Readings of §3.4 that fix earlier artefacts (both policies):
   set of vPod allocations with existing vPod groups"; max batch is an admission limit of the engine
   (DSE metadata). Consecutive buckets whose best fits share an allocation form one group that runs the
   largest bucket's entry. Splitting them had put identical 32-chip decode vPods in separate groups
-  (Llama3-70B/OpenThoughts decode 0.79x of Base before, 1.00x after).
+  (Llama-3-70B/OpenThoughts decode 0.79x of Base before, 1.00x after).
 * **A coalesced group is gone at once**: its requests go to the absorbing group and its vPods are
   released in the same epoch. Holding it under the ÷2-per-window rule kept it in the length-to-group
   map, so it went on splitting traffic (and batch size) off the group that was meant to absorb it.
@@ -43,7 +43,7 @@ Readings of §3.4 that fix earlier artefacts (both policies):
   of every merged bucket at its max batch, the DSE's own criterion (``slo_aware_merge``; ``False``
   restores the capacity-only rule). At Table 4's rates every group has N_L << 0.5, so without this
   check the merges cascade into the largest group, i.e. Base's deep-pipeline configuration, and short
-  prompts miss their TTFT (Llama3.1-405B/OpenThoughts: every 128-token prompt, prefill SLO 0.52).
+  prompts miss their TTFT (Llama-3.1-405B/OpenThoughts: every 128-token prompt, prefill SLO 0.52).
 """
 
 from __future__ import annotations
@@ -485,7 +485,7 @@ class CompareResult:
         return out
 
 
-def compare(model_name: str = "Llama3-70B", trace: str = "azure", hours: float = 2.0,
+def compare(model_name: str = "Llama-3-70B", trace: str = "azure", hours: float = 2.0,
             policies: tuple[str, ...] = ("base", "neuscale", "ideal"), seed: int = 0,
             objective: str = "energy", rate_rpm: float | None = None, quota: dict[str, int] | None = None,
             osl_accuracy: float = 0.6, progress: bool = False) -> list[CompareResult]:

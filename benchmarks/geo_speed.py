@@ -22,15 +22,15 @@ from servegym.envs.geo.bench import speed_bench
 
 # (label, preset, model, rate req/s or None for the preset's, policy, GeoConfig overrides)
 SCENARIOS: list[tuple[str, str, str, float | None, str, dict]] = [
-    ("paper llama high, RR", "paper", "llama3.1-8b", 4000.0, "rr", {}),
-    ("paper llama high, LL", "paper", "llama3.1-8b", 4000.0, "ll", {}),
-    ("paper llama high, RR, window decisions", "paper", "llama3.1-8b", 4000.0, "rr", {"decision_mode": "window"}),
-    ("paper llama high, RR, async polls", "paper", "llama3.1-8b", 4000.0, "rr", {"poll_mode": "async"}),
-    ("paper llama moderate, RR", "paper", "llama3.1-8b", 2400.0, "rr", {}),
-    ("paper llama low, RR", "paper", "llama3.1-8b", 1200.0, "rr", {}),
-    ("paper mixtral high, RR", "paper", "mixtral-8x7b", 2000.0, "rr", {}),
-    ("small llama high, RR", "small", "llama3.1-8b", None, "rr", {}),
-    ("mini llama high, RR", "mini", "llama3.1-8b", None, "rr", {}),
+    ("paper llama high, RR", "paper", "Llama-3.1-8B", 4000.0, "rr", {}),
+    ("paper llama high, LL", "paper", "Llama-3.1-8B", 4000.0, "ll", {}),
+    ("paper llama high, RR, window decisions", "paper", "Llama-3.1-8B", 4000.0, "rr", {"decision_mode": "window"}),
+    ("paper llama high, RR, async polls", "paper", "Llama-3.1-8B", 4000.0, "rr", {"poll_mode": "async"}),
+    ("paper llama moderate, RR", "paper", "Llama-3.1-8B", 2400.0, "rr", {}),
+    ("paper llama low, RR", "paper", "Llama-3.1-8B", 1200.0, "rr", {}),
+    ("paper mixtral high, RR", "paper", "Mixtral-8x7B", 2000.0, "rr", {}),
+    ("small llama high, RR", "small", "Llama-3.1-8B", None, "rr", {}),
+    ("mini llama high, RR", "mini", "Llama-3.1-8B", None, "rr", {}),
 ]
 
 

@@ -3,7 +3,7 @@
 Target (issue 6): ≤ 60 s wall on this machine. The workload build (2.4 M Azure requests at Table 4's
 1667 req/min) and the configuration catalog (DSE + step tables) are timed separately from the replay.
 Run:
-    .venv/bin/python benchmarks/npu_replay_speed.py [--model Llama3-70B] [--traces azure,lveval,openthoughts]
+    .venv/bin/python benchmarks/npu_replay_speed.py [--model Llama-3-70B] [--traces azure,lveval,openthoughts]
         [--policies neuscale,base] [--hours 24] [--out benchmarks/results/npu_replay_speed.md]
 """
 
@@ -22,7 +22,7 @@ from servegym.envs.npu.workloads import make_workload
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="Llama3-70B")
+    ap.add_argument("--model", default="Llama-3-70B")
     ap.add_argument("--traces", default="azure,lveval,openthoughts")
     ap.add_argument("--policies", default="neuscale,base")
     ap.add_argument("--hours", type=float, default=24.0)

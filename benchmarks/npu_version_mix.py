@@ -1,6 +1,6 @@
 """NeuScale under four chip-version mixes (paper §5.4, Fig. 24): C-Only, D-Only, P-D/D-C, Het.
 
-The paper deploys NeuScale on Llama3.1-405B in (1) homogeneous clusters of only NPU-C or only NPU-D,
+The paper deploys NeuScale on Llama-3.1-405B in (1) homogeneous clusters of only NPU-C or only NPU-D,
 (2) an "expert choice" cluster that maps prefill to NPU-D and decode to NPU-C, and (3) a heterogeneous
 cluster with NPU-C and NPU-D both available ("Het"; NPU-A/B are in none of them), and reports energy
 efficiency normalized to Het and SLO satisfaction per trace (the paper's metric, 0-1, shown here as
@@ -18,7 +18,7 @@ reproduction does (``benchmarks/results/npu_reproduction.md``): whole pool (idle
 included) and request-attributed (``_busy``: only steps that served requests).
 
 Run:
-    .venv/bin/python benchmarks/npu_version_mix.py [--model Llama3.1-405B] [--traces azure,lveval,openthoughts]
+    .venv/bin/python benchmarks/npu_version_mix.py [--model Llama-3.1-405B] [--traces azure,lveval,openthoughts]
         [--hours 24] [--start-hour 0] [--objective energy] [--out benchmarks/results/npu_version_mix]
 """
 
@@ -239,7 +239,7 @@ def write_md(path: str, rows: list[dict], args: argparse.Namespace, wall_s: floa
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="Llama3.1-405B", choices=list(MODELS))
+    ap.add_argument("--model", default="Llama-3.1-405B", choices=list(MODELS))
     ap.add_argument("--traces", default="azure,lveval,openthoughts")
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--start-hour", type=float, default=0.0)

@@ -22,14 +22,14 @@ pytest.importorskip("stable_baselines3", reason="the rl extra (stable-baselines3
 pytest.importorskip("sb3_contrib", reason="the rl extra (sb3-contrib) is not installed")
 
 # Per family: the env id, tiny gym.make kwargs, the algorithm, two cheap baselines, and hyperparameters
-# small enough that a run is a few hundred steps. npu: one hour (12 epochs) of Llama3-8B with one
+# small enough that a run is a few hundred steps. npu: one hour (12 epochs) of Llama-3-8B with one
 # Pareto candidate per group, ~50 ms per step.
 CASES = {
     "pd": ("servegym/PDProvision-v0", {"config": {"scenario": {"horizon_steps": 24}}}, "maskable-ppo",
            ["static-peak", "min-power"]),
     "geo": ("servegym/GeoRoute-v0", {"config": {"preset": "mini", "geo": {"duration_s": 1}}}, "maskable-ppo",
             ["rr", "greedy:0.5"]),
-    "npu": ("servegym/NPUAutoscale-v0", {"config": {"model": "Llama3-8B", "hours": 1.0, "n_candidates": 1}},
+    "npu": ("servegym/NPUAutoscale-v0", {"config": {"model": "Llama-3-8B", "hours": 1.0, "n_candidates": 1}},
             "maskable-ppo", ["base", "neuscale", "ideal"]),
 }
 # The domain scalars each family's TensorBoard must carry (episode, eval and baseline lines).

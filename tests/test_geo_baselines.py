@@ -414,7 +414,7 @@ def test_greedy_batch_equals_one_by_one(spec: str) -> None:
     assert len(np.unique(a.requests["dc"].to_numpy())) > 1
 
 
-@pytest.mark.parametrize("model", ["llama3.1-8b", "mixtral-8x7b"])
+@pytest.mark.parametrize("model", ["Llama-3.1-8B", "Mixtral-8x7B"])
 def test_milp_wake_cost_and_removed_share_account_for_the_same_energy(model: str) -> None:
     """f_d charges once what the per-request costs of an asleep DC no longer hold: k_d requests of the
     mean OSL give back exactly f_d, so an asleep DC is never cheaper than the ILP says for that load."""
@@ -440,7 +440,7 @@ def test_milp_is_not_dearer_than_the_ilp_on_mixtral() -> None:
     """The facility MILP may differ from the ILP only by sharing wake-ups: on Mixtral (TP4) a removed
     fixed share without its full wake cost, and idle power counted four times, once made asleep DCs
     look cheap (2.2x the ILP's carbon here)."""
-    cfg = preset("mini", model="mixtral-8x7b", load="moderate", duration_s=6.0, decision_mode="window")
+    cfg = preset("mini", model="Mixtral-8x7B", load="moderate", duration_s=6.0, decision_mode="window")
     ilp = GeoSimulation(cfg).run(StandardILP()).summary["carbon_g"]
     milp = GeoSimulation(cfg).run(FacilityMILP()).summary["carbon_g"]
     assert milp <= 1.01 * ilp

@@ -17,7 +17,7 @@ def test_paper_preset_is_table_ii() -> None:
     assert (cfg.ttft_slo_s, cfg.tpot_slo_s, cfg.poll_interval_s, cfg.pue) == (3.0, 0.1, 1.0, 1.1)
     assert (cfg.window_s, cfg.window_max_requests) == (0.1, 300)
     assert [preset("paper", load=x).rate_rps for x in ("low", "moderate", "high")] == [1200, 2400, 4000]
-    mix = preset("paper", model="mixtral-8x7b", load="moderate")
+    mix = preset("paper", model="Mixtral-8x7B", load="moderate")
     assert mix.tpot_slo_s == 0.2 and mix.rate_rps == 1200 and mix.engines_per_dc == 8
 
 
@@ -56,7 +56,7 @@ def test_bad_fields_raise_config_error_naming_them(kwargs: dict, field: str) -> 
 
 def test_tp_must_divide_gpus_per_node() -> None:
     with pytest.raises(ConfigError, match=r"gpus_per_node = 6 .*tp = 4"):
-        preset("paper", model="mixtral-8x7b", gpus_per_node=6)
+        preset("paper", model="Mixtral-8x7B", gpus_per_node=6)
 
 
 def test_unknown_names_are_rejected() -> None:

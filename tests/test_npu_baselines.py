@@ -27,7 +27,7 @@ from servegym.envs.npu.workloads import make_workload
 
 from servegym.errors import ConfigError
 
-MODEL = "Llama3-8B"
+MODEL = "Llama-3-8B"
 
 
 @pytest.fixture(scope="module")
@@ -282,9 +282,9 @@ def test_neuscale_groups_buckets_by_allocation_not_max_batch(cat: ConfigCatalog,
 
 
 def test_neuscale_beats_base_on_slo_where_base_is_a_deep_pipeline() -> None:
-    """The paper's SLO direction (§5.2-5.3): Llama3-70B on OpenThoughts, where Base's best fit for the
+    """The paper's SLO direction (§5.2-5.3): Llama-3-70B on OpenThoughts, where Base's best fit for the
     longest prompt (NPU-D tp1 pp8) is too slow for the short prompts; deterministic 1-h replay."""
-    cfg = ClusterConfig(model="Llama3-70B", n_candidates=1)
+    cfg = ClusterConfig(model="Llama-3-70B", n_candidates=1)
     c70 = ConfigCatalog(cfg)
     w = make_workload("openthoughts", hours=1.0, seed=0, start_hour=8)
     base = BasePolicy()
@@ -321,9 +321,9 @@ def test_coalesced_group_is_released_at_once(cat: ConfigCatalog, wl) -> None:
 
 
 def test_neuscale_beats_base_on_the_papers_headline_case() -> None:
-    """Paper Fig. 18 (DeepSeekV3-671B on Azure): NeuScale's request-attributed energy efficiency and SLO
+    """Paper Fig. 18 (DeepSeek-V3-671B on Azure): NeuScale's request-attributed energy efficiency and SLO
     violation beat Base's (ours: about 1.13x and 94 % -> 20 % violation on a deterministic 1-h replay)."""
-    cfg = ClusterConfig(model="DeepSeekV3-671B", n_candidates=1)
+    cfg = ClusterConfig(model="DeepSeek-V3-671B", n_candidates=1)
     cds = ConfigCatalog(cfg)
     w = make_workload("azure", hours=1.0, seed=0, start_hour=8)
     s_b = run_policy(NPUCluster(cfg, w, seed=0, catalog=cds), BasePolicy())
@@ -336,10 +336,10 @@ def test_neuscale_beats_base_on_the_papers_headline_case() -> None:
 
 def test_coalescing_never_moves_requests_onto_a_vpod_that_misses_their_slo() -> None:
     """NeuScale "prioritizes SLO guarantees" (§5.2): an underloaded group is only absorbed by a larger
-    group whose vPod meets its requests' SLO. Llama3.1-405B prefill: the 256-token best fit (NPU-D tp8
+    group whose vPod meets its requests' SLO. Llama-3.1-405B prefill: the 256-token best fit (NPU-D tp8
     pp4) takes longer than the 128-token bucket's SLO, so the 128-token group stays on its own best fit
     (tp16 pp2); with the SLO check off it merges and every short prompt misses its TTFT."""
-    cfg = ClusterConfig(model="Llama3.1-405B", n_candidates=1)
+    cfg = ClusterConfig(model="Llama-3.1-405B", n_candidates=1)
     c405 = ConfigCatalog(cfg)
     w = make_workload("openthoughts", hours=2.0, seed=0)
     sim = NPUCluster(cfg, w, seed=0, catalog=c405)

@@ -25,16 +25,16 @@ def test_table2_and_prices() -> None:
 
 
 @pytest.mark.parametrize(("name", "billions"), [
-    ("Llama3-8B", 8.03), ("Llama3-70B", 70.55), ("Llama3.1-405B", 405.85), ("DeepSeekV3-671B", 671.0)])
+    ("Llama-3-8B", 8.03), ("Llama-3-70B", 70.55), ("Llama-3.1-405B", 405.85), ("DeepSeek-V3-671B", 671.0)])
 def test_parameter_counts_match_the_model_cards(name: str, billions: float) -> None:
     assert model(name).total_params / 1e9 == pytest.approx(billions, rel=0.005)
 
 
 def test_moe_and_mla_fields() -> None:
-    ds = model("DeepSeekV3-671B")
+    ds = model("DeepSeek-V3-671B")
     assert ds.is_moe and ds.is_mla and ds.moe_layers == 58 and ds.hot_expert_factor == 7.0
     assert ds.kv_bytes_per_token_layer == (512 + 64) * 2
-    llama = model("Llama3-70B")
+    llama = model("Llama-3-70B")
     assert not llama.is_moe and llama.kv_bytes_per_token_layer == 2 * 8 * 128 * 2
 
 
@@ -60,8 +60,8 @@ def test_vpod_rejects_bad_input(kwargs: dict, field: str) -> None:
 
 
 def test_unknown_names_list_allowed_values() -> None:
-    with pytest.raises(ConfigError, match="Llama3-8B"):
+    with pytest.raises(ConfigError, match="Llama-3-8B"):
         model("GPT-5")
     with pytest.raises(ConfigError, match="NPU-A"):
         chip("H100")
-    assert set(MODELS) == {"Llama3-8B", "Llama3-70B", "Llama3.1-405B", "DeepSeekV3-671B"}
+    assert set(MODELS) == {"Llama-3-8B", "Llama-3-70B", "Llama-3.1-405B", "DeepSeek-V3-671B"}

@@ -14,7 +14,7 @@ KEYS = {"phase", "seq_len", "version", "chips", "tp", "pp", "batch", "latency_s"
 
 
 def test_dse_json(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["npu", "dse", "--model", "Llama3-8B", "--json"]) == 0
+    assert main(["npu", "dse", "--model", "Llama-3-8B", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert isinstance(rows, list) and len(rows) == 96
     assert all(KEYS <= set(r) for r in rows)
@@ -27,7 +27,7 @@ def test_dse_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_dse_one_phase_with_fallbacks(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["npu", "dse", "--model", "Llama3-70B", "--phase", "decode", "--fallbacks", "--json",
+    assert main(["npu", "dse", "--model", "Llama-3-70B", "--phase", "decode", "--fallbacks", "--json",
                  "--objective", "cost"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {r["phase"] for r in rows} == {"decode"}
@@ -36,16 +36,16 @@ def test_dse_one_phase_with_fallbacks(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_dse_table(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["npu", "dse", "--model", "DeepSeekV3-671B", "--phase", "prefill"]) == 0
+    assert main(["npu", "dse", "--model", "DeepSeek-V3-671B", "--phase", "prefill"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("DeepSeekV3-671B") and out[1].split()[:4] == ["PHASE", "SEQ_LEN", "ROLE", "VPOD"]
+    assert out[0].startswith("DeepSeek-V3-671B") and out[1].split()[:4] == ["PHASE", "SEQ_LEN", "ROLE", "VPOD"]
     assert len(out) == 2 + 48 and out[2].split()[:2] == ["prefill", "128"]
 
 
 @pytest.mark.parametrize(("argv", "needle"), [
     (["npu", "dse", "--model", "GPT-9"], "model = 'GPT-9'"),
-    (["npu", "dse", "--model", "Llama3-8B", "--phase", "train"], "phase = 'train'"),
-    (["npu", "dse", "--model", "Llama3-8B", "--objective", "carbon"], "objective = 'carbon'"),
+    (["npu", "dse", "--model", "Llama-3-8B", "--phase", "train"], "phase = 'train'"),
+    (["npu", "dse", "--model", "Llama-3-8B", "--objective", "carbon"], "objective = 'carbon'"),
 ])
 def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:
     assert main(argv) == 2

@@ -20,7 +20,7 @@ from servegym.envs.workload import Requests
 
 from servegym.errors import ActionError, ConfigError
 
-MODEL = "Llama3-8B"
+MODEL = "Llama-3-8B"
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +200,7 @@ def test_bad_input_errors_leave_state_unchanged(cfg: ClusterConfig, cat: ConfigC
     with pytest.raises(ConfigError, match="check_s"):
         ClusterConfig(model=MODEL, check_s=7.0)
     with pytest.raises(ConfigError, match="catalog"):
-        NPUCluster(ClusterConfig(model="Llama3-70B"), wl, catalog=cat)
+        NPUCluster(ClusterConfig(model="Llama-3-70B"), wl, catalog=cat)
     sim = NPUCluster(cfg, wl, seed=0, catalog=cat)
     good = sim.candidates("prefill", 2048)[0]
     sim.apply(ScalingDecision({("prefill", 2048): {good: 1}}))

@@ -22,7 +22,7 @@ from servegym.envs.npu.dse import (
 
 from servegym.errors import ConfigError
 
-MODELS = ["Llama3-8B", "Llama3-70B", "Llama3.1-405B", "DeepSeekV3-671B"]
+MODELS = ["Llama-3-8B", "Llama-3-70B", "Llama-3.1-405B", "DeepSeek-V3-671B"]
 
 
 def test_seq_len_buckets_edges() -> None:
@@ -64,7 +64,7 @@ def test_pareto_mask_equals_brute_force_with_ties(points: list[tuple[int, int]])
 
 @pytest.fixture(scope="module")
 def small() -> object:
-    return run_dse("Llama3-8B", seq_lens=[1024, 32768], batches=[1, 4, 16, 64, 256])
+    return run_dse("Llama-3-8B", seq_lens=[1024, 32768], batches=[1, 4, 16, 64, 256])
 
 
 @pytest.mark.parametrize("objective", ["energy", "cost"])
@@ -144,8 +144,8 @@ def test_energy_prefill_prefers_npu_d_and_memory_bound_decode_prefers_npu_c(tren
 
 
 def test_full_table_shape_and_determinism() -> None:
-    a = run_dse("Llama3-70B")
-    b = run_dse("Llama3-70B")
+    a = run_dse("Llama-3-70B")
+    b = run_dse("Llama-3-70B")
     ea, eb = a.entries(fallbacks=True), b.entries(fallbacks=True)
     assert [e.to_dict() for e in ea] == [e.to_dict() for e in eb]
     best = a.entries()
@@ -155,7 +155,7 @@ def test_full_table_shape_and_determinism() -> None:
 
 
 def test_cost_objective_minimizes_usd() -> None:
-    t = run_dse("Llama3-70B", objective="cost", seq_lens=[4096], phases=["decode"])
+    t = run_dse("Llama-3-70B", objective="cost", seq_lens=[4096], phases=["decode"])
     sm = t.metrics("decode", 4096)
     meet = sm.feasible & (sm.latency_s <= t.slo_s[("decode", 4096)])
     assert t.lookup("decode", 4096).usd_per_token == pytest.approx(sm.usd_per_token[meet].min())
@@ -168,13 +168,13 @@ def test_cost_objective_minimizes_usd() -> None:
     ({"slo_factor": 0.5}, "slo_factor"), ({"seq_lens": [0]}, "seq_lens"), ({"batches": [0, 4]}, "batches"),
     ({"versions": ["NPU-X"]}, "version"), ({"max_chips": 0}, "max_chips")])
 def test_run_dse_rejects_bad_input(kwargs: dict, field: str) -> None:
-    kwargs = {"model_name": "Llama3-8B", "seq_lens": [128], **kwargs}
+    kwargs = {"model_name": "Llama-3-8B", "seq_lens": [128], **kwargs}
     with pytest.raises(ConfigError, match=field):
         run_dse(**kwargs)
 
 
 def test_version_subset_and_fallback_when_slo_unreachable() -> None:
-    t = run_dse("Llama3-70B", versions=["NPU-B"], seq_lens=[1024], slo_factor=1.0)
+    t = run_dse("Llama-3-70B", versions=["NPU-B"], seq_lens=[1024], slo_factor=1.0)
     e = t.lookup("decode", 1024)
     assert e.version == "NPU-B"
     sm = t.metrics("decode", 1024)

@@ -16,7 +16,7 @@ from servegym.envs.npu.env import NPUAutoscaleEnv, NPUEnvConfig
 
 from servegym.errors import ActionError, ConfigError
 
-#: Half an hour of the default scenario (Llama3-70B, Azure at Table 4's rate): 6 epochs.
+#: Half an hour of the default scenario (Llama-3-70B, Azure at Table 4's rate): 6 epochs.
 QUICK: dict[str, Any] = {"hours": 0.5}
 #: A light load and a short count ladder for the runs with random actions (fewer vPods, faster steps).
 LIGHT: dict[str, Any] = {"rate_rpm": 120.0, "count_levels": [0, 1, 2, 4]}

@@ -48,7 +48,7 @@ def test_efficiency_factors_are_the_v6e_profile_medians(shared_data: Path) -> No
 
 
 def test_decode_batch1_single_chip_is_weight_streaming() -> None:
-    m = model("Llama3-8B")
+    m = model("Llama-3-8B")
     c = step_cost(m, VPod("NPU-C", (1, 1, 1), 1, 1), "decode", 128, 1)
     weights = m.weight_bytes - m.embed_params * 2  # the input embedding is gathered, not streamed
     expect = weights / (CHIPS["NPU-C"].hbm_gbps * 1e9 * P.eta_memory)
@@ -58,7 +58,7 @@ def test_decode_batch1_single_chip_is_weight_streaming() -> None:
 
 
 def test_prefill_single_chip_is_compute_bound() -> None:
-    m = model("Llama3-8B")
+    m = model("Llama-3-8B")
     L = 4096
     c = step_cost(m, VPod("NPU-D", (1, 1), 1, 1), "prefill", L, 1)
     linear = 2.0 * (m.total_params - 2 * m.embed_params) * L
@@ -70,7 +70,7 @@ def test_prefill_single_chip_is_compute_bound() -> None:
 
 def test_energy_limits_match_table2() -> None:
     """Dynamic energy per FLOP / per byte follows TFLOP/J and GB/J; static power adds chips x time."""
-    m = model("Llama3-8B")
+    m = model("Llama-3-8B")
     vp = VPod("NPU-D", (1, 1), 1, 1)
     zero_static = RooflineParams(static_power_frac=0.0)
     c = step_cost(m, vp, "prefill", 4096, 1, zero_static)
@@ -84,7 +84,7 @@ def test_energy_limits_match_table2() -> None:
 
 
 def test_memory_feasibility_rejects_small_pods_and_accepts_larger() -> None:
-    m = model("Llama3-70B")  # 141 GB of bf16 weights
+    m = model("Llama-3-70B")  # 141 GB of bf16 weights
     for shape, tp, ok in [((1, 1), 1, False), ((1, 2), 2, False), ((2, 2), 4, False), ((2, 4), 8, True),
                           ((4, 4), 16, True)]:
         assert step_cost(m, VPod("NPU-D", shape, tp, 1), "decode", 1024, 1).feasible is ok, shape
@@ -93,18 +93,18 @@ def test_memory_feasibility_rejects_small_pods_and_accepts_larger() -> None:
             for s, n in [((1, 1, 2), 2), ((1, 2, 2), 4), ((2, 2, 2), 8)]]
     assert mems[0] > mems[1] > mems[2]
     assert step_cost(m, VPod("NPU-C", (2, 2, 2), 8, 1), "decode", 1 << 20, 64).feasible is False
-    ds = model("DeepSeekV3-671B")
+    ds = model("DeepSeek-V3-671B")
     assert not step_cost(ds, VPod("NPU-C", (2, 2, 2), 8, 1), "decode", 1024, 1).feasible
     assert step_cost(ds, VPod("NPU-C", (2, 2, 4), 16, 1), "decode", 1024, 1).feasible
 
 
 def test_enumeration_respects_limits() -> None:
-    space = enumerate_allocations(model("Llama3-8B"))
+    space = enumerate_allocations(model("Llama-3-8B"))
     for vp in space.vpods:
         assert vp.chips <= min(1024, CHIPS[vp.version].max_chips_per_pod)
         assert vp.tp <= 32 and vp.pp <= 32 and vp.tp * vp.pp == vp.chips
     assert {vp.version for vp in space.vpods} == set(CHIPS)
-    ds = enumerate_allocations(model("DeepSeekV3-671B"), versions=["NPU-C"])
+    ds = enumerate_allocations(model("DeepSeek-V3-671B"), versions=["NPU-C"])
     assert {vp.ep for vp in ds.vpods if vp.tp == 16} == {1, 16}
     assert all(len(s) == 2 for s in pod_shapes("NPU-D")) and max(np.prod(s) for s in pod_shapes("NPU-D")) == 256
     assert max(np.prod(s) for s in pod_shapes("NPU-C")) == 1024
@@ -114,7 +114,7 @@ def test_enumeration_respects_limits() -> None:
 def test_hot_expert_slows_expert_parallel_only() -> None:
     """With EP = TP the chip holding the hottest expert (7x the average load, §4) bounds the step;
     tensor-sharded experts (EP = 1) split every expert over all chips, so the skew does not matter."""
-    ds = model("DeepSeekV3-671B")
+    ds = model("DeepSeek-V3-671B")
     flat = replace(ds, hot_expert_factor=1.0)
     vps = [VPod("NPU-D", (8, 8), 64, 1, ep=1), VPod("NPU-D", (8, 8), 64, 1, ep=64)]
     hot = evaluate(space_for(ds, vps), "prefill", 8192, [1])
@@ -125,7 +125,7 @@ def test_hot_expert_slows_expert_parallel_only() -> None:
 
 
 def test_step_cost_matches_the_vectorized_space() -> None:
-    m = model("Llama3.1-405B")
+    m = model("Llama-3.1-405B")
     space = enumerate_allocations(m, versions=["NPU-A"])
     sm = evaluate(space, "decode", 4096, [1, 16, 256])
     for i in (0, len(space) // 2, len(space) - 1):
@@ -160,7 +160,7 @@ _SPACE: list = []
 
 def _space_70b():
     if not _SPACE:
-        _SPACE.append(enumerate_allocations(model("Llama3-70B")))
+        _SPACE.append(enumerate_allocations(model("Llama-3-70B")))
     return _SPACE[0]
 
 
@@ -172,7 +172,7 @@ def test_params_reject_out_of_range(kwargs: dict) -> None:
 
 
 def test_evaluate_rejects_bad_input() -> None:
-    space = space_for(model("Llama3-8B"), [VPod("NPU-D", (1, 1), 1, 1)])
+    space = space_for(model("Llama-3-8B"), [VPod("NPU-D", (1, 1), 1, 1)])
     with pytest.raises(ConfigError, match="phase"):
         evaluate(space, "train", 128, [1])
     with pytest.raises(ConfigError, match="seq_len"):
@@ -180,13 +180,13 @@ def test_evaluate_rejects_bad_input() -> None:
     with pytest.raises(ConfigError, match="batch"):
         evaluate(space, "decode", 128, [0])
     with pytest.raises(ConfigError, match="tp"):
-        space_for(model("Llama3-8B"), [VPod("NPU-C", (4, 4, 4), 64, 1)])
+        space_for(model("Llama-3-8B"), [VPod("NPU-C", (4, 4, 4), 64, 1)])
     with pytest.raises(ConfigError, match="ep"):
-        space_for(model("Llama3-8B"), [VPod("NPU-D", (2, 2), 4, 1, ep=4)])
+        space_for(model("Llama-3-8B"), [VPod("NPU-D", (2, 2), 4, 1, ep=4)])
 
 
 def test_weight_bytes_per_chip() -> None:
-    m = model("Llama3-70B")
+    m = model("Llama-3-70B")
     assert weight_bytes_per_chip(m, VPod("NPU-D", (2, 4), 8, 1)) == pytest.approx(m.weight_bytes / 8)
     # with PP the largest stage holds its layers plus one of the embedding / LM-head tables
     assert weight_bytes_per_chip(m, VPod("NPU-D", (2, 4), 4, 2)) == pytest.approx(m.weight_bytes / 8)

@@ -12,7 +12,7 @@ from servegym.envs.npu.workloads import make_workload
 
 
 def test_policy_replays_emit_no_runtime_warning() -> None:
-    cfg = ClusterConfig(model="Llama3-8B", n_candidates=1)
+    cfg = ClusterConfig(model="Llama-3-8B", n_candidates=1)
     cat = ConfigCatalog(cfg)
     wl = make_workload("azure", hours=0.5, seed=1, rate_rpm=600)
     with warnings.catch_warnings():
@@ -25,7 +25,7 @@ def test_policy_replays_emit_no_runtime_warning() -> None:
 def test_random_action_episode_emits_no_runtime_warning() -> None:
     # random valid actions churn configurations every epoch, so decode jobs sit in groups whose vPods
     # are still booting (no ready vPod): the case that multiplied an infinite TPOT by zero progress
-    env = NPUAutoscaleEnv({"model": "Llama3-8B", "hours": 1.0, "n_candidates": 2, "rate_rpm": 600.0})
+    env = NPUAutoscaleEnv({"model": "Llama-3-8B", "hours": 1.0, "n_candidates": 2, "rate_rpm": 600.0})
     rng = np.random.default_rng(0)
     splits = np.cumsum(env.action_space.nvec)[:-1]
     with warnings.catch_warnings():

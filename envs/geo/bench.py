@@ -41,7 +41,7 @@ def engine_iterations(pool: Any) -> int:
 
 
 def speed_bench(preset_name: str = "paper", rate_rps: float | None = 4000.0, sim_seconds: float = 10.0,
-                model: str = "llama3.1-8b", policy: str = "rr", seed: int = 0, **overrides: Any) -> dict[str, Any]:
+                model: str = "Llama-3.1-8B", policy: str = "rr", seed: int = 0, **overrides: Any) -> dict[str, Any]:
     """Run ``sim_seconds`` of the preset at ``rate_rps`` (``None``: the preset's) and time it.
 
     ``overrides`` are GeoConfig fields (e.g. ``decision_mode="window"``). The run stops at the

@@ -13,7 +13,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     fams = speed.add_subparsers(dest="family", metavar="FAMILY", required=True)
     geo = fams.add_parser("geo", help="geo simulator at a preset and arrival rate")
     geo.add_argument("--preset", default="paper", help="paper | small | mini (default paper)")
-    geo.add_argument("--model", default="llama3.1-8b", help="llama3.1-8b | llama3.1-8b-tp2 | qwen2.5-7b | mixtral-8x7b")
+    geo.add_argument("--model", default="Llama-3.1-8B", help="Llama-3.1-8B | Llama-3.1-8B-TP2 | Qwen2.5-7B | Mixtral-8x7B, any case (e.g. llama-3.1-8b)")
     geo.add_argument("--rate", type=float, default=4000.0, help="arrival rate in req/s (default 4000)")
     geo.add_argument("--sim-seconds", type=float, default=10.0, help="simulated seconds of arrivals (default 10)")
     geo.add_argument("--policy", default="rr", help="rr | ll (default rr)")

@@ -38,8 +38,8 @@ def add_geo_commands(geo_sub: argparse._SubParsersAction) -> None:
                            _compare, description=_DESCRIPTION)
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("--preset", default=DEFAULT_PRESET, help="paper | small | mini (default: %(default)s)")
-    p.add_argument("--model", default="llama3.1-8b",
-                   help="llama3.1-8b | llama3.1-8b-tp2 | qwen2.5-7b | mixtral-8x7b (default: %(default)s)")
+    p.add_argument("--model", default="Llama-3.1-8B",
+                   help="Llama-3.1-8B | Llama-3.1-8B-TP2 | Qwen2.5-7B | Mixtral-8x7B, any case (e.g. llama-3.1-8b) (default: %(default)s)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--rate", type=float, default=None, help="arrival rate, req/s for the whole system")
     g.add_argument("--load", default="moderate",
@@ -71,6 +71,9 @@ def _compare(args: argparse.Namespace) -> int:
     check_range("--sim-seconds", args.sim_seconds, 0.0, None, low_inclusive=False)
     if args.seeds < 1:
         raise ConfigError(f"--seeds = {args.seeds} is out of range; allowed: an integer >= 1")
+    from servegym.envs.geo.config import PAPER_MODELS
+
+    args.model = PAPER_MODELS.resolve(args.model)  # shown in its canonical spelling from here on
     over: dict = {"duration_s": float(args.sim_seconds), "osl_mode": args.osl}
     if args.rate is not None:
         check_range("--rate", args.rate, 0.0, None, low_inclusive=False)

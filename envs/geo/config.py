@@ -29,6 +29,7 @@ from functools import lru_cache
 from typing import Any
 
 from servegym.errors import ConfigError, check_range
+from servegym.names import NameTable
 
 POLL_MODES = ("sync", "async")
 DECISION_MODES = ("request", "window")
@@ -36,13 +37,14 @@ OSL_MODES = ("mean", "oracle", "predicted")
 CI_MODES = ("fixed", "hourly")
 LOADS = ("low", "moderate", "high")
 
-#: Model key -> (profile name, TPOT budget s, length spec, rates req/s at low/moderate/high) (Table II).
-PAPER_MODELS: dict[str, tuple[str, float, str, tuple[float, float, float]]] = {
-    "llama3.1-8b": ("llama3.1-8b_a100-40gb_tp1", 0.100, "cnn-dailymail", (1200.0, 2400.0, 4000.0)),
-    "llama3.1-8b-tp2": ("llama3.1-8b_a100-40gb_tp2", 0.100, "cnn-dailymail", (1200.0, 2400.0, 4000.0)),
-    "qwen2.5-7b": ("qwen2.5-7b_a100-40gb_tp1", 0.100, "cnn-dailymail", (1200.0, 2400.0, 4000.0)),
-    "mixtral-8x7b": ("mixtral-8x7b_a100-40gb_tp4", 0.200, "openorca", (800.0, 1200.0, 2000.0)),
-}
+#: Model (canonical name, servegym.names; any accepted spelling looks up) -> (profile name, TPOT budget s,
+#: length spec, rates req/s at low/moderate/high) (Table II).
+PAPER_MODELS: NameTable[tuple[str, float, str, tuple[float, float, float]]] = NameTable({
+    "Llama-3.1-8B": ("llama3.1-8b_a100-40gb_tp1", 0.100, "cnn-dailymail", (1200.0, 2400.0, 4000.0)),
+    "Llama-3.1-8B-TP2": ("llama3.1-8b_a100-40gb_tp2", 0.100, "cnn-dailymail", (1200.0, 2400.0, 4000.0)),
+    "Qwen2.5-7B": ("qwen2.5-7b_a100-40gb_tp1", 0.100, "cnn-dailymail", (1200.0, 2400.0, 4000.0)),
+    "Mixtral-8x7B": ("mixtral-8x7b_a100-40gb_tp4", 0.200, "openorca", (800.0, 1200.0, 2000.0)),
+}, field="model")
 #: Engines of the paper preset per model (4 x 4 DCs x 4 nodes x 8 GPUs / TP), used to turn the
 #: paper's rates into a per-engine rate for the smaller presets.
 _PAPER_GPUS = 4 * 4 * 4 * 8
@@ -207,9 +209,7 @@ def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
 
 
 def _model_entry(model: str) -> tuple[str, float, str, tuple[float, float, float]]:
-    if model not in PAPER_MODELS:
-        raise ConfigError(f"model = {model!r} is unknown; allowed: {sorted(PAPER_MODELS)}")
-    return PAPER_MODELS[model]
+    return PAPER_MODELS[model]  # ConfigError naming the allowed models when unknown
 
 
 def _load_rate(model: str, load: str) -> float:
@@ -226,7 +226,7 @@ def _n_sites(topology: str) -> int:
 PRESETS = ("paper", "small", "mini")
 
 
-def preset(name: str = "paper", *, model: str = "llama3.1-8b", load: str = "high", **overrides: Any) -> GeoConfig:
+def preset(name: str = "paper", *, model: str = "Llama-3.1-8B", load: str = "high", **overrides: Any) -> GeoConfig:
     """A named scenario (see the module docstring) for ``model`` at ``load``, then ``overrides``.
 
     ``load`` picks the paper's rate for the model (low/moderate/high); the smaller presets keep

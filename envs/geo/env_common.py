@@ -110,7 +110,7 @@ class GeoEnvConfig:
     """
 
     preset: str = "small"
-    model: str = "llama3.1-8b"
+    model: str = "Llama-3.1-8B"
     load: str = "moderate"
     geo: dict[str, Any] = field(default_factory=dict)
     w_carbon: float = 1.0
@@ -123,8 +123,7 @@ class GeoEnvConfig:
             raise ConfigError(f"reward = {self.reward!r} is not allowed; allowed: {list(REWARD_MODES)}")
         if self.preset not in PRESETS:
             raise ConfigError(f"preset = {self.preset!r} is not allowed; allowed: {list(PRESETS)}")
-        if self.model not in PAPER_MODELS:
-            raise ConfigError(f"model = {self.model!r} is not allowed; allowed: {sorted(PAPER_MODELS)}")
+        object.__setattr__(self, "model", PAPER_MODELS.resolve(self.model))  # canonical spelling
         if self.load not in LOADS:
             raise ConfigError(f"load = {self.load!r} is not allowed; allowed: {list(LOADS)}")
         if not isinstance(self.geo, dict):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from math import prod
 
 from servegym.errors import ConfigError
+from servegym.names import NameTable
 
 BYTES_PER_PARAM = 2
 """bf16 weights, activations and KV cache (paper §5.1: "All models use BF16 weights")."""
@@ -69,7 +70,7 @@ class ChipSpec:
 
 
 # Table 2 columns; prices from tpu_prices.md §1 (v4 3.22, v5e 1.20, v5p 4.20, v6e 2.70 USD/chip-hour).
-CHIPS: dict[str, ChipSpec] = {
+CHIPS: NameTable[ChipSpec] = NameTable({
     "NPU-A": ChipSpec(
         name="NPU-A", tpu="TPU v4", release_year=2021, tflops=275.0, tflop_per_j=1.07, systolic_width=128,
         sram_mb=128.0, hbm_gbps=1200.0, hbm_gb=32.0, hbm_gb_per_j=11.06, ici_gbps_per_link=50.0,
@@ -94,16 +95,14 @@ CHIPS: dict[str, ChipSpec] = {
         ici_links=4, torus_dims=2, dcn_gbps=100.0, max_chips_per_pod=256, usd_per_chip_hour=2.70,
         inferred=("tflop_per_j", "sram_mb", "hbm_gb_per_j"),
     ),
-}
+}, field="version")
 VERSIONS: tuple[str, ...] = tuple(CHIPS)
 
 
 def chip(name: str) -> ChipSpec:
-    """The chip spec for ``name`` (NPU-A..D); :class:`ConfigError` otherwise."""
-    try:
-        return CHIPS[name]
-    except KeyError:
-        raise ConfigError(f"version = {name!r} is unknown; allowed: {', '.join(CHIPS)}") from None
+    """The chip spec for ``name`` (NPU-A..D, any spelling :mod:`servegym.names` accepts, e.g. ``npu-d`` or
+    ``tpu-v6e``); :class:`ConfigError` naming the allowed versions otherwise."""
+    return CHIPS[name]
 
 
 @dataclass(frozen=True)
@@ -200,34 +199,32 @@ class ModelSpec:
         return float(self.total_params * BYTES_PER_PARAM)
 
 
-MODELS: dict[str, ModelSpec] = {
-    "Llama3-8B": ModelSpec(
-        name="Llama3-8B", hidden=4096, layers=32, heads=32, kv_heads=8, head_dim=128, ffn=14336,
+MODELS: NameTable[ModelSpec] = NameTable({
+    "Llama-3-8B": ModelSpec(
+        name="Llama-3-8B", hidden=4096, layers=32, heads=32, kv_heads=8, head_dim=128, ffn=14336,
         vocab=128256, source="huggingface.co/meta-llama/Meta-Llama-3-8B config.json",
     ),
-    "Llama3-70B": ModelSpec(
-        name="Llama3-70B", hidden=8192, layers=80, heads=64, kv_heads=8, head_dim=128, ffn=28672,
+    "Llama-3-70B": ModelSpec(
+        name="Llama-3-70B", hidden=8192, layers=80, heads=64, kv_heads=8, head_dim=128, ffn=28672,
         vocab=128256, source="huggingface.co/meta-llama/Meta-Llama-3-70B config.json",
     ),
-    "Llama3.1-405B": ModelSpec(
-        name="Llama3.1-405B", hidden=16384, layers=126, heads=128, kv_heads=8, head_dim=128, ffn=53248,
+    "Llama-3.1-405B": ModelSpec(
+        name="Llama-3.1-405B", hidden=16384, layers=126, heads=128, kv_heads=8, head_dim=128, ffn=53248,
         vocab=128256, source="huggingface.co/meta-llama/Llama-3.1-405B config.json",
     ),
-    "DeepSeekV3-671B": ModelSpec(
-        name="DeepSeekV3-671B", hidden=7168, layers=61, heads=128, kv_heads=128, head_dim=128, ffn=18432,
+    "DeepSeek-V3-671B": ModelSpec(
+        name="DeepSeek-V3-671B", hidden=7168, layers=61, heads=128, kv_heads=128, head_dim=128, ffn=18432,
         vocab=129280, source="huggingface.co/deepseek-ai/DeepSeek-V3 config.json (MTP module excluded)",
         experts=256, active_experts=8, shared_experts=1, expert_ffn=2048, dense_layers=3,
         q_lora_rank=1536, kv_lora_rank=512, rope_head_dim=64, nope_head_dim=128, v_head_dim=128,
     ),
-}
+}, field="model")
 
 
 def model(name: str) -> ModelSpec:
-    """The model spec for ``name``; :class:`ConfigError` naming the allowed models otherwise."""
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise ConfigError(f"model = {name!r} is unknown; allowed: {', '.join(MODELS)}") from None
+    """The model spec for ``name`` (any spelling :mod:`servegym.names` accepts, e.g. ``llama-3-70b`` or
+    ``deepseek-v3``); :class:`ConfigError` naming the allowed models otherwise."""
+    return MODELS[name]
 
 
 def _is_pow2(n: int) -> bool:

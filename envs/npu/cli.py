@@ -11,7 +11,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     sub = npu.add_subparsers(dest="npu_command", metavar="ACTION")
     p = sub.add_parser("dse", help="best-fit vPod per sequence-length bucket (roofline DSE, paper §3.3)")
     p.add_argument("--model", required=True,
-                   help="Llama3-8B, Llama3-70B, Llama3.1-405B or DeepSeekV3-671B")
+                   help="Llama-3-8B | Llama-3-70B | Llama-3.1-405B | DeepSeek-V3-671B, any case (e.g. deepseek-v3-671b)")
     p.add_argument("--phase", default=None, help="prefill or decode (default: both)")
     p.add_argument("--objective", default="energy", help="energy (J/token, default) or cost (USD/token)")
     p.add_argument("--slo-factor", type=float, default=5.0,
@@ -84,7 +84,7 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
 
 def _add_compare(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="replay a workload under Base, NeuScale and the Ideal oracle (§5)")
-    p.add_argument("--model", default="Llama3-70B", help="Llama3-8B, Llama3-70B (default), Llama3.1-405B, DeepSeekV3-671B")
+    p.add_argument("--model", default="Llama-3-70B", help="Llama-3-8B | Llama-3-70B | Llama-3.1-405B | DeepSeek-V3-671B, any case (e.g. deepseek-v3-671b) (default: %(default)s)")
     p.add_argument("--trace", default="azure", help="azure (default), lveval, openthoughts or bursty")
     p.add_argument("--hours", type=float, default=2.0, help="replay length in hours (default 2)")
     p.add_argument("--policies", default="base,neuscale,ideal", help="comma list of base, neuscale, ideal")
@@ -101,7 +101,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     import sys
 
     from servegym.baselines.npu import compare, plot_compare
+    from servegym.envs.npu.catalog import MODELS
 
+    args.model = MODELS.resolve(args.model)  # shown in its canonical spelling from here on
     pols = tuple(x.strip() for x in args.policies.split(",") if x.strip())
     res = compare(args.model, args.trace, args.hours, pols, seed=args.seed, objective=args.objective,
                   rate_rpm=args.rate_rpm, osl_accuracy=args.osl_accuracy, progress=sys.stderr.isatty())

@@ -50,7 +50,7 @@ Model
 
 Granularity: 5-s sub-steps (decode jobs advance in fluid tokens within a sub-step), 60-s decision
 points (emergency checks), 300-s epochs. A 24-hour replay takes 4.1-4.3 s wall on Azure (2.4 M
-requests, 288 epochs) and 2.4-3.3 s on LVEval/OpenThoughts (Llama3-70B, NeuScale or Base; wall = CPU
+requests, 288 epochs) and 2.4-3.3 s on LVEval/OpenThoughts (Llama-3-70B, NeuScale or Base; wall = CPU
 on the shared 2-core dev machine at load < 1; up to 23 s wall under load 5), within the 60-s budget,
 whatever the BLAS thread count (per-group sums are np.bincount, not matrix products;
 ``benchmarks/npu_replay_speed.py``, ``benchmarks/results/npu_replay_speed.md``).
@@ -68,12 +68,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from servegym.envs.npu.catalog import CHIPS, VERSIONS, model
+from servegym.envs.npu.catalog import CHIPS, MODELS, VERSIONS, model
 from servegym.envs.npu.dse import SEQ_BUCKETS, BestFit, BestFitTable, check_versions, run_dse
 from servegym.envs.npu.roofline import PHASES, weight_bytes_per_chip
 from servegym.envs.npu.workloads import NPUWorkload
 
 from servegym.errors import ActionError, ConfigError, check_range
+from servegym.names import resolve
 
 CREATE_S: tuple[float, float] = (73.0, 108.0)
 """Table 3: create a vPod instance, 73-108 s (drawn uniformly)."""
@@ -110,7 +111,7 @@ class ClusterConfig:
     listed versions only (:meth:`BestFitTable.best_of`).
     """
 
-    model: str = "Llama3-70B"
+    model: str = "Llama-3-70B"
     objective: str = "energy"
     slo_factor: float = 5.0
     epoch_s: float = 300.0
@@ -125,7 +126,13 @@ class ClusterConfig:
     phase_versions: Mapping[str, Sequence[str]] | None = None
 
     def __post_init__(self) -> None:
-        model(self.model)
+        # one canonical spelling (servegym.names): "llama3-70b" and "Llama-3-70B" are the same cluster
+        object.__setattr__(self, "model", MODELS.resolve(self.model))
+        if isinstance(self.versions, (tuple, list)):
+            object.__setattr__(self, "versions", tuple(resolve(v, VERSIONS, "versions") for v in self.versions))
+        if isinstance(self.quota_chips, Mapping):
+            object.__setattr__(self, "quota_chips", {resolve(v, VERSIONS, "quota_chips key"): q
+                                                     for v, q in self.quota_chips.items()})
         check_range("slo_factor", self.slo_factor, 1.0, None)
         check_range("substep_s", self.substep_s, 0.5, 60.0)
         check_range("check_s", self.check_s, self.substep_s, None)

@@ -51,7 +51,7 @@ epoch as efficient as the oracle's average costs about 1. Misses = requests fini
 missed TTFT or TPOT + the change in open requests already past their SLO (so starving the service is
 penalized when it happens, and the episode's total is the simulator's summary count; clipped at 0 per
 epoch). Pool energy includes idle and booting vPods, so a realistic deployment costs several oracle
-epochs (about 10 for Llama3-70B on Azure with the heuristic below); ``slo_penalty`` (50) is set so that
+epochs (about 10 for Llama-3-70B on Azure with the heuristic below); ``slo_penalty`` (50) is set so that
 missing every request costs more than serving it well, and 10 % misses cost about half a served epoch.
 
 **Speed** (``benchmarks/npu_env_speed.py``): a 24-h episode of the default scenario takes 12-14 s wall
@@ -91,7 +91,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
-from servegym.envs.npu.catalog import VERSIONS
+from servegym.envs.npu.catalog import MODELS, VERSIONS
 from servegym.envs.npu.cluster import (
     NB,
     ClusterConfig,
@@ -131,7 +131,7 @@ class NPUEnvConfig:
     the per-version fail-overs).
     """
 
-    model: str = "Llama3-70B"
+    model: str = "Llama-3-70B"
     trace: str = "azure"  # one of servegym.envs.npu.workloads.WORKLOADS
     hours: float = 24.0  # episode length; a whole number of epochs
     rate_rpm: float | None = None  # None: Table 4's mean rate for the trace
@@ -152,6 +152,7 @@ class NPUEnvConfig:
     strict_masks: bool = False  # True: a masked action raises ActionError instead of being adjusted
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "model", MODELS.resolve(self.model))  # canonical spelling (servegym.names)
         if self.trace not in WORKLOADS:
             raise ConfigError(f"trace = {self.trace!r} is unknown; allowed: {', '.join(WORKLOADS)}")
         if self.objective not in OBJECTIVES:

@@ -27,6 +27,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from servegym.errors import ConfigError, check_range
+from servegym.names import NameTable
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,10 @@ H200 = Hardware(name="H200", peak_flops=989e12, mem_bandwidth=4.8e12, memory_byt
 # App. B.1: "Qwen3-32B [46] has N = 32.8B parameters and L = 64 layers, with h_q = 64 query heads and
 # h_kv = 8 KV heads of width d_head = 128".
 QWEN3_32B = ModelSpec(name="Qwen3-32B", n_params=32.8e9, n_layers=64, n_q_heads=64, n_kv_heads=8, d_head=128)
+
+#: The paper's one model and one GPU, under the suite's naming scheme (servegym.names: any case, aliases).
+MODELS: NameTable[ModelSpec] = NameTable({QWEN3_32B.name: QWEN3_32B}, field="model")
+HARDWARE: NameTable[Hardware] = NameTable({H200.name: H200}, field="hardware")
 
 # Table 3 (prefill/decode columns as confirmed in the module docstring); App. B.3 gives the fits.
 TABLE3 = Calibration(
