@@ -374,3 +374,132 @@ def test_dense_reward_is_the_estimators_cost_between_polls() -> None:
         _, r, _, _, _ = env.step(a)
         assert env._i == i + 1  # still inside the poll interval: no settlement on this step
         assert r == pytest.approx(-(est.carbon_g[i, a] + 2.0 * (not est.feasible[i, a])), rel=1e-12)
+
+
+#: Every env and mode combination the identity, determinism and checker tests run on.
+MODES = [
+    (GeoRouteEnv, {"action_mode": "direct"}),
+    (GeoRouteEnv, {"action_mode": "residual", "reference": "milp"}),
+    (GeoRouteEnv, {"action_mode": "residual", "reference": "greedy:0.5"}),
+    (GeoRouteWindowEnv, {"action_mode": "direct"}),
+    (GeoRouteWindowEnv, {"action_mode": "residual", "reference": "milp"}),
+]
+
+
+def _random_policy(seed: int):
+    rng = np.random.default_rng(seed)
+
+    def act(env):
+        if isinstance(env.action_space, gym.spaces.Discrete):
+            return int(rng.choice(np.flatnonzero(env.action_masks())))
+        return rng.uniform(-1, 1, env.n_dcs).astype(np.float32)
+
+    return act
+
+
+@pytest.mark.parametrize(("env_cls", "mode"), MODES, ids=lambda x: str(x))
+def test_every_mode_identity_determinism_and_checkers(env_cls: type, mode: dict) -> None:
+    """Each action mode: the return identity on a real episode with random (masked) actions, the
+    same trajectory twice from the same seed, and both env checkers (gymnasium's and SB3's)."""
+    from gymnasium.utils.env_checker import check_env
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    cfg = {**MINI, **mode}
+    runs = []
+    for _ in range(2):
+        env = env_cls(config=cfg)
+        total, rewards, info = _episode(env, _random_policy(3), 4)
+        assert total == pytest.approx(_measured_return(env, info), rel=1e-9)
+        runs.append((rewards, info["episode_metrics"]["carbon_g"]))
+    assert runs[0] == runs[1]
+    env_id = "servegym/GeoRoute-v0" if env_cls is GeoRouteEnv else "servegym/GeoRouteWindow-v0"
+    env = gym.make(env_id, config=cfg).unwrapped  # with a spec: every render mode checked too
+    check_env(env)
+    sb3_check_env(env, warn=True)
+
+
+def test_residual_route_follows_greedy_exactly() -> None:
+    """Action D (the reference) at every step reproduces the greedy baseline's run: the reference's
+    choice is greedy's own decision on the same snapshot and own-dispatch counts."""
+    from servegym.baselines.geo import make_policy
+
+    env = GeoRouteEnv(config={**MINI, "action_mode": "residual", "reference": "greedy:0"})
+    assert env.action_space.n == env.n_dcs + 1
+    obs, _ = env.reset(seed=9)
+    names = env.observation_names
+    ref_cols = [names.index(f"ref[{d}]") for d in range(env.n_dcs)]
+    while True:
+        assert obs[ref_cols].sum() == 1.0 and env.action_masks()[-1]
+        obs, _, _, truncated, info = env.step(env.n_dcs)
+        if truncated:
+            break
+    sim = GeoSimulation(env.geo_config, seed=9)
+    theirs = sim.run(make_policy("greedy:0")).summary
+    for key in ("carbon_g", "slo_violation_pct", "ttft_p99_s", "finished"):
+        assert info["episode_metrics"][key] == theirs[key], key
+
+
+def test_residual_route_reference_action_is_the_observed_choice() -> None:
+    """Taking the reference action equals taking the DC its one-hot shows, also after deviations
+    (the MILP plan and greedy replanned from the agent's actual dispatches)."""
+    for ref in ("milp", "greedy:0"):
+        cfg = {**SMALL, "action_mode": "residual", "reference": ref}
+        a_env, b_env = GeoRouteEnv(config=cfg), GeoRouteEnv(config=cfg)
+        oa, _ = a_env.reset(seed=2)
+        b_env.reset(seed=2)
+        cols = [a_env.observation_names.index(f"ref[{d}]") for d in range(a_env.n_dcs)]
+        for k in range(400):
+            shown = int(np.argmax(oa[cols]))
+            if k % 5 == 0:  # deviate now and then
+                a, b = (shown + 1) % a_env.n_dcs, (shown + 1) % a_env.n_dcs
+            else:
+                a, b = a_env.n_dcs, shown
+            oa, ra, _, ta, _ = a_env.step(a)
+            ob, rb, _, tb, _ = b_env.step(b)
+            assert (ra, ta) == (rb, tb)
+            np.testing.assert_array_equal(oa[:cols[0]], ob[:cols[0]])
+            if ta:
+                break
+
+
+@pytest.mark.parametrize("cfg", [MINI, {**SMALL, "geo": {"duration_s": 4.0}}])
+def test_window_residual_action_zero_is_the_milp_exactly(cfg: dict) -> None:
+    """GeoRouteWindow-v0 residual, action 0 in every window: the facility MILP's run, exactly."""
+    from servegym.baselines.geo import make_policy
+
+    env = GeoRouteWindowEnv(config={**cfg, "action_mode": "residual"})
+    assert "ref_cap[0]" in env.observation_names
+    info = _episode(env, lambda e: np.zeros(e.n_dcs, dtype=np.float32), 5)[2]
+    sim = GeoSimulation(env.geo_config, seed=5)
+    theirs = sim.run(make_policy("milp")).summary
+    mine = info["episode_metrics"]
+    for key in ("carbon_g", "carbon_with_drain_g", "slo_violation_pct", "ttft_p99_s", "finished",
+                "sched_overhead_ms"):
+        assert mine[key] == theirs[key], key
+    np.testing.assert_array_equal(env.sim.placed_dc, sim.placed_dc)
+
+
+def test_window_residual_over_admits_a_clean_dc() -> None:
+    """Scaling the cleanest DC's capacity up admits more there than the MILP's headroom allows
+    (high load: the headroom binds); scaling it down admits less."""
+    cfg = {**SMALL, "geo": {"duration_s": 5.0}, "action_mode": "residual"}
+    counts = {}
+    for name, level in (("zero", 0.0), ("up", 1.0), ("down", -1.0)):
+        env = GeoRouteWindowEnv(config=cfg)
+        env.reset(seed=0)
+        clean = int(np.argmin(env.sim.snapshot.ci_g_per_kwh))
+        a = np.zeros(env.n_dcs, dtype=np.float32)
+        a[clean] = level
+        while not env.step(a)[3]:
+            pass
+        counts[name] = int(np.count_nonzero(env.sim.placed_dc == clean))
+    assert counts["up"] > counts["zero"] > counts["down"]
+
+
+def test_residual_bad_references() -> None:
+    with pytest.raises(ConfigError, match="reference"):
+        GeoRouteEnv(config={**MINI, "action_mode": "residual", "reference": "oracle"})
+    with pytest.raises(ConfigError, match="window scheduler"):
+        GeoRouteWindowEnv(config={**MINI, "action_mode": "residual", "reference": "greedy:0"})
+    with pytest.raises(ConfigError, match="action_mode"):
+        GeoRouteEnv(config={**MINI, "action_mode": "shares"})

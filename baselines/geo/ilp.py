@@ -45,6 +45,7 @@ Scheduling delay: see :mod:`~servegym.baselines.geo.timing` (modelled by default
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -119,6 +120,9 @@ class WindowPolicy(BasePolicy):
     decision_mode = "window"
     kind = "lp"
     base_name = "window"
+    #: Optional ``(ctx, H) -> H'``: replaces the window's capacities ``H_d`` before the solve and
+    #: the fallback (GeoRouteWindow-v0's residual mode scales them; ``None``: the paper's ``H_d``).
+    capacity_hook: Callable[[DecisionContext, NDArray[np.float64]], NDArray[np.float64]] | None = None
 
     def __init__(self, *, timing: str = "modelled", time_limit_s: float = TIME_LIMIT_S,
                  solve_time_path: str | None = None) -> None:
@@ -156,6 +160,8 @@ class WindowPolicy(BasePolicy):
             self.reset(d, int(ctx.dispatched.shape[0]), 0)
         est = ctx.estimates
         cap = window_headroom(ctx, ctx.estimator)
+        if self.capacity_hook is not None:
+            cap = self.capacity_hook(ctx, cap)
         t_solve = time.perf_counter()
         assign, n_solves, n_failed = self._solve(ctx, est, ctx.estimator, cap)
         self.stats["solve_time_s"] += time.perf_counter() - t_solve

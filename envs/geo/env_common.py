@@ -57,6 +57,8 @@ PUE_MAX = 3.0
 
 #: Reward modes (``GeoEnvConfig.reward``).
 REWARD_MODES = ("dense", "poll")
+#: Action modes (``GeoEnvConfig.action_mode``).
+ACTION_MODES = ("direct", "residual")
 
 #: Per-DC snapshot features, in observation order (each a block of D values, DC index order).
 DC_FEATURES: tuple[str, ...] = (
@@ -107,6 +109,14 @@ class GeoEnvConfig:
         max_steps: truncate after this many steps (``None``: run the whole request stream).
         reward: ``"dense"`` (estimator credit per decision, settled at every poll) or ``"poll"``
             (measured cost per poll); the same episode return (module docstring).
+        action_mode: ``"direct"`` (GeoRoute-v0: ``Discrete(D)`` DC indices; GeoRouteWindow-v0:
+            per-DC shares of headroom) or ``"residual"`` (decisions relative to ``reference``:
+            GeoRoute-v0 gets ``Discrete(D + 1)``, the extra action being the reference's choice;
+            GeoRouteWindow-v0's action scales the window MILP's per-DC admission capacity, all
+            zeros = the MILP exactly). See each env's docstring.
+        reference: the baseline of the residual mode (``servegym.envs.geo.reference``):
+            ``"milp"`` (default), ``"ilp"``, ``"iter-ilp"``, ``"moer"`` or ``"greedy:<alpha>"``
+            (GeoRouteWindow-v0: a window scheduler only).
     """
 
     preset: str = "small"
@@ -117,8 +127,15 @@ class GeoEnvConfig:
     w_slo: float = 1.0
     max_steps: int | None = None
     reward: str = "dense"
+    action_mode: str = "direct"
+    reference: str = "milp"
 
     def __post_init__(self) -> None:
+        if self.action_mode not in ACTION_MODES:
+            raise ConfigError(f"action_mode = {self.action_mode!r} is not allowed; allowed: {list(ACTION_MODES)}")
+        from servegym.envs.geo.reference import make_reference
+
+        make_reference(self.reference)
         if self.reward not in REWARD_MODES:
             raise ConfigError(f"reward = {self.reward!r} is not allowed; allowed: {list(REWARD_MODES)}")
         if self.preset not in PRESETS:
@@ -440,7 +457,7 @@ class GeoEnvBase(gym.Env):
         snap = sim.snapshot
         obs[:7 * d] = dc_static_features(sim, snap).ravel()
         obs[7 * d:8 * d] = np.clip((sim.now_s - snap.polled_at_s) / sim.config.poll_interval_s, 0.0, 1.0)
-        obs[-5:] = self._clock.features(sim.now_s, snap)
+        obs[self._time_lo:self._time_lo + 5] = self._clock.features(sim.now_s, snap)
         return obs
 
     def render(self) -> str | NDArray[np.uint8] | None:

@@ -11,10 +11,15 @@ of a whole interval are built in one vectorized pass; a step only writes the sch
 dispatch counts into the request's row. (When ``max_steps`` truncates an episode inside a poll
 interval, that interval's decided requests are never applied: the run is discarded at reset.)
 
-**Action** ``Discrete(D)``: the DC index of the current request. Anything else (out of range,
-a float, a bool, a wrong shape) raises :class:`~servegym.errors.ActionError` and changes nothing.
-:meth:`GeoRouteEnv.action_masks` gives the SLO-feasible DCs under the shared estimator
-(``Estimates.mask``: all DCs when none is feasible), the mask sb3-contrib's MaskablePPO reads.
+**Action** ``Discrete(D)`` (``action_mode="direct"``, the default): the DC index of the current
+request. ``action_mode="residual"``: ``Discrete(D + 1)``, where action ``D`` means "what the
+reference scheduler (``reference``, the facility MILP's window plan by default, or greedy)
+would do for this request", computed on the same snapshot and own-dispatch counts
+(:mod:`servegym.envs.geo.reference`); the observation then ends with a one-hot of that choice
+(``ref[d]``, D values). Anything else (out of range, a float, a bool, a wrong shape) raises
+:class:`~servegym.errors.ActionError` and changes nothing. :meth:`GeoRouteEnv.action_masks`
+gives the SLO-feasible DCs under the shared estimator (``Estimates.mask``: all DCs when none is
+feasible; the reference action is always allowed), the mask sb3-contrib's MaskablePPO reads.
 
 **Observation** ``Box(-1, 1, (14 D + R + 7,), float32)`` with D DCs and R regions (schedulers);
 the small preset has D = 4, R = 2: 65 values. Blocks, in order (feature-major: a D-block holds
@@ -54,6 +59,7 @@ from servegym.envs.geo.env_common import (
     safe_ratio_squash,
 )
 from servegym.envs.geo.provisioner import Snapshot
+from servegym.envs.geo.reference import ReferencePlanner
 
 from servegym.errors import ActionError
 
@@ -61,11 +67,12 @@ from servegym.errors import ActionError
 REQUEST_DC_FEATURES: tuple[str, ...] = ("ttft", "tpot", "carbon", "feasible", "local")
 
 
-def route_observation_names(n_dcs: int, n_regions: int) -> list[str]:
+def route_observation_names(n_dcs: int, n_regions: int, residual: bool = False) -> list[str]:
     """The name of every observation entry of GeoRoute-v0, in order."""
     names = [f"{f}[{d}]" for f in DC_FEATURES + REQUEST_DC_FEATURES for d in range(n_dcs)]
     names += ["log_isl", "log_osl_est"] + [f"origin[{r}]" for r in range(n_regions)]
-    return names + list(TIME_FEATURES)
+    names += list(TIME_FEATURES)
+    return names + ([f"ref[{d}]" for d in range(n_dcs)] if residual else [])
 
 
 class GeoRouteEnv(GeoEnvBase):
@@ -84,22 +91,31 @@ class GeoRouteEnv(GeoEnvBase):
                  **overrides: Any) -> None:
         super().__init__(config, render_mode, **overrides)
         d, r = self.n_dcs, self.n_regions
-        self.obs_dim = 14 * d + r + 7
+        self.residual = self.config.action_mode == "residual"
+        self._base_dim = 14 * d + r + 7
+        self.obs_dim = self._base_dim + (d if self.residual else 0)
         self.observation_space = spaces.Box(-1.0, 1.0, shape=(self.obs_dim,), dtype=np.float32)
-        self.action_space = spaces.Discrete(d)
+        self.action_space = spaces.Discrete(d + 1 if self.residual else d)
         self._disp_lo, self._disp_hi = 8 * d, 9 * d
+        self._time_lo = 14 * d + r + 2
         self._dense = self.config.reward == "dense"
+        self._ref: ReferencePlanner | None = None
+        if self.residual:
+            g = self.geo_config
+            self._ref = ReferencePlanner(self.config.reference, g.window_s, g.window_max_requests)
         self._ctx: DecisionContext | None = None
 
     @property
     def observation_names(self) -> list[str]:
-        return route_observation_names(self.n_dcs, self.n_regions)
+        return route_observation_names(self.n_dcs, self.n_regions, self.residual)
 
     # -- Gymnasium API ------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[NDArray[np.float32], dict[str, Any]]:
         super().reset(seed=seed)
-        self._new_simulation(seed)
+        sim = self._new_simulation(seed)
+        if self._ref is not None:
+            self._ref.reset(sim.n_dcs, sim.n_regions, sim.seed)
         self._load_interval()
         assert self._tracker is not None
         self._tracker.update()
@@ -114,6 +130,12 @@ class GeoRouteEnv(GeoEnvBase):
         self._require_running()
         a = self._check_action(action)
         i = self._i
+        if self._ref is not None:
+            ref = self._ref_choice
+            if a == self.n_dcs:
+                a = ref
+            elif a != ref:
+                self._ref.deviated(i)
         self._actions[i] = a
         self._disp[self._sched[i], a] += 1.0
         self._i = i + 1
@@ -134,12 +156,14 @@ class GeoRouteEnv(GeoEnvBase):
         """(D,) DCs the estimator deems SLO-feasible for the current request; all DCs when none is
         (or when no request is pending). A fresh array."""
         if self._ctx is None or self._episode_over:
-            return np.ones(self.n_dcs, dtype=bool)
+            return np.ones(self.action_space.n, dtype=bool)
+        if self._ref is not None:
+            return np.append(self._mask[self._i], True)
         return self._mask[self._i].copy()
 
     # -- internals ------------------------------------------------------------------------------
     def _check_action(self, action: Any) -> int:
-        d = self.n_dcs
+        d = int(self.action_space.n)
         if isinstance(action, (int, np.integer)) and not isinstance(action, (bool, np.bool_)):
             a = int(action)
         elif isinstance(action, np.ndarray) and action.size == 1 and action.ndim <= 1 and action.dtype.kind in "iu":
@@ -178,8 +202,11 @@ class GeoRouteEnv(GeoEnvBase):
         g[:, o] = np.minimum(np.log1p(ctx.input_tokens) / self._ln_cap, 1.0)
         g[:, o + 1] = np.minimum(np.log1p(ctx.osl_estimate) / self._ln_cap, 1.0)
         g[:, o + 2:o + 2 + r] = sched[:, None] == np.arange(r)[None, :]
-        g[:, o + 2 + r:] = self._clock.features(t, snap)
+        g[:, o + 2 + r:o + 7 + r] = self._clock.features(t, snap)
         self._rows = g
+        if self._ref is not None:
+            g[:, self._base_dim:] = 0.0
+            self._ref.load(ctx)
         self._mask = np.array(est.mask, dtype=bool)
         if self._dense:
             assert self._tracker is not None
@@ -191,9 +218,14 @@ class GeoRouteEnv(GeoEnvBase):
         self._i = 0
 
     def _observation(self) -> NDArray[np.float32]:
-        row = self._rows[self._i]
-        x = self._disp[self._sched[self._i]] * self._inv_e
+        i = self._i
+        row = self._rows[i]
+        x = self._disp[self._sched[i]] * self._inv_e
         row[self._disp_lo:self._disp_hi] = x / (1.0 + x)
+        if self._ref is not None:
+            c = self._ref.choice_for(i, self._disp)
+            self._ref_choice = c
+            row[self._base_dim + c] = 1.0
         return row
 
     def _current_snapshot(self) -> Snapshot | None:

@@ -20,6 +20,23 @@ to d since d's last poll. The requests are then placed by :func:`assign_within_c
 2. fallback, for requests left when no candidate has capacity: the lowest-carbon candidate,
    beyond the caps (the MOER choice; so all shares 0 = MOER, and ``info["overflow"]`` counts them).
 
+**Residual action** (``action_mode="residual"``): the same ``Box(-1, 1, (D,))`` scales the
+admission capacity of the reference window scheduler (``reference``: the facility MILP by
+default, or the standard/iterative ILP), which then solves the window itself
+(:mod:`servegym.baselines.geo.milp`; one model, two drivers). With ``H_d`` the scheduler's window
+headroom (:func:`~servegym.baselines.geo.ilp.window_headroom`) and ``n`` the window's size,
+
+- ``a_d < 0`` scales it down: ``H'_d = floor(H_d · (1 + a_d))`` (``a_d = -1``: d admits nothing
+  through the solve; the scheduler's fallback may still use d when nothing else has room);
+- ``a_d > 0`` over-admits beyond the estimator's headroom: ``H'_d = H_d + floor(a_d · n)``
+  (``a_d = 1``: the whole window may go to d, as far as its requests are SLO-feasible there);
+- ``a = 0`` passes ``H_d`` unchanged: the placements, scheduling delay (the scheduler's modelled
+  solve time) and therefore the whole run are the reference scheduler's exactly (tested).
+
+The requests leave after the scheduler's modelled solve delay, as in the baseline run. The
+observation adds the reference's capacities ``ref_cap[d]`` = squash(H_d / window size) (D values,
+after the window block).
+
 Out-of-space actions (wrong shape, NaN/inf, outside [-1, 1]) raise
 :class:`~servegym.errors.ActionError` and change nothing.
 
@@ -59,15 +76,16 @@ from servegym.envs.geo.env_common import (
 )
 from servegym.envs.geo.provisioner import Snapshot
 
-from servegym.errors import ActionError
+from servegym.errors import ActionError, ConfigError
 
 #: Per-DC features of the window, in observation order.
 WINDOW_DC_FEATURES: tuple[str, ...] = ("feasible_frac", "ttft_mean", "tpot_mean", "carbon_mean", "local", "capacity")
 
 
-def window_observation_names(n_dcs: int, n_regions: int) -> list[str]:
+def window_observation_names(n_dcs: int, n_regions: int, residual: bool = False) -> list[str]:
     """The name of every observation entry of GeoRouteWindow-v0, in order."""
-    names = [f"{f}[{d}]" for f in DC_FEATURES + WINDOW_DC_FEATURES for d in range(n_dcs)]
+    feats = DC_FEATURES + WINDOW_DC_FEATURES + (("ref_cap",) if residual else ())
+    names = [f"{f}[{d}]" for f in feats for d in range(n_dcs)]
     names += ["size", "log_isl_mean", "log_osl_est_mean"] + [f"origin[{r}]" for r in range(n_regions)]
     return names + list(TIME_FEATURES)
 
@@ -130,7 +148,20 @@ class GeoRouteWindowEnv(GeoEnvBase):
                  **overrides: Any) -> None:
         super().__init__(config, render_mode, **overrides)
         d, r = self.n_dcs, self.n_regions
-        self.obs_dim = 15 * d + r + 8
+        self.residual = self.config.action_mode == "residual"
+        k = 16 if self.residual else 15
+        self.obs_dim = k * d + r + 8
+        self._time_lo = k * d + r + 3
+        self._policy: Any = None
+        if self.residual:
+            from servegym.envs.geo.reference import make_reference
+
+            self._policy = make_reference(self.config.reference)
+            if getattr(self._policy, "decision_mode", "request") != "window":
+                raise ConfigError(f"reference = {self.config.reference!r} is not a window scheduler; allowed "
+                                  "for GeoRouteWindow-v0's residual mode: ['milp', 'ilp', 'iter-ilp']")
+            self._policy.capacity_hook = self._scaled_capacity
+        self._share = np.zeros(d)
         self.observation_space = spaces.Box(-1.0, 1.0, shape=(self.obs_dim,), dtype=np.float32)
         self.action_space = spaces.Box(-1.0, 1.0, shape=(d,), dtype=np.float32)
         self._ctx: DecisionContext | None = None
@@ -138,13 +169,15 @@ class GeoRouteWindowEnv(GeoEnvBase):
 
     @property
     def observation_names(self) -> list[str]:
-        return window_observation_names(self.n_dcs, self.n_regions)
+        return window_observation_names(self.n_dcs, self.n_regions, self.residual)
 
     # -- Gymnasium API ------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[NDArray[np.float32], dict[str, Any]]:
         super().reset(seed=seed)
         sim = self._new_simulation(seed)
+        if self._policy is not None:
+            self._policy.reset(sim.n_dcs, sim.n_regions, sim.seed)
         self._ctx = sim.next_decision()
         self._overflow = 0
         assert self._tracker is not None
@@ -163,8 +196,14 @@ class GeoRouteWindowEnv(GeoEnvBase):
         sim, ctx = self.sim, self._ctx
         assert sim is not None and ctx is not None and self._tracker is not None
         est = ctx.estimates
-        dc, overflow = assign_within_caps(est.carbon_g, ctx.action_mask(), self._caps(ctx, share))
-        sim.apply(ctx, dc)
+        if self._policy is not None:
+            self._scale = 2.0 * share - 1.0  # the action itself, in [-1, 1]
+            dc = np.asarray(self._policy.decide(ctx), dtype=np.int64)
+            overflow = 0
+            sim.apply(ctx, dc, self._policy.sched_delay_s(ctx))
+        else:
+            dc, overflow = assign_within_caps(est.carbon_g, ctx.action_mask(), self._caps(ctx, share))
+            sim.apply(ctx, dc)
         reward = 0.0
         if self.config.reward == "dense":
             rows = np.arange(dc.size)
@@ -181,8 +220,12 @@ class GeoRouteWindowEnv(GeoEnvBase):
         return obs, reward, False, truncated, info
 
     def placements(self, action: Any) -> NDArray[np.int64]:
-        """The DC each request of the current window would get under ``action`` (nothing changes)."""
+        """The DC each request of the current window would get under ``action`` (nothing changes;
+        direct mode only: the residual mode's solve advances its scheduler's state)."""
         self._require_running()
+        if self._policy is not None:
+            raise ConfigError("placements() is for action_mode='direct'; the residual mode's placements are "
+                              "the reference scheduler's solve, made by step()")
         share = self._check_action(action)
         ctx = self._ctx
         assert ctx is not None
@@ -209,6 +252,14 @@ class GeoRouteWindowEnv(GeoEnvBase):
         h = self._snapshot_features(ctx.snapshot)[1]
         return np.maximum(0.0, h - ctx.dispatched[int(ctx.scheduler[0])])
 
+    def _scaled_capacity(self, ctx: DecisionContext, cap: NDArray[np.float64]) -> NDArray[np.float64]:
+        """The residual mode's ``H'_d`` from the scheduler's ``H_d`` (module docstring)."""
+        a = self._scale
+        if not a.any():
+            return cap  # exactly the reference's capacities
+        n = ctx.n_requests
+        return np.where(a < 0.0, np.floor(cap * (1.0 + a)), cap + np.floor(np.maximum(a, 0.0) * n))
+
     def _caps(self, ctx: DecisionContext, share: NDArray[np.float64]) -> NDArray[np.int64]:
         return np.floor(share * self._headroom(ctx)).astype(np.int64)
 
@@ -234,6 +285,11 @@ class GeoRouteWindowEnv(GeoEnvBase):
         obs[o + 4 * d:o + 5 * d] = snap.rtt_s[s] == 0.0
         obs[o + 5 * d:o + 6 * d] = squash(self._headroom(ctx) / max(n, 1))
         o += 6 * d
+        if self._policy is not None:
+            from servegym.baselines.geo.ilp import window_headroom
+
+            obs[o:o + d] = squash(window_headroom(ctx, sim.estimator) / max(n, 1))
+            o += d
         obs[o] = min(n / cfg.window_max_requests, 1.0)
         obs[o + 1] = min(float(np.log1p(ctx.input_tokens).mean()) / self._ln_cap, 1.0)
         obs[o + 2] = min(float(np.log1p(ctx.osl_estimate).mean()) / self._ln_cap, 1.0)

@@ -1,0 +1,139 @@
+"""The reference scheduler of GeoRoute-v0's residual action mode: what a baseline would do with a request.
+
+``GeoRouteEnv(action_mode="residual", reference=...)`` adds one action to the DCs, "do what the
+reference scheduler would do for this request". :class:`ReferencePlanner` computes that choice
+on the same snapshot and the same own-dispatch counts the agent's request sees, by calling the
+baseline policy itself (:mod:`servegym.baselines.geo`, one model, two drivers) on a
+:class:`~servegym.envs.geo.decisions.DecisionContext` built from the env's poll interval:
+
+- a request-mode reference (``greedy:<alpha>``, ``moer``): the policy decides the interval's
+  remaining requests from the current one on, with the dispatch counts the agent's own
+  placements produced so far. Greedy depends on the scheduler's own placements, so when the agent
+  deviates from the reference the rest of the interval is planned again from the next request:
+  the choice shown is always the one greedy would make for this request given what was actually
+  dispatched before it.
+- a window reference (``milp``, ``ilp``, ``iter-ilp``): the requests of one scheduler within the
+  poll interval are cut into the simulator's windows (``window_s`` from the window's first
+  arrival, at most ``window_max_requests``), and the policy solves each window once, when the
+  agent reaches its first request, on the snapshot and the counts dispatched so far. Its plan is
+  the reference for every request of the window; it is not re-solved when the agent deviates
+  inside the window (a solve costs milliseconds). Two differences from the window scheduler
+  run by itself, both stated: the plan of a window is shown at its first request's arrival, so
+  it uses the prompt lengths of requests that arrive up to ``window_s`` later (the window
+  scheduler would wait for them), and the agent's placements leave at arrival, without the window
+  wait and the modelled solve delay.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from servegym.envs.geo.decisions import DecisionContext
+
+from servegym.errors import ConfigError
+
+#: Reference specs accepted by the residual mode (``<alpha>`` in [0, 1]).
+REFERENCE_SPECS = ("milp", "ilp", "iter-ilp", "moer", "greedy:<alpha>")
+
+
+def make_reference(spec: Any) -> Any:
+    """A fresh baseline policy for ``spec`` (one of :data:`REFERENCE_SPECS`)."""
+    from servegym.baselines.geo import make_policy
+
+    if not isinstance(spec, str) or not (spec in REFERENCE_SPECS[:4] or spec.startswith("greedy:")):
+        raise ConfigError(f"reference = {spec!r} is not allowed; allowed: {list(REFERENCE_SPECS)}")
+    try:
+        return make_policy(spec)
+    except ConfigError as exc:
+        raise ConfigError(f"reference = {spec!r} is not allowed ({exc}); allowed: {list(REFERENCE_SPECS)}") from None
+
+
+def sub_context(ctx: DecisionContext, rows: NDArray[np.int64], dispatched: NDArray[np.int64], mode: str,
+                time_s: float) -> DecisionContext:
+    """The requests ``rows`` (indices into ``ctx``) of ``ctx`` as their own context, with the
+    dispatch counts ``dispatched`` (regions x D); estimates are ``ctx``'s rows (same snapshot)."""
+    est = ctx.estimates
+    disp = np.asarray(dispatched, dtype=np.int64).copy()
+    disp.flags.writeable = False
+    return DecisionContext(
+        mode=mode, time_s=time_s, request_id=ctx.request_id[rows], scheduler=ctx.scheduler[rows],
+        arrival_s=ctx.arrival_s[rows], decision_s=ctx.decision_s[rows], input_tokens=ctx.input_tokens[rows],
+        osl_estimate=ctx.osl_estimate[rows],
+        output_tokens=None if ctx.output_tokens is None else ctx.output_tokens[rows],
+        snapshot=ctx.snapshot, dispatched=disp, estimate_fn=lambda: est.rows(rows), dc_names=ctx.dc_names,
+        token=0, estimator=ctx.estimator,
+    )
+
+
+def window_chunks(scheduler: NDArray[np.int64], arrival_s: NDArray[np.float64], window_s: float,
+                  max_requests: int) -> list[NDArray[np.int64]]:
+    """Row indices of each window: per scheduler, ``window_s`` from the window's first arrival,
+    at most ``max_requests`` rows (the simulator's window rule, within one poll interval)."""
+    out: list[NDArray[np.int64]] = []
+    for s in np.unique(scheduler):
+        rows = np.flatnonzero(scheduler == s)
+        a = arrival_s[rows]
+        i = 0
+        while i < rows.size:
+            j = int(np.searchsorted(a, a[i] + window_s, side="left"))
+            j = max(i + 1, min(j, i + max_requests))
+            out.append(rows[i:j])
+            i = j
+    return out
+
+
+class ReferencePlanner:
+    """The reference's choice for each request of a poll interval (module docstring).
+
+    Args:
+        spec: the reference (:data:`REFERENCE_SPECS`).
+        window_s, window_max_requests: the window rule of a window reference (from the scenario).
+    """
+
+    def __init__(self, spec: str, window_s: float, window_max_requests: int) -> None:
+        self.spec = spec
+        self.policy = make_reference(spec)
+        self.window = getattr(self.policy, "decision_mode", "request") == "window"
+        self.window_s = float(window_s)
+        self.window_max_requests = int(window_max_requests)
+
+    def reset(self, n_dcs: int, n_regions: int, seed: int) -> None:
+        self.policy.reset(n_dcs, n_regions, seed)
+
+    def load(self, ctx: DecisionContext) -> None:
+        """A new poll interval (a request-mode batch context): nothing planned yet."""
+        n = ctx.n_requests
+        self.ctx = ctx
+        self.choice = np.full(n, -1, dtype=np.int64)
+        if self.window:
+            chunks = window_chunks(np.asarray(ctx.scheduler), np.asarray(ctx.arrival_s), self.window_s,
+                                   self.window_max_requests)
+            self.chunk_of = np.empty(n, dtype=np.int64)
+            for k, rows in enumerate(chunks):
+                self.chunk_of[rows] = k
+            self.chunks = chunks
+
+    def choice_for(self, i: int, dispatched: NDArray[np.float64]) -> int:
+        """The reference's DC for row ``i``, planning it (and what is planned with it) if needed;
+        ``dispatched`` is the env's current own-dispatch count per (scheduler, DC)."""
+        c = int(self.choice[i])
+        if c >= 0:
+            return c
+        ctx = self.ctx
+        if self.window:
+            rows = self.chunks[int(self.chunk_of[i])]
+            rows = rows[rows >= i]
+            sub = sub_context(ctx, rows, dispatched, "window", float(ctx.decision_s[rows[-1]]))
+        else:
+            rows = np.arange(i, ctx.n_requests)
+            sub = sub_context(ctx, rows, dispatched, "request", float(ctx.decision_s[-1]))
+        self.choice[rows] = np.asarray(self.policy.decide(sub), dtype=np.int64)
+        return int(self.choice[i])
+
+    def deviated(self, i: int) -> None:
+        """The agent did not follow the reference at row ``i``: a request-mode reference plans the
+        rest of the interval again (its choices depend on the scheduler's own placements)."""
+        if not self.window:
+            self.choice[i + 1:] = -1
