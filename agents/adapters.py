@@ -75,6 +75,8 @@ PD_METRICS = (
     MetricSpec("ttft_mean_s", ("ttft_s",), agg="wmean", weight_key="arrived", label="mean TTFT (s)"),
     MetricSpec("power_w", ("power_w",), agg="mean", label="mean facility power (W)"),
     MetricSpec("cap_excess_kwh", ("cap_excess_kwh",), agg="sum", label="power-cap excess (kWh)"),
+    MetricSpec("termination_penalty", ("termination_penalty",), agg="last",
+               label="backlog-limit termination penalty (reward units; 0 = not terminated)"),
 )
 
 # ---------------------------------------------------------------------------------------------- npu
@@ -113,6 +115,15 @@ def run_pd_baseline(env: gym.Env, name: str, seed: int) -> EpisodeResult:
     """One PDProvision-v0 episode stepped by a :mod:`servegym.baselines.pd` policy (``reset(env, info)``,
     ``act(obs, info)``), through the same env the agent plays."""
     policy = _pd_policy(name)
+    base = env.unwrapped
+    if getattr(base, "action_mode", "absolute") != "absolute":
+        # The baselines decide absolute targets: they play the same config (same model, scenario, seed and
+        # reward) through the absolute driver, since a residual or front action cannot express every target.
+        import dataclasses
+
+        from servegym.envs.pd.env import PDProvisionEnv
+
+        env = PDProvisionEnv(dataclasses.replace(base.config, action_mode="absolute"))
     return play_episode(env, lambda obs, info, _env: policy.act(obs, info), seed, name, PD_METRICS,
                         on_reset=lambda e, info: policy.reset(e.unwrapped, info))
 
@@ -122,9 +133,10 @@ register_family(Family(name="geo", env_ids=("servegym/GeoRoute-v0", "servegym/Ge
                        reference="rr", saving_metric="carbon_g",
                        recommended_algo={"servegym/GeoRoute-v0": "maskable-ppo",
                                          "servegym/GeoRouteWindow-v0": "ppo"}))
-register_family(Family(name="pd", env_ids=("servegym/PDProvision-v0",), metrics=PD_METRICS,
+PD_IDS = ("servegym/PDProvision-v0", "servegym/PDProvisionResidual-v0", "servegym/PDProvisionFront-v0")
+register_family(Family(name="pd", env_ids=PD_IDS, metrics=PD_METRICS,
                        baselines=PD_BASELINES, run_baseline=run_pd_baseline,
-                       recommended_algo={"servegym/PDProvision-v0": "maskable-ppo"}))
+                       recommended_algo=dict.fromkeys(PD_IDS, "maskable-ppo")))
 
 
 NPU_BASELINES = ("base", "neuscale", "ideal")

@@ -9,6 +9,8 @@ Shipped files live in ``servegym/agents/hyperparams/<EnvName>.yml`` (the id with
       policy: MlpPolicy
       normalize: true        # VecNormalize; or a mapping {norm_obs: true, norm_reward: false}
       env_kwargs: {}         # passed to gym.make
+      train_env_kwargs: {}   # merged into env_kwargs (nested dicts merged) for the training envs only,
+                             # e.g. a curriculum; evaluation envs play env_kwargs as they are
       policy_kwargs: {net_arch: [64, 64], activation_fn: tanh}
       learning_rate: lin_3e-4   # "lin_X": linear decay from X to 0, as in rl-zoo3
       n_steps: 256           # everything else goes to the algorithm's constructor
@@ -27,7 +29,7 @@ from typing import Any
 from servegym.errors import ConfigError
 
 # Keys the trainer consumes itself; the rest are algorithm constructor arguments.
-TRAINER_KEYS = ("n_envs", "n_timesteps", "policy", "normalize", "env_kwargs", "policy_kwargs")
+TRAINER_KEYS = ("n_envs", "n_timesteps", "policy", "normalize", "env_kwargs", "train_env_kwargs", "policy_kwargs")
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class Hyperparams:
     n_timesteps: int | None = None
     normalize: dict[str, Any] | None = None
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    train_env_kwargs: dict[str, Any] = field(default_factory=dict)
     policy_kwargs: dict[str, Any] = field(default_factory=dict)
     algo_kwargs: dict[str, Any] = field(default_factory=dict)
     source: str = "defaults"
@@ -130,12 +133,15 @@ def parse_section(raw: dict[str, Any], source: str) -> Hyperparams:
     n_envs = _int("n_envs")
     n_timesteps = _int("n_timesteps")
     env_kwargs = raw.pop("env_kwargs", None) or {}
+    train_env_kwargs = raw.pop("train_env_kwargs", None) or {}
     policy_kwargs = raw.pop("policy_kwargs", None) or {}
-    for key, val in (("env_kwargs", env_kwargs), ("policy_kwargs", policy_kwargs)):
+    for key, val in (("env_kwargs", env_kwargs), ("train_env_kwargs", train_env_kwargs),
+                     ("policy_kwargs", policy_kwargs)):
         if not isinstance(val, dict):
             raise ConfigError(f"{source}: {key} must be a mapping, got {val!r}")
     return Hyperparams(policy=str(raw.pop("policy", "MlpPolicy")), n_envs=n_envs, n_timesteps=n_timesteps,
-                       normalize=normalize, env_kwargs=dict(env_kwargs), policy_kwargs=dict(policy_kwargs),
+                       normalize=normalize, env_kwargs=dict(env_kwargs), train_env_kwargs=dict(train_env_kwargs),
+                       policy_kwargs=dict(policy_kwargs),
                        algo_kwargs=raw, source=source)
 
 
@@ -174,3 +180,11 @@ class _Linear:
 
     def __call__(self, progress_remaining: float) -> float:
         return progress_remaining * self.start
+
+
+def merge_kwargs(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``over``, nested dicts merged key by key (``{"config": {...}}`` overrides stay partial)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge_kwargs(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out

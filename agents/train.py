@@ -25,7 +25,7 @@ from typing import Any
 import gymnasium as gym
 from servegym.agents.algos import algo_class, check_algo
 from servegym.agents.families import family_for, resolve_baselines
-from servegym.agents.hparams import Hyperparams, load_hyperparams, materialize
+from servegym.agents.hparams import Hyperparams, load_hyperparams, materialize, merge_kwargs
 from servegym.agents.rollout import has_action_masks, seeds_from
 
 from servegym.errors import ConfigError, check_range
@@ -162,7 +162,9 @@ def train(cfg: TrainConfig) -> TrainResult:
 
     vec_cls = SubprocVecEnv if cfg.vec == "subproc" else DummyVecEnv
     vec_kwargs = {"start_method": "spawn"} if cfg.vec == "subproc" else None
-    venv = vec_cls([partial(make_monitored_env, cfg.env_id, env_kwargs) for _ in range(n_envs)],
+    # Training envs add the hyperparameters' train_env_kwargs (e.g. a horizon curriculum); evaluation does not.
+    train_kwargs = merge_kwargs(env_kwargs, hp.train_env_kwargs)
+    venv = vec_cls([partial(make_monitored_env, cfg.env_id, train_kwargs) for _ in range(n_envs)],
                    **(vec_kwargs or {}))
     venv.seed(cfg.seed)  # env i resets first with seed + i
     algo_kwargs, policy_kwargs = materialize(hp)

@@ -36,8 +36,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 from servegym.envs.pd.env import PDEnvConfig, PDProvisionEnv
-from servegym.envs.pd.model import CapacityGrid
-from servegym.envs.pd.pareto import DEFAULT_RHO_BAR, max_capacity_under_power, min_power_deployment
+from servegym.envs.pd.pareto import DEFAULT_RHO_BAR
+from servegym.envs.pd.provisioning import MinPowerRule, check_rule
 
 from servegym.errors import ConfigError, check_range
 
@@ -61,52 +61,27 @@ def _action(n_p: int, n_d: int) -> NDArray[np.int64]:
 
 
 class MinPowerPareto:
-    """Minimum-power deployment for lambda / rho_bar, re-chosen every period (module docstring)."""
+    """Minimum-power deployment for lambda / rho_bar, re-chosen every period (module docstring).
+
+    The rule itself is :class:`servegym.envs.pd.provisioning.MinPowerRule`, the same object the
+    environment's ``residual`` and ``front`` action modes use for their reference suggestion.
+    """
 
     def __init__(self, rho_bar: float = DEFAULT_RHO_BAR, lookahead: int = 0, drain_s: float | None = 300.0,
                  respect_cap: bool = True) -> None:
-        check_range("rho_bar", rho_bar, 0.0, 1.0, low_inclusive=False)
-        if lookahead not in (0, 1):
-            raise ConfigError(f"lookahead = {lookahead!r}; allowed: 0 (forecast-free) or 1 (one period ahead)")
-        if drain_s is not None:
-            check_range("drain_s", drain_s, 0.0, None, low_inclusive=False)
+        check_rule(rho_bar, lookahead, drain_s)
         self.rho_bar, self.lookahead, self.drain_s, self.respect_cap = rho_bar, lookahead, drain_s, respect_cap
         self.name = "min-power" + ("+lookahead" if lookahead else "")
-        self._env: PDProvisionEnv | None = None
-        self._grids: dict[int, CapacityGrid] = {}
+        self._rule: MinPowerRule | None = None
 
     def reset(self, env: PDProvisionEnv, info: dict[str, Any]) -> None:
-        self._env = env
-        self._grids = {}
-
-    def _grid(self, mix: int) -> CapacityGrid:
-        g = self._grids.get(mix)
-        if g is None:
-            assert self._env is not None
-            g = self._grids[mix] = self._env.tables.grid(mix, self._env.config.gpu_budget)
-        return g
+        self._rule = MinPowerRule(env.tables, env.config.gpu_budget, env.config.pue, rho_bar=self.rho_bar,
+                                  lookahead=self.lookahead, drain_s=self.drain_s, respect_cap=self.respect_cap)
 
     def act(self, obs: NDArray[np.float32], info: dict[str, Any]) -> NDArray[np.int64]:
-        env = self._env
-        if env is None:
+        if self._rule is None:
             raise ConfigError("MinPowerPareto.act before reset(env, info)")
-        rate = float(info["rate_rps"])
-        if self.lookahead:
-            rate = max(rate, float(info["forecast_rate_rps"]))
-        if self.drain_s is not None:
-            rate += float(info["backlog"]) / self.drain_s
-        mix = int(info["mix_index"])
-        grid, model = self._grid(mix), env.tables.models[mix]
-        sel = min_power_deployment(grid, rate, self.rho_bar, power_at="rate", model=model)
-        if sel is None:
-            sel = max_capacity_under_power(grid, float("inf"))
-        assert sel is not None
-        if self.respect_cap:
-            budget_it_w = float(info["next_cap_w"]) / env.config.pue
-            if sel.power_w > budget_it_w:
-                capped = max_capacity_under_power(grid, budget_it_w, power_at="rate", rate=rate, model=model)
-                if capped is not None:
-                    sel = capped
+        sel = self._rule.suggest_from_info(info)
         return _action(sel.n_p, sel.n_d)
 
 

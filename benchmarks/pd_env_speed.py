@@ -2,7 +2,8 @@
 
 Usage: ``.venv/bin/python benchmarks/pd_env_speed.py [--steps N] [--request-steps M] [--write]``.
 Reports env construction (tables cached after the first), reset, and steps/s (wall and CPU time of this
-process, median of 3 runs) with a fixed action and with the min-power baseline in the loop; ``--write``
+process, median of 3 runs) with a fixed action (absolute, residual and front action modes; an episode that
+terminates on the backlog limit is reset) and with the min-power baseline in the loop; ``--write``
 also runs ``servegym pd compare`` (seed 0, whole day) and writes ``benchmarks/results/pd_env_speed.md``.
 Target (issue 5): fluid mode >= 2,000 steps/s.
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 from servegym.baselines.pd import MinPowerPareto, compare_policies, run_policy
-from servegym.envs.pd.env import PDProvisionEnv
+from servegym.envs.pd.env import PDEnvConfig, PDProvisionEnv
 
 
 def _timed(fn: Callable[[], int], repeats: int = 3) -> tuple[float, float]:
@@ -52,16 +53,22 @@ def main() -> None:
     t_reset = (time.perf_counter() - t) / 100
     action = np.array([6, 3])
 
-    def fixed() -> int:
-        n = 0
-        while n < args.steps:
-            env.reset(seed=n)
-            for _ in range(min(1440, args.steps - n)):
-                env.step(action)
+    def loop(e: PDProvisionEnv, act: object) -> Callable[[], int]:
+        def run() -> int:
+            n = 0
+            e.reset(seed=n)
+            while n < args.steps:
+                _, _, term, trunc, _ = e.step(act)
                 n += 1
-        return n
+                if term or trunc:
+                    e.reset(seed=n)
+            return n
+        return run
 
-    fixed_wall, fixed_cpu = _timed(fixed)
+    fixed_wall, fixed_cpu = _timed(loop(env, action))
+    lv = PDEnvConfig().residual_levels
+    res_wall, res_cpu = _timed(loop(PDProvisionEnv({"action_mode": "residual"}), np.array([lv, lv])))
+    front_wall, front_cpu = _timed(loop(PDProvisionEnv({"action_mode": "front"}), 4))
     pol_wall, pol_cpu = _timed(lambda: run_policy(env, MinPowerPareto(lookahead=1), seed=0).steps)
     req = PDProvisionEnv({"mode": "request"})
     req.reset(seed=0)
@@ -77,6 +84,8 @@ def main() -> None:
         f"construct: first {t_first:.2f} s (trace moments + mix tables), cached {t_cached * 1e3:.1f} ms",
         f"reset: {t_reset * 1e6:.0f} us",
         f"fluid step, fixed action: {fixed_wall:,.0f} steps/s wall, {fixed_cpu:,.0f} steps/CPU-s",
+        f"fluid step, residual mode, zero change: {res_wall:,.0f} steps/s wall, {res_cpu:,.0f} steps/CPU-s",
+        f"fluid step, front mode, fixed slot 4: {front_wall:,.0f} steps/s wall, {front_cpu:,.0f} steps/CPU-s",
         f"fluid step + min-power+lookahead policy: {pol_wall:,.0f} steps/s wall, {pol_cpu:,.0f} steps/CPU-s",
         f"request mode (PDSimulator), first {args.request_steps} periods: {req_wall:,.1f} steps/s wall",
     ]

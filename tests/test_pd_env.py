@@ -50,10 +50,12 @@ def _rollout(e: PDProvisionEnv, seed: int, n: int) -> tuple[np.ndarray, list[flo
     rng = np.random.default_rng(99)
     obs_l, rew, pw = [obs], [], []
     for _ in range(n):
-        obs, r, _, _, info = e.step(np.array([rng.integers(1, 9), rng.integers(1, 6)]))
+        obs, r, term, trunc, info = e.step(np.array([rng.integers(1, 9), rng.integers(1, 6)]))
         obs_l.append(obs)
         rew.append(r)
         pw.append(info["power_w"])
+        if term or trunc:
+            break
     return np.array(obs_l), rew, pw
 
 
@@ -138,12 +140,14 @@ def test_fluid_backlog_conservation(seed: int, actions: list[tuple[int, int]], d
     e = PDProvisionEnv({"startup_delay_s": delay, **SHORT})
     _, info = e.reset(seed=seed)
     for a in actions:
-        _, _, _, _, info = e.step(np.array(a))
+        _, _, term, trunc, info = e.step(np.array(a))
         assert info["backlog"] >= 0
         assert info["served_total"] + info["backlog"] == pytest.approx(info["arrived_total"], rel=1e-9, abs=1e-6)
         assert 0.0 <= info["slo_violation_pct"] <= 100.0
         assert info["n_p"] >= 1 and info["n_d"] >= 1
         assert info["n_p"] + info["pending_p"] == info["target_p"]
+        if term or trunc:
+            break
 
 
 def test_startup_delay_and_immediate_removal() -> None:
@@ -184,7 +188,7 @@ def test_power_within_ramp_bounds_and_energy_units() -> None:
 
 @pytest.mark.parametrize("objective", ["energy", "carbon", "cost"])
 def test_reward_objectives(objective: str) -> None:
-    e = PDProvisionEnv({"objective": objective, "slo_weight": 0.0, "cap_weight": 0.0, **SHORT})
+    e = PDProvisionEnv({"objective": objective, "slo_weight": 0.0, "cap_weight": 0.0, "backlog_weight": 0.0, **SHORT})
     e.reset(seed=0)
     _, r, _, _, info = e.step(np.array([3, 2]))
     expect = {"energy": info["energy_kwh"], "carbon": info["carbon_g"] / 1000, "cost": info["cost_usd"]}[objective]

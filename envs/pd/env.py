@@ -1,12 +1,32 @@
 """``servegym/PDProvision-v0``: provision prefill and decode instances of a PD-disaggregated deployment over a day.
 
 One step is one provisioning period (``scenario.period_s``, default 60 s); an episode is
-``scenario.horizon_steps`` periods (default 1440 = one day) and ends by truncation only (there is no
-terminal state: the service runs on). The load, length mix and grid signals come from
+``scenario.horizon_steps`` periods (default 1440 = one day), or a curriculum stage's shorter horizon (below).
+It is truncated at its horizon, and **terminated** when the backlog at a period's end exceeds
+``backlog_limit_s`` x ``peak_rate_rps`` requests (default 300 s of peak arrivals = 4,200 requests; the
+baselines peak below 450 on the default day): the service has failed, as a crash ends a highway-env
+episode. The load, length mix and grid signals come from
 :mod:`servegym.envs.pd.scenario` (real Azure per-minute rates, the Azure/Mooncake length mix, a real
 zone's hourly carbon intensity, a power-cap schedule with demand-response events, a price schedule).
 
-**Action** ``MultiDiscrete([max_prefill + 1, max_decode + 1])``: the target (n_P, n_D), i.e. active plus
+**Action modes** (``action_mode``; one model, three drivers: each mode only decodes its action into the
+target (n_P, n_D) that the same dynamics then apply). Registered ids: ``servegym/PDProvision-v0``
+(``"absolute"``, the default), ``servegym/PDProvisionResidual-v0`` (``"residual"``) and
+``servegym/PDProvisionFront-v0`` (``"front"``). Every mode sees the same observation and reward.
+
+* ``"residual"`` ``MultiDiscrete([2L + 1, 2L + 1])`` (L = ``residual_levels``, default 2): per pool a change
+  i - L of the **reference**, the min-power deployment with one period of lookahead that
+  :class:`servegym.baselines.pd.MinPowerPareto` (``lookahead=1``) picks from the same ``info``
+  (:class:`servegym.envs.pd.provisioning.MinPowerRule`, shared code). Action [L, L] follows the reference
+  exactly. Counts are clipped to [1, pool max] and then fitted to the budget as below (``action_adjusted``);
+  :meth:`action_masks` masks the changes that leave [1, min(pool max, gpu_budget - 1)].
+* ``"front"`` ``Discrete(front_slots)``: slot i is the i-th deployment (capacity ascending) of the coming
+  mix's epsilon-Pareto front (capacity vs power at capacity, ``front_eps`` = 3 %, App. C) within the budget;
+  ``front_slots`` is the largest front over the scenario's mixes, and slots beyond the coming front's size
+  are masked (sent anyway: the largest-capacity point, ``action_adjusted``).
+* ``"absolute"``: as follows.
+
+**Absolute action** ``MultiDiscrete([max_prefill + 1, max_decode + 1])``: the target (n_P, n_D), i.e. active plus
 starting instances of each pool, within ``gpu_budget`` GPUs (one GPU per instance, as in the paper).
 :meth:`PDProvisionEnv.action_masks` (sb3-contrib's MultiDiscrete layout: the two per-dimension masks
 concatenated) masks 0 (a PD deployment needs an instance in each pool) and counts above
@@ -43,8 +63,11 @@ requests, KV reservations, continuous batching, ramp power per instance; the sim
 delays and removals itself); see :meth:`PDProvisionEnv._request_step` for how its window metrics map to
 ``info``. It is orders of magnitude slower than fluid mode.
 
-**Observation** ``Box(-1, 10, (24,), float32)`` (values clipped): see :data:`OBS_FIELDS` for the order and
-scale of each entry (rates / peak_rate_rps, counts / pool maxima, log1p backlog / 10, ...).
+**Observation** ``Box(-1, 10, (37,), float32)`` (values clipped): see :data:`OBS_FIELDS` for the order and
+scale of each entry (rates / peak_rate_rps, counts / pool maxima, log1p backlog / 10, ...). Entries 24-36
+hold what the baselines read: the reference's suggested (n_P, n_D), the capacity of the suggestion, the IT
+power of the active and suggested deployments at the reference's demand rate, mu / lambda, the last
+period's utilizations, the backlog over its limit, the suggestion's place on the front and the steps left.
 
 **Info** (every step; reset gives the state keys): ``power_w`` (mean facility power of the period, W),
 ``it_power_w``, ``energy_kwh`` (facility), ``carbon_g``, ``cost_usd``, ``slo_violation_pct`` (% of the
@@ -55,8 +78,26 @@ period end), ``pending_p`` / ``pending_d`` (starting), ``target_p`` / ``target_d
 ``prefill_util`` (served / (n_P mu_P)), ``decode_util`` (served / (n_D mu_D^max), eq. 12), ``demand_util``
 ((arrivals + backlog) rate / mu), ``ci_g_per_kwh``, ``price_usd_per_kwh``, ``action_adjusted``.
 
-**Reward** = -(objective_weight x objective) - slo_weight x slo_violation_pct / 100 - cap_weight x cap_excess_kwh,
-objective = facility energy (kWh), carbon (kg CO2eq) or cost (USD) of the period per ``objective``.
+**Reward** = -(objective_weight x objective + slo_weight x slo_violation_pct / 100 + backlog_weight x backlog_frac
++ cap_weight x cap_excess_kwh) - termination_penalty, each term in ``info`` per step: objective
+(``reward_objective``) = facility energy (kWh), carbon (kg CO2eq) or cost (USD) of the period per ``objective``;
+``backlog_frac`` = min(backlog at the period's end / backlog limit, 1), so the SLO penalty keeps growing with
+the backlog after the violation share saturates at 1 (up to slo_weight + backlog_weight per period);
+``termination_penalty`` is 0 except on the terminating step, where it is ``termination_penalty`` if set, else
+(periods left in the episode) x B. The episode return is therefore exactly minus the weighted sums of these
+info KPIs minus the penalty (tested). **Bound**: with B = objective_weight x E x {1, max CI / 1000, max price}
++ slo_weight + backlog_weight + cap_weight x E, E = gpu_budget x max(p_sat, idle) x pue x period / 3.6e6 kWh
+(the most energy a period can draw), every non-terminal step has -B <= reward <= 0 and the terminating one
+-B (1 + periods left) <= reward (or -B - the set penalty): the default penalty makes ending an episode never
+cheaper than any way of playing it out. :meth:`PDProvisionEnv.per_step_reward_bound` returns B; weights are
+<= 1e6 and the penalty <= 1e9, so rewards are bounded for every valid config.
+
+**Curriculum** (``curriculum``: stages (episode_steps, episodes), e.g. ((60, 50), (240, 20), (1440, 0)) for
+1 h -> 4 h -> 1 day): the k-th reset of an instance plays the stage its count reaches (the last stage stays);
+``reset(options={"curriculum_stage": i})`` pins one. An episode shorter than the scenario starts at a period
+drawn uniformly from the reset's generator (random start hour), after the scenario's own draws, so the same
+seed and stage give the same episode and a full-length episode is unchanged. The training loop applies a
+curriculum to training envs only (``train_env_kwargs`` in the hyperparameter files).
 
 Configuration: :class:`PDEnvConfig` (frozen dataclass); ``PDProvisionEnv(config=dict)`` takes highway-env
 style overrides of :meth:`PDProvisionEnv.default_config` (nested ``"scenario"`` dict allowed).
@@ -65,7 +106,7 @@ style overrides of :meth:`PDProvisionEnv.default_config` (nested ``"scenario"`` 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import gymnasium as gym
@@ -74,6 +115,7 @@ from gymnasium import spaces
 from numpy.typing import NDArray
 from servegym.envs.pd.catalog import PDSystem, paper_system
 from servegym.envs.pd.pareto import DEFAULT_RHO_BAR, max_capacity_under_power, min_power_deployment
+from servegym.envs.pd.provisioning import MinPowerRule, Suggestion
 from servegym.envs.pd.scenario import DayScenario, DaySignals, build_signals
 from servegym.envs.pd.tables import MixTables, mix_tables
 
@@ -81,6 +123,7 @@ from servegym.errors import ActionError, ConfigError, check_range, known_overrid
 
 OBJECTIVES = ("energy", "carbon", "cost")
 MODES = ("fluid", "request")
+ACTION_MODES = ("absolute", "residual", "front")
 ARRIVALS = ("poisson", "mean")
 RATE_HISTORY = 4
 N_SLO_POINTS = 16
@@ -103,6 +146,17 @@ OBS_FIELDS: tuple[str, ...] = (
     "ci_g_per_kwh / 1000", "price / max price",
     "sin(2 pi hour / 24)", "cos(2 pi hour / 24)",
     "slo_violation_last",
+    # what the baselines read (added for learnability, issue 13)
+    "ref_n_p / max_prefill", "ref_n_d / max_decode",  # min-power+lookahead's suggestion for the coming period
+    "capacity_suggested / peak",  # mu of that suggestion under the coming mix
+    "it_power_active_w / budget_it_power_w",  # at the rule's demand rate; budget = gpu_budget x 692 W
+    "it_power_suggested_w / budget_it_power_w",
+    "capacity_active / rate_last",  # mu / lambda (10 when lambda ~ 0)
+    "prefill_util_last", "decode_util_last", "demand_util_last",  # as in info (<= 10)
+    "backlog / backlog_limit",  # linear; the episode terminates above 1
+    "front_index_suggested / (front_slots - 1)",  # first eps-front point with capacity >= the suggestion's
+    "front_size / front_slots",  # points on the coming mix's eps-Pareto front
+    "steps_left / episode_steps",  # time limit made observable (truncation is not a terminal state)
 )
 
 
@@ -125,6 +179,14 @@ class PDEnvConfig:
     objective_weight: float = 1.0  # reward per unit of the objective
     slo_weight: float = 2.0  # reward per unit of violation share (slo_violation_pct / 100 of the period's arrivals)
     cap_weight: float = 10.0  # reward per kWh above the power cap
+    backlog_weight: float = 2.0  # reward per unit of min(backlog / backlog limit, 1) at each period's end
+    backlog_limit_s: float = 300.0  # terminate when the backlog exceeds this many seconds of peak_rate_rps
+    termination_penalty: float | None = None  # charged on termination; None: remaining periods x step bound
+    action_mode: str = "absolute"  # "absolute" (n_P, n_D) targets, "residual" or "front" (module docstring)
+    residual_levels: int = 2  # residual mode: per-pool change in {-L..L} around the reference
+    front_eps: float = 0.03  # front mode: epsilon of the Pareto front (the paper's App. C value)
+    curriculum: tuple[tuple[int, int], ...] = ()  # (episode_steps, episodes) stages; () = full horizon
+    random_start: bool = False  # episodes shorter than the scenario start at a uniformly drawn period
     system: PDSystem = field(default_factory=paper_system)
 
     def __post_init__(self) -> None:
@@ -145,8 +207,23 @@ class PDEnvConfig:
         check_range("pue", self.pue, 1.0, 3.0)
         check_range("ttft_slo_s", self.ttft_slo_s, 0.0, None, low_inclusive=False)
         check_range("tpot_slo_s", self.tpot_slo_s, 0.0, None, low_inclusive=False)
-        for name in ("objective_weight", "slo_weight", "cap_weight"):
-            check_range(name, getattr(self, name), 0.0, None)
+        for name in ("objective_weight", "slo_weight", "cap_weight", "backlog_weight"):
+            check_range(name, getattr(self, name), 0.0, 1e6)
+        if self.action_mode not in ACTION_MODES:
+            raise ConfigError(f"action_mode = {self.action_mode!r}; allowed: {', '.join(ACTION_MODES)}")
+        if isinstance(self.residual_levels, bool) or int(self.residual_levels) != self.residual_levels:
+            raise ConfigError(f"residual_levels = {self.residual_levels!r}; allowed: an integer in [1, 8]")
+        check_range("residual_levels", self.residual_levels, 1, 8)
+        check_range("front_eps", self.front_eps, 0.0, 1.0, low_inclusive=False)
+        check_range("backlog_limit_s", self.backlog_limit_s, 0.0, 86_400.0, low_inclusive=False)
+        if self.termination_penalty is not None:
+            check_range("termination_penalty", self.termination_penalty, 0.0, 1e9)
+        n = self.scenario.horizon_steps
+        for i, stage in enumerate(self.curriculum):
+            if len(stage) != 2 or any(isinstance(x, bool) or int(x) != x for x in stage):
+                raise ConfigError(f"curriculum[{i}] = {stage!r}; allowed: (episode_steps, episodes) integers")
+            check_range(f"curriculum[{i}] episode_steps", stage[0], 1, n)
+            check_range(f"curriculum[{i}] episodes", stage[1], 0, 10**9)
         if self.initial_deployment is not None:
             d = self.initial_deployment
             if len(d) != 2 or any(isinstance(x, bool) or int(x) != x for x in d):
@@ -170,6 +247,12 @@ class PDEnvConfig:
             overrides["scenario"] = scen
         if overrides.get("initial_deployment") is not None:
             overrides["initial_deployment"] = tuple(overrides["initial_deployment"])
+        if overrides.get("curriculum") is not None:
+            try:
+                overrides["curriculum"] = tuple(tuple(stage) for stage in overrides["curriculum"])
+            except TypeError as exc:
+                raise ConfigError(f"curriculum = {overrides['curriculum']!r}; allowed: a list of "
+                                  "(episode_steps, episodes) pairs") from exc
         return cls(**overrides)
 
 
@@ -183,16 +266,35 @@ class PDProvisionEnv(gym.Env):
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012 (gymnasium API)
 
-    def __init__(self, config: PDEnvConfig | dict[str, Any] | None = None, render_mode: str | None = None) -> None:
+    def __init__(self, config: PDEnvConfig | dict[str, Any] | None = None, render_mode: str | None = None,
+                 action_mode: str | None = None) -> None:
         super().__init__()
-        self.config = config if isinstance(config, PDEnvConfig) else PDEnvConfig.from_dict(config)
+        cfg = config if isinstance(config, PDEnvConfig) else PDEnvConfig.from_dict(config)
+        if action_mode is not None:  # the registered mode ids pass it; a config that says otherwise is an error
+            asked = config.get("action_mode") if isinstance(config, dict) else (
+                cfg.action_mode if isinstance(config, PDEnvConfig) and cfg.action_mode != "absolute" else None)
+            if asked is not None and asked != action_mode:
+                raise ConfigError(f"action_mode = {asked!r} in config, but this id's action_mode is "
+                                  f"{action_mode!r}; allowed: {action_mode!r} or use servegym/PDProvision-v0")
+            cfg = replace(cfg, action_mode=action_mode)
+        self.config = cfg
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(f"render_mode = {render_mode!r}; allowed: None, 'ansi'")
         self.render_mode = render_mode
         cfg = self.config
         self.signals: DaySignals = build_signals(cfg.scenario)
         self.tables: MixTables = mix_tables(self.signals.mix_weights, cfg.system, cfg.max_prefill, cfg.max_decode)
-        self.action_space = spaces.MultiDiscrete([cfg.max_prefill + 1, cfg.max_decode + 1])
+        self.action_mode = cfg.action_mode
+        # The reference every driver and the observation read: min-power with one period of lookahead.
+        self.reference = MinPowerRule(self.tables, cfg.gpu_budget, cfg.pue, lookahead=1, eps=cfg.front_eps)
+        self.front_slots = max(self.reference.mix_cache(m).front.size for m in range(self.tables.mu.shape[0]))
+        lv = 2 * cfg.residual_levels + 1
+        if cfg.action_mode == "absolute":
+            self.action_space = spaces.MultiDiscrete([cfg.max_prefill + 1, cfg.max_decode + 1])
+        elif cfg.action_mode == "residual":
+            self.action_space = spaces.MultiDiscrete([lv, lv])
+        else:
+            self.action_space = spaces.Discrete(self.front_slots)
         self.observation_space = spaces.Box(-1.0, 10.0, shape=(len(OBS_FIELDS),), dtype=np.float32)
         cal = cfg.system.calibration
         self._ramp_p = (cal.prefill_ramp.p0_w, cal.prefill_ramp.slope_w, cal.prefill_ramp.p_sat_w)
@@ -209,7 +311,11 @@ class PDProvisionEnv(gym.Env):
         self._masks.setflags(write=False)
         self._mu_list = self.tables.mu.tolist()  # nested lists: fast scalar lookups in the step loop
         self._sim: Any = None
+        self._episodes = 0  # resets of this instance (the curriculum stage follows it)
         self._reset_state(0, np.zeros(self.signals.base_rate_rps.size))
+        self._set_episode(0, self.signals.base_rate_rps.size, 0)
+        self._step_bound = self.per_step_reward_bound()
+        self._update_reference()
 
     # ------------------------------------------------------------------------------------------ config
     @classmethod
@@ -233,7 +339,37 @@ class PDProvisionEnv(gym.Env):
         self._hist = [0.0] * RATE_HISTORY
         self._last_power_w = 0.0
         self._last_viol = 0.0
+        self._last_util = (0.0, 0.0, 0.0)
         self._last_info: dict[str, Any] = {}
+        self._done = False
+
+    def _set_episode(self, start: int, steps: int, stage: int) -> None:
+        self._start, self._end, self._stage = int(start), int(start) + int(steps), int(stage)
+        self._k = self._start
+
+    @property
+    def backlog_limit(self) -> float:
+        """Backlog (requests) above which an episode terminates: ``backlog_limit_s`` x ``peak_rate_rps``."""
+        return self.config.backlog_limit_s * self.config.scenario.peak_rate_rps
+
+    def per_step_reward_bound(self) -> float:
+        """B such that -B <= reward <= 0 on every non-terminal step of this scenario (module docstring)."""
+        cfg = self.config
+        cal = cfg.system.calibration
+        p_max = max(cal.prefill_ramp.p_sat_w, cal.decode_ramp.p_sat_w, self._idle_w)
+        e_max = cfg.gpu_budget * p_max * cfg.pue * cfg.scenario.period_s / 3.6e6  # kWh per period
+        obj = {"energy": e_max, "carbon": e_max * float(np.max(self.signals.ci_g_per_kwh)) / 1000.0,
+               "cost": e_max * float(np.max(self.signals.price_usd_per_kwh))}[cfg.objective]
+        return cfg.objective_weight * obj + cfg.slo_weight + cfg.backlog_weight + cfg.cap_weight * e_max
+
+    def curriculum_stage(self, episode: int) -> int:
+        """The curriculum stage of the ``episode``-th reset (0-based) of an instance."""
+        left = int(episode)
+        for i, (_, n_eps) in enumerate(self.config.curriculum):
+            if left < n_eps:
+                return i
+            left -= n_eps
+        return max(len(self.config.curriculum) - 1, 0)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[NDArray[np.float32], dict[str, Any]]:
@@ -243,18 +379,41 @@ class PDProvisionEnv(gym.Env):
         phase = int(self.np_random.integers(n_phase)) if sc.random_phase else 0
         rates = self.signals.rates(sc.burstiness, phase, sc.trace_stretch)
         self._reset_state(phase, rates)
-        self._hist = [float(rates[0])] * RATE_HISTORY  # the day starts in steady state at the first mean rate
-        n_p, n_d = self.config.initial_deployment or self._initial_deployment(float(rates[0]))
+        n = self.signals.base_rate_rps.size
+        stage = self._pinned_stage(options)
+        if stage is None:
+            stage = self.curriculum_stage(self._episodes)
+        self._episodes += 1
+        steps = self.config.curriculum[stage][0] if self.config.curriculum else n
+        start = int(self.np_random.integers(n - steps + 1)) if steps < n else 0
+        self._set_episode(start, steps, stage)
+        r0 = float(rates[start])
+        self._hist = [r0] * RATE_HISTORY  # the episode starts in steady state at its first mean rate
+        n_p, n_d = self.config.initial_deployment or self._initial_deployment(r0, start)
         self._active = [int(n_p), int(n_d)]
         self._target = [int(n_p), int(n_d)]
+        self._step_bound = self.per_step_reward_bound()
         if self.config.mode == "request":
             self._start_simulator()
+        self._update_reference()
         info = self._state_info()
+        info.update(episode_steps=steps, start_step=start, curriculum_stage=stage,
+                    per_step_reward_bound=self._step_bound, backlog_limit=self.backlog_limit)
         self._last_info = info
         return self._obs(), info
 
-    def _initial_deployment(self, rate: float) -> tuple[int, int]:
-        mix = int(self.signals.mix_index[0])
+    def _pinned_stage(self, options: dict[str, Any] | None) -> int | None:
+        if not options or options.get("curriculum_stage") is None:
+            return None
+        st = options["curriculum_stage"]
+        n = len(self.config.curriculum)
+        if isinstance(st, bool) or not isinstance(st, (int, np.integer)) or not 0 <= st < max(n, 1):
+            raise ConfigError(f"options['curriculum_stage'] = {st!r}; allowed: an integer in [0, {max(n - 1, 0)}]"
+                              + ("" if n else " (no curriculum configured)"))
+        return int(st)
+
+    def _initial_deployment(self, rate: float, start: int = 0) -> tuple[int, int]:
+        mix = int(self.signals.mix_index[start])
         grid = self.tables.grid(mix, self.config.gpu_budget)
         sel = min_power_deployment(grid, rate, DEFAULT_RHO_BAR)
         if sel is None:  # the first rate exceeds the budget's reach: the largest capacity instead
@@ -264,25 +423,45 @@ class PDProvisionEnv(gym.Env):
 
     # --------------------------------------------------------------------------------------------- action
     def action_masks(self) -> NDArray[np.bool_]:
-        """Valid values per action dimension, concatenated ([n_P mask, n_D mask]); never empty per dimension."""
-        return self._masks.copy()
+        """Valid actions of the current state, in sb3-contrib's layout (never empty per dimension).
 
-    def _check_action(self, action: Any) -> tuple[int, int, bool]:
+        ``absolute``: [n_P mask, n_D mask] (0 and counts above ``gpu_budget - 1`` masked); ``residual``:
+        [dP mask, dD mask], the changes that keep each pool in [1, min(pool max, gpu_budget - 1)];
+        ``front``: the slots holding a point of the coming mix's front.
+        """
         cfg = self.config
+        if self.action_mode == "absolute":
+            return self._masks.copy()
+        if self.action_mode == "residual":
+            lv = cfg.residual_levels
+            delta = np.arange(-lv, lv + 1)
+            hi_p, hi_d = min(cfg.max_prefill, cfg.gpu_budget - 1), min(cfg.max_decode, cfg.gpu_budget - 1)
+            p, d = self._ref.n_p + delta, self._ref.n_d + delta
+            return np.concatenate([(p >= 1) & (p <= hi_p), (d >= 1) & (d <= hi_d)])
+        m = np.zeros(self.front_slots, dtype=bool)
+        m[: self._front_rows(self.mix_index()).size] = True
+        return m
+
+    def _int_action(self, action: Any, shape: tuple[int, ...], highs: tuple[int, ...], allowed: str
+                    ) -> list[int]:
+        """The action's values as ints (row-major) after checking shape, integrality and range."""
         try:
             a = np.asarray(action)
         except Exception as exc:  # pragma: no cover - asarray accepts nearly anything
             raise ActionError(f"action {action!r} is not array-like") from exc
-        allowed = f"allowed: [n_P, n_D] integers with 0 <= n_P <= {cfg.max_prefill}, 0 <= n_D <= {cfg.max_decode}"
-        if a.shape != (2,):
+        if a.shape != shape and not (shape == () and a.shape == (1,)):
             raise ActionError(f"action {action!r} has shape {a.shape}; {allowed}")
         if a.dtype.kind not in "iu":
             if a.dtype.kind != "f" or not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
                 raise ActionError(f"action {action!r} is not integer-valued; {allowed}")
-        n_p, n_d = int(a[0]), int(a[1])
-        if not (0 <= n_p <= cfg.max_prefill and 0 <= n_d <= cfg.max_decode):
+        vals = [int(v) for v in a.ravel().tolist()]
+        if any(v < 0 or v > h for v, h in zip(vals, highs, strict=True)):
             raise ActionError(f"action {action!r} is out of range; {allowed}")
-        adjusted = False
+        return vals
+
+    def _fit_budget(self, n_p: int, n_d: int, adjusted: bool) -> tuple[int, int, bool]:
+        """A 0 raised to 1; a target above ``gpu_budget`` scaled onto it (module docstring)."""
+        cfg = self.config
         if n_p < 1 or n_d < 1:
             n_p, n_d, adjusted = max(n_p, 1), max(n_d, 1), True
         budget = cfg.gpu_budget
@@ -290,6 +469,37 @@ class PDProvisionEnv(gym.Env):
             p2 = min(cfg.max_prefill, max(1, round(budget * n_p / (n_p + n_d))))
             n_p, n_d, adjusted = p2, min(cfg.max_decode, budget - p2), True
         return n_p, n_d, adjusted
+
+    def _check_action(self, action: Any) -> tuple[int, int, bool]:
+        """Decode an action of the configured ``action_mode`` into the target (n_P, n_D, adjusted)."""
+        cfg = self.config
+        if self.action_mode == "absolute":
+            a = self._int_action(action, (2,), (cfg.max_prefill, cfg.max_decode),
+                                 f"allowed: [n_P, n_D] integers with 0 <= n_P <= {cfg.max_prefill}, "
+                                 f"0 <= n_D <= {cfg.max_decode}")
+            return self._fit_budget(int(a[0]), int(a[1]), False)
+        if self.action_mode == "residual":
+            lv = cfg.residual_levels
+            a = self._int_action(action, (2,), (2 * lv, 2 * lv),
+                                 f"allowed: [i_P, i_D] integers in [0, {2 * lv}] (change = i - {lv})")
+            n_p, n_d = self._ref.n_p + int(a[0]) - lv, self._ref.n_d + int(a[1]) - lv
+            c_p, c_d = min(max(n_p, 1), cfg.max_prefill), min(max(n_d, 1), cfg.max_decode)
+            return self._fit_budget(c_p, c_d, (c_p, c_d) != (n_p, n_d))
+        a = self._int_action(action, (), (self.front_slots - 1,),
+                             f"allowed: an integer in [0, {self.front_slots - 1}] (a slot of the eps-Pareto front)")
+        rows = self._front_rows(self.mix_index())
+        i = a[0]
+        adjusted = i >= rows.size
+        row = int(rows[min(i, rows.size - 1)])
+        g = self.reference.mix_cache(self.mix_index()).grid
+        return int(g.n_p[row]), int(g.n_d[row]), adjusted
+
+    def _front_rows(self, mix: int) -> NDArray[np.int64]:
+        """Grid rows of ``mix``'s eps-Pareto front, capacity ascending (evenly thinned to ``front_slots``)."""
+        f = self.reference.mix_cache(mix).front
+        if f.size > self.front_slots:  # only if the tables changed after construction
+            f = f[np.round(np.linspace(0, f.size - 1, self.front_slots)).astype(np.int64)]
+        return f
 
     def _apply_target(self, n_p: int, n_d: int, now_s: float) -> None:
         ready = now_s + self.config.startup_delay_s
@@ -319,8 +529,8 @@ class PDProvisionEnv(gym.Env):
 
     # ----------------------------------------------------------------------------------------------- step
     def step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
-        if self._k >= self.signals.base_rate_rps.size:
-            raise ActionError("step() called after the episode was truncated; call reset() first")
+        if self._done or self._k >= self._end:
+            raise ActionError("step() called after the episode ended (terminated or truncated); call reset() first")
         n_p, n_d, adjusted = self._check_action(action)
         cfg = self.config
         period = cfg.scenario.period_s
@@ -348,20 +558,41 @@ class PDProvisionEnv(gym.Env):
         objective = {"energy": energy_kwh, "carbon": carbon_g / 1000.0, "cost": cost}[cfg.objective]
         # the period drivers report the violation as a share; info carries it in % (the suite's convention)
         viol_share = m.pop("slo_violation")
+        limit = self.backlog_limit
+        backlog_frac = min(self._backlog / limit, 1.0)
         reward = -(cfg.objective_weight * objective + cfg.slo_weight * viol_share
-                   + cfg.cap_weight * m["cap_excess_kwh"])
+                   + cfg.backlog_weight * backlog_frac + cfg.cap_weight * m["cap_excess_kwh"])
         self._hist = [arrived / period, *self._hist[:-1]]
         self._last_power_w = m["power_w"]
         self._last_viol = viol_share
+        self._last_util = (m["prefill_util"], m["decode_util"], m["demand_util"])
         self._k = k + 1
-        truncated = self._k >= self.signals.base_rate_rps.size
+        terminated = self._backlog > limit
+        truncated = self._k >= self._end and not terminated
+        penalty = 0.0
+        if terminated:
+            penalty = (float(cfg.termination_penalty) if cfg.termination_penalty is not None
+                       else (self._end - self._k) * self._step_bound)
+            reward -= penalty
+        self._done = terminated or truncated
+        self._update_reference()
         info = self._state_info()
         info.update(m)
         info.update(energy_kwh=energy_kwh, carbon_g=carbon_g, cost_usd=cost, cap_w=cap_w, ci_g_per_kwh=ci,
                     price_usd_per_kwh=price, arrived=arrived, action_adjusted=adjusted,
-                    reward_objective=objective, slo_violation_pct=100.0 * viol_share)
+                    reward_objective=objective, slo_violation_pct=100.0 * viol_share, backlog_frac=backlog_frac,
+                    termination_penalty=penalty, applied_p=n_p, applied_d=n_d)
         self._last_info = info
-        return self._obs(), float(reward), False, truncated, info
+        return self._obs(), float(reward), terminated, truncated, info
+
+    def _update_reference(self) -> None:
+        """The reference suggestion for the coming period (what MinPowerPareto(lookahead=1) would choose)."""
+        k = min(self._k, self.signals.base_rate_rps.size - 1)
+        fc = self.forecast_rates(1)
+        self._ref: Suggestion
+        self._ref, self._ref_power = self.reference.suggest(
+            self._hist[0], float(fc[0]) if fc.size else 0.0, self._backlog, int(self.signals.mix_index[k]),
+            float(self.signals.cap_w[k]))
 
     def _fluid_period(self, k: int, t0: float, period: float, arrived: float) -> dict[str, Any]:
         """Advance the fluid model over one period (see the module docstring)."""
@@ -559,8 +790,8 @@ class PDProvisionEnv(gym.Env):
         return int(self.signals.mix_index[k])
 
     def forecast_rates(self, steps: int) -> NDArray[np.float64]:
-        """Scenario mean rates (req/s) of the next ``steps`` periods from the coming one (fewer at the end)."""
-        return np.asarray(self._rates[self._k: self._k + int(steps)], dtype=float)
+        """Scenario mean rates (req/s) of the next ``steps`` periods from the coming one (fewer at the episode end)."""
+        return np.asarray(self._rates[self._k: min(self._k + int(steps), self._end)], dtype=float)
 
     @property
     def step_index(self) -> int:
@@ -581,6 +812,8 @@ class PDProvisionEnv(gym.Env):
             "forecast_max_rps": float(fc.max()) if fc.size else 0.0, "mix_index": mix,
             "mix_weights": self.tables.weights[mix].copy(), "capacity_rps": float(self._mu_list[mix][n_p][n_d]),
             "next_cap_w": float(self.signals.cap_w[k]), "gpu_budget": self.config.gpu_budget,
+            "reference_p": self._ref.n_p, "reference_d": self._ref.n_d,
+            "reference_capacity_rps": self._ref.capacity_rps, "steps_left": self._end - self._k,
         }
 
     def _obs(self) -> NDArray[np.float32]:
@@ -607,8 +840,28 @@ class PDProvisionEnv(gym.Env):
             float(self.signals.ci_g_per_kwh[k]) / 1000.0,
             float(self.signals.price_usd_per_kwh[k]) / self._max_price,
             math.sin(ang), math.cos(ang), self._last_viol,
+            *self._reference_obs(mix, n_p, n_d, peak),
         ], dtype=np.float32)
         return np.clip(obs, -1.0, 10.0)
+
+    def _reference_obs(self, mix: int, n_p: int, n_d: int, peak: float) -> tuple[float, ...]:
+        """The OBS_FIELDS entries after ``slo_violation_last`` (what the baselines read)."""
+        cfg = self.config
+        ref = self._ref
+        cache = self.reference.mix_cache(ref.mix)
+        row = int(cache.row[min(max(n_p, 1), cfg.max_prefill), min(max(n_d, 1), cfg.max_decode)])
+        p_active = float(self._ref_power[row]) if row >= 0 else float(
+            cache.model.power_w(n_p, n_d, ref.demand_rps))
+        budget_it = self._budget_power_w / cfg.pue
+        front = self._front_rows(ref.mix)
+        pos = min(int(np.searchsorted(cache.grid.mu[front], ref.capacity_rps)), front.size - 1)
+        slots = max(self.front_slots - 1, 1)
+        mu = self._mu_list[mix][max(n_p, 1)][max(n_d, 1)]
+        rate = self._hist[0]
+        return (ref.n_p / cfg.max_prefill, ref.n_d / cfg.max_decode, ref.capacity_rps / peak,
+                p_active / budget_it, ref.power_w / budget_it, mu / rate if rate * 10.0 > mu else 10.0,
+                *self._last_util, self._backlog / self.backlog_limit, pos / slots, front.size / self.front_slots,
+                (self._end - self._k) / max(self._end - self._start, 1))
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":

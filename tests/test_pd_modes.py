@@ -1,0 +1,317 @@
+"""PDProvision action modes (absolute, residual, front), reference observations, backlog penalty and
+termination, the return-equals-KPIs identity, reward bounds and the horizon curriculum (issue 13)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env as gym_check_env
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from servegym.baselines.pd import MinPowerPareto, run_policy
+from servegym.envs.pd.env import ACTION_MODES, OBS_FIELDS, PDProvisionEnv
+
+import servegym  # noqa: F401  (registers the ids)
+from servegym.errors import ActionError, ConfigError
+
+IDS = {"absolute": "servegym/PDProvision-v0", "residual": "servegym/PDProvisionResidual-v0",
+       "front": "servegym/PDProvisionFront-v0"}
+SHORT = {"scenario": {"horizon_steps": 60}}
+
+
+def _masked_random(env: PDProvisionEnv, rng: np.random.Generator) -> np.ndarray | int:
+    """A uniformly random valid action of the env's mode (per-dimension masks)."""
+    m = env.action_masks()
+    space = env.action_space
+    if isinstance(space, gym.spaces.Discrete):
+        return int(rng.choice(np.flatnonzero(m)))
+    out, i = [], 0
+    for n in space.nvec:
+        out.append(int(rng.choice(np.flatnonzero(m[i: i + n]))))
+        i += n
+    return np.array(out)
+
+
+def _terms(env: PDProvisionEnv, info: dict) -> float:
+    """Minus the reward of one step rebuilt from its info KPIs (module docstring's formula)."""
+    c = env.config
+    obj = {"energy": info["energy_kwh"], "carbon": info["carbon_g"] / 1000.0, "cost": info["cost_usd"]}[c.objective]
+    return (c.objective_weight * obj + c.slo_weight * info["slo_violation_pct"] / 100.0
+            + c.backlog_weight * info["backlog_frac"]
+            + c.cap_weight * info["cap_excess_kwh"] + info["termination_penalty"])
+
+
+@pytest.mark.parametrize("mode", ACTION_MODES)
+def test_both_checkers_every_mode(mode: str) -> None:
+    made = gym.make(IDS[mode], config=SHORT, render_mode="ansi")
+    gym_check_env(made.unwrapped, skip_render_check=False)
+    sb3_checker = pytest.importorskip("stable_baselines3.common.env_checker")
+    sb3_checker.check_env(PDProvisionEnv({**SHORT, "action_mode": mode}), warn=True)
+
+
+@pytest.mark.parametrize("mode", ACTION_MODES)
+def test_deterministic_every_mode(mode: str) -> None:
+    def roll(seed: int) -> tuple[list, list]:
+        e = gym.make(IDS[mode], config={"scenario": {"horizon_steps": 120}}).unwrapped
+        obs, _ = e.reset(seed=seed)
+        rng = np.random.default_rng(5)
+        obs_l, rew = [obs], []
+        for _ in range(120):
+            obs, r, term, trunc, _ = e.step(_masked_random(e, rng))
+            obs_l.append(obs)
+            rew.append(r)
+            if term or trunc:
+                break
+        return obs_l, rew
+
+    a, b, c = roll(11), roll(11), roll(12)
+    assert all(np.array_equal(x, y) for x, y in zip(a[0], b[0], strict=True)) and a[1] == b[1]
+    assert not np.array_equal(np.array(a[0][:5]), np.array(c[0][:5]))
+
+
+def test_residual_zero_reproduces_min_power_lookahead_exactly() -> None:
+    """Action [L, L] every period equals MinPowerPareto(lookahead=1) on the absolute driver, step by step."""
+    ref = run_policy(PDProvisionEnv(), MinPowerPareto(lookahead=1), seed=4)
+    e = PDProvisionEnv({"action_mode": "residual"})
+    _, info = e.reset(seed=4)
+    lv = e.config.residual_levels
+    total, rows = 0.0, []
+    while True:
+        _, r, term, trunc, info = e.step(np.array([lv, lv]))
+        total += r
+        rows.append(info)
+        assert not info["action_adjusted"]
+        if term or trunc:
+            break
+    assert len(rows) == ref.steps == 1440
+    for key in ("n_p", "n_d", "power_w", "backlog", "slo_violation_pct"):
+        assert np.array_equal(np.array([i[key] for i in rows], dtype=float), ref.series[key]), key
+    assert total == ref.reward
+    assert sum(i["energy_kwh"] for i in rows) == ref.energy_kwh
+
+
+def test_residual_zero_in_request_mode_follows_the_reference() -> None:
+    cfg = {"mode": "request", "scenario": {"horizon_steps": 3, "peak_rate_rps": 3.0}}
+    ref = run_policy(PDProvisionEnv(cfg), MinPowerPareto(lookahead=1), seed=2)
+    e = PDProvisionEnv({**cfg, "action_mode": "residual"})
+    e.reset(seed=2)
+    lv = e.config.residual_levels
+    infos = [e.step(np.array([lv, lv]))[-1] for _ in range(3)]
+    for key in ("power_w", "n_p", "n_d", "backlog"):
+        assert np.array_equal(np.array([i[key] for i in infos], dtype=float), ref.series[key]), key
+
+
+def test_residual_changes_and_masks() -> None:
+    e = PDProvisionEnv({**SHORT, "action_mode": "residual", "residual_levels": 2})
+    _, info = e.reset(seed=0)
+    rp, rd = info["reference_p"], info["reference_d"]
+    m = e.action_masks()
+    assert m.shape == (10,) and m[2] and m[7]  # change 0 is always valid
+    for i_p in np.flatnonzero(m[:5]):
+        assert 1 <= rp + i_p - 2 <= 12
+    _, _, _, _, info = e.step(np.array([3, 1]))
+    assert (info["target_p"], info["target_d"]) == (rp + 1, rd - 1) or info["action_adjusted"]
+    with pytest.raises(ActionError, match=r"allowed: \[i_P, i_D\] integers in \[0, 4\]"):
+        e.step(np.array([5, 2]))
+
+
+def test_residual_clips_and_flags_outside_the_pool() -> None:
+    e = PDProvisionEnv({**SHORT, "action_mode": "residual", "initial_deployment": (1, 1),
+                        "scenario": {"horizon_steps": 60, "peak_rate_rps": 0.5}})
+    _, info = e.reset(seed=0)
+    assert info["reference_p"] == 1 and info["reference_d"] == 1  # a tiny load: 1p1d
+    assert not e.action_masks()[0]  # change -2 would leave the pool empty
+    _, _, _, _, info = e.step(np.array([0, 0]))
+    assert info["action_adjusted"] and (info["target_p"], info["target_d"]) == (1, 1)
+
+
+def test_front_actions_are_front_points() -> None:
+    e = PDProvisionEnv({**SHORT, "action_mode": "front"})
+    _, info = e.reset(seed=1)
+    assert isinstance(e.action_space, gym.spaces.Discrete) and e.action_space.n == e.front_slots
+    cache = e.reference.mix_cache(e.mix_index())
+    front = cache.front
+    m = e.action_masks()
+    assert m.sum() == front.size and m[: front.size].all()
+    mus = cache.grid.mu[front]
+    assert np.all(np.diff(mus) > 0)  # capacity ascending
+    _, _, _, _, info = e.step(front.size - 1)
+    row = front[-1]
+    assert (info["target_p"], info["target_d"]) == (cache.grid.n_p[row], cache.grid.n_d[row])
+    assert not info["action_adjusted"]
+    if front.size < e.front_slots:
+        _, _, _, _, info = e.step(e.front_slots - 1)
+        assert info["action_adjusted"]
+    with pytest.raises(ActionError, match="front"):
+        e.step(e.front_slots)
+
+
+def test_observation_carries_what_the_baselines_read() -> None:
+    e = PDProvisionEnv({**SHORT, "action_mode": "residual"})
+    obs, info = e.reset(seed=3)
+    assert obs.shape == (len(OBS_FIELDS),) == (37,)
+    f = {name: i for i, name in enumerate(OBS_FIELDS)}
+    assert obs[f["ref_n_p / max_prefill"]] == pytest.approx(info["reference_p"] / 12)
+    assert obs[f["ref_n_d / max_decode"]] == pytest.approx(info["reference_d"] / 8)
+    assert obs[f["capacity_suggested / peak"]] == pytest.approx(info["reference_capacity_rps"] / 14.0, rel=1e-6)
+    _, _, _, _, info = e.step(np.array([2, 2]))
+    obs = e._obs()
+    assert obs[f["prefill_util_last"]] == pytest.approx(info["prefill_util"], rel=1e-6)
+    assert obs[f["decode_util_last"]] == pytest.approx(info["decode_util"], rel=1e-6)
+    assert obs[f["backlog / backlog_limit"]] == pytest.approx(info["backlog"] / e.backlog_limit, abs=1e-7)
+    assert obs[f["capacity_active / rate_last"]] == pytest.approx(
+        min(info["capacity_rps"] / info["rate_rps"], 10.0), rel=1e-6)
+    assert obs[f["steps_left / episode_steps"]] == pytest.approx(59 / 60)
+
+
+def test_backlog_terminates_with_the_stated_penalty() -> None:
+    e = PDProvisionEnv({"initial_deployment": (1, 1), "arrivals": "mean", "backlog_limit_s": 60.0,
+                        "scenario": {"horizon_steps": 120}})
+    e.reset(seed=0)
+    bound = e.per_step_reward_bound()
+    total = terms = 0.0
+    steps = 0
+    while True:
+        _, r, term, trunc, info = e.step(np.array([1, 1]))
+        steps += 1
+        total += r
+        terms += _terms(e, info)
+        assert info["backlog_frac"] == pytest.approx(min(info["backlog"] / (60.0 * 14.0), 1.0))
+        if term:
+            break
+        assert not trunc and info["termination_penalty"] == 0.0 and -bound <= r <= 0.0
+    assert term and not trunc and info["backlog"] > 60.0 * 14.0
+    assert info["termination_penalty"] == pytest.approx((120 - steps) * bound)
+    assert total == pytest.approx(-terms, rel=1e-12)
+    with pytest.raises(ActionError, match="reset"):
+        e.step(np.array([1, 1]))
+    e2 = PDProvisionEnv(dataclasses.replace(e.config, termination_penalty=50.0))
+    e2.reset(seed=0)
+    for _ in range(steps):
+        *_, info = e2.step(np.array([1, 1]))
+    assert info["termination_penalty"] == 50.0
+
+
+def test_penalty_grows_with_the_backlog_after_violations_saturate() -> None:
+    e = PDProvisionEnv({"initial_deployment": (1, 1), "arrivals": "mean", "slo_weight": 2.0, "backlog_weight": 2.0,
+                        "objective_weight": 0.0, "cap_weight": 0.0, "scenario": {"horizon_steps": 120}})
+    e.reset(seed=0)
+    rewards, viol = [], []
+    for _ in range(12):
+        _, r, term, _, info = e.step(np.array([1, 1]))
+        rewards.append(r)
+        viol.append(info["slo_violation_pct"])
+        assert not term
+    sat = [i for i, v in enumerate(viol) if v == 100.0]
+    assert len(sat) >= 3
+    assert np.all(np.diff(np.array(rewards)[sat]) < 0)  # all arrivals miss, yet the penalty keeps growing
+
+
+@settings(max_examples=30, deadline=None)
+@given(mode=st.sampled_from(ACTION_MODES), objective=st.sampled_from(["energy", "carbon", "cost"]),
+       seed=st.integers(0, 10_000), weights=st.tuples(*[st.floats(0.0, 50.0)] * 4),
+       limit_s=st.sampled_from([5.0, 60.0, 300.0]), budget=st.integers(2, 24))
+def test_return_equals_kpis_and_rewards_bounded(mode: str, objective: str, seed: int,
+                                                 weights: tuple[float, ...], limit_s: float, budget: int) -> None:
+    w_obj, w_slo, w_b, w_cap = weights
+    e = PDProvisionEnv({"action_mode": mode, "objective": objective, "objective_weight": w_obj, "slo_weight": w_slo,
+                        "backlog_weight": w_b, "cap_weight": w_cap, "backlog_limit_s": limit_s,
+                        "gpu_budget": budget, "scenario": {"horizon_steps": 40}})
+    e.reset(seed=seed)
+    bound = e.per_step_reward_bound()
+    rng = np.random.default_rng(seed)
+    total = terms = 0.0
+    for k in range(40):
+        _, r, term, trunc, info = e.step(_masked_random(e, rng))
+        total += r
+        terms += _terms(e, info)
+        if term:
+            assert -bound * (1 + 40 - (k + 1)) - 1e-9 <= r <= 0.0
+            break
+        assert -bound - 1e-9 <= r <= 0.0
+        if trunc:
+            break
+    assert total == pytest.approx(-terms, rel=1e-12, abs=1e-12)
+
+
+def test_curriculum_stages_and_random_start() -> None:
+    cfg = {"curriculum": [[60, 2], [240, 1], [1440, 0]]}
+    e = PDProvisionEnv(cfg)
+    lengths, starts = [], []
+    for ep in range(5):
+        _, info = e.reset(seed=ep)
+        lengths.append(info["episode_steps"])
+        starts.append(info["start_step"])
+        n = 0
+        while True:
+            *_, term, trunc, info = e.step(np.array([info["reference_p"], info["reference_d"]]))
+            n += 1
+            if term or trunc:
+                break
+        assert n == lengths[-1] and trunc
+    assert lengths == [60, 60, 240, 1440, 1440]
+    assert starts[3] == starts[4] == 0 and len(set(starts[:3])) == 3
+    # the same seed and stage give the same episode; a pinned stage ignores the count
+    a = PDProvisionEnv(cfg).reset(seed=9, options={"curriculum_stage": 1})
+    b = PDProvisionEnv(cfg).reset(seed=9, options={"curriculum_stage": 1})
+    assert np.array_equal(a[0], b[0]) and a[1]["start_step"] == b[1]["start_step"]
+    assert a[1]["episode_steps"] == 240 and a[1]["hour"] == pytest.approx(a[1]["start_step"] / 60 % 24)
+    with pytest.raises(ConfigError, match="curriculum_stage"):
+        e.reset(seed=0, options={"curriculum_stage": 3})
+    # without a curriculum the full-length episode and its draws are unchanged
+    x, y = PDProvisionEnv(), PDProvisionEnv({"curriculum": [[1440, 0]]})
+    assert np.array_equal(x.reset(seed=3)[0], y.reset(seed=3)[0])
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"action_mode": "delta"}, "action_mode"), ({"residual_levels": 0}, "residual_levels"),
+    ({"residual_levels": 1.5}, "residual_levels"), ({"front_eps": 0.0}, "front_eps"),
+    ({"backlog_limit_s": 0.0}, "backlog_limit_s"), ({"termination_penalty": -1.0}, "termination_penalty"),
+    ({"backlog_weight": -1.0}, "backlog_weight"), ({"curriculum": [[60]]}, "curriculum"),
+    ({"curriculum": [[0, 5]]}, "episode_steps"), ({"curriculum": [[2000, 5]]}, "episode_steps"),
+    ({"curriculum": 5}, "curriculum"), ({"slo_weight": 1e7}, "slo_weight"),
+])
+def test_bad_mode_configs_name_the_field(overrides: dict, field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        PDProvisionEnv(overrides)
+
+
+def test_registered_ids_and_mode_conflict() -> None:
+    for mode, env_id in IDS.items():
+        e = gym.make(env_id, config=SHORT)
+        assert e.unwrapped.action_mode == mode
+    e = gym.make(IDS["residual"], config={"action_mode": "residual", **SHORT})
+    assert e.unwrapped.action_mode == "residual"
+    with pytest.raises(ConfigError, match="action_mode"):
+        gym.make(IDS["residual"], config={"action_mode": "front"})
+
+
+def test_family_baselines_on_mode_ids_match_the_absolute_env() -> None:
+    from servegym.agents.families import family_for
+
+    fam = family_for(IDS["residual"])
+    assert fam.name == "pd" and set(IDS.values()) <= set(fam.env_ids)
+    kw = {"config": {"scenario": {"horizon_steps": 90}}}
+    a = fam.run_baseline(gym.make(IDS["residual"], **kw), "min-power+lookahead", 3)
+    b = fam.run_baseline(gym.make(IDS["absolute"], **kw), "min-power+lookahead", 3)
+    assert a.reward == b.reward and a.metrics == b.metrics and a.length == 90
+
+
+def test_shipped_pd_hyperparams_give_200_updates_and_matched_normalization() -> None:
+    from servegym.agents.hparams import load_hyperparams, merge_kwargs
+
+    for env_id in IDS.values():
+        for algo in ("maskable-ppo", "ppo"):
+            hp = load_hyperparams(env_id, algo)
+            per_update = hp.n_envs * int(hp.algo_kwargs["n_steps"])
+            assert hp.n_timesteps // per_update >= 200, (env_id, algo)
+            assert per_update * 200 <= 51_200  # a quick budget of 51,200 steps already gives 200 updates
+            assert hp.normalize == {}  # VecNormalize on observations and rewards (gamma from algo_kwargs)
+            assert "gamma" in hp.algo_kwargs
+    hp = load_hyperparams(IDS["residual"], "maskable-ppo")
+    kw = merge_kwargs({"config": {"objective": "carbon"}}, hp.train_env_kwargs)
+    assert kw["config"]["objective"] == "carbon" and kw["config"]["curriculum"][0] == [60, 50]
+    PDProvisionEnv(kw["config"])  # the shipped curriculum is a valid config
