@@ -264,3 +264,22 @@ def test_operating_point_below_and_at_capacity() -> None:
     assert all(a.wait_s < b.wait_s and a.tpot_s < b.tpot_s for a, b in itertools.pairwise(ops))
     with pytest.raises(ConfigError, match="rate"):
         m.operating_point(3, 2, float("nan"))
+
+
+@pytest.mark.parametrize("workload", [FIXED, VARIABLE, WorkloadMoments.fixed(1024, 512)])
+def test_sglang_semantics_between_paper_and_no_wait(workload: WorkloadMoments) -> None:
+    """Admission-aware capacity: at least the paper's, at most the no-wait bound (equal to it with fixed lengths)."""
+    paper, sglang = PDModel(workload), PDModel(workload, semantics="sglang")
+    deps = [(1, 1), (2, 1), (3, 1), (3, 2), (4, 2), (1, 3), (6, 2)]
+    grid = sglang.grid_for([p for p, _ in deps], [d for _, d in deps])
+    for k, (n_p, n_d) in enumerate(deps):
+        mu_p, mu_s, nw = paper.capacity(n_p, n_d).mu, sglang.capacity(n_p, n_d).mu, paper.no_wait_capacity(n_p, n_d)
+        assert mu_p <= mu_s * (1 + 1e-9) and mu_s <= nw * (1 + 1e-9)
+        assert grid.mu[k] == pytest.approx(mu_s, rel=1e-9)
+        if workload.in_var == 0:
+            assert mu_s == pytest.approx(nw, rel=1e-6)
+    # Below capacity both semantics give the same operating point (Poisson arrivals, no admission wait).
+    op_p, op_s = paper.operating_point(3, 2, 2.0), sglang.operating_point(3, 2, 2.0)
+    assert op_p.wait_s == pytest.approx(op_s.wait_s) and op_p.power_w == pytest.approx(op_s.power_w)
+    with pytest.raises(ConfigError, match="semantics"):
+        PDModel(workload, semantics="vllm")

@@ -218,6 +218,9 @@ def test_simulated_saturation_matches_model(spec: str, n_p: int, n_d: int) -> No
     model = PDModel(parse_workload(spec))
     sat = saturation_throughput(model, n_p, n_d, pd_length_sampler(spec), seed=0)
     assert abs(sat.rel_error) <= 0.05, sat
+    # The admission-aware semantics tracks the same simulation within 3% (benchmarks/results/pd_crosscheck.md).
+    sglang = PDModel(parse_workload(spec), semantics="sglang").capacity(n_p, n_d).mu
+    assert abs(sglang / sat.throughput_rps - 1) <= 0.03, (sglang, sat)
 
 
 def test_cli_simulate_and_errors(capsys: pytest.CaptureFixture[str]) -> None:

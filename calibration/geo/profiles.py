@@ -215,6 +215,10 @@ def build_profile(name: str, data: Path | None = None, tables_out: Path | None =
             "prefill_energy": f_epre.mape_holdout, "decode_energy": f_edec.mape_holdout,
         },
         notes=" ".join(notes),
+        # The fit grids (tables.prefill_grid / decode_grid): the step models are calibrated on these only.
+        calibrated_range={"batch": (float(dec["batch"].min()), float(dec["batch"].max())),
+                          "prefill_tokens": (float(pre["n_tokens"].min()), float(pre["n_tokens"].max())),
+                          "context": (32.0, float(min(setup.model_len, 32768)))},
     )
 
 

@@ -633,5 +633,9 @@ class GeoSimulation:
             "decisions": self.n_decisions,
             "sim_time_s": self._time_s,
             "complete": self._done,
+            # Step models outside their calibrated range (GeoConfig.extrapolate): named in every result.
+            "extrapolated": cfg.extrapolated,
+            "power_clamps": int(self.pool.power_clamps.sum()),
+            "time_floors": int(self.pool.time_floors.sum()),
         }
         return GeoResults(summary=summary, per_dc=per_dc, requests=req, config=cfg.to_dict())

@@ -334,6 +334,8 @@ def describe(config: GeoConfig, preset_name: str | None = None, model: str | Non
     if model:
         bits.append(model)
     bits += [f"{config.rate_rps:g} req/s", f"{config.duration_s:g} s simulated", f"OSL {config.osl_mode}"]
+    if config.extrapolated:
+        bits.append(f"EXTRAPOLATED max_num_seqs = {config.max_num_seqs} (outside the profile's calibrated range)")
     if config.osl_mode == "predicted":
         bits[-1] += f" (as '{osl_app(config.lengths)}')"
     return ", ".join(bits)

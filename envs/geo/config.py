@@ -59,6 +59,10 @@ class GeoConfig:
         nodes_per_dc, gpus_per_node: identical nodes per DC; engines per node = gpus_per_node / tp.
         profile: calibrated engine profile name or JSON path (``servegym.envs.geo.profile``).
         kv_capacity_tokens, max_num_seqs: optional overrides of the profile's KV pool and batch cap.
+            ``max_num_seqs`` must lie in the profile's calibrated batch range unless ``extrapolate``.
+        extrapolate: allow ``max_num_seqs`` outside the calibrated batch range (the step models are then
+            evaluated beyond their calibration; steps whose time is floored or whose power is clamped to
+            TP x TDP are counted). Named in every result (``extrapolated``, ``power_clamps``, ``time_floors``).
         rate_rps: Poisson arrival rate of the load generator (whole system).
         duration_s: arrivals are generated in ``[0, duration_s)``.
         drain_s: after the last arrival the simulation runs until every request finished or
@@ -92,6 +96,7 @@ class GeoConfig:
     profile: str = "llama3.1-8b_a100-40gb_tp1"
     kv_capacity_tokens: int | None = None
     max_num_seqs: int | None = None
+    extrapolate: bool = False
     rate_rps: float = 4000.0
     duration_s: float = 200.0
     drain_s: float = 120.0
@@ -163,13 +168,18 @@ class GeoConfig:
     # -- derived quantities -------------------------------------------------------------------
     def engine_profile(self):  # -> EngineProfile (imported lazily: keeps config import light)
         """The engine profile with this config's overrides applied."""
-        prof = _load_profile(self.profile)
-        changes: dict[str, Any] = {}
-        if self.kv_capacity_tokens is not None:
-            changes["kv_capacity_tokens"] = self.kv_capacity_tokens
-        if self.max_num_seqs is not None:
-            changes["max_num_seqs"] = self.max_num_seqs
-        return replace(prof, **changes) if changes else prof
+        if not isinstance(self.extrapolate, bool):
+            raise ConfigError(f"extrapolate = {self.extrapolate!r}; allowed: True or False")
+        return _load_profile(self.profile).with_limits(
+            max_num_seqs=self.max_num_seqs, kv_capacity_tokens=self.kv_capacity_tokens, extrapolate=self.extrapolate)
+
+    @property
+    def extrapolated(self) -> bool:
+        """True when ``max_num_seqs`` lies outside the profile's calibrated batch range (needs ``extrapolate``)."""
+        if self.max_num_seqs is None:
+            return False
+        lo, hi = _load_profile(self.profile).ranges["batch"]
+        return not lo <= self.max_num_seqs <= hi
 
     @property
     def engines_per_node(self) -> int:

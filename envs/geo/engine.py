@@ -21,7 +21,9 @@ Semantics, per engine (all times in s, energies in J, sizes in tokens):
 - **Tokens.** The last prefill step of a prompt emits its first token; each decode step emits one
   token per batched request. A request with ``osl = 1`` finishes with its prefill.
 - **Energy** per engine (IT energy; host power and PUE are the cluster's): ``E_pre`` per prefill
-  step and ``E_dec`` per decode step, charged when the step starts; ``idle_w`` (W) times the time
+  step and ``E_dec`` per decode step, charged when the step starts, never more than TP x TDP times
+  the step time (clamped and counted in ``power_clamps``; inside a profile's calibrated range this
+  cannot happen, see :meth:`EngineProfile.check_step_models`); ``idle_w`` (W) times the time
   the engine has nothing in flight (empty batch and no request ready in its queue).
 - **Per request:** ``TTFT = first_token_s - created_s``; ``TPOT = (finish_s - first_token_s) /
   (osl - 1)``, the mean decode interval including prefill stalls (NaN when ``osl = 1``: no decode
@@ -43,8 +45,9 @@ from servegym.envs.geo.profile import EngineProfile
 
 from servegym.errors import ActionError, ConfigError
 
-# Fitted step polynomials can dip to or below 0 far outside their fit range; a step never lasts
-# less than this (s), which also guarantees the loop makes progress.
+# Fitted step polynomials can dip to or below 0 far outside their calibrated range; a step never lasts
+# less than this (s), which also guarantees the loop makes progress. Such steps are counted
+# (``EnginePool.time_floors``), as are steps whose energy is clamped to TP x TDP x time (``power_clamps``).
 MIN_STEP_S = 1e-4
 
 
@@ -123,6 +126,7 @@ def profile_params(profile: EngineProfile) -> NDArray[np.float64]:
     par[K.P_BUDGET] = profile.max_num_batched_tokens
     par[K.P_KV_CAP] = profile.kv_capacity_tokens
     par[K.P_MIN_STEP] = MIN_STEP_S
+    par[K.P_CAP_W] = profile.tp * profile.tdp_w
     return par
 
 
@@ -320,6 +324,16 @@ class EnginePool:
     def energy_idle_j(self) -> NDArray[np.float64]:
         """Idle energy per engine (J): ``idle_w`` times the time with nothing in flight."""
         return self._ef[:, K.F_E_IDLE].copy()
+
+    @property
+    def power_clamps(self) -> NDArray[np.int64]:
+        """Steps per engine whose model energy implied more than TP x TDP and was clamped to it."""
+        return self._ei[:, K.E_POWER_CLAMPS].copy()
+
+    @property
+    def time_floors(self) -> NDArray[np.int64]:
+        """Steps per engine whose model time fell below ``MIN_STEP_S`` and was raised to it."""
+        return self._ei[:, K.E_TIME_FLOORS].copy()
 
     @property
     def energy_j(self) -> NDArray[np.float64]:

@@ -52,8 +52,10 @@ N_RF = 4
     E_FINISHED,
     E_PREFILL_STEPS,
     E_DECODE_STEPS,
-) = range(14)
-N_EI = 14
+    E_POWER_CLAMPS,  # steps whose model energy exceeded TP x TDP x step time (energy clamped to that)
+    E_TIME_FLOORS,  # steps whose model time fell below P_MIN_STEP (time raised to it)
+) = range(16)
+N_EI = 16
 # engine float columns
 F_CLOCK, F_E_PRE, F_E_DEC, F_E_IDLE, F_PREFILL_S, F_DECODE_S, F_IDLE_S, F_DUTY_PREFILL_S = range(8)
 N_EF = 8
@@ -82,15 +84,15 @@ N_EF = 8
     P_BUDGET,
     P_KV_CAP,
     P_MIN_STEP,
-) = range(23)
-N_PAR = 23
+    P_CAP_W,  # TP x TDP, W: no step draws more
+) = range(24)
+N_PAR = 24
 
 
 @njit(cache=True)
 def _t_pre(par, n, b, ss):  # pragma: no cover - compiled
     knee = par[P_KNEE]
-    t = par[P_SLO] * min(n, knee) + par[P_SHI] * max(n - knee, 0.0) + par[P_B0] + par[P_B1] * b + par[P_B2] * ss
-    return max(t, par[P_MIN_STEP])
+    return par[P_SLO] * min(n, knee) + par[P_SHI] * max(n - knee, 0.0) + par[P_B0] + par[P_B1] * b + par[P_B2] * ss
 
 
 @njit(cache=True)
@@ -99,7 +101,25 @@ def _t_dec(par, b, k):  # pragma: no cover - compiled
     a0 = par[P_AL0] + par[P_BE0] * ell
     a1 = par[P_AL1] + par[P_BE1] * ell
     a2 = par[P_AL2] + par[P_BE2] * ell
-    return max(a0 + (a1 + a2 * b) * b, par[P_MIN_STEP])
+    return a0 + (a1 + a2 * b) * b
+
+
+@njit(cache=True)
+def _guard_step(par, ei, e, t, energy):  # pragma: no cover - compiled
+    """Step time floored at P_MIN_STEP and energy clamped to P_CAP_W x time, each counted per engine.
+
+    Inside a profile's calibrated range neither happens (checked when the profile loads); they guard an
+    explicit extrapolation (e.g. ``max_num_seqs`` above the range), where a fitted polynomial can go negative
+    or imply more than TP x TDP.
+    """
+    if t < par[P_MIN_STEP]:
+        t = par[P_MIN_STEP]
+        ei[e, E_TIME_FLOORS] += 1
+    cap = par[P_CAP_W] * t
+    if energy > cap:
+        energy = cap
+        ei[e, E_POWER_CLAMPS] += 1
+    return t, energy
 
 
 @njit(cache=True)
@@ -232,9 +252,10 @@ def advance_kernel(ri, rf, ei, ef, slots, fin, fin_n, par, t_end):  # pragma: no
                     budget -= c
                     if budget == 0:
                         break
-                t = _t_pre(par, float(n_tok), float(n_req), ss)
+                t, en = _guard_step(par, ei, e, _t_pre(par, float(n_tok), float(n_req), ss),
+                                    par[P_E0P] + par[P_EP] * n_tok + par[P_EA] * ss)
                 clock += t
-                ef[e, F_E_PRE] += par[P_E0P] + par[P_EP] * n_tok + par[P_EA] * ss
+                ef[e, F_E_PRE] += en
                 ef[e, F_PREFILL_S] += t
                 ef[e, F_DUTY_PREFILL_S] += t
                 ei[e, E_PREFILL_STEPS] += 1
@@ -262,9 +283,10 @@ def advance_kernel(ri, rf, ei, ef, slots, fin, fin_n, par, t_end):  # pragma: no
             # phase 2: one decode step over the whole (fully prefilled) batch
             nb = ei[e, E_BATCH]
             kv = ei[e, E_KV_CACHED]
-            t = _t_dec(par, float(nb), float(kv))
+            t, en = _guard_step(par, ei, e, _t_dec(par, float(nb), float(kv)),
+                                par[P_E0D] + par[P_ED] * nb + par[P_EK] * kv)
             clock += t
-            ef[e, F_E_DEC] += par[P_E0D] + par[P_ED] * nb + par[P_EK] * kv
+            ef[e, F_E_DEC] += en
             ef[e, F_DECODE_S] += t
             ei[e, E_DECODE_STEPS] += 1
             n_done = 0

@@ -19,6 +19,7 @@ def add_commands(subparsers: Any) -> None:
     cap.add_argument("--workload", required=True, help=f"one of: {WORKLOAD_SPECS}")
     cap.add_argument("--deployment", required=True, help="<n_P>p<n_D>d, e.g. 3p2d")
     _serving_args(cap)
+    _semantics_arg(cap)
     cap.add_argument("--json", action="store_true", help="print JSON")
     cap.set_defaults(func=_capacity)
 
@@ -32,6 +33,7 @@ def add_commands(subparsers: Any) -> None:
     par.add_argument("--budget", type=float, default=None,
                      help="also pick the largest-capacity deployment with power at capacity <= BUDGET (W)")
     _serving_args(par)
+    _semantics_arg(par)
     par.add_argument("--json", action="store_true", help="print JSON")
     par.add_argument("--plot", metavar="PNG", help="write a capacity-power plot")
     par.set_defaults(func=_pareto)
@@ -56,6 +58,12 @@ def _serving_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reserve", type=float, default=None, help="R, reserved output slots per request")
 
 
+def _semantics_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--semantics", choices=("paper", "sglang"), default="paper",
+                   help="capacity semantics: paper (default; KV reserved through the whole prefill wait) or sglang "
+                        "(KV held only once admitted; admissions paced by memory release at saturation)")
+
+
 def serving_system(args: argparse.Namespace) -> Any:
     """The paper's system with ``--kv-tokens`` (a number or a named reading) and ``--reserve`` applied."""
     from servegym.envs.pd.catalog import kv_tokens_reading, paper_system
@@ -68,7 +76,7 @@ def _model(args: argparse.Namespace) -> Any:
     from servegym.envs.pd.workload_moments import parse_workload
 
     system = serving_system(args)
-    return PDModel(parse_workload(args.workload), system)
+    return PDModel(parse_workload(args.workload), system, semantics=getattr(args, "semantics", "paper"))
 
 
 def _capacity(args: argparse.Namespace) -> int:
@@ -79,11 +87,12 @@ def _capacity(args: argparse.Namespace) -> int:
     c = model.capacity(n_p, n_d)
     out = {"workload": model.workload.name, "deployment": c.label, "mu": c.mu, "mu_p": c.mu_p, "mu_d": c.mu_d,
            "batch": c.batch, "mu_d_max": c.mu_d_max, "power_w": c.power_w, "b_max": c.b_max, "rho_p": c.rho_p,
-           "wait_s": c.wait_s, "kv_tokens": model.c_tok, "reserve_tokens": model.system.serving.reserve_tokens}
+           "wait_s": c.wait_s, "kv_tokens": model.c_tok, "reserve_tokens": model.system.serving.reserve_tokens,
+           "semantics": model.semantics}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"{c.label} on {model.workload.name}: capacity {c.mu:.3f} req/s "
+    print(f"{c.label} on {model.workload.name} ({model.semantics} semantics): capacity {c.mu:.3f} req/s "
           f"({'prefill' if c.rho_p > 0.999 else 'decode-side'} balance rho_P={c.rho_p:.3f})")
     print(f"  prefill  mu_P = {c.mu_p:.3f} req/s per instance (x{n_p} = {n_p * c.mu_p:.3f})")
     print(f"  decode   mu_D = {c.mu_d:.3f} req/s per instance at batch B = {c.batch:.1f} "

@@ -31,6 +31,22 @@ single prefill instance with heavy-tailed inputs (Mooncake 1p1d: mu = 0.81 vs a 
 (t_W = 0, :meth:`PDModel.no_wait_capacity`), overshoots the simulation by up to 16% (Mooncake 4p2d),
 because round-robin prefill queues fed by memory-gated admission do idle.
 
+Two capacity semantics (``PDModel(..., semantics=...)``):
+
+* ``"paper"`` (default): the paper's model as published, reservation held during the whole Kingman wait of a
+  Poisson stream split round-robin over n_P instances (CV_a^2 = 1/n_P, eq. 21). Kept as the paper's model:
+  its error against the simulator (up to 6.4%, Mooncake 1p1d) is model error, as the paper's own 3.0% MAPE
+  against its measurements is.
+* ``"sglang"`` (beyond the paper; KV held only once admitted): at saturation requests are admitted only when
+  finished ones release memory, so the stream into the prefill queues is paced by the pool rather than by
+  the arrivals; it is taken as regular (CV_a^2 = 0) and only the prefill service-time variability CV_s^2
+  leaves reserved requests waiting. Same memory balance, same root-finding; with deterministic prefill
+  (fixed lengths) the wait term vanishes and the capacity is the no-wait bound. Compared side by side with
+  the paper's semantics in ``benchmarks/results/pd_crosscheck.md``.
+
+Below capacity admission rarely waits, so :meth:`PDModel.operating_point` uses the Poisson (CV_a^2 = 1/n_P)
+Kingman wait for TTFT under both semantics; only the capacity balance differs.
+
 :class:`PDModel` binds a :class:`~servegym.envs.pd.catalog.PDSystem` to a workload and caches the
 deployment-independent coefficients; :meth:`PDModel.capacity` is the scalar path (``scipy.optimize.brentq``,
 as in the paper) and :meth:`PDModel.grid` evaluates many deployments at once with a vectorized bisection
@@ -51,6 +67,9 @@ from servegym.envs.pd.workload_moments import WorkloadMoments
 
 from servegym.errors import ConfigError
 
+#: Admission semantics of the capacity model (see the module docstring): ``paper`` (default) charges the
+#: whole Kingman prefill wait to KV reservations; ``sglang`` holds KV only once admitted.
+SEMANTICS = ("paper", "sglang")
 _DEPLOYMENT = re.compile(r"^\s*(\d+)\s*p\s*(\d+)\s*d\s*$", re.IGNORECASE)
 MAX_INSTANCES_PER_POOL = 4096
 
@@ -159,7 +178,11 @@ class OperatingPoint:
 class PDModel:
     """The analytical model for one system and one workload (Algorithm 1 plus the power model)."""
 
-    def __init__(self, workload: WorkloadMoments, system: PDSystem | None = None) -> None:
+    def __init__(self, workload: WorkloadMoments, system: PDSystem | None = None, *,
+                 semantics: str = "paper") -> None:
+        if semantics not in SEMANTICS:
+            raise ConfigError(f"semantics = {semantics!r}; allowed: {list(SEMANTICS)}")
+        self.semantics = semantics
         self.system = paper_system() if system is None else system
         self.workload = w = workload
         hw, mdl, cal, srv = self.system.hardware, self.system.model, self.system.calibration, self.system.serving
@@ -214,6 +237,18 @@ class PDModel:
         return float(out) if out.ndim == 0 else out
 
     # --- operating batch --------------------------------------------------------------------
+    def _capacity_ca2(self, n_p: ArrayLike) -> NDArray[np.float64] | float:
+        """SCV of the stream of admissions into one prefill queue at capacity (dimensionless).
+
+        ``paper``: Poisson arrivals split round-robin over n_P instances, CV_a^2 = 1/n_P (eq. 21).
+        ``sglang``: at saturation admission is paced by the release of KV memory (a request is admitted when a
+        finished one frees its slots), not by the arrival process; the paced stream is taken as regular,
+        CV_a^2 = 0, and only the prefill service-time variability CV_s^2 makes reserved requests wait.
+        """
+        if self.semantics == "sglang":
+            return np.zeros_like(np.asarray(n_p, dtype=float)) if np.ndim(n_p) else 0.0
+        return 1.0 / np.asarray(n_p, dtype=float) if np.ndim(n_p) else 1.0 / float(n_p)  # type: ignore[arg-type]
+
     def _residual(self, b: NDArray[np.float64], n_p: NDArray[np.float64], n_d: NDArray[np.float64]
                   ) -> NDArray[np.float64]:
         """g(B) of §4.2 (tokens); +inf where the prefill queue is unstable (rho_P >= 1)."""
@@ -221,7 +256,7 @@ class PDModel:
         rho = n_d * mu_d / (n_p * self.mu_p)
         stable = rho < 1.0
         safe = np.where(stable, rho, 0.0)
-        wait = (1.0 / n_p + self.cv_s2) / 2.0 * safe / (self.mu_p * (1.0 - safe))
+        wait = (self._capacity_ca2(n_p) + self.cv_s2) / 2.0 * safe / (self.mu_p * (1.0 - safe))
         g = mu_d * (wait * self.res_mean + self.res_tp) + b * self.per_batch + self.unused - self.c_tok
         return np.where(stable, g, np.inf)
 
@@ -256,6 +291,10 @@ class PDModel:
             g_hi = self.residual(top, n_p, n_d)
             if np.isfinite(g_hi) and g_hi > 0:
                 break
+            if np.isfinite(g_hi):
+                # Only without a wait term (sglang semantics, deterministic prefill): the pool still has room
+                # when decode matches the prefill pool, so the deployment is prefill-bound at B_rho.
+                return top
         else:  # pragma: no cover - Theorem 4.3 rules this out
             raise ConfigError(f"could not bracket the operating batch of {deployment_label(n_p, n_d)}")
         return float(brentq(self.residual, 0.0, top, args=(n_p, n_d)))
@@ -301,7 +340,7 @@ class PDModel:
         mu_d = float(self.decode_capacity(b))
         mu = min(n_p * self.mu_p, n_d * mu_d)
         rho = n_d * mu_d / (n_p * self.mu_p)
-        wait = (1.0 / n_p + self.cv_s2) / 2.0 * rho / (self.mu_p * (1.0 - rho))
+        wait = (float(self._capacity_ca2(n_p)) + self.cv_s2) / 2.0 * rho / (self.mu_p * (1.0 - rho))
         power = float(self.power_w(n_p, n_d, mu, mu=mu))
         return Capacity(n_p=int(n_p), n_d=int(n_d), mu=mu, mu_p=self.mu_p, mu_d=mu_d, batch=b,
                         mu_d_max=self.mu_d_max, b_max=self.b_max, rho_p=rho, wait_s=wait,

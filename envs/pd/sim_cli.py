@@ -39,6 +39,9 @@ def add_sim_commands(sub: Any) -> None:
     sim.add_argument("--kv-tokens", default=None, metavar="TOKENS|NAME",
                      help="C_tok per decode instance: a number, or fitted (default), sglang-recipe, sglang-profiled")
     sim.add_argument("--reserve", type=float, default=None, help="R, reserved output slots per request")
+    sim.add_argument("--semantics", choices=("paper", "sglang"), default="paper",
+                     help="capacity semantics of the analytical figures printed beside the run (default paper; "
+                          "the simulator itself always follows SGLang's admission)")
     sim.add_argument("--json", action="store_true", help="print JSON")
     sim.set_defaults(func=_simulate)
 
@@ -108,7 +111,7 @@ def _simulate(args: argparse.Namespace) -> int:
                                                 name=f"{args.trace} lengths ({len(trace_reqs)} requests replayed)")
     else:
         workload = parse_workload(args.workload or "fixed:4096:256")
-    model = PDModel(workload, system)
+    model = PDModel(workload, system, semantics=args.semantics)
     cap = model.capacity(n_p, n_d)
     out: dict[str, Any] = {"workload": model.workload.name, "deployment": cap.label, "mu_model": cap.mu,
                            "power_at_mu_model_w": cap.power_w}
