@@ -119,11 +119,7 @@ def run_pd_baseline(env: gym.Env, name: str, seed: int) -> EpisodeResult:
     if getattr(base, "action_mode", "absolute") != "absolute":
         # The baselines decide absolute targets: they play the same config (same model, scenario, seed and
         # reward) through the absolute driver, since a residual or front action cannot express every target.
-        import dataclasses
-
-        from servegym.envs.pd.env import PDProvisionEnv
-
-        env = PDProvisionEnv(dataclasses.replace(base.config, action_mode="absolute"))
+        env = base.absolute_twin()
     return play_episode(env, lambda obs, info, _env: policy.act(obs, info), seed, name, PD_METRICS,
                         on_reset=lambda e, info: policy.reset(e.unwrapped, info))
 

@@ -9,8 +9,8 @@ Shipped files live in ``servegym/agents/hyperparams/<EnvName>.yml`` (the id with
       policy: MlpPolicy
       normalize: true        # VecNormalize; or a mapping {norm_obs: true, norm_reward: false}
       env_kwargs: {}         # passed to gym.make
-      train_env_kwargs: {}   # merged into env_kwargs (nested dicts merged) for the training envs only,
-                             # e.g. a curriculum; evaluation envs play env_kwargs as they are
+      train_env_kwargs: {}   # training envs only (e.g. a curriculum): what env_kwargs and --env-kwargs
+                             # do not set (nested dicts merged); evaluation envs play env_kwargs as they are
       policy_kwargs: {net_arch: [64, 64], activation_fn: tanh}
       learning_rate: lin_3e-4   # "lin_X": linear decay from X to 0, as in rl-zoo3
       n_steps: 256           # everything else goes to the algorithm's constructor

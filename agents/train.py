@@ -162,8 +162,9 @@ def train(cfg: TrainConfig) -> TrainResult:
 
     vec_cls = SubprocVecEnv if cfg.vec == "subproc" else DummyVecEnv
     vec_kwargs = {"start_method": "spawn"} if cfg.vec == "subproc" else None
-    # Training envs add the hyperparameters' train_env_kwargs (e.g. a horizon curriculum); evaluation does not.
-    train_kwargs = merge_kwargs(env_kwargs, hp.train_env_kwargs)
+    # Training envs add the hyperparameters' train_env_kwargs (e.g. a horizon curriculum) where the env kwargs
+    # do not set them (those win, nested dicts merged key by key); evaluation envs play env_kwargs as they are.
+    train_kwargs = merge_kwargs(hp.train_env_kwargs, env_kwargs)
     venv = vec_cls([partial(make_monitored_env, cfg.env_id, train_kwargs) for _ in range(n_envs)],
                    **(vec_kwargs or {}))
     venv.seed(cfg.seed)  # env i resets first with seed + i

@@ -68,7 +68,7 @@ def main() -> None:
     fixed_wall, fixed_cpu = _timed(loop(env, action))
     lv = PDEnvConfig().residual_levels
     res_wall, res_cpu = _timed(loop(PDProvisionEnv({"action_mode": "residual"}), np.array([lv, lv])))
-    front_wall, front_cpu = _timed(loop(PDProvisionEnv({"action_mode": "front"}), 4))
+    front_wall, front_cpu = _timed(loop(PDProvisionEnv({"action_mode": "front"}), 12))
     pol_wall, pol_cpu = _timed(lambda: run_policy(env, MinPowerPareto(lookahead=1), seed=0).steps)
     req = PDProvisionEnv({"mode": "request"})
     req.reset(seed=0)
@@ -85,7 +85,7 @@ def main() -> None:
         f"reset: {t_reset * 1e6:.0f} us",
         f"fluid step, fixed action: {fixed_wall:,.0f} steps/s wall, {fixed_cpu:,.0f} steps/CPU-s",
         f"fluid step, residual mode, zero change: {res_wall:,.0f} steps/s wall, {res_cpu:,.0f} steps/CPU-s",
-        f"fluid step, front mode, fixed slot 4: {front_wall:,.0f} steps/s wall, {front_cpu:,.0f} steps/CPU-s",
+        f"fluid step, front mode, fixed slot 12: {front_wall:,.0f} steps/s wall, {front_cpu:,.0f} steps/CPU-s",
         f"fluid step + min-power+lookahead policy: {pol_wall:,.0f} steps/s wall, {pol_cpu:,.0f} steps/CPU-s",
         f"request mode (PDSimulator), first {args.request_steps} periods: {req_wall:,.1f} steps/s wall",
     ]

@@ -298,6 +298,11 @@ def test_family_baselines_on_mode_ids_match_the_absolute_env() -> None:
     a = fam.run_baseline(gym.make(IDS["residual"], **kw), "min-power+lookahead", 3)
     b = fam.run_baseline(gym.make(IDS["absolute"], **kw), "min-power+lookahead", 3)
     assert a.reward == b.reward and a.metrics == b.metrics and a.length == 90
+    env = gym.make(IDS["front"], config={"curriculum": [[60, 1], [120, 0]]})
+    twin = env.unwrapped.absolute_twin()
+    assert twin is env.unwrapped.absolute_twin() and twin.action_mode == "absolute"
+    lengths = [fam.run_baseline(env, "static-peak", s).length for s in (1, 2)]
+    assert lengths == [60, 120]  # the twin's curriculum count advances as the absolute env's would
 
 
 def test_shipped_pd_hyperparams_give_200_updates_and_matched_normalization() -> None:
@@ -312,6 +317,8 @@ def test_shipped_pd_hyperparams_give_200_updates_and_matched_normalization() -> 
             assert hp.normalize == {}  # VecNormalize on observations and rewards (gamma from algo_kwargs)
             assert "gamma" in hp.algo_kwargs
     hp = load_hyperparams(IDS["residual"], "maskable-ppo")
-    kw = merge_kwargs({"config": {"objective": "carbon"}}, hp.train_env_kwargs)
+    kw = merge_kwargs(hp.train_env_kwargs, {"config": {"objective": "carbon"}})
     assert kw["config"]["objective"] == "carbon" and kw["config"]["curriculum"][0] == [60, 50]
+    mine = merge_kwargs(hp.train_env_kwargs, {"config": {"curriculum": [[30, 1]]}})
+    assert mine["config"]["curriculum"] == [[30, 1]]  # the user's env kwargs win over the file's extras
     PDProvisionEnv(kw["config"])  # the shipped curriculum is a valid config

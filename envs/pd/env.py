@@ -784,6 +784,17 @@ class PDProvisionEnv(gym.Env):
         }
 
     # ------------------------------------------------------------------------------------------ helpers
+    def absolute_twin(self) -> PDProvisionEnv:
+        """This env's config under ``action_mode="absolute"``: the same model, scenario, seeds and reward
+        driven by (n_P, n_D) targets, for policies that decide absolute targets (the baselines). Created once
+        and kept, so its curriculum count advances with its own resets as this env's would."""
+        if self.action_mode == "absolute":
+            return self
+        twin = self.__dict__.get("_twin")
+        if twin is None:
+            twin = self._twin = PDProvisionEnv(replace(self.config, action_mode="absolute"))
+        return twin
+
     def mix_index(self, step: int | None = None) -> int:
         """Index into :attr:`tables` of the length mix of period ``step`` (default: the coming period)."""
         k = min(self._k if step is None else int(step), self.signals.mix_index.size - 1)
