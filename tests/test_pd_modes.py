@@ -238,7 +238,7 @@ def test_return_equals_kpis_and_rewards_bounded(mode: str, objective: str, seed:
 
 
 def test_curriculum_stages_and_random_start() -> None:
-    cfg = {"curriculum": [[60, 2], [240, 1], [1440, 0]]}
+    cfg = {"curriculum": [[60, 2], [240, 1], [1440, 0]], "random_start": True}
     e = PDProvisionEnv(cfg)
     lengths, starts = [], []
     for ep in range(5):
@@ -262,8 +262,11 @@ def test_curriculum_stages_and_random_start() -> None:
     with pytest.raises(ConfigError, match="curriculum_stage"):
         e.reset(seed=0, options={"curriculum_stage": 3})
     # without a curriculum the full-length episode and its draws are unchanged
-    x, y = PDProvisionEnv(), PDProvisionEnv({"curriculum": [[1440, 0]]})
+    x, y = PDProvisionEnv(), PDProvisionEnv({"curriculum": [[1440, 0]], "random_start": True})
     assert np.array_equal(x.reset(seed=3)[0], y.reset(seed=3)[0])
+    # without random_start a short episode starts at the scenario's first period
+    z = PDProvisionEnv({"curriculum": [[60, 0]]})
+    assert {z.reset(seed=s)[1]["start_step"] for s in range(4)} == {0}
 
 
 @pytest.mark.parametrize("overrides, field", [
@@ -319,6 +322,7 @@ def test_shipped_pd_hyperparams_give_200_updates_and_matched_normalization() -> 
     hp = load_hyperparams(IDS["residual"], "maskable-ppo")
     kw = merge_kwargs(hp.train_env_kwargs, {"config": {"objective": "carbon"}})
     assert kw["config"]["objective"] == "carbon" and kw["config"]["curriculum"][0] == [60, 50]
+    assert kw["config"]["random_start"] is True
     mine = merge_kwargs(hp.train_env_kwargs, {"config": {"curriculum": [[30, 1]]}})
     assert mine["config"]["curriculum"] == [[30, 1]]  # the user's env kwargs win over the file's extras
     PDProvisionEnv(kw["config"])  # the shipped curriculum is a valid config

@@ -94,9 +94,10 @@ cheaper than any way of playing it out. :meth:`PDProvisionEnv.per_step_reward_bo
 
 **Curriculum** (``curriculum``: stages (episode_steps, episodes), e.g. ((60, 50), (240, 20), (1440, 0)) for
 1 h -> 4 h -> 1 day): the k-th reset of an instance plays the stage its count reaches (the last stage stays);
-``reset(options={"curriculum_stage": i})`` pins one. An episode shorter than the scenario starts at a period
-drawn uniformly from the reset's generator (random start hour), after the scenario's own draws, so the same
-seed and stage give the same episode and a full-length episode is unchanged. The training loop applies a
+``reset(options={"curriculum_stage": i})`` pins one. With ``random_start`` an episode shorter than the
+scenario starts at a period drawn uniformly from the reset's generator (random start hour), after the
+scenario's own draws, so the same seed and stage give the same episode and a full-length episode is
+unchanged; without it, at the scenario's first period. The training loop applies a
 curriculum to training envs only (``train_env_kwargs`` in the hyperparameter files).
 
 Configuration: :class:`PDEnvConfig` (frozen dataclass); ``PDProvisionEnv(config=dict)`` takes highway-env
@@ -385,7 +386,7 @@ class PDProvisionEnv(gym.Env):
             stage = self.curriculum_stage(self._episodes)
         self._episodes += 1
         steps = self.config.curriculum[stage][0] if self.config.curriculum else n
-        start = int(self.np_random.integers(n - steps + 1)) if steps < n else 0
+        start = int(self.np_random.integers(n - steps + 1)) if steps < n and self.config.random_start else 0
         self._set_episode(start, steps, stage)
         r0 = float(rates[start])
         self._hist = [r0] * RATE_HISTORY  # the episode starts in steady state at its first mean rate
