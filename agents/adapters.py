@@ -45,11 +45,11 @@ def run_geo_baseline(env: gym.Env, name: str, seed: int) -> EpisodeResult:
     """
     from servegym.baselines.geo import make_policy
     from servegym.baselines.geo.registry import policy_config
-    from servegym.envs.geo.cluster import GeoSimulation
 
     base = env.unwrapped
     policy = make_policy(name)
-    sim = GeoSimulation(policy_config(base.geo_config, policy), seed=int(seed))
+    # the env's own run factory: same grid clock (CI series, time scale) and OSL source as the agent's
+    sim = base.make_simulation(policy_config(base.geo_config, policy), int(seed))
     res = sim.run(policy)
     summary = res.summary
     cfg = base.config

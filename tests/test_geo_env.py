@@ -6,6 +6,7 @@ import math
 
 import gymnasium as gym
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -198,7 +199,7 @@ def test_window_bad_actions_raise_and_change_nothing(bad: object) -> None:
     ({"geo": {"bogus": 1}}, "unknown GeoConfig fields"),
     ({"geo": {"decision_mode": "window"}}, "decision_mode"),
     ({"geo": {"seed": 4}}, "seed"),
-    ({"geo": {"osl_mode": "predicted"}}, "osl_mode"),
+    ({"geo": {"osl_mode": "sampled"}}, "osl_mode"),
     ({"geo": [1, 2]}, "geo"),
 ])
 def test_bad_configs_raise_config_error(overrides: dict, match: str) -> None:
@@ -383,6 +384,8 @@ MODES = [
     (GeoRouteEnv, {"action_mode": "residual", "reference": "greedy:0.5"}),
     (GeoRouteWindowEnv, {"action_mode": "direct"}),
     (GeoRouteWindowEnv, {"action_mode": "residual", "reference": "milp"}),
+    (GeoRouteEnv, {"ci_time_scale": 1800.0, "ci_forecast_h": 2, "ci_forecast_noise": 0.2}),
+    (GeoRouteWindowEnv, {"action_mode": "residual", "ci_time_scale": 1800.0, "ci_forecast_h": 2}),
 ]
 
 
@@ -503,3 +506,90 @@ def test_residual_bad_references() -> None:
         GeoRouteWindowEnv(config={**MINI, "action_mode": "residual", "reference": "greedy:0"})
     with pytest.raises(ConfigError, match="action_mode"):
         GeoRouteEnv(config={**MINI, "action_mode": "shares"})
+
+
+#: A compressed grid day: 1800 CI-clock seconds per simulated second (a 4 s run crosses two hours).
+GRID = {**MINI, "ci_time_scale": 1800.0, "ci_forecast_h": 3}
+
+
+@pytest.mark.parametrize("env_cls", [GeoRouteEnv, GeoRouteWindowEnv])
+def test_ci_follows_the_hourly_series_within_an_episode(env_cls: type) -> None:
+    """The CI every DC sees (and every poll charges) is the real hourly series at the CI clock's
+    hour; it changes within the episode; the return identity holds across the changes; the
+    noiseless forecast is the next hours of the same series."""
+    from servegym.envs.grid import get_topology
+
+    env = env_cls(config=GRID)
+    obs, _ = env.reset(seed=0)
+    topo = get_topology(env.geo_config.topology)
+    start = topo.base_hour
+    names = env.observation_names
+    fc = [names.index(f"ci_fc{k}h[{d}]") for k in (1, 2, 3) for d in range(env.n_dcs)]
+    seen, total = set(), 0.0
+    act = (lambda: 0) if env_cls is GeoRouteEnv else (lambda: np.zeros(env.n_dcs, dtype=np.float32))
+    while True:
+        snap = env.sim.snapshot
+        h = int(snap.time_s * 1800.0 // 3600.0)
+        np.testing.assert_array_equal(snap.ci_g_per_kwh, topo.ci(start + pd.Timedelta(hours=h)))
+        seen.add(h)
+        obs, r, _, truncated, info = env.step(act())
+        total += r
+        if truncated:
+            break
+        t = env.sim.now_s
+        h = int(t * 1800.0 // 3600.0)
+        want = np.concatenate([topo.ci(start + pd.Timedelta(hours=h + k)) for k in (1, 2, 3)]) / 1000.0
+        np.testing.assert_allclose(obs[fc], np.minimum(want, 1.0), rtol=1e-6)
+    assert len(seen) >= 2
+    assert total == pytest.approx(_measured_return(env, info), rel=1e-9)
+
+
+def test_noisy_forecast_is_seeded_and_unbiased_in_log() -> None:
+    env = GeoRouteEnv(config={**GRID, "ci_forecast_noise": 0.3})
+    a, _ = env.reset(seed=1)
+    b, _ = GeoRouteEnv(config={**GRID, "ci_forecast_noise": 0.3}).reset(seed=1)
+    exact, _ = GeoRouteEnv(config=GRID).reset(seed=1)
+    cols = [i for i, n in enumerate(env.observation_names) if n.startswith("ci_fc")]
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a[cols], exact[cols])
+    clk = env._clock
+    errs = np.log(np.concatenate([clk.forecast_at_hour(h) for h in range(400)]) /
+                  np.concatenate([GeoRouteEnv(config=GRID)._make_run(env.geo_config, 1)[1].forecast_at_hour(h)
+                                  for h in range(400)]))
+    assert abs(errs.mean() + 0.5 * 0.09 * 2.0) < 0.05  # E[log] = -sigma^2 k / 2, k = 1..3 (mean 2)
+
+
+def test_baseline_runs_share_the_envs_grid_clock() -> None:
+    """The family's baseline runner plays the env's own scenario (grid clock included): greedy run by
+    the runner = the residual env following greedy at every step."""
+    from servegym.agents.adapters import run_geo_baseline
+
+    env = GeoRouteEnv(config={**GRID, "action_mode": "residual", "reference": "greedy:0"})
+    info = _episode(env, lambda e: e.n_dcs, 3)[2]
+    res = run_geo_baseline(env, "greedy:0", 3)
+    assert res.metrics["carbon_g"] == info["episode_metrics"]["carbon_g"]
+    default = run_geo_baseline(GeoRouteEnv(config={**MINI, "ci_time_scale": 1.0}), "greedy:0", 3)
+    assert default.metrics["carbon_g"] != res.metrics["carbon_g"]
+
+
+def test_predicted_osl_mode_runs_in_the_envs() -> None:
+    env = GeoRouteEnv(config={**MINI, "geo": {"duration_s": 2.0, "osl_mode": "predicted"}})
+    obs, info = env.reset(seed=0)
+    assert info["osl_mode"] == "predicted"
+    col = env.observation_names.index("log_osl_est")
+    seen = set()
+    for _ in range(50):
+        seen.add(round(float(obs[col]), 6))
+        obs, *_ = env.step(0)
+    assert len(seen) > 1  # a per-request prediction, not the workload mean
+
+
+@pytest.mark.parametrize(("overrides", "match"), [
+    ({"ci_time_scale": 0.5}, "ci_time_scale"), ({"ci_time_scale": "fast"}, "ci_time_scale"),
+    ({"ci_forecast_h": 25}, "ci_forecast_h"), ({"ci_forecast_h": 1.5}, "ci_forecast_h"),
+    ({"ci_forecast_noise": -0.1}, "ci_forecast_noise"), ({"reward": "sparse"}, "reward"),
+    ({"geo": {"ci_start": "1990-01-01T00:00Z"}}, "ci_start"),
+])
+def test_bad_grid_and_mode_configs(overrides: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        GeoRouteEnv(config={**MINI, **overrides})

@@ -117,6 +117,14 @@ class GeoEnvConfig:
         reference: the baseline of the residual mode (``servegym.envs.geo.reference``):
             ``"milp"`` (default), ``"ilp"``, ``"iter-ilp"``, ``"moer"`` or ``"greedy:<alpha>"``
             (GeoRouteWindow-v0: a window scheduler only).
+        ci_time_scale: CI-clock seconds per simulated second, in [1, 3600] (:class:`GridClock`):
+            1 follows the real hourly series in real time; 120 makes a 30 s episode span an hour
+            of grid, so the ranking of DCs changes within episodes.
+        ci_forecast_h: hours of CI forecast in the observation, in [0, 24] (0: none).
+        ci_forecast_noise: relative log-normal noise of the forecast per square-root hour of
+            lead, in [0, 2] (0: the real series).
+
+    The envs run the grid clock in ``geo.ci_mode = "hourly"`` unless ``geo`` sets ``"fixed"``.
     """
 
     preset: str = "small"
@@ -129,6 +137,9 @@ class GeoEnvConfig:
     reward: str = "dense"
     action_mode: str = "direct"
     reference: str = "milp"
+    ci_time_scale: float = 1.0
+    ci_forecast_h: int = 0
+    ci_forecast_noise: float = 0.0
 
     def __post_init__(self) -> None:
         if self.action_mode not in ACTION_MODES:
@@ -149,9 +160,17 @@ class GeoEnvConfig:
             if name in self.geo:
                 raise ConfigError(f"geo.{name} is set by the environment (decision_mode: the env id; seed: "
                                   f"reset(seed=...)); allowed: the other GeoConfig fields")
-        if self.geo.get("osl_mode", "mean") not in ("mean", "oracle"):
+        if self.geo.get("osl_mode", "mean") not in ("mean", "oracle", "predicted"):
             raise ConfigError(f"geo.osl_mode = {self.geo['osl_mode']!r} is not allowed in the envs; "
-                              "allowed: ['mean', 'oracle']")
+                              "allowed: ['mean', 'oracle', 'predicted']")
+        for name, lo, hi in (("ci_time_scale", 1.0, 3600.0), ("ci_forecast_noise", 0.0, 2.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ConfigError(f"{name} = {v!r} is not allowed; allowed: a number in [{lo:g}, {hi:g}]")
+            check_range(name, float(v), lo, hi)
+        if isinstance(self.ci_forecast_h, bool) or not isinstance(self.ci_forecast_h, int) \
+                or not 0 <= self.ci_forecast_h <= 24:
+            raise ConfigError(f"ci_forecast_h = {self.ci_forecast_h!r} is out of range; allowed: an integer in [0, 24]")
         for name in ("w_carbon", "w_slo"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -166,7 +185,8 @@ class GeoEnvConfig:
 
     def geo_config(self, decision_mode: str) -> GeoConfig:
         """The simulator scenario for ``decision_mode`` (``"request"`` or ``"window"``)."""
-        return preset(self.preset, model=self.model, load=self.load, decision_mode=decision_mode, **self.geo)
+        geo = {"ci_mode": "hourly", **self.geo}
+        return preset(self.preset, model=self.model, load=self.load, decision_mode=decision_mode, **geo)
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
@@ -297,23 +317,90 @@ def dc_static_features(sim: GeoSimulation, snap: Snapshot) -> NDArray[np.float64
     return out
 
 
-class CiClock:
-    """UTC hour of the run's CI clock (``ci_start`` or the topology's base hour, plus sim time)."""
+class GridClock:
+    """The run's grid clock: the CI every DC sees, the UTC hour, and the CI forecast of the observations.
 
-    def __init__(self, sim: GeoSimulation) -> None:
+    The CI clock starts at ``ci_start`` (or the topology's base hour) and runs ``ci_time_scale``
+    times faster than simulated time: the CI of DC d at simulated time ``t`` is the real hourly
+    series (:meth:`servegym.envs.grid.Topology.ci_matrix`) at hour
+    ``floor(start) + floor(t · ci_time_scale / 3600 s)``, so with the default scale 1 an episode
+    whose simulated time crosses an hour follows the series exactly, and with e.g. 120 a 30 s
+    episode spans an hour of grid (a compressed day: the fleet's seconds, the grid's hours).
+    Carbon is exact when ``3600 / ci_time_scale`` is a multiple of the poll period (CI is charged
+    per poll interval at its start). ``geo.ci_mode = "fixed"`` holds the start hour. Past the
+    series' last hour the CI stays at its last value.
+
+    Forecast (``ci_forecast_h = H > 0``): the CI of the next ``H`` clock hours at every DC, with
+    multiplicative log-normal noise of ``ci_forecast_noise = σ`` per square-root hour of lead
+    (``CI · exp(σ √k z − σ² k / 2)``, unbiased, ``z`` standard normal, drawn once per run, clock
+    hour, lead and DC from the run's seed); ``σ = 0`` gives the real series (a perfect forecast).
+    """
+
+    def __init__(self, geo: GeoConfig, scale: float = 1.0, forecast_h: int = 0, forecast_noise: float = 0.0,
+                 seed: int = 0) -> None:
         import pandas as pd
+        from servegym.envs.grid import get_topology
 
-        cfg = sim.config
-        start = pd.Timestamp(cfg.ci_start) if cfg.ci_start is not None else pd.Timestamp(sim.topology.base_hour)
+        topo = get_topology(geo.topology)
+        start = pd.Timestamp(geo.ci_start) if geo.ci_start is not None else pd.Timestamp(topo.base_hour)
+        if start.tzinfo is None:
+            start = start.tz_localize("UTC")
         self.start_h = float(start.hour + start.minute / 60.0 + start.second / 3600.0)
-        self.duration_s = float(cfg.duration_s)
+        self.duration_s = float(geo.duration_s)
+        self.scale = float(scale)
+        self.fixed = geo.ci_mode == "fixed"
+        self._mat = topo.ci_matrix()[1]
+        self._pos = topo._hour_pos(start.floor("h"), "ci_start")
+        self._last = self._mat.shape[0] - 1
+        self.forecast_h = int(forecast_h)
+        self.forecast_noise = float(forecast_noise)
+        self.seed = int(seed)
+        self._fc_cache: dict[int, NDArray[np.float64]] = {}
         self._ci_snap: Snapshot | None = None
         self._ci_stats = (0.0, 0.0)
+
+    def hour_index(self, t_s: NDArray[np.float64] | float) -> NDArray[np.int64]:
+        """Clock hours since the start hour at simulated times ``t_s`` (0 in ``fixed`` mode)."""
+        t = np.asarray(t_s, dtype=np.float64)
+        if self.fixed:
+            return np.zeros(t.shape, dtype=np.int64)
+        return np.floor(t * (self.scale / 3600.0)).astype(np.int64)
+
+    def _row(self, h: int) -> NDArray[np.float64]:
+        return self._mat[min(self._pos + h, self._last)]
+
+    def ci_at(self, t_s: float) -> NDArray[np.float64]:
+        """(D,) CI (gCO2/kWh) in force at simulated time ``t_s`` (the simulator's ``ci_at``)."""
+        return self._row(int(self.hour_index(t_s)))
+
+    def forecast_at_hour(self, h: int) -> NDArray[np.float64]:
+        """(H·D,) forecast features at clock hour ``h``: lead-major, CI / 1000 g/kWh clipped to 1."""
+        out = self._fc_cache.get(h)
+        if out is None:
+            hh = self.forecast_h
+            lead = np.arange(1, hh + 1)
+            ci = np.stack([self._row(h if self.fixed else h + k) for k in lead])  # (H, D)
+            if self.forecast_noise > 0:
+                z = np.random.default_rng([self.seed, 7919, h]).standard_normal(ci.shape)
+                var = self.forecast_noise ** 2 * lead[:, None]
+                ci = ci * np.exp(np.sqrt(var) * z - 0.5 * var)
+            out = np.minimum(ci / CI_SCALE_G_PER_KWH, 1.0).ravel()
+            self._fc_cache[h] = out
+        return out
+
+    def forecast(self, t_s: NDArray[np.float64] | float) -> NDArray[np.float64]:
+        """(..., H·D) forecast features at simulated times ``t_s``."""
+        hours = self.hour_index(t_s)
+        flat = hours.reshape(-1)
+        out = np.empty((flat.size, self.forecast_h * self._mat.shape[1]))
+        for h in np.unique(flat):
+            out[flat == h] = self.forecast_at_hour(int(h))
+        return out.reshape(*hours.shape, -1)
 
     def features(self, t_s: NDArray[np.float64] | float, snap: Snapshot) -> NDArray[np.float64]:
         """(..., 5) :data:`TIME_FEATURES` at times ``t_s``."""
         t = np.asarray(t_s, dtype=np.float64)
-        ang = 2.0 * np.pi * ((self.start_h + t / 3600.0) % 24.0) / 24.0
+        ang = 2.0 * np.pi * ((self.start_h + t * (self.scale / 3600.0)) % 24.0) / 24.0
         if self._ci_snap is not snap:  # CI statistics change only with the snapshot
             ci = snap.ci_g_per_kwh
             mean = float(ci.mean())
@@ -327,6 +414,11 @@ class CiClock:
         out[..., 3] = min(mean / CI_SCALE_G_PER_KWH, 1.0)
         out[..., 4] = min(cv, 1.0)
         return out
+
+
+def forecast_names(n_dcs: int, hours: int) -> list[str]:
+    """Names of the forecast block (lead-major): ``ci_fc<k>h[d]``, k = 1..hours."""
+    return [f"ci_fc{k}h[{d}]" for k in range(1, hours + 1) for d in range(n_dcs)]
 
 
 def reference_carbon_g(sim: GeoSimulation) -> float:
@@ -396,6 +488,8 @@ class GeoEnvBase(gym.Env):
         self.render_mode = render_mode
         self.geo_config = self.config.geo_config(self.decision_mode)
         self.n_dcs, self.n_regions = _n_dcs_regions(self.geo_config)
+        self._fc_n = self.config.ci_forecast_h * self.n_dcs  # forecast features, after the time block
+        GridClock(self.geo_config)  # a ci_start outside the topology's CI series fails here, not at reset
         self.sim: GeoSimulation | None = None
         self._tracker: EpisodeTracker | None = None
         self._episode_over = True
@@ -404,16 +498,27 @@ class GeoEnvBase(gym.Env):
     def _new_simulation(self, seed: int | None) -> GeoSimulation:
         """A fresh run: seed ``seed`` when given, else one drawn from ``self.np_random``."""
         sim_seed = int(seed) if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
-        sim = GeoSimulation(self.geo_config, seed=sim_seed)
+        sim, self._clock = self._make_run(self.geo_config, sim_seed)
         self.sim = sim
         self._tracker = EpisodeTracker(sim, self.config)
         self._c_ref = reference_carbon_g(sim)
-        self._clock = CiClock(sim)
         self._ln_cap = math.log1p(float(sim.profile.kv_capacity_tokens))
         self._inv_e = 1.0 / sim.engines_per_dc
         self._episode_over = False
         self._snap_cache: tuple[Snapshot, NDArray[np.float64], NDArray[np.float64]] | None = None
         return sim
+
+    def make_simulation(self, geo: GeoConfig, seed: int) -> GeoSimulation:
+        """A simulator run of scenario ``geo`` with this env's grid clock (CI series, time scale) and
+        OSL source: what ``reset`` plays, and what a baseline must run to be comparable."""
+        return self._make_run(geo, seed)[0]
+
+    def _make_run(self, geo: GeoConfig, seed: int) -> tuple[GeoSimulation, GridClock]:
+        from servegym.envs.geo.compare import osl_predictor_for
+
+        cfg = self.config
+        clock = GridClock(geo, cfg.ci_time_scale, cfg.ci_forecast_h, cfg.ci_forecast_noise, seed)
+        return GeoSimulation(geo, seed=seed, ci_at=clock.ci_at, osl_predictor=osl_predictor_for(geo)), clock
 
     def _snapshot_features(self, snap: Snapshot) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """(flattened :func:`dc_static_features`, estimator headroom H_d) of ``snap``, computed
@@ -458,6 +563,8 @@ class GeoEnvBase(gym.Env):
         obs[:7 * d] = dc_static_features(sim, snap).ravel()
         obs[7 * d:8 * d] = np.clip((sim.now_s - snap.polled_at_s) / sim.config.poll_interval_s, 0.0, 1.0)
         obs[self._time_lo:self._time_lo + 5] = self._clock.features(sim.now_s, snap)
+        if self._fc_n:
+            obs[self._time_lo + 5:self._time_lo + 5 + self._fc_n] = self._clock.forecast(sim.now_s)
         return obs
 
     def render(self) -> str | NDArray[np.uint8] | None:

@@ -56,6 +56,7 @@ from servegym.envs.geo.env_common import (
     TIME_FEATURES,
     GeoEnvBase,
     GeoEnvConfig,
+    forecast_names,
     safe_ratio_squash,
 )
 from servegym.envs.geo.provisioner import Snapshot
@@ -67,11 +68,11 @@ from servegym.errors import ActionError
 REQUEST_DC_FEATURES: tuple[str, ...] = ("ttft", "tpot", "carbon", "feasible", "local")
 
 
-def route_observation_names(n_dcs: int, n_regions: int, residual: bool = False) -> list[str]:
+def route_observation_names(n_dcs: int, n_regions: int, residual: bool = False, forecast_h: int = 0) -> list[str]:
     """The name of every observation entry of GeoRoute-v0, in order."""
     names = [f"{f}[{d}]" for f in DC_FEATURES + REQUEST_DC_FEATURES for d in range(n_dcs)]
     names += ["log_isl", "log_osl_est"] + [f"origin[{r}]" for r in range(n_regions)]
-    names += list(TIME_FEATURES)
+    names += list(TIME_FEATURES) + forecast_names(n_dcs, forecast_h)
     return names + ([f"ref[{d}]" for d in range(n_dcs)] if residual else [])
 
 
@@ -92,7 +93,7 @@ class GeoRouteEnv(GeoEnvBase):
         super().__init__(config, render_mode, **overrides)
         d, r = self.n_dcs, self.n_regions
         self.residual = self.config.action_mode == "residual"
-        self._base_dim = 14 * d + r + 7
+        self._base_dim = 14 * d + r + 7 + self._fc_n
         self.obs_dim = self._base_dim + (d if self.residual else 0)
         self.observation_space = spaces.Box(-1.0, 1.0, shape=(self.obs_dim,), dtype=np.float32)
         self.action_space = spaces.Discrete(d + 1 if self.residual else d)
@@ -107,7 +108,7 @@ class GeoRouteEnv(GeoEnvBase):
 
     @property
     def observation_names(self) -> list[str]:
-        return route_observation_names(self.n_dcs, self.n_regions, self.residual)
+        return route_observation_names(self.n_dcs, self.n_regions, self.residual, self.config.ci_forecast_h)
 
     # -- Gymnasium API ------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -203,6 +204,8 @@ class GeoRouteEnv(GeoEnvBase):
         g[:, o + 1] = np.minimum(np.log1p(ctx.osl_estimate) / self._ln_cap, 1.0)
         g[:, o + 2:o + 2 + r] = sched[:, None] == np.arange(r)[None, :]
         g[:, o + 2 + r:o + 7 + r] = self._clock.features(t, snap)
+        if self._fc_n:
+            g[:, o + 7 + r:o + 7 + r + self._fc_n] = self._clock.forecast(t)
         self._rows = g
         if self._ref is not None:
             g[:, self._base_dim:] = 0.0

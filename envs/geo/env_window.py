@@ -71,6 +71,7 @@ from servegym.envs.geo.env_common import (
     TIME_FEATURES,
     GeoEnvBase,
     GeoEnvConfig,
+    forecast_names,
     safe_ratio_squash,
     squash,
 )
@@ -82,12 +83,12 @@ from servegym.errors import ActionError, ConfigError
 WINDOW_DC_FEATURES: tuple[str, ...] = ("feasible_frac", "ttft_mean", "tpot_mean", "carbon_mean", "local", "capacity")
 
 
-def window_observation_names(n_dcs: int, n_regions: int, residual: bool = False) -> list[str]:
+def window_observation_names(n_dcs: int, n_regions: int, residual: bool = False, forecast_h: int = 0) -> list[str]:
     """The name of every observation entry of GeoRouteWindow-v0, in order."""
     feats = DC_FEATURES + WINDOW_DC_FEATURES + (("ref_cap",) if residual else ())
     names = [f"{f}[{d}]" for f in feats for d in range(n_dcs)]
     names += ["size", "log_isl_mean", "log_osl_est_mean"] + [f"origin[{r}]" for r in range(n_regions)]
-    return names + list(TIME_FEATURES)
+    return names + list(TIME_FEATURES) + forecast_names(n_dcs, forecast_h)
 
 
 def assign_within_caps(carbon_g: NDArray[np.float64], candidates: NDArray[np.bool_],
@@ -150,7 +151,7 @@ class GeoRouteWindowEnv(GeoEnvBase):
         d, r = self.n_dcs, self.n_regions
         self.residual = self.config.action_mode == "residual"
         k = 16 if self.residual else 15
-        self.obs_dim = k * d + r + 8
+        self.obs_dim = k * d + r + 8 + self._fc_n
         self._time_lo = k * d + r + 3
         self._policy: Any = None
         if self.residual:
@@ -169,7 +170,7 @@ class GeoRouteWindowEnv(GeoEnvBase):
 
     @property
     def observation_names(self) -> list[str]:
-        return window_observation_names(self.n_dcs, self.n_regions, self.residual)
+        return window_observation_names(self.n_dcs, self.n_regions, self.residual, self.config.ci_forecast_h)
 
     # -- Gymnasium API ------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -294,7 +295,9 @@ class GeoRouteWindowEnv(GeoEnvBase):
         obs[o + 1] = min(float(np.log1p(ctx.input_tokens).mean()) / self._ln_cap, 1.0)
         obs[o + 2] = min(float(np.log1p(ctx.osl_estimate).mean()) / self._ln_cap, 1.0)
         obs[o + 3:o + 3 + r] = np.arange(r) == s
-        obs[o + 3 + r:] = self._clock.features(ctx.time_s, snap)
+        obs[o + 3 + r:o + 8 + r] = self._clock.features(ctx.time_s, snap)
+        if self._fc_n:
+            obs[o + 8 + r:] = self._clock.forecast(ctx.time_s)
         return obs
 
     def _current_snapshot(self) -> Snapshot | None:
