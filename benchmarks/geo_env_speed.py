@@ -1,6 +1,6 @@
 """Steps per second of the geo routing environments, against the bare simulator loop.
 
-Target (issue 4): ``servegym/GeoRoute-v0`` steps at >= 10k steps/s with random masked actions on
+Target: ``servegym/GeoRoute-v0`` steps at >= 10k steps/s with random masked actions on
 its default preset (small, Llama-3.1-8B, moderate load): SB3 itself runs ~2.5k steps/s here, so
 the env must not be the bottleneck. Every row runs whole episodes (one full request stream of
 the preset, reset excluded) with the same policy: a uniformly random DC among

@@ -1,6 +1,6 @@
 """Wall time of the full best-fit table (48 buckets x prefill/decode, all allocations x 68 batches).
 
-Target (issue 6): DeepSeek-V3-671B in ≤ 10 s on the 2-core dev machine. NeuScale reports about
+Target: DeepSeek-V3-671B in ≤ 10 s on the 2-core dev machine. NeuScale reports about
 10 minutes per sequence length on 120 cores (paper §3.3). Run:
     .venv/bin/python benchmarks/npu_dse_speed.py [--repeat 3] [--json]
 """

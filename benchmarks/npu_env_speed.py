@@ -1,6 +1,6 @@
 """Wall time of a 24-hour episode of servegym/NPUAutoscale-v0 (288 steps of one 5-min epoch each).
 
-Target (issue 6): a 24-hour replay in <= 60 s wall. Drivers: random valid actions (uniform over each
+Target: a 24-hour replay in <= 60 s wall. Drivers: random valid actions (uniform over each
 dimension's unmasked values, a worst case: up to 64 vPods per group and configuration churn every
 epoch), the env's heuristic (N_pod = ceil(R_peak / T_pod) on the fixed groups), and NeuScale's policy
 (``servegym.baselines.npu.NeuScalePolicy``) deciding on the env's simulator observation, its per-bucket

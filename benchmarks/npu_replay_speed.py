@@ -1,6 +1,6 @@
 """Wall time of a 24-hour NPU cluster replay (288 epochs of 5 min, decision points every 60 s).
 
-Target (issue 6): ≤ 60 s wall on this machine. The workload build (2.4 M Azure requests at Table 4's
+Target: ≤ 60 s wall on this machine. The workload build (2.4 M Azure requests at Table 4's
 1667 req/min) and the configuration catalog (DSE + step tables) are timed separately from the replay.
 Run:
     .venv/bin/python benchmarks/npu_replay_speed.py [--model Llama-3-70B] [--traces azure,lveval,openthoughts]

@@ -5,7 +5,7 @@ Reports env construction (tables cached after the first), reset, and steps/s (wa
 process, median of 3 runs) with a fixed action (absolute, residual and front action modes; an episode that
 terminates on the backlog limit is reset) and with the min-power baseline in the loop; ``--write``
 also runs ``servegym pd compare`` (seed 0, whole day) and writes ``benchmarks/results/pd_env_speed.md``.
-Target (issue 5): fluid mode >= 2,000 steps/s.
+Target: fluid mode >= 2,000 steps/s.
 """
 
 from __future__ import annotations

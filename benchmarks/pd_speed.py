@@ -1,6 +1,6 @@
 """Speed of the PD analytical model: capacity and power of every deployment with n_P + n_D <= 64.
 
-Target (issue 5): <= 100 ms for the whole grid (2,016 deployments). Run:
+Target: <= 100 ms for the whole grid (2,016 deployments). Run:
     .venv/bin/python benchmarks/pd_speed.py [--max-instances 64] [--repeat 20]
 Reports the median wall time of building the model and evaluating the grid, per workload, and the
 scalar brentq path for comparison.

@@ -1,4 +1,4 @@
-"""``servegym/NPUAutoscale-v0``: autoscale heterogeneous NPU vPod groups of one LLM over a day (issue 6, paper §3-5).
+"""``servegym/NPUAutoscale-v0``: autoscale heterogeneous NPU vPod groups of one LLM over a day (npu paper §3-5).
 
 One step is one NeuScale epoch (``epoch_s`` = 300 s); an episode is ``hours`` x 12 epochs (default 24 h =
 288 epochs) and ends by truncation only. The dynamics are :class:`~servegym.envs.npu.cluster.NPUCluster`

@@ -1,4 +1,4 @@
-"""Request-level discrete-event simulator of a PD-disaggregated deployment (issue 5, item 4).
+"""Request-level discrete-event simulator of a PD-disaggregated deployment.
 
 It reuses the analytical model's timing and power primitives -- :meth:`PDModel.prefill_time_s`,
 :meth:`PDModel.decode_iteration_time_s` and the capped ramps of the calibration -- and adds what the

@@ -24,19 +24,19 @@ class EnvSpecEntry:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-# Family issues add their ids here; tests/test_registration.py makes every one of them.
+# Each family adds its ids here; tests/test_registration.py makes every one of them.
 ENV_SPECS: tuple[EnvSpecEntry, ...] = (
-    # geo (issue 4): episodes end by the env's own truncation (end of the run or config max_steps)
+    # geo: episodes end by the env's own truncation (end of the run or config max_steps)
     EnvSpecEntry("servegym/GeoRoute-v0", "servegym.envs.geo.env_route:GeoRouteEnv"),
     EnvSpecEntry("servegym/GeoRouteWindow-v0", "servegym.envs.geo.env_window:GeoRouteWindowEnv"),
-    # pd (issue 5): one step per provisioning period; the env truncates at the scenario horizon itself
+    # pd: one step per provisioning period; the env truncates at the scenario horizon itself
     EnvSpecEntry("servegym/PDProvision-v0", "servegym.envs.pd.env:PDProvisionEnv"),
-    # pd action modes (issue 13): the same env driven by a change around min-power+lookahead, or by a front slot
+    # pd action modes: the same env driven by a change around min-power+lookahead, or by a front slot
     EnvSpecEntry("servegym/PDProvisionResidual-v0", "servegym.envs.pd.env:PDProvisionEnv",
                  kwargs={"action_mode": "residual"}),
     EnvSpecEntry("servegym/PDProvisionFront-v0", "servegym.envs.pd.env:PDProvisionEnv",
                  kwargs={"action_mode": "front"}),
-    # npu (issue 6): one step per 5-min epoch; the env truncates at its horizon (config "hours", 24 h) itself
+    # npu: one step per 5-min epoch; the env truncates at its horizon (config "hours", 24 h) itself
     EnvSpecEntry("servegym/NPUAutoscale-v0", "servegym.envs.npu.env:NPUAutoscaleEnv"),
 )
 
