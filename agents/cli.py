@@ -67,7 +67,7 @@ def add_commands(subparsers: Any) -> None:
     tr.set_defaults(func=_train)
 
     ev = subparsers.add_parser("evaluate", help="a saved agent vs the family's baselines on the same seeds",
-                               description="Mean ± 95%% CI over episodes; CSV, markdown and a bar chart.")
+                               description="Mean ± 95% CI over episodes; CSV, markdown and a bar chart.")
     ev.add_argument("--env", default=None, help="env id (default: from the run's run.json)")
     ev.add_argument("--model", required=True, metavar="PATH", help="a model .zip saved by servegym train")
     ev.add_argument("--algo", default=None, choices=ALGO_NAMES, help="needed only without run.json")
@@ -115,7 +115,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from servegym.agents.evaluate import evaluate_model, markdown_table
+    from servegym.agents.evaluate import evaluate_model, text_report
+    from servegym.agents.families import family_for
 
     rep = evaluate_model(args.env, args.model, episodes=args.episodes, baselines=args.baselines, seed=args.seed,
                          out_dir=args.out_dir, algo=args.algo, env_kwargs=_env_kwargs(args.env_kwargs),
@@ -123,7 +124,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.json:
         print(rep.summary.to_json(orient="records", indent=2))
     else:
-        sys.stdout.write(markdown_table(rep.summary))
+        sys.stdout.write(text_report(rep.summary, family_for(rep.env_id or args.env), rep.files.get("summary_md")))
         for name, path in rep.files.items():
             print(f"{name}: {path}")
     return 0

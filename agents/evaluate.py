@@ -26,6 +26,8 @@ from servegym.agents.families import (
 )
 from servegym.agents.rollout import agent_act_fn, play_episode, seeds_from
 
+from servegym import report
+
 ID_COLUMNS = ("policy", "seed")
 # Anything np.asarray accepts (a list, a pandas column, an array).
 NDArrayLike = Any
@@ -70,17 +72,50 @@ def summary_frame(episodes: pd.DataFrame, confidence: float = 0.95) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def markdown_table(summary: pd.DataFrame, digits: int = 4) -> str:
-    """``mean ± ci`` cells, one column per metric."""
+def table_cells(summary: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Header and ``mean ± ci`` cells, one column per metric, each column in one fixed-point format
+    (:func:`servegym.report.format_column`: no ``7.17e-05`` beside ``0 ± 0``)."""
     metrics = [c[:-5] for c in summary.columns if c.endswith("_mean")]
     header = ["policy", "episodes", *metrics]
+    cols = [report.format_column(summary[f"{m}_mean"].astype(float).tolist(), summary[f"{m}_ci"].astype(float).tolist())
+            for m in metrics]
+    rows = [[str(r["policy"]), str(int(r["episodes"])), *(c[i] for c in cols)]
+            for i, (_, r) in enumerate(summary.iterrows())]
+    return header, rows
+
+
+def markdown_table(summary: pd.DataFrame) -> str:
+    """The whole table (every metric) in markdown."""
+    header, rows = table_cells(summary)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for _, r in summary.iterrows():
-        cells = [str(r["policy"]), str(int(r["episodes"]))]
-        for m in metrics:
-            mean, ci = r[f"{m}_mean"], r[f"{m}_ci"]
-            cells.append(f"{mean:.{digits}g}" + ("" if not math.isfinite(ci) else f" ± {ci:.{digits - 1}g}"))
-        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def explanations(summary: pd.DataFrame, family: Family, width: int = report.WIDTH) -> list[str]:
+    """Lines after the table: identical rows and why, the policy legend, and the verdict on mean reward
+    (the agent's rank and its gap to the best baseline)."""
+    _, rows = table_cells(summary)
+    cells = {r[0]: r[1:] for r in rows}
+    out = [report.wrap(report.explain_identical(family.name, g), width, "  ") for g in report.identical_groups(cells)]
+    out += report.legend(family.name, list(cells), width)
+    scores = dict(zip(summary["policy"], summary["reward_mean"].astype(float), strict=True))
+    excl = ("ideal",) if family.name == "npu" else ()  # the oracle bound is not a competitor
+    out.append(report.wrap(report.verdict(scores, higher_is_better=True, what="mean episode reward", exclude=excl),
+                           width, "  "))
+    return out
+
+
+def text_report(summary: pd.DataFrame, family: Family, md_path: Path | None = None, width: int = report.WIDTH) -> str:
+    """The CLI's text: the table's leading columns that fit in ``width`` characters (the markdown file has
+    them all), then :func:`explanations`."""
+    header, rows = table_cells(summary)
+    h, r, dropped = report.fit_width(header, rows, width)
+    lines = [report.text_table(h, r)]
+    if dropped:
+        where = f" in {md_path}" if md_path else " in summary.md (--out-dir)"
+        lines.append(report.wrap(f"more columns{where}: {', '.join(dropped)}", width, "  "))
+    lines += explanations(summary, family, width)
     return "\n".join(lines) + "\n"
 
 
@@ -123,6 +158,7 @@ class EvalReport:
     episodes: pd.DataFrame
     summary: pd.DataFrame
     files: dict[str, Path]
+    env_id: str | None = None
 
 
 def evaluate_model(env_id: str | None, model_path: str | Path, episodes: int = 5, baselines: str | None = "all",
@@ -171,7 +207,8 @@ def evaluate_model(env_id: str | None, model_path: str | Path, episodes: int = 5
         files["summary_csv"] = d / "summary.csv"
         summ.to_csv(files["summary_csv"], index=False)
         files["summary_md"] = d / "summary.md"
-        files["summary_md"].write_text(f"# {env_id}: agent vs baselines, seeds {seeds[0]}..{seeds[-1]}\n\n"
-                                       + markdown_table(summ))
+        files["summary_md"].write_text(f"# {env_id}: agent vs baselines, {report.seeds_phrase(seeds)}\n\n"
+                                       + markdown_table(summ) + "\n"
+                                       + "".join(f"{line}  \n" for line in explanations(summ, family, 10_000)))
         files["plot"] = plot_summary(summ, family, d / "summary.png")
-    return EvalReport(episodes=eps, summary=summ, files=files)
+    return EvalReport(episodes=eps, summary=summ, files=files, env_id=env_id)

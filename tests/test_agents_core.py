@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from servegym.agents.algos import check_algo, get_algo
-from servegym.agents.evaluate import episodes_frame, markdown_table, summary_frame, t_halfwidth
+from servegym.agents.evaluate import episodes_frame, markdown_table, summary_frame, t_halfwidth, text_report
 from servegym.agents.families import (
     EpisodeAccumulator,
     EpisodeResult,
@@ -78,7 +78,10 @@ def test_summary_and_saving_vs_reference() -> None:
     assert agent["carbon_g_ci"] > 0 and summ.iloc[1]["carbon_g_ci"] == 0.0
     md = markdown_table(summ)
     assert md.splitlines()[0].startswith("| policy | episodes | reward")
-    assert "51 ± " in md
+    assert "| 51.0 ± 2.5 | 49.00 ± 2.48 |" in md and "| 100.0 ± 0.0 | 0.00 ± 0.00 |" in md  # one format per column
+    text = text_report(summ, fam)
+    assert "verdict (mean episode reward): agent -1 vs best baseline rr -2: 50.0% better; agent ranks 1 of 2" in text
+    assert "round-robin" in text and all(len(line) <= 120 for line in text.splitlines())
     assert math.isnan(saving_pct(1.0, 0.0))
 
 

@@ -228,7 +228,10 @@ class GeoSimulation:
         self._outstanding: DecisionContext | None = None
         self._token = 0
         self._time_s = 0.0
+        # decisions in the policy's unit (a request, or a window of requests) and the apply() calls that
+        # made them (per-request policies are batched per poll interval for speed: one call, many decisions)
         self.n_decisions = 0
+        self.n_decision_calls = 0
 
         # Accounting.
         # Per-DC accumulators, rows named by _ACC, for the whole run and for the serving window
@@ -425,7 +428,8 @@ class GeoSimulation:
             self._n_buffered += n
             self._n_placed += n
         self._cursor += n
-        self.n_decisions += 1
+        self.n_decisions += n if self.config.decision_mode == "request" else 1
+        self.n_decision_calls += 1
 
     def run(self, policy: GeoPolicy, progress: bool = False) -> GeoResults:
         """The policy loop: decide every decision point with ``policy`` and return the results.
@@ -631,6 +635,7 @@ class GeoSimulation:
             "unfinished": unfinished,
             "sched_overhead_ms": float(self.sched_delay[placed].mean() * 1e3) if placed.any() else 0.0,
             "decisions": self.n_decisions,
+            "decision_calls": self.n_decision_calls,
             "sim_time_s": self._time_s,
             "complete": self._done,
             # Step models outside their calibrated range (GeoConfig.extrapolate): named in every result.

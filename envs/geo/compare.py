@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 from servegym.envs.geo.config import GeoConfig
 
+from servegym import report
 from servegym.errors import ConfigError
 
 #: The reported metrics, in table order (means over seeds in :func:`summarize`).
@@ -47,7 +48,7 @@ _RUN_COLUMNS: tuple[str, ...] = (
     "policy", "seed", "osl_mode", "decision_mode", "rate_rps", "carbon_g", "carbon_saving_pct", "energy_kwh",
     "slo_violation_pct", "ttft_violation_pct", "tpot_violation_pct", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
     "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "sched_overhead_ms", "arrived", "finished", "unfinished",
-    "decisions", "complete", "wall_s",
+    "decisions", "decision_calls", "complete", "wall_s",
 )
 
 
@@ -232,7 +233,7 @@ def _finite(x: Any) -> float | None:
 def _fmt(v: float, ci: float | None, digits: int) -> str:
     if not math.isfinite(v):
         return "n/a"
-    s = f"{v:.{digits}f}"
+    s = report.format_column([v], decimals=digits)[0]
     return s if ci is None or not math.isfinite(ci) else f"{s} ± {ci:.{digits}f}"
 
 
@@ -263,13 +264,7 @@ def markdown_table(summary: pd.DataFrame) -> str:
 
 
 def text_table(summary: pd.DataFrame) -> str:
-    header, rows = table_rows(summary)
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
-
-    return "\n".join([line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
+    return report.text_table(*table_rows(summary))
 
 
 def plot_tradeoff(summary: pd.DataFrame, path: str | Path, title: str = "", ax: Any = None) -> Path | None:
@@ -328,6 +323,31 @@ def _annotate_clusters(ax: Any, summary: pd.DataFrame) -> None:
                     fontsize=8)
 
 
+#: Policies within this many percentage points of the lowest SLO violation compete on carbon in the verdict.
+VERDICT_SLO_TOLERANCE_PP = 1.0
+
+
+def verdict_line(summary: pd.DataFrame) -> str:
+    """The table's verdict: the lowest-carbon policy among those within
+    :data:`VERDICT_SLO_TOLERANCE_PP` of the lowest SLO violation (SLO first, then carbon)."""
+    viol = summary["slo_violation_pct"].astype(float)
+    ok = summary[viol <= float(viol.min()) + VERDICT_SLO_TOLERANCE_PP]
+    best = ok.loc[ok["carbon_g"].astype(float).idxmin()]
+    return (f"verdict: best {best['policy']}: {float(best['carbon_saving_pct']):.1f}% carbon saving vs RR at "
+            f"{float(best['slo_violation_pct']):.2f}% SLO violation (lowest carbon among policies within "
+            f"{VERDICT_SLO_TOLERANCE_PP:g} pp of the lowest SLO violation)")
+
+
+def explanations(summary: pd.DataFrame, width: int = report.WIDTH) -> list[str]:
+    """Lines that follow the table: identical rows and why, the policy legend, and the verdict."""
+    _, rows = table_rows(summary)
+    cells = {r[0]: r[1:] for r in rows}
+    out = [report.wrap(report.explain_identical("geo", g), width, "  ") for g in report.identical_groups(cells)]
+    out += report.legend("geo", list(cells), width)
+    out.append(report.wrap(verdict_line(summary), width, "  "))
+    return out
+
+
 def describe(config: GeoConfig, preset_name: str | None = None, model: str | None = None) -> str:
     """One line naming the scenario of a comparison (for tables and plot titles)."""
     bits = [f"preset {preset_name}" if preset_name else f"topology {config.topology}"]
@@ -351,11 +371,11 @@ def write_outputs(runs: pd.DataFrame, out_dir: str | Path, title: str = "", stem
              "png": out / f"{stem}.png"}
     runs.to_csv(paths["runs_csv"], index=False)
     summ.to_csv(paths["csv"], index=False)
-    seeds = sorted({int(s) for s in runs["seed"]})
+    seeds = report.seeds_phrase(int(s) for s in runs["seed"])
     md = [f"# geo compare: {title}" if title else "# geo compare", "",
-          f"Seeds {seeds}; carbon saving vs RR on the same seeds; SLO violation = % of requests missing TTFT or "
-          "TPOT (unfinished count as missed); sched. = mean modelled scheduling delay per request.", "",
-          markdown_table(summ), ""]
+          f"{seeds[0].upper()}{seeds[1:]}; carbon saving vs RR on the same seeds; SLO violation = % of requests "
+          "missing TTFT or TPOT (unfinished count as missed); sched. = mean modelled scheduling delay per request.", "",
+          markdown_table(summ), "", *(f"{line}  " for line in explanations(summ, width=10_000)), ""]
     paths["md"].write_text("\n".join(md))
     plot_tradeoff(summ, paths["png"], title=title)
     return paths

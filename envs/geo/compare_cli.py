@@ -58,6 +58,7 @@ def add_geo_commands(geo_sub: argparse._SubParsersAction) -> None:
 def _compare(args: argparse.Namespace) -> int:
     from servegym.envs.geo.compare import (
         describe,
+        explanations,
         json_records,
         run_comparison,
         summarize,
@@ -67,6 +68,7 @@ def _compare(args: argparse.Namespace) -> int:
     from servegym.envs.geo.config import preset
 
     from servegym.errors import ConfigError, check_range
+    from servegym.report import seeds_phrase, wrap
 
     check_range("--sim-seconds", args.sim_seconds, 0.0, None, low_inclusive=False)
     if args.seeds < 1:
@@ -97,9 +99,11 @@ def _compare(args: argparse.Namespace) -> int:
         json.dump(json_records(runs), sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    print(f"geo compare: {title}; seeds 0..{args.seeds - 1}; {wall:.1f} s wall")
-    print(text_table(summarize(runs)))
-    print("saving vs RR on the same seeds; SLO violation: % of requests missing TTFT or TPOT; "
-          "sched.: mean modelled scheduling delay per request")
-    print(f"wrote {paths['md']}, {paths['csv']}, {paths['runs_csv']}, {paths['png']}")
+    summary = summarize(runs)
+    print(wrap(f"geo compare: {title}; {seeds_phrase(range(args.seeds))}; {wall:.1f} s wall"))
+    print(text_table(summary))
+    print(wrap("saving vs RR on the same seeds; SLO viol.: % of requests missing TTFT or TPOT; "
+               "sched.: mean modelled scheduling delay per request"))
+    print("\n".join(explanations(summary)))
+    print(wrap(f"wrote {paths['md']}, {paths['csv']}, {paths['runs_csv']}, {paths['png']}"))
     return 0

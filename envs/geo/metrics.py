@@ -8,7 +8,9 @@
   window ``[0, duration_s]`` (``window_s``; ``carbon_with_drain_g`` adds the drain), SLO violation
   rate (% of arrived requests that missed the TTFT or TPOT budget; requests unfinished when the
   run ends count as violations), p50/p90/p99 TTFT and TPOT (s), request counts, mean modelled
-  scheduling overhead per request (ms), simulated time (s).
+  scheduling overhead per request (ms), simulated time (s), ``decisions`` (scheduling decisions in
+  the policy's unit: one per request in request mode, one per window in window mode) and
+  ``decision_calls`` (decision points: poll batches of a per-request policy, or windows).
 - ``per_dc``: one row per DC, over the serving window: region, PUE, mean CI, engine energy split (prefill / decode /
   idle, J), host energy (J), facility energy (kWh, x PUE), carbon (g), requests served,
   utilization (time-mean batch over the batch cap, sampled at every poll) and idle fraction

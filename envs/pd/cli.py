@@ -237,10 +237,23 @@ def _compare(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'policy':<22} {'energy kWh':>11} {'carbon g':>10} {'cost USD':>9} {'SLO viol %':>10} {'cap excess kWh':>15}")
-    for r in rows:
-        print(f"{r['policy']:<22} {r['energy_kwh']:11.2f} {r['carbon_g']:10.0f} {r['cost_usd']:9.2f} "
-              f"{r['slo_violation_pct']:10.2f} {r['cap_excess_kwh']:15.3f}")
+    from servegym import report
+
+    print(f"PDProvision-v0 day scenario ({args.mode} dynamics), seed {args.seed}"
+          + (f", first {args.steps} periods" if args.steps else ""))
+    keys = ("energy_kwh", "carbon_g", "cost_usd", "slo_violation_pct", "cap_excess_kwh")
+    cols = [report.format_column([float(r[k]) for r in rows]) for k in keys]
+    cells = [[str(r["policy"]), *(c[i] for c in cols)] for i, r in enumerate(rows)]
+    print(report.text_table(["policy", "energy (kWh)", "carbon (g)", "cost (USD)", "SLO viol. (%)", "cap excess (kWh)"],
+                            cells))
+    for g in report.identical_groups({c[0]: c[1:] for c in cells}):
+        print(report.wrap(report.explain_identical("pd", g), indent="  "))
+    print("\n".join(report.legend("pd", [c[0] for c in cells])))
+    low = min(float(r["slo_violation_pct"]) for r in rows)
+    best = min((r for r in rows if float(r["slo_violation_pct"]) <= low + 1.0), key=lambda r: float(r["energy_kwh"]))
+    print(report.wrap(f"verdict: best {best['policy']}: {float(best['energy_kwh']):.2f} kWh at "
+                      f"{float(best['slo_violation_pct']):.2f}% SLO violation (least energy among policies within 1 pp "
+                      "of the lowest SLO violation)", indent="  "))
     if args.plot:
         print(f"plot written to {args.plot}")
     return 0
