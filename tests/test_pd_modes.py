@@ -267,6 +267,40 @@ def test_curriculum_stages_and_random_start() -> None:
     # without random_start a short episode starts at the scenario's first period
     z = PDProvisionEnv({"curriculum": [[60, 0]]})
     assert {z.reset(seed=s)[1]["start_step"] for s in range(4)} == {0}
+    # a stage longer than the scenario plays the whole scenario
+    w = PDProvisionEnv({"curriculum": [[240, 0]], "random_start": True, "scenario": {"horizon_steps": 90}})
+    assert w.reset(seed=0)[1]["episode_steps"] == 90
+
+
+def test_training_normalizes_with_the_algorithms_gamma(tmp_path, monkeypatch) -> None:
+    """The trainer wraps pd training envs in VecNormalize (observations and rewards) with the algorithm's
+    gamma, and the shipped curriculum reaches the training envs only."""
+    pytest.importorskip("sb3_contrib")
+    import stable_baselines3.common.vec_env as vec_env
+    from servegym.agents.train import TrainConfig, train
+
+    seen: dict = {}
+    real = vec_env.VecNormalize
+
+    class Spy(real):  # type: ignore[misc, valid-type]
+        def __init__(self, venv, **kw):
+            seen.update(kw, curricula=venv.get_attr("config"))
+            super().__init__(venv, **kw)
+
+    monkeypatch.setattr(vec_env, "VecNormalize", Spy)
+    hp = tmp_path / "hp.yml"
+    hp.write_text("maskable-ppo:\n  n_envs: 2\n  n_steps: 32\n  batch_size: 32\n  n_epochs: 1\n  gamma: 0.95\n"
+                  "  normalize: true\n  train_env_kwargs: {config: {curriculum: [[30, 1], [60, 0]]}}\n")
+    res = train(TrainConfig(env_id=IDS["residual"], algo="maskable-ppo", timesteps=64, hyperparams=str(hp),
+                            env_kwargs={"config": {"scenario": {"horizon_steps": 60}}}, tb=None, eval_freq=0,
+                            eval_episodes=1, baselines="none", checkpoint_freq=0, progress=False,
+                            out=str(tmp_path / "m.zip")))
+    assert seen["gamma"] == 0.95 and seen["norm_obs"] and seen["norm_reward"]
+    assert all(c.curriculum == ((30, 1), (60, 0)) for c in seen["curricula"])
+    import json
+
+    run = json.loads(res.run_file.read_text())
+    assert "curriculum" not in run["env_kwargs"]["config"]  # evaluation envs play env_kwargs as they are
 
 
 @pytest.mark.parametrize("overrides, field", [
@@ -274,7 +308,7 @@ def test_curriculum_stages_and_random_start() -> None:
     ({"residual_levels": 1.5}, "residual_levels"), ({"front_eps": 0.0}, "front_eps"),
     ({"backlog_limit_s": 0.0}, "backlog_limit_s"), ({"termination_penalty": -1.0}, "termination_penalty"),
     ({"backlog_weight": -1.0}, "backlog_weight"), ({"curriculum": [[60]]}, "curriculum"),
-    ({"curriculum": [[0, 5]]}, "episode_steps"), ({"curriculum": [[2000, 5]]}, "episode_steps"),
+    ({"curriculum": [[0, 5]]}, "episode_steps"), ({"curriculum": [[60, -1]]}, "episodes"),
     ({"curriculum": 5}, "curriculum"), ({"slo_weight": 1e7}, "slo_weight"),
 ])
 def test_bad_mode_configs_name_the_field(overrides: dict, field: str) -> None:

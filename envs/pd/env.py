@@ -93,7 +93,8 @@ cheaper than any way of playing it out. :meth:`PDProvisionEnv.per_step_reward_bo
 <= 1e6 and the penalty <= 1e9, so rewards are bounded for every valid config.
 
 **Curriculum** (``curriculum``: stages (episode_steps, episodes), e.g. ((60, 50), (240, 20), (1440, 0)) for
-1 h -> 4 h -> 1 day): the k-th reset of an instance plays the stage its count reaches (the last stage stays);
+1 h -> 4 h -> 1 day): the k-th reset of an instance plays the stage its count reaches (the last stage stays;
+a stage longer than the scenario plays the whole scenario);
 ``reset(options={"curriculum_stage": i})`` pins one. With ``random_start`` an episode shorter than the
 scenario starts at a period drawn uniformly from the reset's generator (random start hour), after the
 scenario's own draws, so the same seed and stage give the same episode and a full-length episode is
@@ -219,11 +220,10 @@ class PDEnvConfig:
         check_range("backlog_limit_s", self.backlog_limit_s, 0.0, 86_400.0, low_inclusive=False)
         if self.termination_penalty is not None:
             check_range("termination_penalty", self.termination_penalty, 0.0, 1e9)
-        n = self.scenario.horizon_steps
         for i, stage in enumerate(self.curriculum):
             if len(stage) != 2 or any(isinstance(x, bool) or int(x) != x for x in stage):
                 raise ConfigError(f"curriculum[{i}] = {stage!r}; allowed: (episode_steps, episodes) integers")
-            check_range(f"curriculum[{i}] episode_steps", stage[0], 1, n)
+            check_range(f"curriculum[{i}] episode_steps", stage[0], 1, 100_000)
             check_range(f"curriculum[{i}] episodes", stage[1], 0, 10**9)
         if self.initial_deployment is not None:
             d = self.initial_deployment
@@ -385,7 +385,7 @@ class PDProvisionEnv(gym.Env):
         if stage is None:
             stage = self.curriculum_stage(self._episodes)
         self._episodes += 1
-        steps = self.config.curriculum[stage][0] if self.config.curriculum else n
+        steps = min(self.config.curriculum[stage][0], n) if self.config.curriculum else n
         start = int(self.np_random.integers(n - steps + 1)) if steps < n and self.config.random_start else 0
         self._set_episode(start, steps, stage)
         r0 = float(rates[start])
