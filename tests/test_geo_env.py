@@ -386,6 +386,11 @@ MODES = [
     (GeoRouteWindowEnv, {"action_mode": "residual", "reference": "milp"}),
     (GeoRouteEnv, {"ci_time_scale": 1800.0, "ci_forecast_h": 2, "ci_forecast_noise": 0.2}),
     (GeoRouteWindowEnv, {"action_mode": "residual", "ci_time_scale": 1800.0, "ci_forecast_h": 2}),
+    # stale snapshots (a 2 s poll period) with the estimator's residuals observed
+    (GeoRouteEnv, {"action_mode": "residual", "observe_residuals": True, "geo": {"duration_s": 4.0,
+                                                                                  "poll_interval_s": 2.0}}),
+    (GeoRouteWindowEnv, {"observe_residuals": True, "reward": "poll", "geo": {"duration_s": 4.0,
+                                                                               "poll_interval_s": 2.0}}),
 ]
 
 
@@ -593,3 +598,25 @@ def test_predicted_osl_mode_runs_in_the_envs() -> None:
 def test_bad_grid_and_mode_configs(overrides: dict, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         GeoRouteEnv(config={**MINI, **overrides})
+
+
+@pytest.mark.parametrize("env_cls", [GeoRouteEnv, GeoRouteWindowEnv])
+def test_residual_features_track_the_estimators_error(env_cls: type) -> None:
+    """observe_residuals: per-DC EMA of (realized - predicted) / SLO. Overloading DC 0 makes its
+    realized TTFT run past the estimate (a positive residual) while DCs that served nothing stay 0."""
+    env = env_cls(config={**OVERLOAD, "observe_residuals": True})
+    obs, _ = env.reset(seed=0)
+    names = env.observation_names
+    cols = {f"{f}[{d}]": names.index(f"{f}[{d}]") for f in ("ttft_resid", "tpot_resid") for d in range(env.n_dcs)}
+    assert all(obs[c] == 0.0 for c in cols.values())
+    act = (lambda: 0) if env_cls is GeoRouteEnv else (lambda: np.array([1.0] + [-1.0] * (env.n_dcs - 1)))
+    peak = 0.0
+    while True:
+        obs, _, _, truncated, _ = env.step(act())
+        assert env.observation_space.contains(obs)
+        peak = max(peak, float(obs[cols["ttft_resid[0]"]]))
+        if env_cls is GeoRouteEnv:
+            assert all(obs[cols[f"ttft_resid[{d}]"]] == 0.0 for d in range(1, env.n_dcs))
+        if truncated:
+            break
+    assert peak > 0.05

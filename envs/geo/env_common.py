@@ -72,6 +72,12 @@ DC_FEATURES: tuple[str, ...] = (
     "age",               # (t - polled_at_d) / poll_interval_s, clipped to 1: staleness of d's row
     "own_dispatched",    # squash(own dispatches to d since d's last poll / engines per DC)
 )
+#: Estimator residuals per DC (``observe_residuals``), each a block of D values: an exponential
+#: moving average (weight :data:`RESIDUAL_EMA` per poll with finishes at the DC) of
+#: ``(realized - predicted) / SLO`` over the requests that finished at the DC, TTFT and TPOT, squashed
+#: by ``tanh`` (0: the estimator was right; > 0: it was optimistic).
+RESIDUAL_FEATURES: tuple[str, ...] = ("ttft_resid", "tpot_resid")
+RESIDUAL_EMA = 0.3
 #: Time / grid features, in observation order (scalars).
 TIME_FEATURES: tuple[str, ...] = (
     "progress",          # t / duration_s, clipped to 1
@@ -123,6 +129,13 @@ class GeoEnvConfig:
         ci_forecast_h: hours of CI forecast in the observation, in [0, 24] (0: none).
         ci_forecast_noise: relative log-normal noise of the forecast per square-root hour of
             lead, in [0, 2] (0: the real series).
+        observe_residuals: add the estimator's recent per-DC residuals to the observation
+            (:data:`RESIDUAL_FEATURES`): how far realized TTFT/TPOT ran from what the estimator
+            predicted for the requests that finished, per DC.
+
+    Stale snapshots: the provisioner's period is ``geo={"poll_interval_s": Δp}`` (the paper's 1 s
+    by default; every decision of a period sees the snapshot taken at its start, so a larger Δp
+    means staler state, which the ``age`` feature and the residuals expose).
 
     The envs run the grid clock in ``geo.ci_mode = "hourly"`` unless ``geo`` sets ``"fixed"``.
     """
@@ -140,8 +153,11 @@ class GeoEnvConfig:
     ci_time_scale: float = 1.0
     ci_forecast_h: int = 0
     ci_forecast_noise: float = 0.0
+    observe_residuals: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.observe_residuals, bool):
+            raise ConfigError(f"observe_residuals = {self.observe_residuals!r} is not allowed; allowed: True, False")
         if self.action_mode not in ACTION_MODES:
             raise ConfigError(f"action_mode = {self.action_mode!r} is not allowed; allowed: {list(ACTION_MODES)}")
         from servegym.envs.geo.reference import make_reference
@@ -238,6 +254,8 @@ class EpisodeTracker:
         # Per request: what its decision already paid (w-weighted cost, > 0), settled at its finish.
         self._paid = np.zeros(n, dtype=np.float64)
         self._paid_open = 0.0  # paid by requests not settled yet
+        self._pred = np.full((2, n), np.nan) if cfg.observe_residuals else None
+        self._resid = np.zeros((2, sim.n_dcs))
         self.final_settled = False
         self._n_ttft = 0
         self._n_batches = 0
@@ -250,11 +268,34 @@ class EpisodeTracker:
         """The dense per-decision cost ``w_carbon * c + w_slo * (1 - feasible)`` (same shape)."""
         return self.w_carbon * carbon_g + self.w_slo * (~np.asarray(feasible, dtype=bool))
 
-    def record(self, request_id: NDArray[np.int64], cost: NDArray[np.float64]) -> None:
-        """Requests just applied and the dense cost each one's decision paid (rewards of ``-cost``)."""
+    def record(self, request_id: NDArray[np.int64], cost: NDArray[np.float64],
+               ttft_s: NDArray[np.float64] | None = None, tpot_s: NDArray[np.float64] | None = None) -> None:
+        """Requests just applied, the dense cost each one's decision paid (rewards of ``-cost``)
+        and, when residuals are observed, the TTFT/TPOT (s) the estimator predicted at their DC."""
         if self.dense and request_id.size:
             self._paid[request_id] = cost
             self._paid_open += float(cost.sum())
+        if self._pred is not None and ttft_s is not None and tpot_s is not None:
+            self._pred[0, request_id] = ttft_s
+            self._pred[1, request_id] = tpot_s
+
+    def residual_features(self) -> NDArray[np.float64]:
+        """(2 D,) :data:`RESIDUAL_FEATURES` (zeros before any request finished at a DC)."""
+        return np.tanh(self._resid).ravel()
+
+    def _update_residuals(self, fin: Any) -> None:
+        sim = self.sim
+        rid = np.asarray(fin.request_id, dtype=np.int64)
+        dc = sim.placed_dc[rid]
+        cfg = sim.config
+        d = sim.n_dcs
+        for k, (real, slo) in enumerate(((fin.ttft_s, cfg.ttft_slo_s), (fin.tpot_s, cfg.tpot_slo_s))):
+            err = (np.asarray(real, dtype=np.float64) - self._pred[k, rid]) / slo
+            ok = np.isfinite(err)  # a one-token request has no TPOT
+            cnt = np.bincount(dc[ok], minlength=d)
+            mean = np.bincount(dc[ok], weights=err[ok], minlength=d) / np.maximum(cnt, 1)
+            self._resid[k] = np.where(cnt > 0, (1 - RESIDUAL_EMA) * self._resid[k] + RESIDUAL_EMA * mean,
+                                      self._resid[k])
 
     def update(self) -> float:
         """Reward accrued since the previous call (the poll settlement in dense mode); refreshes :attr:`info`."""
@@ -270,6 +311,8 @@ class EpisodeTracker:
                 k = len(fin.ttft_s)
                 self._ttft[self._n_ttft:self._n_ttft + k] = fin.ttft_s
                 self._n_ttft += k
+                if self._pred is not None:
+                    self._update_residuals(fin)
                 if self.dense:
                     settled = float(self._paid[np.asarray(fin.request_id, dtype=np.int64)].sum())
                     reward += settled
@@ -416,9 +459,11 @@ class GridClock:
         return out
 
 
-def forecast_names(n_dcs: int, hours: int) -> list[str]:
-    """Names of the forecast block (lead-major): ``ci_fc<k>h[d]``, k = 1..hours."""
-    return [f"ci_fc{k}h[{d}]" for k in range(1, hours + 1) for d in range(n_dcs)]
+def forecast_names(n_dcs: int, hours: int, residuals: bool = False) -> list[str]:
+    """Names of the forecast block (lead-major): ``ci_fc<k>h[d]``, k = 1..hours, then the residual
+    block (:data:`RESIDUAL_FEATURES`) when ``residuals``."""
+    names = [f"ci_fc{k}h[{d}]" for k in range(1, hours + 1) for d in range(n_dcs)]
+    return names + ([f"{f}[{d}]" for f in RESIDUAL_FEATURES for d in range(n_dcs)] if residuals else [])
 
 
 def reference_carbon_g(sim: GeoSimulation) -> float:
@@ -489,6 +534,7 @@ class GeoEnvBase(gym.Env):
         self.geo_config = self.config.geo_config(self.decision_mode)
         self.n_dcs, self.n_regions = _n_dcs_regions(self.geo_config)
         self._fc_n = self.config.ci_forecast_h * self.n_dcs  # forecast features, after the time block
+        self._res_n = 2 * self.n_dcs if self.config.observe_residuals else 0  # residuals, after the forecast
         GridClock(self.geo_config)  # a ci_start outside the topology's CI series fails here, not at reset
         self.sim: GeoSimulation | None = None
         self._tracker: EpisodeTracker | None = None
@@ -565,6 +611,9 @@ class GeoEnvBase(gym.Env):
         obs[self._time_lo:self._time_lo + 5] = self._clock.features(sim.now_s, snap)
         if self._fc_n:
             obs[self._time_lo + 5:self._time_lo + 5 + self._fc_n] = self._clock.forecast(sim.now_s)
+        if self._res_n and self._tracker is not None:
+            lo = self._time_lo + 5 + self._fc_n
+            obs[lo:lo + self._res_n] = self._tracker.residual_features()
         return obs
 
     def render(self) -> str | NDArray[np.uint8] | None:

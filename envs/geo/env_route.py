@@ -68,11 +68,12 @@ from servegym.errors import ActionError
 REQUEST_DC_FEATURES: tuple[str, ...] = ("ttft", "tpot", "carbon", "feasible", "local")
 
 
-def route_observation_names(n_dcs: int, n_regions: int, residual: bool = False, forecast_h: int = 0) -> list[str]:
+def route_observation_names(n_dcs: int, n_regions: int, residual: bool = False, forecast_h: int = 0,
+                            residuals: bool = False) -> list[str]:
     """The name of every observation entry of GeoRoute-v0, in order."""
     names = [f"{f}[{d}]" for f in DC_FEATURES + REQUEST_DC_FEATURES for d in range(n_dcs)]
     names += ["log_isl", "log_osl_est"] + [f"origin[{r}]" for r in range(n_regions)]
-    names += list(TIME_FEATURES) + forecast_names(n_dcs, forecast_h)
+    names += list(TIME_FEATURES) + forecast_names(n_dcs, forecast_h, residuals)
     return names + ([f"ref[{d}]" for d in range(n_dcs)] if residual else [])
 
 
@@ -93,7 +94,8 @@ class GeoRouteEnv(GeoEnvBase):
         super().__init__(config, render_mode, **overrides)
         d, r = self.n_dcs, self.n_regions
         self.residual = self.config.action_mode == "residual"
-        self._base_dim = 14 * d + r + 7 + self._fc_n
+        self._base_dim = 14 * d + r + 7 + self._fc_n + self._res_n
+        self._res_lo = 14 * d + r + 7 + self._fc_n
         self.obs_dim = self._base_dim + (d if self.residual else 0)
         self.observation_space = spaces.Box(-1.0, 1.0, shape=(self.obs_dim,), dtype=np.float32)
         self.action_space = spaces.Discrete(d + 1 if self.residual else d)
@@ -108,7 +110,8 @@ class GeoRouteEnv(GeoEnvBase):
 
     @property
     def observation_names(self) -> list[str]:
-        return route_observation_names(self.n_dcs, self.n_regions, self.residual, self.config.ci_forecast_h)
+        return route_observation_names(self.n_dcs, self.n_regions, self.residual, self.config.ci_forecast_h,
+                                       self.config.observe_residuals)
 
     # -- Gymnasium API ------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -120,6 +123,7 @@ class GeoRouteEnv(GeoEnvBase):
         self._load_interval()
         assert self._tracker is not None
         self._tracker.update()
+        self._write_residuals()
         info = dict(self._tracker.info)
         info["steps"] = 0
         if self._ctx is None:  # an empty run
@@ -143,11 +147,15 @@ class GeoRouteEnv(GeoEnvBase):
         reward = -float(self._cost[i, a]) if self._dense else 0.0
         if self._i == self._n:
             assert self.sim is not None and self._tracker is not None and self._ctx is not None
-            self.sim.apply(self._ctx, self._actions)
-            if self._dense:
-                self._tracker.record(self._ctx.request_id, self._cost[np.arange(self._n), self._actions])
+            ctx, rows = self._ctx, np.arange(self._n)
+            self.sim.apply(ctx, self._actions)
+            if self._dense or self._res_n:
+                est = ctx.estimates
+                self._tracker.record(ctx.request_id, self._cost[rows, self._actions] if self._dense else rows[:0],
+                                     est.ttft_s[rows, self._actions], est.tpot_s[rows, self._actions])
             self._load_interval()
             reward += self._tracker.update()
+            self._write_residuals()
         run_over = self._ctx is None
         truncated, info = self._finish_step(run_over)
         obs = self._end_observation() if run_over else self._observation()
@@ -219,6 +227,11 @@ class GeoRouteEnv(GeoEnvBase):
         self._actions = np.empty(n, dtype=np.int64)
         self._n = n
         self._i = 0
+
+    def _write_residuals(self) -> None:
+        """The residual block of the interval's rows, once the tracker has seen its polls."""
+        if self._res_n and self._ctx is not None and self._tracker is not None:
+            self._rows[:, self._res_lo:self._res_lo + self._res_n] = self._tracker.residual_features()
 
     def _observation(self) -> NDArray[np.float32]:
         i = self._i

@@ -83,12 +83,13 @@ from servegym.errors import ActionError, ConfigError
 WINDOW_DC_FEATURES: tuple[str, ...] = ("feasible_frac", "ttft_mean", "tpot_mean", "carbon_mean", "local", "capacity")
 
 
-def window_observation_names(n_dcs: int, n_regions: int, residual: bool = False, forecast_h: int = 0) -> list[str]:
+def window_observation_names(n_dcs: int, n_regions: int, residual: bool = False, forecast_h: int = 0,
+                             residuals: bool = False) -> list[str]:
     """The name of every observation entry of GeoRouteWindow-v0, in order."""
     feats = DC_FEATURES + WINDOW_DC_FEATURES + (("ref_cap",) if residual else ())
     names = [f"{f}[{d}]" for f in feats for d in range(n_dcs)]
     names += ["size", "log_isl_mean", "log_osl_est_mean"] + [f"origin[{r}]" for r in range(n_regions)]
-    return names + list(TIME_FEATURES) + forecast_names(n_dcs, forecast_h)
+    return names + list(TIME_FEATURES) + forecast_names(n_dcs, forecast_h, residuals)
 
 
 def assign_within_caps(carbon_g: NDArray[np.float64], candidates: NDArray[np.bool_],
@@ -151,7 +152,7 @@ class GeoRouteWindowEnv(GeoEnvBase):
         d, r = self.n_dcs, self.n_regions
         self.residual = self.config.action_mode == "residual"
         k = 16 if self.residual else 15
-        self.obs_dim = k * d + r + 8 + self._fc_n
+        self.obs_dim = k * d + r + 8 + self._fc_n + self._res_n
         self._time_lo = k * d + r + 3
         self._policy: Any = None
         if self.residual:
@@ -170,7 +171,8 @@ class GeoRouteWindowEnv(GeoEnvBase):
 
     @property
     def observation_names(self) -> list[str]:
-        return window_observation_names(self.n_dcs, self.n_regions, self.residual, self.config.ci_forecast_h)
+        return window_observation_names(self.n_dcs, self.n_regions, self.residual, self.config.ci_forecast_h,
+                                        self.config.observe_residuals)
 
     # -- Gymnasium API ------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -206,11 +208,13 @@ class GeoRouteWindowEnv(GeoEnvBase):
             dc, overflow = assign_within_caps(est.carbon_g, ctx.action_mask(), self._caps(ctx, share))
             sim.apply(ctx, dc)
         reward = 0.0
+        rows = np.arange(dc.size)
         if self.config.reward == "dense":
-            rows = np.arange(dc.size)
             cost = self._tracker.dense_costs(est.carbon_g[rows, dc], est.feasible[rows, dc])
-            self._tracker.record(ctx.request_id, cost)
             reward = -float(cost.sum())
+        else:
+            cost = rows[:0].astype(np.float64)
+        self._tracker.record(ctx.request_id, cost, est.ttft_s[rows, dc], est.tpot_s[rows, dc])
         self._overflow = overflow
         self._ctx = sim.next_decision()
         reward += self._tracker.update()
@@ -297,7 +301,9 @@ class GeoRouteWindowEnv(GeoEnvBase):
         obs[o + 3:o + 3 + r] = np.arange(r) == s
         obs[o + 3 + r:o + 8 + r] = self._clock.features(ctx.time_s, snap)
         if self._fc_n:
-            obs[o + 8 + r:] = self._clock.forecast(ctx.time_s)
+            obs[o + 8 + r:o + 8 + r + self._fc_n] = self._clock.forecast(ctx.time_s)
+        if self._res_n:
+            obs[o + 8 + r + self._fc_n:] = self._tracker.residual_features()
         return obs
 
     def _current_snapshot(self) -> Snapshot | None:
