@@ -133,33 +133,42 @@ class GeoRouteEnv(GeoEnvBase):
 
     def step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
         self._require_running()
-        a = self._check_action(action)
         i = self._i
+        reward = self._decide(i, self._check_action(action))
+        self._i = i + 1
+        if self._i == self._n:
+            reward += self._close_interval()
+        run_over = self._ctx is None
+        truncated, info = self._finish_step(run_over)
+        obs = self._end_observation() if run_over else self._observation()
+        return obs, reward, False, truncated, info
+
+    def _decide(self, i: int, a: int) -> float:
+        """Place row ``i`` of the interval on DC ``a`` (or the reference's choice); its dense reward."""
         if self._ref is not None:
-            ref = self._ref_choice
+            ref = self._ref.choice_for(i, self._disp)
             if a == self.n_dcs:
                 a = ref
             elif a != ref:
                 self._ref.deviated(i)
         self._actions[i] = a
         self._disp[self._sched[i], a] += 1.0
-        self._i = i + 1
-        reward = -float(self._cost[i, a]) if self._dense else 0.0
-        if self._i == self._n:
-            assert self.sim is not None and self._tracker is not None and self._ctx is not None
-            ctx, rows = self._ctx, np.arange(self._n)
-            self.sim.apply(ctx, self._actions)
-            if self._dense or self._res_n:
-                est = ctx.estimates
-                self._tracker.record(ctx.request_id, self._cost[rows, self._actions] if self._dense else rows[:0],
-                                     est.ttft_s[rows, self._actions], est.tpot_s[rows, self._actions])
-            self._load_interval()
-            reward += self._tracker.update()
-            self._write_residuals()
-        run_over = self._ctx is None
-        truncated, info = self._finish_step(run_over)
-        obs = self._end_observation() if run_over else self._observation()
-        return obs, reward, False, truncated, info
+        return -float(self._cost[i, a]) if self._dense else 0.0
+
+    def _close_interval(self) -> float:
+        """Every request of the interval is decided: apply them, advance the simulator to the next
+        decision, and return the settlement (dense) or the measured cost (poll)."""
+        assert self.sim is not None and self._tracker is not None and self._ctx is not None
+        ctx, rows = self._ctx, np.arange(self._n)
+        self.sim.apply(ctx, self._actions)
+        if self._dense or self._res_n:
+            est = ctx.estimates
+            self._tracker.record(ctx.request_id, self._cost[rows, self._actions] if self._dense else rows[:0],
+                                 est.ttft_s[rows, self._actions], est.tpot_s[rows, self._actions])
+        self._load_interval()
+        reward = self._tracker.update()
+        self._write_residuals()
+        return reward
 
     def action_masks(self) -> NDArray[np.bool_]:
         """(D,) DCs the estimator deems SLO-feasible for the current request; all DCs when none is
@@ -234,14 +243,16 @@ class GeoRouteEnv(GeoEnvBase):
             self._rows[:, self._res_lo:self._res_lo + self._res_n] = self._tracker.residual_features()
 
     def _observation(self) -> NDArray[np.float32]:
-        i = self._i
+        return self._row_observation(self._i)
+
+    def _row_observation(self, i: int) -> NDArray[np.float32]:
+        """Row ``i``'s observation (a view of the interval's table, current own-dispatch counts)."""
         row = self._rows[i]
         x = self._disp[self._sched[i]] * self._inv_e
         row[self._disp_lo:self._disp_hi] = x / (1.0 + x)
         if self._ref is not None:
-            c = self._ref.choice_for(i, self._disp)
-            self._ref_choice = c
-            row[self._base_dim + c] = 1.0
+            row[self._base_dim:] = 0.0
+            row[self._base_dim + self._ref.choice_for(i, self._disp)] = 1.0
         return row
 
     def _current_snapshot(self) -> Snapshot | None:

@@ -7,11 +7,11 @@ baseline policy itself (:mod:`servegym.baselines.geo`, one model, two drivers) o
 :class:`~servegym.envs.geo.decisions.DecisionContext` built from the env's poll interval:
 
 - a request-mode reference (``greedy:<alpha>``, ``moer``): the policy decides the interval's
-  remaining requests from the current one on, with the dispatch counts the agent's own
-  placements produced so far. Greedy depends on the scheduler's own placements, so when the agent
-  deviates from the reference the rest of the interval is planned again from the next request:
-  the choice shown is always the one greedy would make for this request given what was actually
-  dispatched before it.
+  remaining requests of the current request's scheduler from the current one on, with the
+  dispatch counts the agent's own placements produced so far. Greedy depends on the scheduler's
+  own placements only, so when the agent deviates from the reference the scheduler's rest of the
+  interval is planned again from its next request: the choice shown is always the one greedy
+  would make for this request given what its scheduler actually dispatched before it.
 - a window reference (``milp``, ``ilp``, ``iter-ilp``): the requests of one scheduler within the
   poll interval are cut into the simulator's windows (``window_s`` from the window's first
   arrival, at most ``window_max_requests``), and the policy solves each window once, when the
@@ -106,6 +106,7 @@ class ReferencePlanner:
         """A new poll interval (a request-mode batch context): nothing planned yet."""
         n = ctx.n_requests
         self.ctx = ctx
+        self.sched = np.asarray(ctx.scheduler, dtype=np.int64)
         self.choice = np.full(n, -1, dtype=np.int64)
         if self.window:
             chunks = window_chunks(np.asarray(ctx.scheduler), np.asarray(ctx.arrival_s), self.window_s,
@@ -127,8 +128,9 @@ class ReferencePlanner:
             rows = rows[rows >= i]
             sub = sub_context(ctx, rows, dispatched, "window", float(ctx.decision_s[rows[-1]]))
         else:
-            rows = np.arange(i, ctx.n_requests)
-            sub = sub_context(ctx, rows, dispatched, "request", float(ctx.decision_s[-1]))
+            # greedy decides each scheduler from its own dispatches only: plan i's scheduler's rows
+            rows = i + np.flatnonzero(self.sched[i:] == self.sched[i])
+            sub = sub_context(ctx, rows, dispatched, "request", float(ctx.decision_s[rows[-1]]))
         self.choice[rows] = np.asarray(self.policy.decide(sub), dtype=np.int64)
         return int(self.choice[i])
 
@@ -136,4 +138,5 @@ class ReferencePlanner:
         """The agent did not follow the reference at row ``i``: a request-mode reference plans the
         rest of the interval again (its choices depend on the scheduler's own placements)."""
         if not self.window:
-            self.choice[i + 1:] = -1
+            later = self.sched[i + 1:] == self.sched[i]
+            self.choice[i + 1:][later] = -1
