@@ -16,7 +16,8 @@ is the model the paper's method itself uses. :func:`run_policy` drives the envir
   capacity, the largest-capacity one is used.
 * :class:`StaticPeak`: one deployment all day: the least-power one (at capacity, under the heaviest mix)
   whose capacity covers every period's scenario mean rate / rho_bar under that period's mix (a day-ahead
-  plan from the known scenario; the largest-capacity deployment if nothing covers the peak).
+  plan from the known scenario, over the episode's periods; the largest-capacity deployment if nothing
+  covers the peak).
 * :class:`ThresholdAutoscaler`: a Kubernetes-HPA-like reactive rule per pool:
   desired = ceil(n x utilization / target) with target 0.7, no change within the tolerance |u / target - 1| <=
   0.1, scale-up immediate and scale-down stabilized over the last 300 s of recommendations (HPA's defaults,
@@ -98,7 +99,8 @@ class StaticPeak:
     def reset(self, env: PDProvisionEnv, info: dict[str, Any]) -> None:
         tab, budget = env.tables, env.config.gpu_budget
         rates = env.forecast_rates(env.signals.base_rate_rps.size)
-        mixes = env.signals.mix_index[: rates.size]
+        k0 = env.step_index  # the episode's first period (a curriculum episode may start later in the day)
+        mixes = env.signals.mix_index[k0: k0 + rates.size]
         need = np.zeros(tab.mu.shape[0])
         np.maximum.at(need, mixes, rates / self.rho_bar)
         worst = int(np.argmax(need / tab.mu_p))  # the mix whose peak demand loads prefill the most

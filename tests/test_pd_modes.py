@@ -360,3 +360,21 @@ def test_shipped_pd_hyperparams_give_200_updates_and_matched_normalization() -> 
     mine = merge_kwargs(hp.train_env_kwargs, {"config": {"curriculum": [[30, 1]]}})
     assert mine["config"]["curriculum"] == [[30, 1]]  # the user's env kwargs win over the file's extras
     PDProvisionEnv(kw["config"])  # the shipped curriculum is a valid config
+
+
+def test_static_peak_plans_the_episode_it_plays() -> None:
+    """A curriculum episode starting later in the day: static peak covers each of the episode's periods under
+    that period's own mix (the mix swings from all azure-code at 0 h to all Mooncake at 12 h)."""
+    from servegym.baselines.pd import StaticPeak
+
+    e = PDProvisionEnv({"curriculum": [[120, 0]], "random_start": True,
+                        "scenario": {"mix_knots": [(0.0, 1, 0, 0), (12.0, 0, 0, 1)], "peak_rate_rps": 3.0}})
+    for seed in range(6):
+        _, info = e.reset(seed=seed)
+        pol = StaticPeak()
+        pol.reset(e, info)
+        k0 = info["start_step"]
+        rates = e.forecast_rates(10_000)
+        assert rates.size == 120
+        n_p, n_d = pol.deployment
+        assert np.all(e.tables.mu[e.signals.mix_index[k0: k0 + 120], n_p, n_d] >= rates / pol.rho_bar)
