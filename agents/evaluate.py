@@ -127,19 +127,24 @@ def plot_summary(summary: pd.DataFrame, family: Family, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     labels = {m.key: m.label or m.key for m in family.metrics}
+    labels["reward"] = "episode reward (return)"
     if family.reference and family.saving_metric:
-        labels[f"saving_vs_{family.reference}_pct"] = f"{family.saving_metric} saving vs {family.reference} (%)"
+        what = labels.get(family.saving_metric, family.saving_metric).split(" (")[0]
+        labels[f"saving_vs_{family.reference}_pct"] = f"saving in {what} vs {family.reference} (%)"
     metrics = [c[:-5] for c in summary.columns if c.endswith("_mean")]
     n = len(metrics)
     cols = min(3, n)
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
     names = summary["policy"].tolist()
+    nonneg = {k.key for k in family.metrics if not k.key.startswith("saving")} - {"reward"}
     colors = ["tab:red" if p == "agent" else "tab:blue" for p in names]
     for ax, m in zip(axes.ravel(), metrics, strict=False):
         means = summary[f"{m}_mean"].to_numpy(dtype=float)
         ci = np.nan_to_num(summary[f"{m}_ci"].to_numpy(dtype=float))
-        ax.bar(range(len(names)), means, yerr=ci, color=colors, capsize=3)
+        # a quantity that cannot be negative (energy, a violation share) gets no CI bar below 0
+        low = np.minimum(ci, np.maximum(means, 0.0)) if m in nonneg else ci
+        ax.bar(range(len(names)), means, yerr=np.vstack([low, ci]), color=colors, capsize=3)
         ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8)
         ax.set_title(labels.get(m, m), fontsize=9)
         ax.grid(axis="y", alpha=0.3)

@@ -546,6 +546,7 @@ def plot_compare(results: list[CompareResult], out_dir: str, title: str = "") ->
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     os.makedirs(out_dir, exist_ok=True)
     paths = []
@@ -553,13 +554,20 @@ def plot_compare(results: list[CompareResult], out_dir: str, title: str = "") ->
     if sims:
         fig, axes = plt.subplots(len(sims), 2, figsize=(11, 3.2 * len(sims)), squeeze=False)
         for i, r in enumerate(sims):
-            t = (np.arange(r.alive.shape[0]) + 1) * 5.0 / 60.0
+            edges = np.arange(r.alive.shape[0] + 1) * 5.0 / 60.0  # one 5-min epoch per step of the stairs
             for p, ph in enumerate(PHASES):
                 ax = axes[i, p]
                 cols = np.flatnonzero(r.alive[:, p].sum(axis=0) > 0)
+                base = np.zeros(r.alive.shape[0])
+                for k, c in enumerate(cols):  # stacked stairs: vPod counts are whole numbers per epoch
+                    top = base + r.alive[:, p, c]
+                    ax.stairs(top, edges, baseline=base, fill=True, color=f"C{k % 10}", label=f"≤{int(SEQ_BUCKETS[c])}")
+                    base = top
                 if cols.size:
-                    ax.stackplot(t, r.alive[:, p, cols].T, labels=[f"≤{int(e)}" for e in SEQ_BUCKETS[cols]])
-                    ax.legend(fontsize=6, loc="upper left", ncol=2, title="group (tokens)", title_fontsize=6)
+                    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                              title="group (tokens)", title_fontsize=6)
+                ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+                ax.set_ylim(0, max(1.0, float(base.max())) * 1.1)
                 ax.set_title(f"{r.policy}: {ph} vPods per group")
                 ax.set_xlabel("hours")
                 ax.set_ylabel("vPods")
@@ -569,13 +577,18 @@ def plot_compare(results: list[CompareResult], out_dir: str, title: str = "") ->
         fig.savefig(path, dpi=110)
         plt.close(fig)
         paths.append(path)
-    fig, ax = plt.subplots(figsize=(5, 4))
-    for r in results:
-        ax.scatter(r.summary["slo_violation_pct"], r.summary["energy_efficiency"], s=60, label=r.policy)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for i, r in enumerate(results):
+        oracle = bool(r.summary.get("oracle", 0.0))
+        ax.scatter(r.summary["slo_violation_pct"], r.summary["energy_efficiency"], s=70, marker="*" if oracle else "o",
+                   color=f"C{i}", label=f"{r.policy} (oracle bound)" if oracle else r.policy)
+    ax.margins(x=0.1, y=0.12)
+    ax.text(0.01, 0.985, "\u2196 better: more tokens/J, fewer violations", transform=ax.transAxes, fontsize=8,
+            color="0.25", ha="left", va="top")
     ax.set_xlabel("SLO violation (%, TTFT or TPOT missed)")
     ax.set_ylabel("energy efficiency (tokens/J)")
     ax.set_title(title or "energy vs SLO")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     path = os.path.join(out_dir, "energy_vs_slo.png")
     fig.savefig(path, dpi=110)

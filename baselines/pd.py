@@ -244,35 +244,44 @@ def compare_policies(config: PDEnvConfig | dict[str, Any] | None = None, *, seed
 
 
 def plot_deployments(results: list[PolicyResult], path: str, title: str = "PD provisioning over the day") -> None:
-    """Write a PNG: offered rate and power cap (top), and each policy's n_P, n_D over time (one row each)."""
+    """Write a PNG: offered rate (top), facility power of every policy against the power cap (second), and each
+    policy's n_P, n_D over time (one row each). Legends sit right of the axes so no curve is hidden; policies'
+    power curves differ in colour and line style; instance axes have integer ticks."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     if not results:
         raise ConfigError("no results to plot")
-    fig, axes = plt.subplots(len(results) + 1, 1, figsize=(9, 2.0 * (len(results) + 1)), sharex=True)
+    fig, axes = plt.subplots(len(results) + 2, 1, figsize=(10, 1.9 * (len(results) + 2)), sharex=True)
     first = results[0].series
     hours = np.unwrap(first["hour"], period=24.0)  # local hour, continuing past midnight
+    legend_at = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, "fontsize": 7}
     ax = axes[0]
-    ax.plot(hours, first["rate_rps"], color="0.3", lw=0.8, label="arrivals (req/s)")
+    ax.plot(hours, first["rate_rps"], color="0.3", lw=0.8, label="arrivals")
     ax.set_ylabel("req/s")
-    ax2 = ax.twinx()
-    ax2.plot(hours, first["cap_w"] / 1000.0, color="C3", lw=1.0, label="power cap (kW)")
-    for r in results:
-        ax2.plot(hours, r.series["power_w"] / 1000.0, lw=0.6, alpha=0.7, label=f"{r.policy} power (kW)")
-    ax2.set_ylabel("kW")
     ax.set_title(title)
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
-    ax2.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=6)
-    for ax, r in zip(axes[1:], results, strict=True):
-        ax.step(hours, r.series["n_p"], where="post", label="n_P")
-        ax.step(hours, r.series["n_d"], where="post", label="n_D")
+    ax.legend(**legend_at)
+    ax = axes[1]
+    ax.plot(hours, first["cap_w"] / 1000.0, color="black", lw=1.6, ls="--", label="power cap", zorder=5)
+    styles = ("-", (0, (5, 1.5)), "-.", ":")
+    # a 15-period moving mean: the per-period power jitters with Poisson arrivals and would hide the policies
+    k = min(15, len(hours))
+    for i, r in enumerate(results):
+        win = np.ones(k)
+        kw = np.convolve(r.series["power_w"] / 1000.0, win, mode="same") / np.convolve(np.ones(len(hours)), win, mode="same")
+        ax.plot(hours, kw, lw=1.3, color=f"C{i}", ls=styles[i % len(styles)], label=f"{r.policy}")
+    ax.set_ylabel("facility kW")
+    ax.legend(title=f"power ({k}-period mean)", title_fontsize=7, **legend_at)
+    for ax, r in zip(axes[2:], results, strict=True):
+        ax.step(hours, r.series["n_p"], where="post", label="n_P (prefill)")
+        ax.step(hours, r.series["n_d"], where="post", label="n_D (decode)")
         ax.set_ylabel("instances")
-        ax.set_title(f"{r.policy}: {r.energy_kwh:.1f} kWh, SLO violations {r.slo_violation_pct:.2f} %", fontsize=8)
-        ax.legend(loc="upper left", fontsize=6)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(f"{r.policy}: {r.energy_kwh:.1f} kWh, SLO violation {r.slo_violation_pct:.2f}%", fontsize=8)
+        ax.legend(**legend_at)
     axes[-1].set_xlabel("local hour")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

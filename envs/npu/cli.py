@@ -21,6 +21,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--fallbacks", action="store_true",
                    help="also list each chip version's best fit (fail-over candidates)")
     p.add_argument("--json", action="store_true", help="print a JSON list of best-fit entries")
+    p.add_argument("--plot", metavar="PNG", default=None,
+                   help="also draw the table: J/token (or USD/token) against length per chip version")
     p.set_defaults(func=_cmd_dse)
     c = sub.add_parser("catalog", help="NPU chip versions (Table 2 + prices) and model shapes")
     c.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -38,6 +40,10 @@ def _cmd_dse(args: argparse.Namespace) -> int:
     table = run_dse(args.model, objective=args.objective, phases=phases, slo_factor=args.slo_factor,
                     progress=sys.stderr.isatty() and not args.json)
     entries = table.entries(fallbacks=args.fallbacks)
+    if args.plot:
+        from servegym.envs.npu.dse_plot import plot_best_fit
+
+        plot_best_fit(table, args.plot)
     if args.json:
         print(json.dumps([e.to_dict() for e in entries], indent=1))
         return 0
@@ -50,6 +56,8 @@ def _cmd_dse(args: argparse.Namespace) -> int:
              f"{e.energy_j_per_token * 1e3:.4g}", f"{e.usd_per_token * 1e6:.4g}", f"{e.tokens_per_s:.4g}"]
             for e in entries]
     _print_table(headers, rows)
+    if args.plot:
+        print(f"plot written to {args.plot}")
     return 0
 
 
@@ -118,9 +126,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(f"{args.model} on {args.trace}, {args.hours:g} h, seed {args.seed} (ideal = oracle bound, uses true lengths)")
     headers = ["policy", "tokens/J", "tokens/USD", "SLO viol. (%)", "TTFT viol. (%)", "TPOT viol. (%)", "energy (MJ)",
                "cost (USD)"]
-    cols = [report.format_column([float(r[k]) * scale for r in rows]) for k, scale in (
-        ("energy_efficiency", 1.0), ("cost_efficiency", 1.0), ("slo_violation_pct", 1.0), ("ttft_violation_pct", 1.0),
-        ("tpot_violation_pct", 1.0), ("energy_j", 1e-6), ("usd", 1.0))]
+    cols = [report.format_column([float(r[k]) * scale for r in rows], decimals=d) for k, scale, d in (
+        ("energy_efficiency", 1.0, None), ("cost_efficiency", 1.0, None), ("slo_violation_pct", 1.0, 2),
+        ("ttft_violation_pct", 1.0, 2), ("tpot_violation_pct", 1.0, 2), ("energy_j", 1e-6, None), ("usd", 1.0, None))]
     cells = [[str(r["policy"]), *(c[i] for c in cols)] for i, r in enumerate(rows)]
     print(report.text_table(headers, cells))
     for line in compare_explanations(rows, cells, args.objective):

@@ -158,10 +158,11 @@ def _plot(grid: Any, labels: list[str], front: Any, exact: Any, title: str, path
     fig, ax = plt.subplots(figsize=(7, 5))
     ax.scatter(grid.mu, grid.power_w, s=12, color="0.7", label="deployments")
     ax.plot(grid.mu[exact], grid.power_w[exact], ":", color="0.4", label="exact front")
-    ax.plot(grid.mu[front], grid.power_w[front], "o-", color="C3", label="epsilon-Pareto front")
+    ax.plot(grid.mu[front], grid.power_w[front], "o-", color="C3", label="ε-Pareto front")
     for i in front:
         ax.annotate(labels[i], (grid.mu[i], grid.power_w[i]), textcoords="offset points", xytext=(4, -10),
                     fontsize=8)
+    ax.margins(x=0.09, y=0.06)  # room for the labels of the largest deployments inside the axes
     ax.set_xlabel("serving capacity (req/s)")
     ax.set_ylabel("power at capacity (W)")
     ax.set_title(f"PD deployments, {title}")
@@ -242,7 +243,8 @@ def _compare(args: argparse.Namespace) -> int:
     print(f"PDProvision-v0 day scenario ({args.mode} dynamics), seed {args.seed}"
           + (f", first {args.steps} periods" if args.steps else ""))
     keys = ("energy_kwh", "carbon_g", "cost_usd", "slo_violation_pct", "cap_excess_kwh")
-    cols = [report.format_column([float(r[k]) for r in rows]) for k in keys]
+    cols = [report.format_column([float(r[k]) for r in rows], decimals=2 if k == "slo_violation_pct" else None)
+            for k in keys]
     cells = [[str(r["policy"]), *(c[i] for c in cols)] for i, r in enumerate(rows)]
     print(report.text_table(["policy", "energy (kWh)", "carbon (g)", "cost (USD)", "SLO viol. (%)", "cap excess (kWh)"],
                             cells))

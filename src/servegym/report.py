@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 #: Longest line a CLI table prints; wider tables go to the markdown file written beside it.
 WIDTH = 120
@@ -197,6 +198,18 @@ def verdict(scores: Mapping[str, float], *, higher_is_better: bool, what: str, a
             f"{agent} ranks {rank} of {len(order)}")
 
 
+def save_png(fig: object, path: str | Path, dpi: int = 110) -> Path:
+    """Lay out ``fig``, write it as a PNG at ``path`` (creating the folder), close it; returns the path."""
+    import matplotlib.pyplot as plt
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()  # type: ignore[attr-defined]
+    fig.savefig(out, dpi=dpi)  # type: ignore[attr-defined]
+    plt.close(fig)  # type: ignore[arg-type]
+    return out
+
+
 __all__ = ["IDENTICAL_REASONS", "POLICY_LEGEND", "WIDTH", "decimals_for", "describe_policy", "explain_identical",
-           "fit_width", "format_column", "identical_groups", "legend", "seeds_phrase", "text_table", "verdict",
+           "fit_width", "format_column", "identical_groups", "legend", "save_png", "seeds_phrase", "text_table", "verdict",
            "wrap"]
