@@ -589,11 +589,10 @@ class PDProvisionEnv(gym.Env):
     def _update_reference(self) -> None:
         """The reference suggestion for the coming period (what MinPowerPareto(lookahead=1) would choose)."""
         k = min(self._k, self.signals.base_rate_rps.size - 1)
-        fc = self.forecast_rates(1)
+        forecast = float(self._rates[self._k]) if self._k < self._end else 0.0  # forecast_rates(1), as info has it
         self._ref: Suggestion
         self._ref, self._ref_power = self.reference.suggest(
-            self._hist[0], float(fc[0]) if fc.size else 0.0, self._backlog, int(self.signals.mix_index[k]),
-            float(self.signals.cap_w[k]))
+            self._hist[0], forecast, self._backlog, int(self.signals.mix_index[k]), float(self.signals.cap_w[k]))
 
     def _fluid_period(self, k: int, t0: float, period: float, arrived: float) -> dict[str, Any]:
         """Advance the fluid model over one period (see the module docstring)."""

@@ -17,7 +17,7 @@ capacity, :func:`servegym.envs.pd.pareto.eps_front`), which the ``front`` action
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -28,9 +28,9 @@ from servegym.envs.pd.tables import MixTables
 from servegym.errors import ConfigError, check_range
 
 
-@dataclass(frozen=True)
-class Suggestion:
-    """The rule's choice for the coming period and what it was computed from (units in names)."""
+class Suggestion(NamedTuple):
+    """The rule's choice for the coming period and what it was computed from (units in names; a NamedTuple
+    because the environment builds one every step)."""
 
     n_p: int
     n_d: int
@@ -60,7 +60,7 @@ class _MixCache:
 
     def power_at(self, rate_rps: float) -> NDArray[np.float64]:
         """IT power (W) of every grid row at ``rate_rps``: :meth:`PDModel.power_w` without its input checks."""
-        served = np.minimum(np.full(self._np_f.size, float(rate_rps)), self.grid.mu)
+        served = np.minimum(self.grid.mu, float(rate_rps))
         rp, rd = self._rp, self._rd
         return (self._np_f * np.minimum(rp.p0_w + rp.slope_w * (served / self._den_p), rp.p_sat_w)
                 + self._nd_f * np.minimum(rd.p0_w + rd.slope_w * (served / self._den_d), rd.p_sat_w))
@@ -84,15 +84,14 @@ def _caches(tables: MixTables, budget: int, eps: float) -> dict[int, _MixCache]:
 def _least_power(g: CapacityGrid, mask: NDArray[np.bool_], power: NDArray[np.float64],
                  n_inst: NDArray[np.int64]) -> Selection | None:
     """``_select(g, mask, (power, n_inst, -mu), power)`` without the sort when the least power is unique."""
-    idx = np.flatnonzero(mask)
-    if idx.size == 0:
+    pw = np.where(mask, power, np.inf)
+    i = int(pw.argmin())
+    p = pw[i]
+    if p == np.inf:
         return None
-    pm = power[idx]
-    tie = idx[pm == pm.min()]
-    if tie.size > 1:
-        return _select(g, mask & (power == pm.min()), (power, n_inst, -g.mu), power)
-    i = int(tie[0])
-    return Selection(index=i, n_p=int(g.n_p[i]), n_d=int(g.n_d[i]), mu=float(g.mu[i]), power_w=float(power[i]))
+    if np.count_nonzero(pw == p) > 1:
+        return _select(g, mask & (power == p), (power, n_inst, -g.mu), power)
+    return Selection(index=i, n_p=int(g.n_p[i]), n_d=int(g.n_d[i]), mu=float(g.mu[i]), power_w=float(p))
 
 
 def check_rule(rho_bar: float, lookahead: int, drain_s: float | None) -> None:
