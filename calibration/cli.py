@@ -46,6 +46,20 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     geo.add_argument("--json", action="store_true", help="print JSON")
     geo.set_defaults(func=_cmd_geo)
     _add_osl(targets)
+    _add_pd_kv(targets)
+
+
+def _add_pd_kv(targets: argparse._SubParsersAction) -> None:
+    """``servegym calibrate pd-kv``: the PD model's KV pool C_tok, fitted to 3p1d = 5.2 req/s."""
+    from servegym.calibration.pd_kv import add_arguments, run_cli
+
+    p = targets.add_parser(
+        "pd-kv", help="pd KV pool C_tok: refit to the paper's 3p1d = 5.2 req/s (brentq) and compare with the record",
+        description="Fit the PD model's decode KV pool C_tok (the one unpublished parameter) to the paper's one "
+                    "decode-bound capacity measurement, 3p1d = 5.2 req/s at fixed 4096/256 (§5.3.2), by brentq; "
+                    "print it beside the shipped record. Writes nothing unless --out or --write-package.")
+    add_arguments(p)
+    p.set_defaults(func=run_cli)
 
 
 def _add_osl(targets: argparse._SubParsersAction) -> None:

@@ -13,9 +13,10 @@ R = 512 (SGLang's ``num_reserved_decode_tokens``), Table 3's calibration and the
 (reservation held through the prefill wait). The root is floored to whole token slots (a pool has an integer
 number of slots; flooring keeps the fitted capacity at or just below 5.2 req/s).
 
-Run ``python -m servegym.calibration.pd_kv`` to refit and compare with the shipped record; ``--write`` rewrites
-``calibration/profiles/pd/kv_pool.json`` (the record the model loads by default), ``--out FILE`` writes
-elsewhere. The test suite checks that the shipped record equals a fresh fit.
+Run ``servegym calibrate pd-kv`` (or ``python -m servegym.calibration.pd_kv``) to refit and compare with the
+shipped record; nothing is written unless asked: ``--out FILE`` writes the record there, ``--write-package``
+rewrites ``calibration/profiles/pd/kv_pool.json`` (the record the model loads by default). The test suite
+checks that the shipped record equals a fresh fit.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
+import textwrap
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -106,25 +109,49 @@ def shipped_record() -> dict[str, Any]:
     return json.loads(resources.files("servegym.calibration").joinpath(RECORD).read_text())
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    g = ap.add_mutually_exclusive_group()
-    g.add_argument("--write", action="store_true", help="rewrite the shipped record in the package")
-    g.add_argument("--out", type=Path, help="write the record to this JSON file instead")
-    args = ap.parse_args(argv)
+def run_cli(args: argparse.Namespace) -> int:
+    """Refit, compare with the shipped record and write it only where asked (``--out`` or ``--write-package``)."""
     fit = fit_kv_tokens()
     text = json.dumps(fit.as_dict(), indent=2) + "\n"
-    print(text, end="")
     try:
         old = shipped_record()["kv_tokens"]
-        print(f"shipped record: C_tok = {old:,}; fresh fit: {fit.kv_tokens:,} ({'same' if old == fit.kv_tokens else 'DIFFERS'})")
+        same = f"shipped record C_tok = {old:,}: {'identical' if old == fit.kv_tokens else 'DIFFERS'}"
     except (FileNotFoundError, KeyError, json.JSONDecodeError):
-        print("no shipped record")
-    if args.write or args.out:
-        path = args.out or Path(str(resources.files("servegym.calibration").joinpath(RECORD)))
+        same = "no shipped record"
+    if getattr(args, "json", False):
+        print(text, end="")
+    else:
+        print(f"C_tok = {fit.kv_tokens:,} tokens ({same})")
+        print(f"  brentq root {fit.root_tokens:,.2f}; 3p1d = {fit.fitted_capacity_rps:.5f} req/s at the fit, "
+              f"rho_P = {fit.rho_p:.3f} (decode-bound)")
+        print(textwrap.fill(f"fitted to {fit.source}", width=118, initial_indent="  ", subsequent_indent="    "))
+        for line in (f"method: {fit.method}",
+                     "alternatives (--kv-tokens NAME): " + ", ".join(f"{k} {v:,.0f}" for k, v in fit.alternatives.items()),
+                     "held out: " + "; ".join(fit.held_out)):
+            print(textwrap.fill(line, width=118, initial_indent="  ", subsequent_indent="    "))
+    targets = []
+    if args.out is not None:
+        targets.append(Path(args.out))
+    if args.write_package:
+        targets.append(Path(str(resources.files("servegym.calibration").joinpath(RECORD))))
+    for path in targets:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-        print(f"written to {path}")
+        print(f"written to {path}", file=sys.stderr if getattr(args, "json", False) else sys.stdout)
     return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=None, help="write the fit record (JSON) to this file")
+    p.add_argument("--write-package", action="store_true",
+                   help="overwrite the shipped record in the installed package (calibration/profiles/pd/kv_pool.json)")
+    p.add_argument("--json", action="store_true", help="print the record as JSON")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(ap)
+    return run_cli(ap.parse_args(argv))
 
 
 if __name__ == "__main__":

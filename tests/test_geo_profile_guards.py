@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from servegym.baselines.geo import LeastLoaded
 from servegym.envs.geo.cluster import GeoSimulation
 from servegym.envs.geo.config import GeoConfig, preset
@@ -124,3 +126,31 @@ def test_results_name_the_extrapolation() -> None:
     assert plain["extrapolated"] is False and plain["power_clamps"] == 0 and plain["time_floors"] == 0
     out = GeoSimulation(preset("mini", max_num_seqs=64, extrapolate=True, **base)).run(LeastLoaded()).summary
     assert out["extrapolated"] is True and out["power_clamps"] >= 0
+
+
+_NUMERIC = ["tdp_w", "idle_w_per_gpu", "prefill.knee_tokens", "prefill.tok_slope_lo", "prefill.b0", "prefill.b2",
+            "decode.alpha.0", "decode.alpha.1", "decode.alpha.2", "decode.beta.1", "decode.beta.2", "energy.e0_pre",
+            "energy.e_p", "energy.e0_dec", "energy.e_d", "energy.e_k", "max_num_seqs", "kv_capacity_tokens"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(field=st.sampled_from(_NUMERIC), factor=st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True, width=64), st.sampled_from([-1.0, 0.0, 1e-3, 10.0, 1e6]),
+    st.text(max_size=3), st.none()))
+def test_perturbed_profiles_load_valid_or_fail_cleanly(field: str, factor: object) -> None:
+    """Any perturbed field gives a profile whose step models hold on its range, or a ConfigError."""
+    d = json.loads(json.dumps(load_profile(LLAMA).to_dict()))
+    parts = field.split(".")
+    holder = d
+    for key in parts[:-1]:
+        holder = holder[key]
+    key = int(parts[-1]) if parts[-1].isdigit() else parts[-1]
+    old = holder[key]
+    holder[key] = old * factor if isinstance(factor, float) and not isinstance(old, int) else (
+        factor if not isinstance(factor, float) else int(factor) if np.isfinite(factor) and abs(factor) < 1e12 else factor)
+    try:
+        p = EngineProfile.from_dict(d)
+    except ConfigError:
+        return
+    p.check_step_models()
+    assert np.isfinite(p.idle_w) and p.idle_w >= 0 and p.tdp_w > 0

@@ -101,3 +101,15 @@ def test_pareto_picks(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["max_capacity"]["power_w"] <= 3000
     assert main(["pd", "pareto", "--workload", "fixed:4096:256", "--rate", "3.1", "--rho-bar", "0.65"]) == 0
     assert "3p1d" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_calibrate_pd_kv_refits_and_writes_only_where_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from servegym.calibration.pd_kv import shipped_record
+
+    assert main(["calibrate", "pd-kv"]) == 0
+    text = capsys.readouterr().out
+    assert "C_tok = 244,190 tokens" in text and "identical" in text and "written" not in text
+    assert max(len(line) for line in text.splitlines()) <= 120
+    out = tmp_path / "kv.json"
+    assert main(["calibrate", "pd-kv", "--out", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(out.read_text()) == shipped_record()

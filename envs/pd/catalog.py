@@ -271,7 +271,7 @@ def sglang_profiled_kv_tokens(hardware: Hardware = H200, model: ModelSpec = QWEN
 
 
 #: Where the fitted pool is recorded (``servegym.calibration`` package data, written by
-#: ``python -m servegym.calibration.pd_kv --write``).
+#: ``servegym calibrate pd-kv --write-package``).
 KV_POOL_RECORD = "profiles/pd/kv_pool.json"
 
 
