@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from servegym.errors import MAX_EXPECTED_REQUESTS
+
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser("bench", help="speed benchmarks of the simulators")
@@ -18,6 +20,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     geo.add_argument("--sim-seconds", type=float, default=10.0, help="simulated seconds of arrivals (default 10)")
     geo.add_argument("--policy", default="rr", help="rr | ll (default rr)")
     geo.add_argument("--seed", type=int, default=0)
+    geo.add_argument("--max-requests", type=int, default=MAX_EXPECTED_REQUESTS,
+                     help="ceiling on the expected requests of a run (default %(default)s: about 3 GB of per-request arrays)")
     geo.add_argument("--json", action="store_true", help="print one JSON object")
     geo.set_defaults(func=_bench_geo)
 
@@ -25,11 +29,15 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 def _bench_geo(args: argparse.Namespace) -> int:
     from servegym.envs.geo.bench import speed_bench
 
-    from servegym.errors import check_range
+    from servegym.errors import check_range, check_request_count
 
     check_range("--sim-seconds", args.sim_seconds, 0.0, None, low_inclusive=False)
     check_range("--rate", args.rate, 0.0, None, low_inclusive=False)
-    out = speed_bench(args.preset, args.rate, args.sim_seconds, model=args.model, policy=args.policy, seed=args.seed)
+    check_range("--max-requests", args.max_requests, 1, None)
+    check_request_count(args.rate * args.sim_seconds, args.max_requests,
+                        f"--rate {args.rate:g} x --sim-seconds {args.sim_seconds:g}", "--max-requests")
+    out = speed_bench(args.preset, args.rate, args.sim_seconds, model=args.model, policy=args.policy, seed=args.seed,
+                      max_expected_requests=args.max_requests)
     if args.json:
         print(json.dumps(out))
     else:

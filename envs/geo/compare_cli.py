@@ -11,10 +11,13 @@ import sys
 import time
 from pathlib import Path
 
+from servegym.errors import MAX_EXPECTED_REQUESTS
+
 DEFAULT_PRESET = "paper"
 DEFAULT_SIM_SECONDS = 30.0
 DEFAULT_POLICIES = "rr,ll,greedy:0,greedy:0.5,greedy:0.9,ilp,iter-ilp,milp,green-llm,moer"
 DEFAULT_OUT_DIR = "./servegym-results/geo-compare"
+MAX_SEEDS = 1000  # seeds per policy: each is a whole simulation run
 
 _DESCRIPTION = f"""\
 Run carbon-aware and carbon-blind geo schedulers on one scenario and compare total carbon,
@@ -51,6 +54,8 @@ def add_geo_commands(geo_sub: argparse._SubParsersAction) -> None:
                    help="simulated seconds of arrivals per run (default: %(default)s)")
     p.add_argument("--workers", type=int, default=1,
                    help="processes (default 1: on a shared 2-core machine a pool saves little)")
+    p.add_argument("--max-requests", type=int, default=MAX_EXPECTED_REQUESTS,
+                   help="ceiling on the expected requests of a run (default %(default)s: about 3 GB of per-request arrays)")
     p.add_argument("--out-dir", default=DEFAULT_OUT_DIR, help="where tables and the PNG go (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print only a JSON list (one object per policy) on stdout")
 
@@ -67,23 +72,31 @@ def _compare(args: argparse.Namespace) -> int:
     )
     from servegym.envs.geo.config import preset
 
-    from servegym.errors import ConfigError, check_range
+    from servegym.errors import ConfigError, check_range, check_request_count
     from servegym.report import seeds_phrase, wrap
 
     check_range("--sim-seconds", args.sim_seconds, 0.0, None, low_inclusive=False)
-    if args.seeds < 1:
-        raise ConfigError(f"--seeds = {args.seeds} is out of range; allowed: an integer >= 1")
+    check_range("--seeds", args.seeds, 1, MAX_SEEDS)
+    check_range("--max-requests", args.max_requests, 1, None)
     from servegym.envs.geo.config import PAPER_MODELS
 
     args.model = PAPER_MODELS.resolve(args.model)  # shown in its canonical spelling from here on
-    over: dict = {"duration_s": float(args.sim_seconds), "osl_mode": args.osl}
     if args.rate is not None:
         check_range("--rate", args.rate, 0.0, None, low_inclusive=False)
+    # The ceiling is checked here, naming the flags; the config then carries the same ceiling.
+    over: dict = {"duration_s": float(args.sim_seconds), "osl_mode": args.osl, "max_expected_requests": 2**62}
+    rate_desc = f"--rate {args.rate:g}" if args.rate is not None else f"--load {args.load}"
+    if args.rate is not None:
+        check_request_count(args.rate * args.sim_seconds, args.max_requests,
+                            f"{rate_desc} x --sim-seconds {args.sim_seconds:g}", "--max-requests")
         cfg = preset(args.preset, model=args.model, **over)
         # --rate replaces the preset's load-derived rate.
         cfg = cfg.replace(rate_rps=float(args.rate))
     else:
         cfg = preset(args.preset, model=args.model, load=args.load, **over)
+    check_request_count(cfg.rate_rps * cfg.duration_s, args.max_requests,
+                        f"{rate_desc} ({cfg.rate_rps:g} req/s) x --sim-seconds {args.sim_seconds:g}", "--max-requests")
+    cfg = cfg.replace(max_expected_requests=args.max_requests)
     policies = [s for s in args.policies.split(",") if s.strip()]
     out_dir = Path(args.out_dir)
     try:  # fail before the runs, not after them

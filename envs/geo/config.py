@@ -28,7 +28,13 @@ from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 from typing import Any
 
-from servegym.errors import ConfigError, check_range
+from servegym.errors import (
+    MAX_EXPECTED_REQUESTS,
+    ConfigError,
+    check_field_types,
+    check_range,
+    check_request_count,
+)
 from servegym.names import NameTable
 
 POLL_MODES = ("sync", "async")
@@ -88,6 +94,8 @@ class GeoConfig:
             every simulated hour from ``ci_start``).
         ci_start: UTC timestamp string; ``None`` uses the topology's documented base hour.
         seed: seed of every random draw of the run.
+        max_expected_requests: ceiling on ``rate_rps * duration_s`` (Poisson arrivals; the simulator
+            allocates per-request arrays up front): set it higher explicitly for a larger run.
     """
 
     topology: str = "geo-paper"
@@ -117,8 +125,10 @@ class GeoConfig:
     ci_mode: str = "fixed"
     ci_start: str | None = None
     seed: int = 0
+    max_expected_requests: int = MAX_EXPECTED_REQUESTS
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         for name in ("nodes_per_dc", "gpus_per_node", "window_max_requests"):
             _check_int(name, getattr(self, name), 1)
         for name in ("kv_capacity_tokens", "max_num_seqs", "max_input_tokens"):
@@ -127,6 +137,10 @@ class GeoConfig:
         check_range("rate_rps", self.rate_rps, 0.0, None, low_inclusive=False)
         check_range("duration_s", self.duration_s, 0.0, None, low_inclusive=False)
         check_range("drain_s", self.drain_s, 0.0, None)
+        check_range("max_expected_requests", self.max_expected_requests, 1, None)
+        if self.trace is None:
+            check_request_count(self.rate_rps * self.duration_s, self.max_expected_requests,
+                                f"rate_rps = {self.rate_rps:g} x duration_s = {self.duration_s:g}")
         check_range("trace_time_scale", self.trace_time_scale, 0.0, None, low_inclusive=False)
         check_range("ttft_slo_s", self.ttft_slo_s, 0.0, None, low_inclusive=False)
         check_range("tpot_slo_s", self.tpot_slo_s, 0.0, None, low_inclusive=False)

@@ -48,7 +48,7 @@ from servegym.envs.geo.cluster import GeoSimulation
 from servegym.envs.geo.config import LOADS, PAPER_MODELS, PRESETS, GeoConfig, preset
 from servegym.envs.geo.provisioner import Snapshot
 
-from servegym.errors import ConfigError, check_range, known_overrides
+from servegym.errors import ConfigError, check_field_types, check_range, known_overrides
 
 #: Carbon intensity that maps to 1.0 in the observations (g/kWh); coal-heavy grids reach ~900.
 CI_SCALE_G_PER_KWH = 1000.0
@@ -156,6 +156,7 @@ class GeoEnvConfig:
     observe_residuals: bool = False
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if not isinstance(self.observe_residuals, bool):
             raise ConfigError(f"observe_residuals = {self.observe_residuals!r} is not allowed; allowed: True, False")
         if self.action_mode not in ACTION_MODES:

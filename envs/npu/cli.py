@@ -6,6 +6,7 @@ import argparse
 import json
 
 from servegym import report
+from servegym.errors import MAX_EXPECTED_REQUESTS
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -103,6 +104,8 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--osl-accuracy", type=float, default=0.6, help="output-length prediction accuracy (0.6)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print a JSON list of per-policy results")
+    p.add_argument("--max-requests", type=int, default=MAX_EXPECTED_REQUESTS,
+                   help="ceiling on the expected requests of a run (default %(default)s: about 3 GB of per-request arrays)")
     p.add_argument("--plot-dir", default=None, help="write vpods_over_time.png and energy_vs_slo.png here")
     p.set_defaults(func=_cmd_compare)
 
@@ -114,6 +117,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from servegym.envs.npu.catalog import MODELS
 
     args.model = MODELS.resolve(args.model)  # shown in its canonical spelling from here on
+    from servegym.envs.npu.workloads import BURSTY_BASE_RPM, TABLE4_RATE_RPM
+
+    from servegym.errors import check_range, check_request_count
+
+    check_range("--hours", args.hours, 5.0 / 60.0, 24.0 * 7)
+    check_range("--max-requests", args.max_requests, 1, None)
+    if args.rate_rpm is not None:
+        check_range("--rate-rpm", args.rate_rpm, 0.0, None, low_inclusive=False)
+    rate = args.rate_rpm if args.rate_rpm is not None else TABLE4_RATE_RPM.get(args.trace, BURSTY_BASE_RPM)
+    check_request_count(rate * 60.0 * args.hours, args.max_requests,
+                        f"--rate-rpm {rate:g} x --hours {args.hours:g}", "--max-requests")
     pols = tuple(x.strip() for x in args.policies.split(",") if x.strip())
     res = compare(args.model, args.trace, args.hours, pols, seed=args.seed, objective=args.objective,
                   rate_rpm=args.rate_rpm, osl_accuracy=args.osl_accuracy, progress=sys.stderr.isatty())

@@ -103,9 +103,24 @@ from servegym.envs.npu.cluster import (
 )
 from servegym.envs.npu.dse import OBJECTIVES
 from servegym.envs.npu.roofline import PHASES
-from servegym.envs.npu.workloads import WORKLOADS, NPUWorkload, make_workload
+from servegym.envs.npu.workloads import (
+    BURSTY_BASE_RPM,
+    TABLE4_RATE_RPM,
+    WORKLOADS,
+    NPUWorkload,
+    make_workload,
+)
 
-from servegym.errors import ActionError, ConfigError, check_range, known_overrides
+from servegym.errors import (
+    MAX_EXPECTED_REQUESTS,
+    ActionError,
+    ConfigError,
+    check_field_types,
+    check_range,
+    check_request_count,
+    known_overrides,
+    resolve_config,
+)
 
 DEFAULT_COUNT_LEVELS: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 """vPod count targets an action can pick per group (roughly geometric, so one dimension spans 0-64)."""
@@ -150,8 +165,12 @@ class NPUEnvConfig:
     slo_penalty: float = 50.0  # reward per unit of SLO misses per arrived request (see the module docstring)
     warm_start: bool = True  # provision groups for the first 10 min of arrivals at t = 0 (else empty)
     strict_masks: bool = False  # True: a masked action raises ActionError instead of being adjusted
+    # Ceiling on the expected requests of an episode (rate x hours; the workload is built up front):
+    # set it higher explicitly for a larger run.
+    max_expected_requests: int = MAX_EXPECTED_REQUESTS
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         object.__setattr__(self, "model", MODELS.resolve(self.model))  # canonical spelling (servegym.names)
         if self.trace not in WORKLOADS:
             raise ConfigError(f"trace = {self.trace!r} is unknown; allowed: {', '.join(WORKLOADS)}")
@@ -163,6 +182,10 @@ class NPUEnvConfig:
         if self.rate_rpm is not None:
             check_range("rate_rpm", self.rate_rpm, 0.0, None, low_inclusive=False)
         check_range("start_hour", self.start_hour, 0.0, 24.0)
+        check_range("max_expected_requests", self.max_expected_requests, 1, None)
+        rate = self.rate_rpm if self.rate_rpm is not None else TABLE4_RATE_RPM.get(self.trace, BURSTY_BASE_RPM)
+        check_request_count(rate * 60.0 * self.hours, self.max_expected_requests,
+                            f"rate_rpm = {rate:g} x hours = {self.hours:g}")
         if self.workload_seed is not None and (isinstance(self.workload_seed, bool)
                                                or int(self.workload_seed) != self.workload_seed
                                                or self.workload_seed < 0):
@@ -260,9 +283,11 @@ class NPUAutoscaleEnv(gym.Env):
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012 (gymnasium API)
 
-    def __init__(self, config: NPUEnvConfig | Mapping[str, Any] | None = None, render_mode: str | None = None) -> None:
+    def __init__(self, config: NPUEnvConfig | Mapping[str, Any] | None = None, render_mode: str | None = None,
+                 **overrides: Any) -> None:
         super().__init__()
-        self.config = config if isinstance(config, NPUEnvConfig) else NPUEnvConfig.from_dict(config)
+        # gym.make(id, key=value) updates the config like config={key: value} (as the geo envs do).
+        self.config = resolve_config(config, overrides, NPUEnvConfig)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(f"render_mode = {render_mode!r}; allowed: None, 'ansi'")
         self.render_mode = render_mode

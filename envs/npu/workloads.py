@@ -51,6 +51,8 @@ TABLE4_RATE_RPM: dict[str, float] = {"azure": 1667.0, "lveval": 41.0, "openthoug
 """Table 4 mean request rates (requests per minute)."""
 
 WORKLOADS: tuple[str, ...] = ("azure", "lveval", "openthoughts", "bursty")
+BURSTY_BASE_RPM = 30.0
+"""Base rate of the synthetic ``bursty`` workload without ``rate_rpm`` (requests per minute)."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ def make_workload(name: str, hours: float = 24.0, seed: int = 0, rate_rpm: float
 
 def _bursty(hours: float, rng: np.random.Generator, rate_rpm: float | None) -> NPUWorkload:
     check_range("hours", hours, 0.0, 24.0 * 7, low_inclusive=False)
-    base = 30.0 if rate_rpm is None else float(rate_rpm)
+    base = BURSTY_BASE_RPM if rate_rpm is None else float(rate_rpm)
     check_range("rate_rpm", base, 0.0, None, low_inclusive=False)
     burst = base * 80.0 / 30.0
     dur = hours * 3600.0

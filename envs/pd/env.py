@@ -121,7 +121,16 @@ from servegym.envs.pd.provisioning import MinPowerRule, Suggestion
 from servegym.envs.pd.scenario import DayScenario, DaySignals, build_signals
 from servegym.envs.pd.tables import MixTables, mix_tables
 
-from servegym.errors import ActionError, ConfigError, check_range, known_overrides
+from servegym.errors import (
+    MAX_EXPECTED_REQUESTS,
+    ActionError,
+    ConfigError,
+    check_field_types,
+    check_range,
+    check_request_count,
+    known_overrides,
+    resolve_config,
+)
 
 OBJECTIVES = ("energy", "carbon", "cost")
 MODES = ("fluid", "request")
@@ -190,8 +199,12 @@ class PDEnvConfig:
     curriculum: tuple[tuple[int, int], ...] = ()  # (episode_steps, episodes) stages; () = full horizon
     random_start: bool = False  # episodes shorter than the scenario start at a uniformly drawn period
     system: PDSystem = field(default_factory=paper_system)
+    # Ceiling on the expected requests of a mode="request" episode (peak rate x horizon; the simulator
+    # allocates per-request arrays): set it higher explicitly for a larger run.
+    max_expected_requests: int = MAX_EXPECTED_REQUESTS
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.mode not in MODES:
             raise ConfigError(f"mode = {self.mode!r}; allowed: {', '.join(MODES)}")
         if self.arrivals not in ARRIVALS:
@@ -225,6 +238,12 @@ class PDEnvConfig:
                 raise ConfigError(f"curriculum[{i}] = {stage!r}; allowed: (episode_steps, episodes) integers")
             check_range(f"curriculum[{i}] episode_steps", stage[0], 1, 100_000)
             check_range(f"curriculum[{i}] episodes", stage[1], 0, 10**9)
+        check_range("max_expected_requests", self.max_expected_requests, 1, None)
+        if self.mode == "request":
+            sc = self.scenario
+            check_request_count(sc.peak_rate_rps * sc.duration_s, self.max_expected_requests,
+                                f"scenario.peak_rate_rps = {sc.peak_rate_rps:g} x {sc.duration_s:g} s "
+                                "(period_s x horizon_steps)")
         if self.initial_deployment is not None:
             d = self.initial_deployment
             if len(d) != 2 or any(isinstance(x, bool) or int(x) != x for x in d):
@@ -268,9 +287,10 @@ class PDProvisionEnv(gym.Env):
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012 (gymnasium API)
 
     def __init__(self, config: PDEnvConfig | dict[str, Any] | None = None, render_mode: str | None = None,
-                 action_mode: str | None = None) -> None:
+                 action_mode: str | None = None, **overrides: Any) -> None:
         super().__init__()
-        cfg = config if isinstance(config, PDEnvConfig) else PDEnvConfig.from_dict(config)
+        # gym.make(id, key=value) updates the config like config={key: value} (as the geo envs do).
+        cfg = resolve_config(config, overrides, PDEnvConfig)
         if action_mode is not None:  # the registered mode ids pass it; a config that says otherwise is an error
             asked = config.get("action_mode") if isinstance(config, dict) else (
                 cfg.action_mode if isinstance(config, PDEnvConfig) and cfg.action_mode != "absolute" else None)

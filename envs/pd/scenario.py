@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from servegym.errors import ConfigError, check_range, known_overrides
+from servegym.errors import ConfigError, check_field_types, check_range, known_overrides
 
 #: Length-mix components, in the column order of ``mix_knots``.
 MIX_COMPONENTS: tuple[str, ...] = ("azure-code", "azure-conv", "mooncake")
@@ -98,6 +98,7 @@ class DayScenario:
     price_usd_per_kwh: tuple[float, ...] = DEFAULT_TOU_PRICE  # 24 hourly values, local time
 
     def __post_init__(self) -> None:
+        check_field_types(self, "scenario.")
         check_range("scenario.period_s", self.period_s, 1.0, 3600.0)
         if int(self.horizon_steps) != self.horizon_steps:
             raise ConfigError(f"scenario.horizon_steps = {self.horizon_steps!r}; allowed: integer in [1, 100000]")

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 from servegym.envs.pd.workload_moments import WORKLOAD_SPECS
 
+from servegym.errors import MAX_EXPECTED_REQUESTS
+
 
 def add_sim_commands(sub: Any) -> None:
     """Add ``simulate`` and ``case-study`` to the ``servegym pd`` sub-parsers."""
@@ -42,6 +44,8 @@ def add_sim_commands(sub: Any) -> None:
     sim.add_argument("--semantics", choices=("paper", "sglang"), default="paper",
                      help="capacity semantics of the analytical figures printed beside the run (default paper; "
                           "the simulator itself always follows SGLang's admission)")
+    sim.add_argument("--max-requests", type=int, default=MAX_EXPECTED_REQUESTS,
+                     help="ceiling on the expected requests of a run (default %(default)s: about 3 GB of per-request arrays)")
     sim.add_argument("--json", action="store_true", help="print JSON")
     sim.set_defaults(func=_simulate)
 
@@ -85,9 +89,10 @@ def _simulate(args: argparse.Namespace) -> int:
     from servegym.envs.pd.workload_moments import WorkloadMoments, parse_workload
     from servegym.envs.workload import Requests, poisson_arrivals
 
-    from servegym.errors import ConfigError, check_range
+    from servegym.errors import ConfigError, check_range, check_request_count
 
     n_p, n_d = parse_deployment(args.deployment)
+    check_range("--max-requests", args.max_requests, 1, None)
     check_range("--duration", args.duration, 1.0, 30 * 86_400.0)
     check_range("--warmup", args.warmup, 0.0, 30 * 86_400.0)
     system = paper_system().with_serving(kv_tokens=kv_tokens_reading(args.kv_tokens), reserve_tokens=args.reserve)
@@ -140,6 +145,9 @@ def _simulate(args: argparse.Namespace) -> int:
             raise ConfigError("give one of --rate, --load, --saturation or --trace")
         rate = args.rate if args.rate is not None else args.load * cap.mu
         check_range("rate", rate, 0.0, 1e5, low_inclusive=False)
+        check_request_count(rate * total, args.max_requests,
+                            f"rate {rate:g} req/s x (--warmup {args.warmup:g} + --duration {args.duration:g}) s",
+                            "--max-requests")
         arr = poisson_arrivals(rate, total, rng)
         isl, osl = pd_length_sampler(args.workload or "fixed:4096:256").sample(arr.size, rng)
         reqs = Requests(arr, isl, osl)

@@ -8,9 +8,16 @@ The CLI prints them as one line and exits non-zero instead of showing a tracebac
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
+import math
+import sys
+import types
+import typing
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 
 class ServegymError(ValueError):
@@ -66,3 +73,130 @@ def known_overrides(overrides: Mapping[str, Any] | None, config_cls: type, what:
     if unknown:
         raise ConfigError(f"unknown {what}(s) {unknown}; allowed: {sorted(names)}")
     return out
+
+
+# --------------------------------------------------------------------------- field types
+
+#: The default ceiling on the expected number of requests one run generates. The simulators allocate
+#: per-request arrays up front (the geo simulator ~150 bytes per request before it starts, measured at 1M
+#: requests), so 20M requests is about 3 GB before the first step; a week of NPUAutoscale-v0's Azure trace at Table 4's
+#: rate is 16.8M). Each config raises it explicitly
+#: with its ``max_expected_requests`` field (the CLIs with ``--max-requests``).
+MAX_EXPECTED_REQUESTS = 20_000_000
+
+
+def check_request_count(expected: float, ceiling: int, what: str, override: str = "max_expected_requests") -> None:
+    """Raise :class:`ConfigError` unless ``expected`` (the expected number of requests of a run, from the
+    fields named in ``what``) is finite and at most ``ceiling``."""
+    if not math.isfinite(expected) or expected > ceiling:
+        shown = f"{expected:.3g}" if math.isfinite(expected) else str(expected)
+        raise ConfigError(f"{what} gives {shown} expected requests; allowed: <= {ceiling:,} "
+                          f"(raise the ceiling explicitly with {override})")
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "None"
+    if tp is float:
+        return "a finite number"
+    if tp is int:
+        return "an integer"
+    if tp is bool:
+        return "true/false"
+    if tp is str:
+        return "a string"
+    if origin in (tuple, list, collections.abc.Sequence):
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        inner = f" of {_describe(args[0])}" if len(set(args)) == 1 else ""
+        return f"a list{inner}"
+    if origin in (dict, collections.abc.Mapping) or tp in (dict, collections.abc.Mapping):
+        return "a mapping"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _conforms(value: Any, tp: Any) -> bool:
+    """Whether ``value`` has the annotated type ``tp`` (numbers finite; inner types of tuples/lists checked)."""
+    if tp is Any:
+        return True
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_conforms(value, a) for a in typing.get_args(tp))
+    if origin is typing.Literal:
+        return value in typing.get_args(tp)
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, (bool, np.bool_))
+    if tp is int:
+        return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if tp is float:
+        return (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+                and math.isfinite(value))
+    if tp is str:
+        return isinstance(value, str)
+    if origin in (tuple, list, collections.abc.Sequence):
+        if not isinstance(value, (tuple, list)):
+            return False
+        args = typing.get_args(tp)
+        if not args:
+            return True
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_conforms(v, args[0]) for v in value)
+        if origin is tuple:
+            return len(value) == len(args) and all(_conforms(v, a) for v, a in zip(value, args, strict=True))
+        return all(_conforms(v, args[0]) for v in value)
+    if origin in (dict, collections.abc.Mapping) or tp in (dict, collections.abc.Mapping):
+        return isinstance(value, collections.abc.Mapping)
+    if isinstance(tp, type):
+        return isinstance(value, tp)
+    return True  # an annotation this check does not understand: left to the config's own checks
+
+
+def check_field_types(obj: Any, prefix: str = "") -> None:
+    """Raise :class:`ConfigError` naming the first field of the dataclass instance ``obj`` whose value does not
+    have its annotated type (a string, None, a list or NaN in a numeric field, ...). Numbers must be finite
+    (a field that allows infinity says so in its own checks, not here). Call it first in ``__post_init__``, so
+    that range checks never meet a value they cannot compare. Fields added later are covered automatically."""
+    cls = type(obj)
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # an annotation naming a type-checking-only import: check field by field
+        hints = {}
+        module = sys.modules.get(cls.__module__)
+        for f in dataclasses.fields(cls):
+            try:
+                hints[f.name] = eval(f.type, vars(module)) if isinstance(f.type, str) else f.type
+            except Exception:
+                continue
+    for f in dataclasses.fields(cls):
+        if f.name not in hints:
+            continue
+        value = getattr(obj, f.name)
+        if not _conforms(value, hints[f.name]):
+            shown = repr(value)
+            if len(shown) > 80:
+                shown = shown[:77] + "..."
+            raise ConfigError(f"{prefix}{f.name} = {shown} ({type(value).__name__}) is not allowed; "
+                              f"allowed: {_describe(hints[f.name])}")
+
+
+def resolve_config(config: Any, overrides: Mapping[str, Any], config_cls: type, from_dict: Any = None) -> Any:
+    """An env's config from ``gym.make(id, config=..., **overrides)``: ``config`` is None, a dict of
+    overrides or a ``config_cls`` instance, updated by the keyword ``overrides`` (the same keys), then built
+    by ``from_dict`` (default ``config_cls.from_dict``), which rejects unknown keys by name."""
+    build = from_dict or config_cls.from_dict
+    if isinstance(config, config_cls):
+        if not overrides:
+            return config
+        base = {f.name: getattr(config, f.name) for f in dataclasses.fields(config_cls)}
+    elif config is None or isinstance(config, Mapping):
+        base = dict(config or {})
+    else:
+        raise ConfigError(f"config = {config!r:.80} is not allowed; allowed: None, a dict or a {config_cls.__name__}")
+    base.update(overrides)
+    return build(base)
