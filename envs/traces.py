@@ -10,7 +10,11 @@ Shipped names (see ``servegym/envs/data/traces/PROVENANCE.md``): ``azure-conv``,
 * a lengths-only CSV (for :func:`load_lengths`): ``num_prefill_tokens,num_decode_tokens`` (Vidur)
   or ``input_tokens,output_tokens``.
 
-Files may be gzipped (``.gz``). Extra columns after the recognised ones are ignored. Parsing is
+Files may be gzipped (``.gz``). Extra columns after the recognised ones are ignored; header names may
+carry spaces around them. Token counts are integers in ``[1, MAX_TOKENS]``; timestamps either all carry a
+UTC offset (converted to UTC) or none does. Reading stops with an error past ``MAX_TRACE_BYTES`` of text
+(after decompression: a gzip bomb is cut off while streaming), and an error quotes at most
+``QUOTE_CHARS`` characters of the file. Parsing is
 vectorized (pandas); validation is a cheap vectorized pass that, on failure, reports the first
 offending line as :class:`~servegym.errors.TraceFormatError` (file, 1-based line as in the file, field).
 Arrival times are returned in seconds relative to the first request.
@@ -22,6 +26,8 @@ import functools
 import gzip
 import io
 import json
+import re
+import zlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -38,6 +44,23 @@ from servegym.errors import ConfigError, TraceFormatError, check_range
 # The pd paper (Appendix B.4) keeps Mooncake requests with input <= 38,000 tokens so that the output
 # fits its 40,960-token context window; this drops 647 of the 12,031 requests.
 MOONCAKE_MAX_INPUT_TOKENS = 38_000
+#: Largest token count a trace row may hold (10M: far above any model's context window; values past it,
+#: e.g. >= 2**63, would wrap when stored as int64).
+MAX_TOKENS = 10_000_000
+#: Largest trace text read (after decompression), bytes; ``max_bytes=`` raises it explicitly.
+MAX_TRACE_BYTES = 256 * 2**20
+#: At most this many characters of file content are quoted in an error message.
+QUOTE_CHARS = 80
+_TZ_SUFFIX = re.compile(r"(?:Z|[+-]\d\d:?\d\d)$")
+
+
+def _quote(text: Any) -> str:
+    """``repr`` of file content, cut to :data:`QUOTE_CHARS` characters."""
+    s = str(text)
+    r = repr(s[: QUOTE_CHARS + 1])
+    if len(r) > QUOTE_CHARS + 2:  # escapes (e.g. NUL bytes) count at their printed length
+        return r[:QUOTE_CHARS] + f"... ({len(s):,} characters)"
+    return r
 
 
 @dataclass(frozen=True)
@@ -85,16 +108,17 @@ def _first_bad(mask: NDArray[np.bool_]) -> int | None:
 def _validate_tokens(df: pd.DataFrame, col: str, source: str, line_of: NDArray[np.int64]) -> NDArray[np.int64]:
     raw = df[col]
     vals = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
-    bad = ~np.isfinite(vals) | (vals < 1) | (vals != np.floor(vals))
+    bad = ~np.isfinite(vals) | (vals < 1) | (vals > MAX_TOKENS) | (vals != np.floor(vals))
     i = _first_bad(bad)
     if i is not None:
         text = raw.iloc[i]
+        allowed = f"expected an integer token count >= 1 and <= {MAX_TOKENS:,}"
         if text is None or (isinstance(text, float) and np.isnan(text)) or str(text).strip() == "":
             problem = "missing value"
         elif not np.isfinite(vals[i]):
-            problem = f"{text!r} is not a number; expected an integer token count >= 1"
+            problem = f"{_quote(text)} is not a number; {allowed}"
         else:
-            problem = f"{text!r} is out of range; expected an integer token count >= 1"
+            problem = f"{_quote(text)} is out of range; {allowed}"
         raise TraceFormatError(source, int(line_of[i]), col, problem)
     return vals.astype(np.int64)
 
@@ -103,12 +127,12 @@ def _validate_time(df: pd.DataFrame, fmt: _Format, source: str, line_of: NDArray
     col = fmt.columns[0]
     raw = df[col]
     if fmt.time_kind == "datetime":
-        stamps = pd.to_datetime(raw, format="ISO8601", errors="coerce")
+        stamps = _parse_stamps(raw, col, source, line_of)
         bad = stamps.isna().to_numpy()
         i = _first_bad(bad)
         if i is not None:
             raise TraceFormatError(source, int(line_of[i]), col,
-                                   f"{raw.iloc[i]!r} is not a timestamp like '2023-11-16 18:17:03.9799600'")
+                                   f"{_quote(raw.iloc[i])} is not a timestamp like '2023-11-16 18:17:03.9799600'")
         ns = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
         t = (ns - ns[0]).astype(np.float64) / 1e9
     else:
@@ -116,15 +140,32 @@ def _validate_time(df: pd.DataFrame, fmt: _Format, source: str, line_of: NDArray
         i = _first_bad(~np.isfinite(vals) | (vals < 0))
         if i is not None:
             problem = ("missing value" if str(raw.iloc[i]).strip() in ("", "nan", "None")
-                       else f"{raw.iloc[i]!r} is not a finite time >= 0")
+                       else f"{_quote(raw.iloc[i])} is not a finite time >= 0")
             raise TraceFormatError(source, int(line_of[i]), col, problem)
         t = vals / 1000.0 if fmt.time_kind == "ms" else vals
     i = _first_bad(np.diff(t) < 0)
     if i is not None:
         raise TraceFormatError(source, int(line_of[i + 1]), col,
-                               f"{raw.iloc[i + 1]!r} is earlier than the previous row's {raw.iloc[i]!r}; "
+                               f"{_quote(raw.iloc[i + 1])} is earlier than the previous row's {_quote(raw.iloc[i])}; "
                                "timestamps must not decrease")
     return t - t[0]
+
+
+def _parse_stamps(raw: pd.Series, col: str, source: str, line_of: NDArray[np.int64]) -> pd.Series:
+    """ISO 8601 stamps; unparsable ones become NaT. With a UTC offset on every stamp (offsets may differ)
+    they are converted to UTC; a file that mixes stamps with and without an offset is refused."""
+    has_tz = raw.astype(str).str.strip().str.contains(_TZ_SUFFIX).to_numpy()
+    if has_tz.any() and not has_tz.all():
+        i = _first_bad(has_tz != has_tz[0])
+        assert i is not None
+        raise TraceFormatError(source, int(line_of[i]), col,
+                               f"{_quote(raw.iloc[i])} {'has' if has_tz[i] else 'has no'} UTC offset, unlike line "
+                               f"{int(line_of[0])}; expected every timestamp with an offset or none")
+    try:
+        return pd.to_datetime(raw, format="ISO8601", errors="coerce", utc=bool(has_tz.any()))
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise TraceFormatError(source, None, col, f"timestamps do not parse ({type(exc).__name__}: "
+                               f"{_quote(exc)})") from None
 
 
 def _strip_trailing_blank(lines: list[str]) -> list[str]:
@@ -142,18 +183,24 @@ def _parse_jsonl(text: str, source: str) -> tuple[_Format, pd.DataFrame, NDArray
         records = json.loads("[" + ",".join(lines) + "]")
         if len(records) != len(lines) or not all(isinstance(r, dict) for r in records):
             raise ValueError
-    except ValueError:
+    except (ValueError, RecursionError):
+        # ValueError covers JSONDecodeError and ints past Python's digit limit; RecursionError deep nesting.
         for n, line in enumerate(lines, start=1):
             if not line.strip():
                 raise TraceFormatError(source, n, None, "blank line inside the trace") from None
             try:
                 rec = json.loads(line)
+            except RecursionError:
+                raise TraceFormatError(source, n, None, "bad JSON: nested too deeply") from None
             except ValueError as exc:
-                raise TraceFormatError(source, n, None, f"bad JSON: {exc.msg}") from None
+                raise TraceFormatError(source, n, None, f"bad JSON: {_quote(getattr(exc, 'msg', exc))}") from None
             if not isinstance(rec, dict):
                 raise TraceFormatError(source, n, None, "each line must be a JSON object") from None
         raise TraceFormatError(source, None, None, "bad JSON") from None  # pragma: no cover
     df = pd.DataFrame.from_records(records, columns=list(fmt.columns))
+    # Values are checked as text, like the CSV's: a nested object or a huge int never reaches numpy as such.
+    df = df.map(lambda v: v if isinstance(v, (str, float)) or v is None else
+                (str(v) if isinstance(v, int) and not isinstance(v, bool) else repr(v)[:QUOTE_CHARS + 1]))
     return fmt, df, np.arange(1, len(df) + 1, dtype=np.int64)
 
 
@@ -162,7 +209,7 @@ def _parse_csv(text: str, source: str) -> tuple[_Format, pd.DataFrame, NDArray[n
     header = [h.strip() for h in first.rstrip("\r").split(",")]
     fmt = _match_format(header)
     if fmt is None:
-        raise TraceFormatError(source, 1, None, f"unrecognised header {first.rstrip()!r}; expected one of: "
+        raise TraceFormatError(source, 1, None, f"unrecognised header {_quote(first.rstrip())}; expected one of: "
                                f"{_expected_headers()}")
     # None of these formats quotes fields, so a comma count finds rows with extra fields (pandas would
     # otherwise shift a whole row into the index or drop data silently).
@@ -176,7 +223,8 @@ def _parse_csv(text: str, source: str) -> tuple[_Format, pd.DataFrame, NDArray[n
                          index_col=False)
     except pd.errors.ParserError as exc:  # pragma: no cover - the comma check above catches field counts
         raise TraceFormatError(source, None, None, f"malformed CSV: {exc}") from None
-    df = df[list(fmt.columns)]
+    # The header matched with spaces stripped; strip the column names and values the same way.
+    df = df.rename(columns=lambda c: c.strip())[list(fmt.columns)].apply(lambda s: s.str.strip())
     # Rows are file lines 2.. in order because blank lines are kept as empty rows; drop the trailing ones.
     empty = (df == "").all(axis=1).to_numpy()
     n = len(df)
@@ -206,16 +254,35 @@ def parse_trace_text(text: str, source: str, *, need_arrivals: bool = True) -> P
     return ParsedTrace(source, arrival, isl, osl)
 
 
-def _read_text(data: bytes, source: str) -> str:
+def _too_big(source: str, max_bytes: int) -> TraceFormatError:
+    return TraceFormatError(source, None, None, f"more than {max_bytes:,} bytes of text; allowed: <= "
+                            f"{max_bytes:,} (raise it explicitly with max_bytes=)")
+
+
+def _read_text(data: bytes, source: str, max_bytes: int = MAX_TRACE_BYTES) -> str:
     if data[:2] == b"\x1f\x8b":
+        # Streamed, at most max_bytes + 1 out: a small gzip bomb cannot inflate gigabytes into memory.
         try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise TraceFormatError(source, None, None, f"corrupt gzip data: {exc}") from None
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
+                data = gz.read(max_bytes + 1)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceFormatError(source, None, None, f"corrupt gzip data: {_quote(exc)}") from None
+    if len(data) > max_bytes:
+        raise _too_big(source, max_bytes)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise TraceFormatError(source, None, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _read_file(path: Path, max_bytes: int) -> bytes:
+    """The file's bytes; a plain file past ``max_bytes`` is refused before it is read (a gzip file is
+    read whole: it is then cut off while decompressing)."""
+    with open(path, "rb") as fh:
+        head = fh.read(2)
+        if head != b"\x1f\x8b" and path.stat().st_size > max_bytes:
+            raise _too_big(str(path), max_bytes)
+        return head + fh.read(max_bytes + 1 if head != b"\x1f\x8b" else -1)
 
 
 def _freeze(a: NDArray[Any] | None) -> NDArray[Any] | None:
@@ -239,14 +306,16 @@ def available_traces(with_arrivals: bool = False) -> list[str]:
     return [n for n, info in TRACES.items() if not with_arrivals or info.kind == "trace"]
 
 
-def _load(name_or_path: str | Path) -> ParsedTrace:
+def _load(name_or_path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> ParsedTrace:
     if isinstance(name_or_path, str) and name_or_path in TRACES:
         return _load_shipped(name_or_path)
+    check_range("max_bytes", max_bytes, 1, None)
     path = Path(name_or_path)
     if not path.is_file():
-        raise ConfigError(f"trace = {str(name_or_path)!r} is neither a shipped trace nor a file; allowed names: "
+        raise ConfigError(f"trace = {_quote(name_or_path)} is neither a shipped trace nor a file; allowed names: "
                           f"{', '.join(TRACES)}")
-    return parse_trace_text(_read_text(path.read_bytes(), str(path)), str(path), need_arrivals=False)
+    return parse_trace_text(_read_text(_read_file(path, max_bytes), str(path), max_bytes), str(path),
+                            need_arrivals=False)
 
 
 def _filter_mask(isl: NDArray[np.int64], max_input_tokens: int | None) -> NDArray[np.bool_] | None:
@@ -256,13 +325,13 @@ def _filter_mask(isl: NDArray[np.int64], max_input_tokens: int | None) -> NDArra
     return isl <= max_input_tokens
 
 
-def load_lengths(name_or_path: str | Path, max_input_tokens: int | None = None
+def load_lengths(name_or_path: str | Path, max_input_tokens: int | None = None, max_bytes: int = MAX_TRACE_BYTES
                  ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """(input tokens, output tokens) of every request, in file order; optionally only inputs <= the cap.
 
     Works for traces and lengths-only sets. The arrays of shipped data are read-only views of a cache.
     """
-    t = _load(name_or_path)
+    t = _load(name_or_path, max_bytes)
     keep = _filter_mask(t.input_tokens, max_input_tokens)
     if keep is None:
         return t.input_tokens, t.output_tokens
@@ -272,16 +341,16 @@ def load_lengths(name_or_path: str | Path, max_input_tokens: int | None = None
 
 
 def load_trace(name_or_path: str | Path, time_scale: float = 1.0,
-               max_input_tokens: int | None = None) -> Requests:
+               max_input_tokens: int | None = None, max_bytes: int = MAX_TRACE_BYTES) -> Requests:
     """Replay a trace as :class:`Requests` (origin 0), arrivals in s from the first request.
 
     ``time_scale`` multiplies every arrival time: 0.5 replays the trace twice as fast (double the
     rate), 2.0 half as fast. ``max_input_tokens`` drops requests with more input tokens (e.g.
     :data:`MOONCAKE_MAX_INPUT_TOKENS` for the pd paper's Mooncake filter); arrivals of the kept
-    requests are not shifted.
+    requests are not shifted. ``max_bytes`` caps the text read (:data:`MAX_TRACE_BYTES`).
     """
     check_range("time_scale", time_scale, 0.0, None, low_inclusive=False)
-    t = _load(name_or_path)
+    t = _load(name_or_path, max_bytes)
     if t.arrival_s is None:
         raise ConfigError(f"trace = {str(name_or_path)!r} has request lengths but no arrival times; use "
                           "load_lengths() or length_sampler(); traces with arrivals: "

@@ -41,6 +41,8 @@ class TraceFormatError(ServegymError):
             where += f", line {line}"
         if field is not None:
             where += f", field {field!r}"
+        if len(problem) > 500:  # an error quotes the file, never all of it
+            problem = problem[:500] + f"... ({len(problem):,} characters)"
         super().__init__(f"{where}: {problem}")
         self.path = str(path)
         self.line = line
