@@ -113,3 +113,17 @@ def test_calibrate_pd_kv_refits_and_writes_only_where_asked(tmp_path: Path, caps
     out = tmp_path / "kv.json"
     assert main(["calibrate", "pd-kv", "--out", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == json.loads(out.read_text()) == shipped_record()
+
+
+def test_capacity_semantics_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["pd", "capacity", "--workload", "mooncake", "--deployment", "1p1d", "--semantics", "sglang",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    from servegym.envs.pd.workload_moments import parse_workload
+
+    ref = PDModel(parse_workload("mooncake"), semantics="sglang").capacity(1, 1)
+    assert out["semantics"] == "sglang" and out["mu"] == pytest.approx(ref.mu)
+    assert out["mu"] > PDModel(parse_workload("mooncake")).capacity(1, 1).mu
+    with pytest.raises(SystemExit) as exc:
+        main(["pd", "capacity", "--workload", "mooncake", "--deployment", "1p1d", "--semantics", "vllm"])
+    assert exc.value.code == 2 and "--semantics" in capsys.readouterr().err
