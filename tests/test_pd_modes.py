@@ -309,7 +309,8 @@ def test_training_normalizes_with_the_algorithms_gamma(tmp_path, monkeypatch) ->
     ({"backlog_limit_s": 0.0}, "backlog_limit_s"), ({"termination_penalty": -1.0}, "termination_penalty"),
     ({"backlog_weight": -1.0}, "backlog_weight"), ({"curriculum": [[60]]}, "curriculum"),
     ({"curriculum": [[0, 5]]}, "episode_steps"), ({"curriculum": [[60, -1]]}, "episodes"),
-    ({"curriculum": 5}, "curriculum"), ({"slo_weight": 1e7}, "slo_weight"),
+    ({"curriculum": 5}, "curriculum"), ({"curriculum": "x"}, r"curriculum = 'x'"),
+    ({"curriculum": [60, 5]}, r"curriculum = \[60, 5\]"), ({"slo_weight": 1e7}, "slo_weight"),
 ])
 def test_bad_mode_configs_name_the_field(overrides: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=field):

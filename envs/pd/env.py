@@ -267,12 +267,11 @@ class PDEnvConfig:
             overrides["scenario"] = scen
         if overrides.get("initial_deployment") is not None:
             overrides["initial_deployment"] = tuple(overrides["initial_deployment"])
-        if overrides.get("curriculum") is not None:
-            try:
-                overrides["curriculum"] = tuple(tuple(stage) for stage in overrides["curriculum"])
-            except TypeError as exc:
-                raise ConfigError(f"curriculum = {overrides['curriculum']!r}; allowed: a list of "
-                                  "(episode_steps, episodes) pairs") from exc
+        cur = overrides.get("curriculum")
+        if cur is not None:
+            if not isinstance(cur, (list, tuple)) or not all(isinstance(st, (list, tuple)) for st in cur):
+                raise ConfigError(f"curriculum = {cur!r}; allowed: a list of (episode_steps, episodes) pairs")
+            overrides["curriculum"] = tuple(tuple(stage) for stage in cur)
         return cls(**overrides)
 
 
