@@ -35,8 +35,8 @@ GEO_BASELINES = ("rr", "ll", "greedy:0", "greedy:0.5", "greedy:0.9", "ilp", "ite
 def run_geo_baseline(env: gym.Env, name: str, seed: int) -> EpisodeResult:
     """One geo run with a :mod:`servegym.baselines.geo` policy on the env's scenario and seed.
 
-    The geo envs seed their simulator with the reset seed (``GeoSimulation(geo_config, seed)``), so
-    the baseline serves the same request stream under the same grid. It runs the simulator's own
+    ``env.episode_scenario(seed)`` is the scenario ``env.reset(seed=seed)`` draws from the env's split
+    (grid hour, arrival seed, shift), so the baseline serves the same request stream under the same grid. It runs the simulator's own
     policy loop rather than stepping the env: the window schedulers (ILP, MILP) decide jointly,
     which neither env's action expresses. ``reward`` is the env's reward formula applied to the
     run (-w_carbon * carbon with drain - w_slo * every miss, unfinished requests included); the metrics are the run summary the
@@ -48,8 +48,10 @@ def run_geo_baseline(env: gym.Env, name: str, seed: int) -> EpisodeResult:
 
     base = env.unwrapped
     policy = make_policy(name)
-    # the env's own run factory: same grid clock (CI series, time scale) and OSL source as the agent's
-    sim = base.make_simulation(policy_config(base.geo_config, policy), int(seed))
+    # what env.reset(seed=seed) runs (its split's draw), through the env's own run factory: same grid
+    # clock (CI series, time scale) and OSL source as the agent's
+    episode_config, scenario = base.episode_scenario(int(seed))
+    sim = base.make_simulation(policy_config(episode_config, policy), scenario["sim_seed"])
     res = sim.run(policy)
     summary = res.summary
     cfg = base.config

@@ -531,6 +531,27 @@ _PRESETS: dict[str, _PresetSpec] = {
         regions=(_RegionSpec("US-East", "us-east-1", ("US-MIDA-PJM", "US-NY-NYIS", "CA-ON")),),
         base_hour="2022-12-07T12:00:00Z",
     ),
+    # Distribution-shift twins of the two training presets (the benchmark's ``shift-topology`` split,
+    # servegym.splits): same number of regions and DCs, so a trained agent's spaces fit, but other grids,
+    # other CI levels and another RTT. Only zones with published 2021-2024 series qualify.
+    "geo-small-shift": _PresetSpec(
+        description="shift twin of geo-small, 2 regions x 2 DCs: North-East Asia (Tokyo, Korea) and "
+                    "South Asia (Singapore, Western India), published 2021-2024 series, 74 ms apart; "
+                    "every grid dirtier than geo-small's clean pair (450-745 g/kWh means)",
+        regions=(
+            _RegionSpec("Asia-NorthEast", "ap-northeast-2", ("JP-TK", "KR")),
+            _RegionSpec("Asia-South", "ap-southeast-1", ("SG", "IN-WE")),
+        ),
+        # Lower-median-CV hour of the 2021-2024 common window: CV 0.204 (range 0.126-0.508).
+        base_hour="2024-03-04T07:00:00Z",
+    ),
+    "geo-mini-shift": _PresetSpec(
+        description="shift twin of geo-mini, 1 region x 3 DCs: Asia (Tokyo, Korea, Singapore), "
+                    "published 2021-2024 series, no inter-region transfer",
+        regions=(_RegionSpec("Asia", "ap-northeast-2", ("JP-TK", "KR", "SG")),),
+        # Lower-median-CV hour: CV 0.099 (range 0.001-0.391: three dirty grids, little to gain by routing).
+        base_hour="2023-01-30T21:00:00Z",
+    ),
 }
 
 

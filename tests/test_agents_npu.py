@@ -15,7 +15,8 @@ from servegym.errors import ConfigError
 
 ENV_ID = "servegym/NPUAutoscale-v0"
 # openthoughts: long outputs spread over several decode groups, so NeuScale's routing depends on the seed
-CONFIG = {"model": "Llama-3-8B", "trace": "openthoughts", "hours": 0.5, "n_candidates": 1, "rate_rpm": 600.0}
+CONFIG = {"model": "Llama-3-8B", "trace": "openthoughts", "hours": 0.5, "n_candidates": 1, "rate_rpm": 600.0,
+          "split": None}  # a configured scenario (no split draw)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import servegym  # noqa: F401  (registers the ids)
 from servegym.cli import main
 from servegym.errors import MAX_EXPECTED_REQUESTS, ConfigError
 
-NPU_TINY = {"model": "Llama3-8B", "hours": 1.0, "n_candidates": 1}
+NPU_TINY = {"model": "Llama3-8B", "hours": 1.0, "n_candidates": 1, "split": None}  # a configured scenario
 BAD = [("string", "1.0"), ("none", None), ("list", [1.0]), ("nan", math.nan), ("inf", math.inf),
        ("complex", 1j), ("bool", True)]
 

@@ -34,7 +34,7 @@ def test_route_env_is_the_simulator_loop(cfg: dict) -> None:
     identical masks (the estimator's), and the episode's reward sum is -(carbon + w_slo x misses)."""
     env = GeoRouteEnv(config={**cfg, "w_slo": 0.5})
     env.reset(seed=11)
-    sim = GeoSimulation(env.geo_config, seed=11)
+    sim = GeoSimulation(env.episode_config, seed=env.scenario["sim_seed"])  # the split's draw
     total, steps, info = 0.0, 0, {}
     while True:
         ctx = sim.next_decision()
@@ -242,7 +242,7 @@ def test_window_env_is_the_simulator_loop() -> None:
     """The window env's placements, replayed through GeoSimulation in window mode, give the same run."""
     env = GeoRouteWindowEnv(config={**SMALL, "w_slo": 2.0})
     env.reset(seed=4)
-    sim = GeoSimulation(env.geo_config, seed=4)
+    sim = GeoSimulation(env.episode_config, seed=env.scenario["sim_seed"])  # the split's draw
     rng = np.random.default_rng(0)
     total = 0.0
     while True:
@@ -441,7 +441,7 @@ def test_residual_route_follows_greedy_exactly() -> None:
         obs, _, _, truncated, info = env.step(env.n_dcs)
         if truncated:
             break
-    sim = GeoSimulation(env.geo_config, seed=9)
+    sim = GeoSimulation(env.episode_config, seed=env.scenario["sim_seed"])
     theirs = sim.run(make_policy("greedy:0")).summary
     for key in ("carbon_g", "slo_violation_pct", "ttft_p99_s", "finished"):
         assert info["episode_metrics"][key] == theirs[key], key
@@ -478,7 +478,7 @@ def test_window_residual_action_zero_is_the_milp_exactly(cfg: dict) -> None:
     env = GeoRouteWindowEnv(config={**cfg, "action_mode": "residual"})
     assert "ref_cap[0]" in env.observation_names
     info = _episode(env, lambda e: np.zeros(e.n_dcs, dtype=np.float32), 5)[2]
-    sim = GeoSimulation(env.geo_config, seed=5)
+    sim = GeoSimulation(env.episode_config, seed=env.scenario["sim_seed"])
     theirs = sim.run(make_policy("milp")).summary
     mine = info["episode_metrics"]
     for key in ("carbon_g", "carbon_with_drain_g", "slo_violation_pct", "ttft_p99_s", "finished",
@@ -527,7 +527,7 @@ def test_ci_follows_the_hourly_series_within_an_episode(env_cls: type) -> None:
     env = env_cls(config=GRID)
     obs, _ = env.reset(seed=0)
     topo = get_topology(env.geo_config.topology)
-    start = topo.base_hour
+    start = pd.Timestamp(env.scenario["ci_start"])  # the split's drawn start hour
     names = env.observation_names
     fc = [names.index(f"ci_fc{k}h[{d}]") for k in (1, 2, 3) for d in range(env.n_dcs)]
     seen, total = set(), 0.0
@@ -559,7 +559,7 @@ def test_noisy_forecast_is_seeded_and_unbiased_in_log() -> None:
     assert not np.allclose(a[cols], exact[cols])
     clk = env._clock
     errs = np.log(np.concatenate([clk.forecast_at_hour(h) for h in range(400)]) /
-                  np.concatenate([GeoRouteEnv(config=GRID)._make_run(env.geo_config, 1)[1].forecast_at_hour(h)
+                  np.concatenate([GeoRouteEnv(config=GRID)._make_run(env.episode_config, 1)[1].forecast_at_hour(h)
                                   for h in range(400)]))
     assert abs(errs.mean() + 0.5 * 0.09 * 2.0) < 0.05  # E[log] = -sigma^2 k / 2, k = 1..3 (mean 2)
 

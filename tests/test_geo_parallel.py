@@ -65,7 +65,7 @@ def test_parallel_agents_following_greedy_are_the_greedy_run() -> None:
 
     env = parallel_env(config={**SMALL, "action_mode": "residual", "reference": "greedy:0"})
     info = _play(env, 1, lambda e, a, i: e.core.n_dcs)[2]
-    sim = env.core.make_simulation(env.core.geo_config, 1)
+    sim = env.core.make_simulation(env.core.episode_config, env.core.scenario["sim_seed"])  # the split's draw
     theirs = sim.run(make_policy("greedy:0")).summary
     for key in ("carbon_g", "slo_violation_pct", "finished"):
         assert info["episode_metrics"][key] == theirs[key]

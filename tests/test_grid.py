@@ -18,7 +18,8 @@ from servegym.errors import ConfigError
 
 GRID_DIR = Path(grid.__file__).resolve().parent / "data" / "grid"
 PROVENANCE = (GRID_DIR / "PROVENANCE.md").read_text(encoding="utf-8")
-PRESET_SHAPES = {"geo-paper": (4, 4), "geo-small": (2, 2), "geo-mini": (1, 3)}
+PRESET_SHAPES = {"geo-paper": (4, 4), "geo-small": (2, 2), "geo-mini": (1, 3), "geo-small-shift": (2, 2),
+                 "geo-mini-shift": (1, 3)}
 
 
 def _provenance_zone_rows() -> dict[str, list[str]]:

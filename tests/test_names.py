@@ -64,7 +64,8 @@ def test_configs_store_the_canonical_spelling() -> None:
     assert ClusterConfig(model="deepseek-v3-671b", versions=("npu-c", "NPU-D")).model == "DeepSeek-V3-671B"
     assert ClusterConfig(versions=("npu-c", "tpu-v6e")).versions == ("NPU-C", "NPU-D")
     assert ClusterConfig(quota_chips={"npu-c": 8}).quota_chips == {"NPU-C": 8}
-    assert NPUEnvConfig(model="llama3-8b").model == "Llama-3-8B"
+    assert NPUEnvConfig(model="llama3-8b", split=None).model == "Llama-3-8B"
+    assert NPUEnvConfig(split_models=("llama3-8b",)).split_models == ("Llama-3-8B",)
     assert GeoEnvConfig(model="mixtral-8x7b").model == "Mixtral-8x7B"
 
 

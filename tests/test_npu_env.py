@@ -16,8 +16,8 @@ from servegym.envs.npu.env import NPUAutoscaleEnv, NPUEnvConfig
 
 from servegym.errors import ActionError, ConfigError
 
-#: Half an hour of the default scenario (Llama-3-70B, Azure at Table 4's rate): 6 epochs.
-QUICK: dict[str, Any] = {"hours": 0.5}
+#: Half an hour of the configured default scenario (no split: Llama-3-70B, Azure at Table 4's rate): 6 epochs.
+QUICK: dict[str, Any] = {"hours": 0.5, "split": None}
 #: A light load and a short count ladder for the runs with random actions (fewer vPods, faster steps).
 LIGHT: dict[str, Any] = {"rate_rpm": 120.0, "count_levels": [0, 1, 2, 4]}
 INFO_KEYS = {"energy_j", "cost_usd", "tokens", "slo_violation_pct", "power_w", "vpods", "tokens_per_j", "tokens_per_usd",

@@ -25,7 +25,7 @@ def test_policy_replays_emit_no_runtime_warning() -> None:
 def test_random_action_episode_emits_no_runtime_warning() -> None:
     # random valid actions churn configurations every epoch, so decode jobs sit in groups whose vPods
     # are still booting (no ready vPod): the case that multiplied an infinite TPOT by zero progress
-    env = NPUAutoscaleEnv({"model": "Llama-3-8B", "hours": 1.0, "n_candidates": 2, "rate_rpm": 600.0})
+    env = NPUAutoscaleEnv({"model": "Llama-3-8B", "hours": 1.0, "n_candidates": 2, "rate_rpm": 600.0, "split": None})
     rng = np.random.default_rng(0)
     splits = np.cumsum(env.action_space.nvec)[:-1]
     with warnings.catch_warnings():

@@ -74,7 +74,8 @@ def test_min_power_matches_pareto_selection() -> None:
 
 
 def test_min_power_respects_the_cap() -> None:
-    env = PDProvisionEnv({"scenario": {"horizon_steps": 30, "dr_events": [(0.0, 1.0, 2_500.0)]}})
+    # no split: the event at local hour 0 must cover the first periods
+    env = PDProvisionEnv({"scenario": {"horizon_steps": 30, "dr_events": [(0.0, 1.0, 2_500.0)]}, "split": None})
     res = run_policy(env, MinPowerPareto(lookahead=1), seed=0)
     free = run_policy(env, MinPowerPareto(lookahead=1, respect_cap=False), seed=0)
     assert res.cap_excess_kwh < free.cap_excess_kwh

@@ -162,7 +162,7 @@ def test_startup_delay_and_immediate_removal() -> None:
 
 
 def test_overload_grows_backlog_and_violates() -> None:
-    e = PDProvisionEnv({"initial_deployment": (1, 1), "arrivals": "mean", **SHORT})
+    e = PDProvisionEnv({"initial_deployment": (1, 1), "arrivals": "mean", "split": None, **SHORT})  # the peak-hour day
     e.reset(seed=0)
     backlogs = []
     for _ in range(10):
@@ -196,7 +196,8 @@ def test_reward_objectives(objective: str) -> None:
 
 
 def test_cap_excess_during_demand_response_event() -> None:
-    e = PDProvisionEnv({"scenario": {"dr_events": [(0.0, 1.0, 1_000.0)], "horizon_steps": 10}})
+    # no split: the event at local hour 0 must cover the first period
+    e = PDProvisionEnv({"scenario": {"dr_events": [(0.0, 1.0, 1_000.0)], "horizon_steps": 10}, "split": None})
     e.reset(seed=0)
     info = e.step(np.array([8, 8]))[-1]
     assert info["cap_w"] == 1_000.0 and info["cap_excess_kwh"] > 0

@@ -168,8 +168,9 @@ def test_observation_carries_what_the_baselines_read() -> None:
 
 
 def test_backlog_terminates_with_the_stated_penalty() -> None:
+    # no split: the configured day's load at hour 0 overloads 1p1d
     e = PDProvisionEnv({"initial_deployment": (1, 1), "arrivals": "mean", "backlog_limit_s": 60.0,
-                        "scenario": {"horizon_steps": 120}})
+                        "scenario": {"horizon_steps": 120}, "split": None})
     e.reset(seed=0)
     bound = e.per_step_reward_bound()
     total = terms = 0.0
@@ -197,7 +198,8 @@ def test_backlog_terminates_with_the_stated_penalty() -> None:
 
 def test_penalty_grows_with_the_backlog_after_violations_saturate() -> None:
     e = PDProvisionEnv({"initial_deployment": (1, 1), "arrivals": "mean", "slo_weight": 2.0, "backlog_weight": 2.0,
-                        "objective_weight": 0.0, "cap_weight": 0.0, "scenario": {"horizon_steps": 120}})
+                        "objective_weight": 0.0, "cap_weight": 0.0, "scenario": {"horizon_steps": 120},
+                        "split": None})  # the configured day (overloads 1p1d from hour 0)
     e.reset(seed=0)
     rewards, viol = [], []
     for _ in range(12):
@@ -258,7 +260,9 @@ def test_curriculum_stages_and_random_start() -> None:
     a = PDProvisionEnv(cfg).reset(seed=9, options={"curriculum_stage": 1})
     b = PDProvisionEnv(cfg).reset(seed=9, options={"curriculum_stage": 1})
     assert np.array_equal(a[0], b[0]) and a[1]["start_step"] == b[1]["start_step"]
-    assert a[1]["episode_steps"] == 240 and a[1]["hour"] == pytest.approx(a[1]["start_step"] / 60 % 24)
+    # the local clock: the split's drawn start hour plus the curriculum's start step
+    hour = (a[1]["start_step"] / 60 + a[1]["scenario"]["start_hour"]) % 24
+    assert a[1]["episode_steps"] == 240 and a[1]["hour"] == pytest.approx(hour)
     with pytest.raises(ConfigError, match="curriculum_stage"):
         e.reset(seed=0, options={"curriculum_stage": 3})
     # without a curriculum the full-length episode and its draws are unchanged
@@ -368,7 +372,7 @@ def test_static_peak_plans_the_episode_it_plays() -> None:
     that period's own mix (the mix swings from all azure-code at 0 h to all Mooncake at 12 h)."""
     from servegym.baselines.pd import StaticPeak
 
-    e = PDProvisionEnv({"curriculum": [[120, 0]], "random_start": True,
+    e = PDProvisionEnv({"curriculum": [[120, 0]], "random_start": True, "split": None,  # a configured mix
                         "scenario": {"mix_knots": [(0.0, 1, 0, 0), (12.0, 0, 0, 1)], "peak_rate_rps": 3.0}})
     for seed in range(6):
         _, info = e.reset(seed=seed)

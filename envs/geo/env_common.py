@@ -30,6 +30,34 @@ in both modes (tested on real episodes, including an overloading policy):
   previous step (zero on most request steps; non-zero on the step whose placement closes a poll
   interval), plus the unfinished requests' misses at the end.
 
+Splits (``split`` config key, ``gym.make(id, split="test")``; :mod:`servegym.splits`). ``reset(seed=s)``
+draws the episode's scenario from the split with a generator seeded by (split, s): the start day and
+UTC hour of the grid series (``geo.ci_start``; every hour of the day equally likely) and the seed of the
+arrival stream (so two splits never share arrivals under the same reset seed). The shipped Electricity
+Maps series cover 2021-2024 for the ``small`` and ``mini`` presets' topologies (published series) and
+2022 only for ``paper`` (its EU-North, US-CAR-DUK, UY and PE sites have the recomputed 2022 series
+only), so ``paper`` splits days within 2022 (:func:`servegym.splits.split_days`). A start is drawn
+only where every grid hour the episode reads (its CI clock over arrivals and drain, at
+``ci_time_scale``, plus the forecast) lies on days of the same split:
+
+- ``train``: start day and UTC hour of the grid series drawn from the train days (2021-2023 less the
+  validation weeks; single-year topologies: days 1-20 of each month)
+- ``validation``: the ISO weeks of 2023 divisible by 4 (single-year topologies: days 21-23 of each
+  month)
+- ``test``: the days of 2024 (single-year topologies: day 24 to the end of each month)
+- ``shift-load``: test days with the arrival rate x 1.5
+- ``shift-topology``: test days on another topology of the same shape (geo-small -> geo-small-shift,
+  geo-mini -> geo-mini-shift; not defined for the paper preset)
+- ``shift-stale``: test days with provisioner snapshots every 5 s instead of 1 s (stale load signals)
+
+``split=None`` runs the configured scenario as is (``geo.ci_start`` or the topology's base hour; the
+reset seed is the simulator seed). A named split draws ``geo.ci_start`` itself, so setting both is a
+ConfigError. The drawn scenario is ``env.scenario`` and ``info["scenario"]`` at reset (``split``,
+``seed``, ``ci_start``, ``topology``, ``rate_rps``, ``poll_interval_s``, ``sim_seed``), and
+``env.episode_config`` is the exact :class:`GeoConfig` of the episode:
+``GeoSimulation(env.episode_config, seed=env.scenario["sim_seed"])`` replays its arrivals, which is how
+the baselines run on exactly the agent's episode.
+
 Episodes end by truncation only: when every request of the run (arrivals in
 ``[0, duration_s)``) has been placed and the drain has finished, or after ``max_steps`` steps.
 The fleet would keep serving after the stream ends, so no state is terminal.
@@ -37,18 +65,31 @@ The fleet would keep serving after the stream ends, so no state is terminal.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import pandas as pd
 from numpy.typing import NDArray
 from servegym.envs.geo.cluster import GeoSimulation
 from servegym.envs.geo.config import LOADS, PAPER_MODELS, PRESETS, GeoConfig, preset
 from servegym.envs.geo.provisioner import Snapshot
 
 from servegym.errors import ConfigError, check_field_types, check_range, known_overrides
+from servegym.splits import check_split, scenario_rng, split_days
+
+#: ``shift-load``: arrival rate multiplier (issue 11: load x 1.5).
+SHIFT_LOAD_FACTOR = 1.5
+#: ``shift-stale``: provisioner poll period (s) of the stale-snapshot shift (issue 11: Δp 5 s).
+SHIFT_STALE_POLL_S = 5.0
+#: ``shift-topology``: the same-shape twin of each training topology (``servegym.envs.grid``).
+SHIFT_TOPOLOGY: dict[str, str] = {"geo-small": "geo-small-shift", "geo-mini": "geo-mini-shift"}
+#: Grid hours after a drawn start day's midnight that must lie inside the split's days, besides the
+#: episode's own span on the CI clock: the start hour (up to 23 h) and one hour of slack.
+START_MARGIN_H = 24
 
 #: Carbon intensity that maps to 1.0 in the observations (g/kWh); coal-heavy grids reach ~900.
 CI_SCALE_G_PER_KWH = 1000.0
@@ -132,6 +173,9 @@ class GeoEnvConfig:
         observe_residuals: add the estimator's recent per-DC residuals to the observation
             (:data:`RESIDUAL_FEATURES`): how far realized TTFT/TPOT ran from what the estimator
             predicted for the requests that finished, per DC.
+        split: the benchmark split ``reset(seed=...)`` draws each episode's scenario from (module
+            docstring): ``"train"`` (default), ``"validation"``, ``"test"``, ``"shift-load"``,
+            ``"shift-topology"``, ``"shift-stale"``, or ``None`` for the configured scenario as is.
 
     Stale snapshots: the provisioner's period is ``geo={"poll_interval_s": Δp}`` (the paper's 1 s
     by default; every decision of a period sees the snapshot taken at its start, so a larger Δp
@@ -154,9 +198,11 @@ class GeoEnvConfig:
     ci_forecast_h: int = 0
     ci_forecast_noise: float = 0.0
     observe_residuals: bool = False
+    split: str | None = "train"
 
     def __post_init__(self) -> None:
         check_field_types(self)
+        check_split("geo", self.split)
         if not isinstance(self.observe_residuals, bool):
             raise ConfigError(f"observe_residuals = {self.observe_residuals!r} is not allowed; allowed: True, False")
         if self.action_mode not in ACTION_MODES:
@@ -198,12 +244,26 @@ class GeoEnvConfig:
         if self.max_steps is not None and (isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int)
                                            or self.max_steps < 1):
             raise ConfigError(f"max_steps = {self.max_steps!r} is out of range; allowed: None or an integer >= 1")
-        self.geo_config("request")  # validates the GeoConfig overrides now, not at reset
+        if self.split is not None and self.geo.get("ci_start") is not None:
+            raise ConfigError(f"geo.ci_start = {self.geo['ci_start']!r} is drawn by split = {self.split!r}; "
+                              "allowed: no geo.ci_start, or split = None for a fixed start")
+        self.geo_config("request")  # validates the GeoConfig overrides (and the split's shift) now, not at reset
 
     def geo_config(self, decision_mode: str) -> GeoConfig:
-        """The simulator scenario for ``decision_mode`` (``"request"`` or ``"window"``)."""
+        """The simulator scenario for ``decision_mode`` (``"request"`` or ``"window"``), with the split's
+        shift applied (topology, rate, poll period); the per-episode start hour is drawn at reset."""
         geo = {"ci_mode": "hourly", **self.geo}
-        return preset(self.preset, model=self.model, load=self.load, decision_mode=decision_mode, **geo)
+        cfg = preset(self.preset, model=self.model, load=self.load, decision_mode=decision_mode, **geo)
+        if self.split == "shift-load":
+            cfg = cfg.replace(rate_rps=cfg.rate_rps * SHIFT_LOAD_FACTOR)
+        elif self.split == "shift-stale":
+            cfg = cfg.replace(poll_interval_s=SHIFT_STALE_POLL_S)
+        elif self.split == "shift-topology":
+            if cfg.topology not in SHIFT_TOPOLOGY:
+                raise ConfigError(f"split = 'shift-topology' has no twin of topology {cfg.topology!r}; "
+                                  f"allowed: a topology in {sorted(SHIFT_TOPOLOGY)} (presets small, mini)")
+            cfg = cfg.replace(topology=SHIFT_TOPOLOGY[cfg.topology])
+        return cfg
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
@@ -512,6 +572,16 @@ def safe_ratio_squash(x: NDArray[np.float64], scale: float) -> NDArray[np.float6
     return r / (1.0 + r)
 
 
+@functools.cache
+def _split_days(topology: str, split: str, span_h: int) -> pd.DatetimeIndex:
+    """Start days of ``split`` inside ``topology``'s common CI window for episodes whose CI clock spans
+    ``span_h`` hours (cached per process)."""
+    from servegym.envs.grid import get_topology
+
+    hours = get_topology(topology).common_hours()
+    return split_days(split, hours[0], hours[-1], window_h=(0.0, float(START_MARGIN_H + span_h)))
+
+
 def _n_dcs_regions(geo: GeoConfig) -> tuple[int, int]:
     from servegym.envs.grid import get_topology
 
@@ -538,14 +608,40 @@ class GeoEnvBase(gym.Env):
         self._res_n = 2 * self.n_dcs if self.config.observe_residuals else 0  # residuals, after the forecast
         GridClock(self.geo_config)  # a ci_start outside the topology's CI series fails here, not at reset
         self.sim: GeoSimulation | None = None
+        self.episode_config: GeoConfig = self.geo_config  # the exact scenario of the current episode
+        self.scenario: dict[str, Any] = {}  # what reset drew (module docstring, "Splits")
         self._tracker: EpisodeTracker | None = None
         self._episode_over = True
 
     # -- episode plumbing ------------------------------------------------------------------
+    def episode_scenario(self, seed: int | None) -> tuple[GeoConfig, dict[str, Any]]:
+        """The GeoConfig and ``scenario`` record that ``reset(seed=seed)`` runs (module docstring, "Splits");
+        given a seed, nothing changes. Baselines that decide outside the env loop run on exactly this scenario."""
+        s = int(seed) if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
+        split = self.config.split
+        cfg = self.geo_config
+        if split is None:
+            sim_seed, ci_start = s, cfg.ci_start
+        else:
+            rng = scenario_rng(split, s)
+            # grid hours the episode's CI clock and forecast run through (arrivals, drain, time scale)
+            span_h = math.ceil((cfg.duration_s + cfg.drain_s) * self.config.ci_time_scale / 3600.0)
+            span_h += int(self.config.ci_forecast_h)
+            days = _split_days(cfg.topology, split, span_h)
+            start = days[int(rng.integers(days.size))] + pd.Timedelta(hours=int(rng.integers(24)))
+            ci_start = start.strftime("%Y-%m-%dT%H:%M:%SZ")
+            sim_seed = int(rng.integers(0, 2**31 - 1))
+            cfg = cfg.replace(ci_start=ci_start)
+        scenario = {"split": split, "seed": s, "ci_start": ci_start, "topology": cfg.topology,
+                    "rate_rps": cfg.rate_rps, "poll_interval_s": cfg.poll_interval_s, "sim_seed": sim_seed}
+        return cfg, scenario
+
     def _new_simulation(self, seed: int | None) -> GeoSimulation:
-        """A fresh run: seed ``seed`` when given, else one drawn from ``self.np_random``."""
-        sim_seed = int(seed) if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
-        sim, self._clock = self._make_run(self.geo_config, sim_seed)
+        """A fresh run of the scenario drawn for ``seed`` (one drawn from ``self.np_random`` when None)."""
+        cfg, scenario = self.episode_scenario(seed)
+        self.episode_config = cfg
+        self.scenario = scenario
+        sim, self._clock = self._make_run(cfg, scenario["sim_seed"])
         self.sim = sim
         self._tracker = EpisodeTracker(sim, self.config)
         self._c_ref = reference_carbon_g(sim)

@@ -126,6 +126,7 @@ class GeoRouteEnv(GeoEnvBase):
         self._write_residuals()
         info = dict(self._tracker.info)
         info["steps"] = 0
+        info["scenario"] = dict(self.scenario)
         if self._ctx is None:  # an empty run
             self._episode_over = True
             return self._end_observation(), info

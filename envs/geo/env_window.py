@@ -187,6 +187,7 @@ class GeoRouteWindowEnv(GeoEnvBase):
         self._tracker.update()
         info = dict(self._tracker.info)
         info["steps"] = 0
+        info["scenario"] = dict(self.scenario)
         info["overflow"] = 0
         if self._ctx is None:
             self._episode_over = True

@@ -66,6 +66,29 @@ too when ``workload_seed`` is None). :meth:`NPUAutoscaleEnv.run_baseline` (polic
 and returns per-epoch infos with the step's keys and formulas, so ``servegym evaluate`` and the
 TensorBoard callback compare an agent with the paper's policies on the same work.
 
+**Splits** (``split`` config key, ``gym.make(id, split="test")``; :mod:`servegym.splits`). ``reset(seed=s)``
+draws the scenario from the split with a generator seeded by (split, s) (:func:`draw_scenario`): the model
+(uniform over ``split_models``, all four by default), the Azure 2023 trace (code or conv: timestamps and
+real lengths), the start hour (0-23), the rate (Table 4's mean x U[0.7, 1.3]), the workload seed and the
+simulator seed. The 10-s arrival profile is tiled from the split's own segment of the trace hour, so
+train, validation and test never share arrival patterns:
+
+- ``train``: model (one of the four), Azure trace (code or conv), start hour, rate x U[0.7, 1.3] of
+  Table 4; the 10-s arrival profile from the first 60 % of the trace hour
+- ``validation``: as train, from 60-80 % of the trace hour
+- ``test``: as train, from 80-100 % of the trace hour
+- ``shift-lveval``: test segment timestamps with the held-out LVEval lengths (Table 4 rate x the scale)
+- ``shift-openthoughts``: test segment timestamps with the held-out OpenThoughts lengths (Table 4 rate x
+  the scale)
+
+With a named split the spaces are the same for every model, episode and split: the groups are fixed
+(:func:`split_groups`: the length quantiles of the pooled train traces, plus a top group per phase that
+fits the longest request of every split's trace, LVEval's 100K-token prompts included) and the option
+lists are padded to ``n_candidates + len(versions)`` (padding masked). ``model``, ``trace``,
+``rate_rpm``, ``start_hour`` and ``workload_seed`` are then drawn, not set (setting them is a ConfigError;
+``split_models`` pins the model pool). ``split=None`` runs the configured scenario as is. The draw is
+``env.scenario`` and ``info["scenario"]`` at reset; :meth:`NPUAutoscaleEnv.run_baseline` replays it.
+
 **Info**: ``energy_j``, ``cost_usd``, ``tokens`` (prefill input + decode output tokens served),
 ``slo_violation_pct`` (% of the requests finished in the epoch that missed TTFT or TPOT, 0 when none),
 ``slo_misses``, ``power_w`` (mean pool power over the epoch, W),
@@ -121,6 +144,37 @@ from servegym.errors import (
     known_overrides,
     resolve_config,
 )
+from servegym.splits import TRACE_SEGMENTS, check_split, scenario_rng, segment
+
+SPLIT_MODELS: tuple[str, ...] = tuple(MODELS)
+"""Models the named splits draw from by default (all four of the catalog)."""
+SPLIT_AZURE_TRACES: tuple[str, ...] = ("azure-code", "azure-conv")
+"""Azure 2023 traces the base splits draw (timestamps and real lengths)."""
+SPLIT_SHIFT_TRACE: dict[str, str] = {"shift-lveval": "lveval", "shift-openthoughts": "openthoughts"}
+"""Held-out length sets of the shifts (Table 4 presets on the test segment's azure-code timestamps)."""
+SPLIT_RATE_SCALE: tuple[float, float] = (0.7, 1.3)
+"""Multipliers of Table 4's mean rate the named splits draw from (uniform)."""
+SPLIT_FIELDS: tuple[str, ...] = ("model", "trace", "rate_rpm", "start_hour", "workload_seed")
+"""Config fields a named split draws itself (setting them with a split is a ConfigError)."""
+
+
+def draw_scenario(split: str, seed: int, models: tuple[str, ...] = SPLIT_MODELS) -> dict[str, Any]:
+    """The scenario of one episode of ``split`` for reset seed ``seed`` (module docstring, "Splits"):
+    ``model``, ``trace`` (workload name), ``azure_trace`` (timestamps, and lengths for ``azure``),
+    ``segment`` of the trace hour, ``start_hour``, ``rate_scale``, ``rate_rpm``, ``workload_seed`` and
+    ``simulation_seed``."""
+    rng = scenario_rng(split, seed)
+    model = models[int(rng.integers(len(models)))]
+    azure_trace = SPLIT_AZURE_TRACES[int(rng.integers(len(SPLIT_AZURE_TRACES)))]
+    start_hour = int(rng.integers(24))
+    scale = float(rng.uniform(*SPLIT_RATE_SCALE))
+    trace = SPLIT_SHIFT_TRACE.get(split, "azure")
+    if trace != "azure":
+        azure_trace = "azure-code"  # the shifts change the lengths only
+    return {"split": split, "seed": int(seed), "model": model, "trace": trace, "azure_trace": azure_trace,
+            "segment": segment(split), "start_hour": float(start_hour), "rate_scale": scale,
+            "rate_rpm": round(TABLE4_RATE_RPM[trace] * scale, 6), "workload_seed": int(rng.integers(2**31 - 1)),
+            "simulation_seed": int(rng.integers(2**31 - 1))}
 
 DEFAULT_COUNT_LEVELS: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 """vPod count targets an action can pick per group (roughly geometric, so one dimension spans 0-64)."""
@@ -168,10 +222,26 @@ class NPUEnvConfig:
     # Ceiling on the expected requests of an episode (rate x hours; the workload is built up front):
     # set it higher explicitly for a larger run.
     max_expected_requests: int = MAX_EXPECTED_REQUESTS
+    split: str | None = "train"  # benchmark split reset() draws the scenario from (module docstring); None: fixed
+    split_models: tuple[str, ...] = SPLIT_MODELS  # models a named split draws from (uniformly)
 
     def __post_init__(self) -> None:
         check_field_types(self)
         object.__setattr__(self, "model", MODELS.resolve(self.model))  # canonical spelling (servegym.names)
+        check_split("npu", self.split)
+        if isinstance(self.split_models, str) or not self.split_models:
+            raise ConfigError(f"split_models = {self.split_models!r}; allowed: a non-empty sequence of {list(MODELS)}")
+        try:  # canonical spellings
+            object.__setattr__(self, "split_models", tuple(MODELS.resolve(m) for m in self.split_models))
+        except ConfigError as exc:
+            raise ConfigError(f"split_models = {self.split_models!r}: {exc}") from None
+        if self.split is not None:
+            default = NPUEnvConfig.__dataclass_fields__
+            for name in SPLIT_FIELDS:
+                if getattr(self, name) != default[name].default:
+                    raise ConfigError(f"{name} = {getattr(self, name)!r} is drawn by split = {self.split!r}; "
+                                      "allowed: the default, or split = None for a fixed scenario"
+                                      + (" (or pin the model with split_models)" if name == "model" else ""))
         if self.trace not in WORKLOADS:
             raise ConfigError(f"trace = {self.trace!r} is unknown; allowed: {', '.join(WORKLOADS)}")
         if self.objective not in OBJECTIVES:
@@ -205,9 +275,10 @@ class NPUEnvConfig:
         self.cluster_config()  # validates model, slo_factor, osl_accuracy, quota, versions, phase_versions,
         # n_candidates
 
-    def cluster_config(self) -> ClusterConfig:
-        """The simulator settings of this env (5-min epochs, 60-s checks, 5-s sub-steps)."""
-        return ClusterConfig(model=self.model, objective=self.objective, slo_factor=self.slo_factor,
+    def cluster_config(self, model: str | None = None) -> ClusterConfig:
+        """The simulator settings of this env (5-min epochs, 60-s checks, 5-s sub-steps) for ``model``
+        (default: the ``model`` field)."""
+        return ClusterConfig(model=self.model if model is None else model, objective=self.objective, slo_factor=self.slo_factor,
                              osl_accuracy=self.osl_accuracy,
                              quota_chips=None if self.quota_chips is None else dict(self.quota_chips),
                              versions=tuple(self.versions), n_candidates=int(self.n_candidates),
@@ -221,7 +292,7 @@ class NPUEnvConfig:
     def from_dict(cls, overrides: Mapping[str, Any] | None) -> NPUEnvConfig:
         """Defaults updated by ``overrides`` (unknown keys raise :class:`ConfigError`)."""
         d = known_overrides(overrides, cls)
-        for k in ("versions", "count_levels"):
+        for k in ("versions", "count_levels", "split_models"):
             if k in d and not isinstance(d[k], str):
                 try:
                     d[k] = tuple(d[k])
@@ -261,6 +332,40 @@ def _workload(cfg: NPUEnvConfig, seed: int) -> NPUWorkload:
     return _WORKLOADS[key]
 
 
+def _split_workload(sc: dict[str, Any], hours: float) -> NPUWorkload:
+    key = ("split", sc["trace"], sc["azure_trace"], tuple(sc["segment"]), float(hours), sc["workload_seed"],
+           sc["rate_rpm"], sc["start_hour"])
+    if key not in _WORKLOADS:
+        if len(_WORKLOADS) >= _CACHE_MAX:
+            _WORKLOADS.pop(next(iter(_WORKLOADS)))
+        _WORKLOADS[key] = make_workload(sc["trace"], hours=hours, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"],
+                                        azure_trace=sc["azure_trace"], start_hour=sc["start_hour"],
+                                        segment=tuple(sc["segment"]))
+    return _WORKLOADS[key]
+
+
+def split_groups(edges: NDArray[np.int64], per_phase: int, hours: float) -> list[list[int]]:
+    """The groups every named split shares (so the spaces never change between episodes or splits): the
+    length quantiles of the train traces (azure-code and azure-conv pooled) and, as the top group of each
+    phase, the longest request of any split's trace (the shifts' long-context sets included)."""
+    seg = TRACE_SEGMENTS["train"]
+    pooled = [make_workload("azure", hours=hours, seed=0, azure_trace=a, segment=seg) for a in SPLIT_AZURE_TRACES]
+    from servegym.envs.workload import Requests
+
+    arr = np.concatenate([w.requests.arrival_s for w in pooled])
+    order = np.argsort(arr, kind="stable")
+    reqs = Requests(arr[order], np.concatenate([w.requests.input_tokens for w in pooled])[order],
+                    np.concatenate([w.requests.output_tokens for w in pooled])[order])
+    ref = NPUWorkload("split-reference", reqs, pooled[0].duration_s, 0, 0, "pooled train traces")
+    picks = choose_groups(ref, edges, per_phase)
+    longest = [make_workload(t, hours=hours, seed=0) for t in SPLIT_SHIFT_TRACE.values()]
+    for p, lengths in enumerate((lambda r: r.input_tokens, lambda r: r.input_tokens + r.output_tokens)):
+        top = max(int(np.searchsorted(edges, min(int(lengths(w.requests).max()), int(edges[-1])), side="left"))
+                  for w in [ref, *longest] if len(w.requests))
+        picks[p] = sorted({*picks[p], top})
+    return picks
+
+
 def choose_groups(workload: NPUWorkload, edges: NDArray[np.int64], per_phase: int) -> list[list[int]]:
     """Bucket indices of the env's groups per phase: the quantiles i/P of the requests' length buckets
     (prefill: input; decode: input + output), the last the longest request's bucket (see module doc)."""
@@ -292,14 +397,20 @@ class NPUAutoscaleEnv(gym.Env):
             raise ConfigError(f"render_mode = {render_mode!r}; allowed: None, 'ansi'")
         self.render_mode = render_mode
         cfg = self.config
-        self.cluster_config = cc = cfg.cluster_config()
-        self.catalog = cat = _catalog(cc)
-        self.edges = cat.edges
-        wl0 = _workload(cfg, 0 if cfg.workload_seed is None else cfg.workload_seed)
-        self.workload = wl0
         self.levels = np.array(cfg.count_levels, dtype=np.int64)
         self.horizon = cfg.horizon_epochs
-        self._build_groups(wl0)
+        if cfg.split is None:
+            self.scenario: dict[str, Any] = {"split": None, "model": cfg.model}
+            self._bind_model(cfg.model)
+            wl0 = _workload(cfg, 0 if cfg.workload_seed is None else cfg.workload_seed)
+            self.workload = wl0
+            self._build_groups(wl0)
+        else:  # the spaces are the same for every episode and split: fixed groups, padded options
+            self.scenario = draw_scenario(cfg.split, 0, tuple(cfg.split_models))
+            self._bind_model(self.scenario["model"])
+            self.workload = _split_workload(self.scenario, cfg.hours)
+            self._build_groups(None, split_groups(self.edges, cfg.groups_per_phase, cfg.hours),
+                               n_options=cfg.n_candidates + len(cfg.versions))
         n_lv, n_opt = self.levels.size, self.n_options
         self.action_space = spaces.MultiDiscrete(np.array([n_lv, n_opt] * len(self.groups), dtype=np.int64))
         self._masks = self._static_masks()
@@ -317,17 +428,31 @@ class NPUAutoscaleEnv(gym.Env):
         d = asdict(NPUEnvConfig())
         d["versions"] = list(d["versions"])
         d["count_levels"] = list(d["count_levels"])
+        d["split_models"] = list(d["split_models"])
         return d
 
     # ------------------------------------------------------------------------------------------ groups
-    def _build_groups(self, wl: NPUWorkload) -> None:
+    def _bind_model(self, model: str) -> None:
+        """Simulator settings and configuration catalog of ``model`` (cached per process)."""
+        self.cluster_config = self.config.cluster_config(model)
+        self.catalog = _catalog(self.cluster_config)
+        self.edges = self.catalog.edges
+
+    def _build_groups(self, wl: NPUWorkload | None, picks_per_phase: list[list[int]] | None = None,
+                      n_options: int | None = None) -> None:
+        """Groups (from ``wl``'s lengths, or the given bucket picks), their options under the current
+        catalog, and the option masks; ``n_options`` pads every option list to that length."""
         cat = self.catalog
         quota = self.cluster_config.quota_chips or {}
+        if picks_per_phase is None:
+            assert wl is not None
+            picks_per_phase = choose_groups(wl, self.edges, self.config.groups_per_phase)
+        self._picks = picks_per_phase
         self.groups: list[tuple[str, int]] = []
         self.group_bucket: list[int] = []
         self.group_lo: list[int] = []  # first bucket index of the group's length range
         self.options: list[list[int]] = []
-        for p, picks in enumerate(choose_groups(wl, self.edges, self.config.groups_per_phase)):
+        for p, picks in enumerate(picks_per_phase):
             ph = PHASES[p]
             lo = 0
             for b in picks:
@@ -342,9 +467,11 @@ class NPUAutoscaleEnv(gym.Env):
                 self.options.append(opts)
                 lo = b + 1
             if not any(g[0] == ph for g in self.groups):
-                raise ConfigError(f"no {ph} configuration of {self.config.model} fits the trace's lengths")
+                raise ConfigError(f"no {ph} configuration of {self.cluster_config.model} fits the trace's lengths")
         self.group_phase = np.array([PHASES.index(g[0]) for g in self.groups], dtype=np.int64)
-        self.n_options = max(len(o) for o in self.options)
+        self.n_options = max(len(o) for o in self.options) if n_options is None else int(n_options)
+        if any(len(o) > self.n_options for o in self.options):  # pragma: no cover - bound by construction
+            raise ConfigError(f"a group has more than n_options = {self.n_options} configurations")
         top = {}
         for i, g in enumerate(self.groups):
             top[g[0]] = i
@@ -397,9 +524,25 @@ class NPUAutoscaleEnv(gym.Env):
               ) -> tuple[NDArray[np.float32], dict[str, Any]]:
         super().reset(seed=seed)
         cfg = self.config
-        if cfg.workload_seed is None:
-            self.workload = _workload(cfg, int(self.np_random.integers(2**31 - 1)))
-        sim_seed = int(self.np_random.integers(2**31 - 1))
+        if cfg.split is None:
+            if cfg.workload_seed is None:
+                self.workload = _workload(cfg, int(self.np_random.integers(2**31 - 1)))
+            sim_seed = int(self.np_random.integers(2**31 - 1))
+            self.scenario = {"split": None, "seed": seed, "model": cfg.model, "trace": cfg.trace,
+                             "simulation_seed": sim_seed}
+        else:
+            s = int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
+            sc = draw_scenario(cfg.split, s, tuple(cfg.split_models))
+            if sc["model"] != self.cluster_config.model:
+                self._bind_model(sc["model"])
+                self._build_groups(None, self._picks, n_options=self.n_options)
+                if 2 * len(self.groups) != self.action_space.nvec.size:  # pragma: no cover - checked by tests
+                    raise ConfigError(f"model {sc['model']} has no configuration for a group of the split; "
+                                      f"allowed split_models: models that fit every group")
+                self._masks = self._static_masks()
+            self.workload = _split_workload(sc, cfg.hours)
+            self.scenario = sc
+            sim_seed = sc["simulation_seed"]
         self.simulation_seed = sim_seed
         self.sim = sim = NPUCluster(self.cluster_config, self.workload, seed=sim_seed, catalog=self.catalog)
         w = self.workload
@@ -418,6 +561,7 @@ class NPUAutoscaleEnv(gym.Env):
             self._option = a[1::2].copy()
         self.last_ctx = sim.observe()
         info = self._state_info()
+        info["scenario"] = dict(self.scenario)
         return self._obs(self.last_ctx), info
 
     def _oracle_reference(self) -> float:
@@ -723,7 +867,7 @@ class NPUAutoscaleEnv(gym.Env):
         quota = self.sim.quota if self.sim is not None else {}
         q_left = [1.0 if math.isinf(quota[v]) else (ctx.quota_left[v] / quota[v] if quota[v] > 0 else 0.0)
                   for v in VERSIONS]
-        hour = (ctx.time_s / 3600.0 + self.config.start_hour) % 24.0
+        hour = (ctx.time_s / 3600.0 + float(self.scenario.get("start_hour", self.config.start_hour))) % 24.0
         parts = [
             rr / self._mean_rate, rp / self._mean_rate, share, np.log1p(tpr) / LOG_MAX_TOKENS,
             ctx.alive[gp, gb] / maxl, ctx.ready[gp, gb] / maxl, per_v.ravel() / maxl,
@@ -742,7 +886,7 @@ class NPUAutoscaleEnv(gym.Env):
         sim, ctx = self.sim, self.last_ctx
         if sim is None or ctx is None:
             return "NPUAutoscale-v0 (not reset)\n"
-        lines = [f"t = {sim.now / 3600.0:5.2f} h  epoch {self._t}/{self.horizon}  {self.config.model} on "
+        lines = [f"t = {sim.now / 3600.0:5.2f} h  epoch {self._t}/{self.horizon}  {self.cluster_config.model} on "
                  f"{self.workload.name}  slo(last epoch) {self._last['slo_satisfaction']:.3f}"]
         lines.append(f"{'group':>16} {'config':>28} {'alive':>5} {'ready':>5} {'queue':>6} {'util':>5}")
         for g, key in enumerate(self.groups):

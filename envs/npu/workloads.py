@@ -77,23 +77,27 @@ def diurnal_profile(t_s: np.ndarray | float, start_hour: float = 0.0) -> np.ndar
     return 1.0 + DIURNAL_AMPLITUDE * np.cos(2.0 * np.pi * (h - DIURNAL_PEAK_HOUR) / 24.0)
 
 
-def azure_burst_profile(trace: str = "azure-code") -> np.ndarray:
-    """Per-10-s arrival counts of the real 1-hour Azure 2023 trace, normalized to mean 1."""
+def azure_burst_profile(trace: str = "azure-code", segment: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
+    """Per-10-s arrival counts of the real 1-hour Azure 2023 trace, normalized to mean 1; ``segment``
+    keeps the bins whose start lies in that share of the trace's whole bins (the benchmark splits read
+    disjoint segments, ``servegym.splits.TRACE_SEGMENTS``)."""
     from servegym.envs.traces import load_trace
 
     arr = load_trace(trace).arrival_s
     n = int(arr[-1] // BIN_S)
     counts = np.bincount((arr // BIN_S).astype(np.int64), minlength=n)[:n].astype(float)
+    lo, hi = round(segment[0] * n), round(segment[1] * n)
+    counts = counts[lo:max(hi, lo + 1)]
     return counts / counts.mean()
 
 
 def azure_timestamps(hours: float, rate_rpm: float, rng: np.random.Generator, trace: str = "azure-code",
-                     start_hour: float = 0.0) -> np.ndarray:
+                     start_hour: float = 0.0, segment: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
     """Arrival times (s) over ``hours``: the Azure hour's 10-s profile, tiled, times the diurnal profile."""
     check_range("hours", hours, 0.0, 24.0 * 7, low_inclusive=False)
     check_range("rate_rpm", rate_rpm, 0.0, None, low_inclusive=False)
     check_range("start_hour", start_hour, 0.0, 24.0)
-    prof = azure_burst_profile(trace)
+    prof = azure_burst_profile(trace, segment)
     n_bins = math.ceil(hours * 3600.0 / BIN_S)
     t = np.arange(n_bins) * BIN_S
     rates = rate_rpm / 60.0 * np.resize(prof, n_bins) * diurnal_profile(t + BIN_S / 2, start_hour)
@@ -102,8 +106,10 @@ def azure_timestamps(hours: float, rate_rpm: float, rng: np.random.Generator, tr
 
 
 def make_workload(name: str, hours: float = 24.0, seed: int = 0, rate_rpm: float | None = None,
-                  azure_trace: str = "azure-code", start_hour: float = 0.0) -> NPUWorkload:
-    """Build one of :data:`WORKLOADS` (see the module docstring); ``rate_rpm`` overrides Table 4's rate."""
+                  azure_trace: str = "azure-code", start_hour: float = 0.0,
+                  segment: tuple[float, float] = (0.0, 1.0)) -> NPUWorkload:
+    """Build one of :data:`WORKLOADS` (see the module docstring); ``rate_rpm`` overrides Table 4's rate;
+    ``segment`` is the share of the Azure hour whose 10-s profile is tiled (:func:`azure_burst_profile`)."""
     if name not in WORKLOADS:
         raise ConfigError(f"trace = {name!r} is unknown; allowed: {', '.join(WORKLOADS)}")
     if azure_trace not in ("azure-code", "azure-conv"):
@@ -112,13 +118,15 @@ def make_workload(name: str, hours: float = 24.0, seed: int = 0, rate_rpm: float
     if name == "bursty":
         return _bursty(hours, rng, rate_rpm)
     rate = TABLE4_RATE_RPM[name] if rate_rpm is None else float(rate_rpm)
-    arrivals = azure_timestamps(hours, rate, rng, azure_trace, start_hour)
+    arrivals = azure_timestamps(hours, rate, rng, azure_trace, start_hour, segment)
     if name == "azure":
         lengths = EmpiricalLengths.from_trace(azure_trace)
         isl_all, osl_all = lengths.input_tokens, lengths.output_tokens
         max_isl, max_tot = int(isl_all.max()), int((isl_all + osl_all).max())
         desc = (f"{azure_trace} 2023 (real lengths; 10-s profile tiled x diurnal), {rate:g} req/min mean, "
                 f"{hours:g} h from {start_hour:g}:00")
+        if segment != (0.0, 1.0):
+            desc += f", profile of {segment[0]:.0%}-{segment[1]:.0%} of the trace hour"
     else:
         lengths = LognormalLengths.preset(name)
         max_isl, max_tot = int(lengths.isl_max), int(lengths.isl_max + lengths.osl_max)

@@ -101,6 +101,31 @@ scenario's own draws, so the same seed and stage give the same episode and a ful
 unchanged; without it, at the scenario's first period. The training loop applies a
 curriculum to training envs only (``train_env_kwargs`` in the hyperparameter files).
 
+**Splits** (``split`` config key, ``gym.make(id, split="test")``; :mod:`servegym.splits`). ``reset(seed=s)``
+draws the day of the episode from the split with a generator seeded by (split, s)
+(:func:`servegym.envs.pd.scenario.draw_scenario`): a grid day of zone ``scenario.ci_zone`` (NL's series is
+the recomputed 2022 one, so the days are split within 2022; local time 0 is 00:00 UTC of the drawn day), a
+local start hour, the peak rate times U[0.85, 1.15], and the trace that sets both the per-minute arrival
+pattern and the length mix (one component). The trace phase and the Poisson counts come from a stream
+seeded by (split, s) as well, so two splits never share arrivals:
+
+- ``train``: grid day (days 1-20 of each month of NL's 2022 series) and local start hour, peak rate x
+  U[0.85, 1.15], trace phase; azure-conv lengths and its arrival pattern from the first 60 % of the
+  trace hour
+- ``validation``: days 21-23, the same draws, azure-conv pattern from 60-80 % of the trace hour
+- ``test``: day 24 to the month's end, the same draws, azure-conv pattern from 80-100 % of the trace
+  hour
+- ``shift-code``: test days with the held-out azure-code trace (arrival pattern and lengths)
+- ``shift-mooncake``: test days with the held-out Mooncake conversation trace (arrival pattern and
+  lengths)
+
+``split=None`` runs the configured day as is (the illustrative three-trace mix, the pattern of both Azure
+traces, ``ci_start_utc`` and hour 0). A named split draws ``ci_start_utc``, ``start_hour``,
+``pattern_trace``, ``pattern_segment`` and ``mix_knots`` itself (setting them too is a ConfigError) and
+scales the configured ``peak_rate_rps`` (observations stay scaled by the configured peak, so the draw is
+visible). The draw is ``env.scenario`` and ``info["scenario"]`` at reset; ``env.day`` is the episode's exact
+:class:`~servegym.envs.pd.scenario.DayScenario`.
+
 Configuration: :class:`PDEnvConfig` (frozen dataclass); ``PDProvisionEnv(config=dict)`` takes highway-env
 style overrides of :meth:`PDProvisionEnv.default_config` (nested ``"scenario"`` dict allowed).
 """
@@ -118,7 +143,13 @@ from numpy.typing import NDArray
 from servegym.envs.pd.catalog import PDSystem, paper_system
 from servegym.envs.pd.pareto import DEFAULT_RHO_BAR, max_capacity_under_power, min_power_deployment
 from servegym.envs.pd.provisioning import MinPowerRule, Suggestion
-from servegym.envs.pd.scenario import DayScenario, DaySignals, build_signals
+from servegym.envs.pd.scenario import (
+    DayScenario,
+    DaySignals,
+    build_signals,
+    check_split_fields,
+    draw_scenario,
+)
 from servegym.envs.pd.tables import MixTables, mix_tables
 
 from servegym.errors import (
@@ -131,6 +162,7 @@ from servegym.errors import (
     known_overrides,
     resolve_config,
 )
+from servegym.splits import check_split, scenario_rng, scenario_seed
 
 OBJECTIVES = ("energy", "carbon", "cost")
 MODES = ("fluid", "request")
@@ -202,9 +234,12 @@ class PDEnvConfig:
     # Ceiling on the expected requests of a mode="request" episode (peak rate x horizon; the simulator
     # allocates per-request arrays): set it higher explicitly for a larger run.
     max_expected_requests: int = MAX_EXPECTED_REQUESTS
+    split: str | None = "train"  # benchmark split reset() draws the day from (module docstring); None: fixed
 
     def __post_init__(self) -> None:
         check_field_types(self)
+        check_split("pd", self.split)
+        check_split_fields(self.scenario, self.split)
         if self.mode not in MODES:
             raise ConfigError(f"mode = {self.mode!r}; allowed: {', '.join(MODES)}")
         if self.arrivals not in ARRIVALS:
@@ -302,12 +337,15 @@ class PDProvisionEnv(gym.Env):
             raise ConfigError(f"render_mode = {render_mode!r}; allowed: None, 'ansi'")
         self.render_mode = render_mode
         cfg = self.config
-        self.signals: DaySignals = build_signals(cfg.scenario)
-        self.tables: MixTables = mix_tables(self.signals.mix_weights, cfg.system, cfg.max_prefill, cfg.max_decode)
         self.action_mode = cfg.action_mode
-        # The reference every driver and the observation read: min-power with one period of lookahead.
-        self.reference = MinPowerRule(self.tables, cfg.gpu_budget, cfg.pue, lookahead=1, eps=cfg.front_eps)
-        self.front_slots = max(self.reference.mix_cache(m).front.size for m in range(self.tables.mu.shape[0]))
+        # until the first reset: the configured day (split None) or the split's draw for seed 0
+        if cfg.split is None:
+            self.scenario: dict[str, Any] = {"split": None, "seed": None}
+            self._bind_day(cfg.scenario)
+        else:
+            day, self.scenario = draw_scenario(cfg.scenario, cfg.split, scenario_rng(cfg.split, 0))
+            self._bind_day(day)
+        self.front_slots = self._front_slots()
         lv = 2 * cfg.residual_levels + 1
         if cfg.action_mode == "absolute":
             self.action_space = spaces.MultiDiscrete([cfg.max_prefill + 1, cfg.max_decode + 1])
@@ -322,20 +360,42 @@ class PDProvisionEnv(gym.Env):
         self._idle_w = cfg.system.hardware.loaded_idle_power_w
         self._budget_power_w = cfg.gpu_budget * max(cal.prefill_ramp.p_sat_w, cal.decode_ramp.p_sat_w) * cfg.pue
         self._lookahead = math.ceil(cfg.startup_delay_s / cfg.scenario.period_s) + 1
-        self._max_price = max(float(np.max(self.signals.price_usd_per_kwh)), 1e-9)
         mask_p = np.zeros(cfg.max_prefill + 1, dtype=bool)
         mask_p[1: min(cfg.max_prefill, cfg.gpu_budget - 1) + 1] = True
         mask_d = np.zeros(cfg.max_decode + 1, dtype=bool)
         mask_d[1: min(cfg.max_decode, cfg.gpu_budget - 1) + 1] = True
         self._masks = np.concatenate([mask_p, mask_d])
         self._masks.setflags(write=False)
-        self._mu_list = self.tables.mu.tolist()  # nested lists: fast scalar lookups in the step loop
         self._sim: Any = None
         self._episodes = 0  # resets of this instance (the curriculum stage follows it)
         self._reset_state(0, np.zeros(self.signals.base_rate_rps.size))
         self._set_episode(0, self.signals.base_rate_rps.size, 0)
         self._step_bound = self.per_step_reward_bound()
         self._update_reference()
+
+    def _bind_day(self, day: DayScenario) -> None:
+        """Make ``day`` the scenario of the coming episode: its signals, mix tables and price scale."""
+        cfg = self.config
+        self.day: DayScenario = day  # the exact day of the current episode (baselines replay it)
+        self.signals: DaySignals = build_signals(day)
+        self.tables: MixTables = mix_tables(self.signals.mix_weights, cfg.system, cfg.max_prefill, cfg.max_decode)
+        self._max_price = max(float(np.max(self.signals.price_usd_per_kwh)), 1e-9)
+        self._mu_list = self.tables.mu.tolist()  # nested lists: fast scalar lookups in the step loop
+        # The reference every driver and the observation read: min-power with one period of lookahead.
+        self.reference = MinPowerRule(self.tables, cfg.gpu_budget, cfg.pue, lookahead=1, eps=cfg.front_eps)
+
+    def _front_slots(self) -> int:
+        """Slots of the front mode: the largest eps-Pareto front over the day's mixes (split None), or over
+        the one-trace mixes of every split (a named split: the same space for train, test and the shifts)."""
+        cfg = self.config
+        if cfg.split is None:
+            rule = self.reference
+        else:
+            from servegym.envs.pd.scenario import MIX_COMPONENTS
+
+            tab = mix_tables(np.eye(len(MIX_COMPONENTS)), cfg.system, cfg.max_prefill, cfg.max_decode)
+            rule = MinPowerRule(tab, cfg.gpu_budget, cfg.pue, lookahead=1, eps=cfg.front_eps)
+        return max(rule.mix_cache(m).front.size for m in range(rule.tables.mu.shape[0]))
 
     # ------------------------------------------------------------------------------------------ config
     @classmethod
@@ -394,11 +454,23 @@ class PDProvisionEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[NDArray[np.float32], dict[str, Any]]:
         super().reset(seed=seed)
-        sc = self.config.scenario
+        cfg = self.config
+        s = int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
+        if cfg.split is not None:
+            day, record = draw_scenario(cfg.scenario, cfg.split, scenario_rng(cfg.split, s))
+            if day != self.day:
+                self._bind_day(day)
+            self.scenario = {**record, "seed": s}
+            # the phase and the arrival counts come from a stream of their own per split
+            self.np_random = np.random.default_rng(scenario_seed(cfg.split, s) ^ 0x5EED)
+        else:
+            self.scenario = {"split": None, "seed": s}
+        sc = self.day
         n_phase = self.signals.pattern.size * sc.trace_stretch
         phase = int(self.np_random.integers(n_phase)) if sc.random_phase else 0
         rates = self.signals.rates(sc.burstiness, phase, sc.trace_stretch)
         self._reset_state(phase, rates)
+        self.scenario["phase"] = phase
         n = self.signals.base_rate_rps.size
         stage = self._pinned_stage(options)
         if stage is None:
@@ -419,6 +491,7 @@ class PDProvisionEnv(gym.Env):
         info = self._state_info()
         info.update(episode_steps=steps, start_step=start, curriculum_stage=stage,
                     per_step_reward_bound=self._step_bound, backlog_limit=self.backlog_limit)
+        info["scenario"] = dict(self.scenario)
         self._last_info = info
         return self._obs(), info
 

@@ -44,6 +44,7 @@ moments.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -54,6 +55,10 @@ from servegym.errors import ConfigError, check_field_types, check_range, known_o
 
 #: Length-mix components, in the column order of ``mix_knots``.
 MIX_COMPONENTS: tuple[str, ...] = ("azure-code", "azure-conv", "mooncake")
+
+#: Sources of the per-period rate pattern: ``azure`` is azure-conv + azure-code together (the default
+#: day); the others are one trace each (the benchmark splits' train trace and held-out shifts).
+PATTERN_TRACES: tuple[str, ...] = ("azure", "azure-conv", "azure-code", "mooncake")
 
 #: Illustrative diurnal profile (see module docstring): hourly multipliers of the peak rate, local hours 0..23.
 DEFAULT_DIURNAL: tuple[float, ...] = (
@@ -93,6 +98,9 @@ class DayScenario:
     mix_block_s: float = 900.0  # the mix is held constant over blocks this long, s
     ci_zone: str = "NL"  # Electricity Maps zone (servegym.envs.grid.ZONES)
     ci_start_utc: str = "2022-06-21T22:00:00Z"  # UTC hour of local time 0
+    start_hour: float = 0.0  # local hour of day of the first period (the CI series starts ci_start_utc + this)
+    pattern_trace: str = "azure"  # source of the per-period rate pattern f: see PATTERN_TRACES
+    pattern_segment: tuple[float, float] = (0.0, 1.0)  # share of the trace's span the pattern is taken from
     power_cap_w: float = 12_000.0  # facility power cap outside demand-response events, W
     dr_events: tuple[tuple[float, float, float], ...] = DEFAULT_DR_EVENTS
     price_usd_per_kwh: tuple[float, ...] = DEFAULT_TOU_PRICE  # 24 hourly values, local time
@@ -126,6 +134,14 @@ class DayScenario:
         if hours != sorted(hours) or len(set(hours)) != len(hours):
             raise ConfigError(f"scenario.mix_knots hours {hours}; allowed: strictly increasing")
         check_range("scenario.mix_block_s", self.mix_block_s, self.period_s, 86_400.0)
+        check_range("scenario.start_hour", self.start_hour, 0.0, 24.0, high_inclusive=False)
+        if self.pattern_trace not in PATTERN_TRACES:
+            raise ConfigError(f"scenario.pattern_trace = {self.pattern_trace!r}; allowed: {list(PATTERN_TRACES)}")
+        seg = self.pattern_segment
+        if (len(seg) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in seg)
+                or not 0.0 <= seg[0] < seg[1] <= 1.0):
+            raise ConfigError(f"scenario.pattern_segment = {seg!r}; allowed: (start, end) shares with "
+                              "0 <= start < end <= 1")
         check_range("scenario.power_cap_w", self.power_cap_w, 0.0, None, low_inclusive=False)
         for i, ev in enumerate(self.dr_events):
             if len(ev) != 3:
@@ -138,7 +154,7 @@ class DayScenario:
     def from_dict(cls, d: dict) -> DayScenario:
         """Build from a (partial) dict of field overrides; unknown keys raise :class:`ConfigError`."""
         d = known_overrides(d, cls, "scenario field")
-        tuple_fields = {"diurnal", "mix_knots", "dr_events", "price_usd_per_kwh"}
+        tuple_fields = {"diurnal", "mix_knots", "dr_events", "price_usd_per_kwh", "pattern_segment"}
         kw = {k: (_to_tuple(v) if k in tuple_fields else v) for k, v in d.items()}
         return cls(**kw)
 
@@ -194,6 +210,26 @@ def azure_rate_pattern(period_s: float) -> NDArray[np.float64]:
     return out
 
 
+@functools.cache
+def rate_pattern(trace: str, period_s: float, segment: tuple[float, float] = (0.0, 1.0)) -> NDArray[np.float64]:
+    """Per-period arrival rate of ``trace`` (one of :data:`PATTERN_TRACES`), mean 1, from the periods
+    whose start lies in ``segment`` (shares of the trace's whole periods; at least one period)."""
+    full = azure_rate_pattern(period_s) if trace == "azure" else _one_trace_pattern(trace, period_s)
+    n = full.size
+    lo, hi = round(segment[0] * n), round(segment[1] * n)
+    part = full[lo:max(hi, lo + 1)]
+    out = part / part.mean() if part.mean() > 0 else np.ones_like(part)
+    out.setflags(write=False)
+    return out
+
+
+def _one_trace_pattern(trace: str, period_s: float) -> NDArray[np.float64]:
+    from servegym.envs.workload import trace_rate_schedule
+
+    f = trace_rate_schedule(trace, interval_s=period_s)
+    return f / f.mean()
+
+
 def _hourly_interp(values: tuple[float, ...], hour: NDArray[np.float64]) -> NDArray[np.float64]:
     """Linear interpolation between hour midpoints (h + 0.5), wrapped around midnight."""
     v = np.asarray(values, dtype=float)
@@ -238,18 +274,20 @@ def build_signals(scenario: DayScenario) -> DaySignals:
     """The deterministic per-period arrays of ``scenario`` (cached; the trace phase is applied per episode)."""
     n = int(scenario.horizon_steps)
     t = np.arange(n) * scenario.period_s
-    hour = (t / 3600.0) % 24.0
+    hour = (t / 3600.0 + scenario.start_hour) % 24.0
     d = _hourly_interp(scenario.diurnal, hour + 0.5 * scenario.period_s / 3600.0)
     base = scenario.peak_rate_rps * d / max(scenario.diurnal)
     block = np.floor(t / scenario.mix_block_s).astype(np.int64)
-    block_hour = ((np.unique(block) + 0.5) * scenario.mix_block_s / 3600.0) % 24.0
+    block_hour = ((np.unique(block) + 0.5) * scenario.mix_block_s / 3600.0 + scenario.start_hour) % 24.0
     w_blocks = mix_at(scenario.mix_knots, block_hour)
     weights, inverse = np.unique(np.round(w_blocks, 12), axis=0, return_inverse=True)
     _, block_pos = np.unique(block, return_inverse=True)
     mix_index = np.asarray(inverse).ravel()[block_pos].astype(np.int64)
-    n_hours = int(np.ceil(scenario.duration_s / 3600.0))
+    # the series starts at the UTC hour of local time 0 of day 0; the episode at local start_hour
+    off = scenario.start_hour
+    n_hours = int(np.ceil((scenario.duration_s + off * 3600.0) / 3600.0))
     ci_h = _ci_series(scenario.ci_zone, scenario.ci_start_utc, n_hours)
-    abs_hour = np.floor(t / 3600.0).astype(np.int64)
+    abs_hour = np.floor(t / 3600.0 + off).astype(np.int64)
     ci = ci_h[abs_hour]
     price = np.asarray(scenario.price_usd_per_kwh, dtype=float)[np.floor(hour).astype(np.int64)]
     cap = np.full(n, float(scenario.power_cap_w))
@@ -259,7 +297,8 @@ def build_signals(scenario: DayScenario) -> DaySignals:
     arrays = [t, hour, base, weights, mix_index, ci, price, cap]
     for a in arrays:
         a.setflags(write=False)
-    return DaySignals(time_s=t, hour=hour, base_rate_rps=base, pattern=azure_rate_pattern(float(scenario.period_s)),
+    pattern = rate_pattern(scenario.pattern_trace, float(scenario.period_s), tuple(scenario.pattern_segment))
+    return DaySignals(time_s=t, hour=hour, base_rate_rps=base, pattern=pattern,
                       mix_index=mix_index, mix_weights=weights, ci_g_per_kwh=ci, price_usd_per_kwh=price,
                       cap_w=cap)
 
@@ -295,3 +334,65 @@ def mixture_moments(weights: NDArray[np.float64] | tuple[float, ...],
     label = "+".join(f"{wi:.2f}*{c}" for wi, c in zip(w, components, strict=True))
     return WorkloadMoments(float(m1), float(m2), float(m3), float(m4), float(out), float(out2 - out**2),
                            float(inout - m1 * out), name=f"mix({label})")
+
+
+# ------------------------------------------------------------------------------------------------ splits
+
+#: Peak-rate multipliers the base splits draw from (uniform).
+SPLIT_RATE_SCALE: tuple[float, float] = (0.85, 1.15)
+#: Trace of each split: its rate pattern and its length mix (one component). Train, validation and test
+#: read disjoint segments of azure-conv (servegym.splits.TRACE_SEGMENTS); the shifts are held-out traces.
+SPLIT_TRACE: dict[str, str] = {"train": "azure-conv", "validation": "azure-conv", "test": "azure-conv",
+                               "shift-code": "azure-code", "shift-mooncake": "mooncake"}
+#: Fields a named split draws itself (setting them with a split is a ConfigError).
+SPLIT_FIELDS: tuple[str, ...] = ("ci_start_utc", "start_hour", "pattern_trace", "pattern_segment", "mix_knots")
+
+
+def check_split_fields(scenario: DayScenario, split: str | None) -> None:
+    """ConfigError if ``scenario`` sets a field that the named ``split`` draws (:data:`SPLIT_FIELDS`)."""
+    if split is None:
+        return
+    default = DayScenario()
+    for name in SPLIT_FIELDS:
+        if getattr(scenario, name) != getattr(default, name):
+            raise ConfigError(f"scenario.{name} = {getattr(scenario, name)!r} is drawn by split = {split!r}; "
+                              f"allowed: the default, or split = None for a fixed scenario")
+
+
+@functools.cache
+def _pd_split_days(zone: str, split: str, hours: float):  # -> pd.DatetimeIndex
+    from servegym.envs.grid import load_ci
+
+    from servegym.splits import split_days
+
+    idx = load_ci(zone).index
+    return split_days(split, idx[0], idx[-1], window_h=(0.0, 24.0 + float(hours)))
+
+
+def draw_scenario(base: DayScenario, split: str, rng: np.random.Generator) -> tuple[DayScenario, dict]:
+    """The day of one episode of ``split`` (servegym.splits; the env docstring lists the draws) and its record.
+
+    Draws: a grid day of the split from zone ``base.ci_zone``'s series (local time 0 = 00:00 UTC of that
+    day, so the CI hour of a period is its local hour in UTC), a local start hour in 0..23, the peak rate
+    ``base.peak_rate_rps`` x U(:data:`SPLIT_RATE_SCALE`); the split's trace sets the rate pattern (its
+    segment of the trace span for the base splits) and the length mix (that trace only). The trace phase
+    is drawn by the env from the same episode seed.
+    """
+    import pandas as pd
+
+    from servegym.splits import segment
+
+    days = _pd_split_days(base.ci_zone, split, base.duration_s / 3600.0)
+    day = days[int(rng.integers(days.size))]
+    start_hour = int(rng.integers(24))
+    scale = float(rng.uniform(*SPLIT_RATE_SCALE))
+    trace = SPLIT_TRACE[split]
+    seg = segment(split) if split in ("train", "validation", "test") else (0.0, 1.0)
+    shares = tuple(1.0 if c == trace else 0.0 for c in MIX_COMPONENTS)
+    ci_start = pd.Timestamp(day).strftime("%Y-%m-%dT%H:%M:%SZ")
+    scen = dataclasses.replace(base, ci_start_utc=ci_start, start_hour=float(start_hour),
+                   peak_rate_rps=round(base.peak_rate_rps * scale, 6), pattern_trace=trace, pattern_segment=seg,
+                   mix_knots=((0.0, *shares),))
+    record = {"split": split, "ci_day": ci_start[:10], "ci_start_utc": ci_start, "start_hour": float(start_hour),
+              "rate_scale": scale, "peak_rate_rps": scen.peak_rate_rps, "trace": trace, "pattern_segment": seg}
+    return scen, record

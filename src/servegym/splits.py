@@ -1,0 +1,177 @@
+"""Benchmark splits: the named scenario distributions that every env's ``reset(seed=...)`` samples from.
+
+Every env id has a ``train``, a ``validation`` and a ``test`` split plus named distribution shifts
+(``shift-<what>``), chosen with the ``split`` config key (``gym.make(id, split="test")``). The split
+draws the scenario of each episode from the episode seed: the same seed and split always give the same
+scenario, and the test split never shares a scenario with the training or validation splits (disjoint
+calendar days of the grid series, disjoint segments of the arrival traces, and arrival seeds that are
+derived from the split's name). ``split=None`` turns sampling off: the configured scenario is used as is
+(reproductions of the papers' figures and unit tests of the dynamics).
+
+This module holds what the families share: the split names per family (:data:`FAMILY_SPLITS`, one line
+of description each, which the env docstrings repeat), their validation (:func:`check_split`), the seed
+derivation (:func:`scenario_rng`), the calendar-day rule for the hourly grid series (:func:`split_days`)
+and the trace-segment rule (:data:`TRACE_SEGMENTS`). What each family draws lives next to its scenario
+(``envs/geo/env_common.py``, ``envs/pd/scenario.py``, ``envs/npu/env.py``).
+
+Protocol rule: agents are trained on ``train``, checkpoints are chosen on ``validation``, and results
+are reported on ``test`` and the shifts, which no training or selection step may read.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from servegym.errors import ConfigError
+
+BASE_SPLITS: tuple[str, ...] = ("train", "validation", "test")
+"""The three in-distribution splits every env id has."""
+
+#: Split names and one-line descriptions per env family (geo: GeoRoute-v0 and GeoRouteWindow-v0).
+FAMILY_SPLITS: dict[str, dict[str, str]] = {
+    "geo": {
+        "train": "start day and UTC hour of the grid series drawn from the train days (2021-2023 less the "
+                 "validation weeks; single-year topologies: days 1-20 of each month)",
+        "validation": "the ISO weeks of 2023 divisible by 4 (single-year topologies: days 21-23 of each "
+                      "month)",
+        "test": "the days of 2024 (single-year topologies: day 24 to the end of each month)",
+        "shift-load": "test days with the arrival rate x 1.5",
+        "shift-topology": "test days on another topology of the same shape (geo-small -> geo-small-shift, "
+                          "geo-mini -> geo-mini-shift; not defined for the paper preset)",
+        "shift-stale": "test days with provisioner snapshots every 5 s instead of 1 s (stale load signals)",
+    },
+    "pd": {
+        "train": "grid day (days 1-20 of each month of NL's 2022 series) and local start hour, peak rate x "
+                 "U[0.85, 1.15], trace phase; azure-conv lengths and its arrival pattern from the first 60 % "
+                 "of the trace hour",
+        "validation": "days 21-23, the same draws, azure-conv pattern from 60-80 % of the trace hour",
+        "test": "day 24 to the month's end, the same draws, azure-conv pattern from 80-100 % of the trace hour",
+        "shift-code": "test days with the held-out azure-code trace (arrival pattern and lengths)",
+        "shift-mooncake": "test days with the held-out Mooncake conversation trace (arrival pattern and lengths)",
+    },
+    "npu": {
+        "train": "model (one of the four), Azure trace (code or conv), start hour, rate x U[0.7, 1.3] of "
+                 "Table 4; the 10-s arrival profile from the first 60 % of the trace hour",
+        "validation": "as train, from 60-80 % of the trace hour",
+        "test": "as train, from 80-100 % of the trace hour",
+        "shift-lveval": "test segment timestamps with the held-out LVEval lengths (Table 4 rate x the scale)",
+        "shift-openthoughts": "test segment timestamps with the held-out OpenThoughts lengths (Table 4 rate x "
+                              "the scale)",
+    },
+}
+
+#: Env id -> family.
+ENV_FAMILY: dict[str, str] = {
+    "servegym/GeoRoute-v0": "geo",
+    "servegym/GeoRouteWindow-v0": "geo",
+    "servegym/PDProvision-v0": "pd",
+    "servegym/NPUAutoscale-v0": "npu",
+}
+
+#: The split whose days and trace segment a split draws from (shifts use the test data).
+DATA_SPLIT: dict[str, str] = {"train": "train", "validation": "validation", "test": "test"}
+
+#: Share of an arrival trace's time span each split reads (train, validation, test: disjoint).
+TRACE_SEGMENTS: dict[str, tuple[float, float]] = {"train": (0.0, 0.6), "validation": (0.6, 0.8),
+                                                  "test": (0.8, 1.0)}
+
+
+def splits_of(family: str) -> tuple[str, ...]:
+    """The split names of ``family`` (``"geo"``, ``"pd"``, ``"npu"``), base splits first."""
+    if family not in FAMILY_SPLITS:
+        raise ConfigError(f"family = {family!r} is unknown; allowed: {sorted(FAMILY_SPLITS)}")
+    return tuple(FAMILY_SPLITS[family])
+
+
+def check_split(family: str, split: Any) -> str | None:
+    """``split`` if it names a split of ``family`` (or is None: no sampling); else a ConfigError naming
+    the field and the allowed values."""
+    if split is None:
+        return None
+    names = splits_of(family)
+    if not isinstance(split, str) or split not in names:
+        raise ConfigError(f"split = {split!r} is not allowed; allowed: None or one of {list(names)}")
+    return split
+
+
+def data_split(split: str) -> str:
+    """The base split whose days and trace segment ``split`` reads (``test`` for every shift)."""
+    return DATA_SPLIT.get(split, "test")
+
+
+def scenario_seed(split: str, seed: int) -> int:
+    """The 63-bit seed of the scenario draw for (``split``, ``seed``): different per split, so episodes of
+    different splits never share arrival streams even under the same reset seed."""
+    ss = np.random.SeedSequence([int(seed) & 0xFFFFFFFFFFFFFFFF, zlib.crc32(split.encode())])
+    return int(ss.generate_state(2, dtype=np.uint32).astype(np.uint64) @ np.array([1, 2**32], dtype=np.uint64)
+               ) & (2**63 - 1)
+
+
+def scenario_rng(split: str, seed: int) -> np.random.Generator:
+    """The generator a family draws the episode's scenario from (see :func:`scenario_seed`)."""
+    return np.random.default_rng(scenario_seed(split, seed))
+
+
+def split_days(split: str, first: pd.Timestamp, last: pd.Timestamp,
+               window_h: tuple[float, float] = (0.0, 24.0)) -> pd.DatetimeIndex:
+    """UTC midnights d of the days of ``split`` on which an episode covering the hours
+    [d + window_h[0], d + window_h[1]) can start, inside a grid series covering the hours [first, last].
+
+    The calendar is split first, then an episode start is kept only when every calendar day its window
+    touches belongs to the same split (so no test hour ever reaches a training episode):
+
+    - series that span 2021-2024 (the published Electricity Maps zones): validation = the days of the ISO
+      weeks of 2023 divisible by 4 (13 weeks spread over the seasons), train = the other days of
+      2021-2023, test = 2024;
+    - series of a single year (the recomputed 2022 zones: the ``geo-paper`` topology, pd's NL grid):
+      train = days 1-20 of each month, validation = days 21-23, test = day 24 to the month's end.
+    """
+    first = _utc(first)
+    last = _utc(last)
+    days = pd.date_range(first.ceil("D"), last.floor("D"), freq="D")
+    if {2021, 2022, 2023, 2024} <= set(days.year):
+        val = (days.year == 2023) & (days.isocalendar().week.to_numpy() % 4 == 0)
+        labels = np.where(days.year == 2024, "test", np.where(val, "validation", "train"))
+    else:
+        dom = days.day.to_numpy()
+        labels = np.where(dom <= 20, "train", np.where(dom <= 23, "validation", "test"))
+    want = data_split(split)
+    lo_d = int(np.floor(window_h[0] / 24.0))
+    hi_d = int(np.ceil(window_h[1] / 24.0)) - 1
+    n = days.size
+    ok = labels == want
+    for k in range(lo_d, hi_d + 1):  # every calendar day the window touches is in the split (and the series)
+        shifted = np.zeros(n, dtype=bool)
+        src = np.arange(n) + k
+        inside = (src >= 0) & (src < n)
+        shifted[inside] = labels[src[inside]] == want
+        ok &= shifted
+    ok &= np.asarray(days + pd.Timedelta(hours=window_h[0]) >= first)
+    ok &= np.asarray(days + pd.Timedelta(hours=window_h[1]) <= last + pd.Timedelta(hours=1))
+    keep = days[ok]
+    if keep.size == 0:
+        raise ConfigError(f"split = {split!r} has no start day in the grid series {first} - {last} for an "
+                          f"episode of {window_h[1] - window_h[0]:g} h")
+    return keep
+
+
+def _utc(t: Any) -> pd.Timestamp:
+    t = pd.Timestamp(t)
+    return t.tz_convert("UTC") if t.tzinfo is not None else t.tz_localize("UTC")
+
+
+def segment(split: str) -> tuple[float, float]:
+    """The (start, end) shares of an arrival trace's span that ``split`` reads."""
+    return TRACE_SEGMENTS[data_split(split)]
+
+
+def docstring_table(family: str, width: int = 104) -> str:
+    """The splits of ``family`` as reStructuredText bullets (what the env docstrings show)."""
+    import textwrap
+
+    return "\n".join(textwrap.fill(f"- ``{name}``: {text}", width, subsequent_indent="  ")
+                     for name, text in FAMILY_SPLITS[family].items())
