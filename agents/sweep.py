@@ -65,17 +65,25 @@ class SweepConfig:
                 for sc in self.scenarios for p in self.policies for s in self.seeds]
 
 
+MAX_SWEEP_SEEDS = 10_000
+
+
 def _seeds(raw: Any) -> tuple[int, ...]:
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
     if isinstance(raw, dict):
-        start, count = int(raw.get("start", 0)), int(raw.get("count", 1))
-        if count < 1:
-            raise ConfigError(f"seeds.count = {count}; allowed: >= 1")
+        start, count = raw.get("start", 0), raw.get("count", 1)
+        if not (is_int(start) and is_int(count)) or start < 0 or not 1 <= count <= MAX_SWEEP_SEEDS:
+            raise ConfigError(f"seeds = {raw!r}; allowed: start an integer >= 0, count an integer in "
+                              f"[1, {MAX_SWEEP_SEEDS}]")
         return tuple(range(start, start + count))
-    if isinstance(raw, int) and not isinstance(raw, bool):
+    if is_int(raw) and raw >= 0:
         return (raw,)
-    if isinstance(raw, list) and raw and all(isinstance(s, int) and not isinstance(s, bool) for s in raw):
+    if isinstance(raw, list) and 0 < len(raw) <= MAX_SWEEP_SEEDS and all(is_int(s) and s >= 0 for s in raw):
         return tuple(raw)
-    raise ConfigError(f"seeds = {raw!r}; allowed: a list of integers, an integer or {{start, count}}")
+    raise ConfigError(f"seeds = {str(raw)[:80]}; allowed: integers >= 0 (a list of at most {MAX_SWEEP_SEEDS}, "
+                      "one, or {start, count})")
 
 
 def parse_sweep(doc: Any, base_dir: Path | None = None, source: str = "sweep config") -> SweepConfig:

@@ -80,6 +80,25 @@ class TrainResult:
     wall_s: float
 
 
+def check_device(device: str) -> None:
+    """A one-line error for a torch device string that does not parse or is not on this machine."""
+    import torch
+
+    if device == "auto":
+        return
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigError(f"--device = {device!r} is not a torch device; allowed: cpu, cuda, cuda:N, mps, "
+                          "auto") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device = {device!r}: no CUDA device on this machine; allowed: cpu, auto")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"--device = {device!r}: no MPS device on this machine; allowed: cpu, auto")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"--device = {device!r}; allowed: cpu, cuda, cuda:N, mps, auto")
+
+
 def check_env_id(env_id: str) -> None:
     """A one-line error naming the registered servegym ids when ``env_id`` is unknown."""
     import servegym  # noqa: F401  (registers the ids)
@@ -143,6 +162,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         raise ConfigError(f"--timesteps is required: {hp.source} sets no n_timesteps for {cfg.algo}")
     n_envs = cfg.n_envs or hp.n_envs or 1
 
+    check_device(cfg.device)
     # The learning stack is imported only once the inputs are known to be valid (fast errors).
     from servegym.agents.callbacks import (
         EpisodeMetricsCallback,

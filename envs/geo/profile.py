@@ -238,7 +238,19 @@ class EngineProfile:
 
     @classmethod
     def load(cls, path: str | Path) -> EngineProfile:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """A profile from a JSON file (malformed JSON is a :class:`ConfigError` naming the file and line)."""
+        p = Path(path)
+        if p.stat().st_size > 16 * 2**20:
+            raise ConfigError(f"profile {str(p)!r} is {p.stat().st_size:,} bytes; allowed: <= 16 MiB")
+        try:
+            d = json.loads(p.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"profile {str(p)!r} is not JSON: {exc.msg} at line {exc.lineno}") from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise ConfigError(f"profile {str(p)!r} is not JSON ({type(exc).__name__})") from None
+        if not isinstance(d, dict):
+            raise ConfigError(f"profile {str(p)!r}: expected a JSON object of profile fields")
+        return cls.from_dict(d)
 
 
 def _finite(profile: str, name: str, value: Any, low: float | None, high: float | None, *,

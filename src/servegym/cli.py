@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
 
 from servegym import __version__
-from servegym.errors import ServegymError
+from servegym.errors import ConfigError, ServegymError
 
 # One line per module that adds subcommands (the order is the order in --help).
 COMMAND_MODULES: tuple[str, ...] = (
@@ -28,8 +31,68 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line on stderr (``servegym pd simulate: error: ... (see --help)``),
+    exit status 2, like every other user error. Sub-parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# Options that several subcommands share by name, checked here once for all of them before any work starts
+# (a subcommand added later is covered by naming its options the same way).
+MAX_SEED = 2**32 - 1
+DIR_OPTIONS = ("out_dir", "plot_dir", "tb")
+FILE_OPTIONS = ("plot",)
+EITHER_OPTIONS = ("out",)  # a file for train/sweep, a folder for calibrate
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def check_output_path(flag: str, value: str | os.PathLike[str], kind: str) -> None:
+    """Raise :class:`ConfigError` unless ``value`` can be written as ``kind`` (``"dir"``, ``"file"`` or
+    ``"either"``): no existing file on its way, a writable nearest existing folder."""
+    p = Path(value).absolute()
+    q = p
+    while not q.exists() and q != q.parent:
+        q = q.parent
+    shown = str(value)
+    if q != p:
+        if not q.is_dir():
+            raise ConfigError(f"{flag} = {shown!r} is under the existing file {str(q)!r}; allowed: a path whose "
+                              "folders are folders")
+        if not os.access(q, os.W_OK):
+            raise ConfigError(f"{flag} = {shown!r}: the folder {str(q)!r} is not writable")
+        return
+    if kind == "dir" and not p.is_dir():
+        raise ConfigError(f"{flag} = {shown!r} is an existing file; allowed: a folder")
+    if kind == "file" and p.is_dir():
+        raise ConfigError(f"{flag} = {shown!r} is an existing folder; allowed: a file name")
+    if not os.access(p, os.W_OK):
+        raise ConfigError(f"{flag} = {shown!r} is not writable")
+
+
+def check_shared_options(args: argparse.Namespace) -> None:
+    """Seeds in range and output paths writable, for whichever subcommand parsed ``args``."""
+    seed = getattr(args, "seed", None)
+    if seed is not None and isinstance(seed, int) and not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"--seed = {seed} is out of range; allowed: an integer in [0, {MAX_SEED}]")
+    for dest, kind in [*((d, "dir") for d in DIR_OPTIONS), *((d, "file") for d in FILE_OPTIONS),
+                       *((d, "either") for d in EITHER_OPTIONS)]:
+        value: Any = getattr(args, dest, None)
+        if value is None or value == "" or not isinstance(value, (str, os.PathLike)):
+            continue
+        if dest == "plot" and Path(value).suffix.lower() not in PLOT_SUFFIXES:
+            raise ConfigError(f"--plot = {str(value)!r} has no image suffix; allowed: a file name ending in "
+                              f"{', '.join(PLOT_SUFFIXES)}")
+        check_output_path(_flag(dest), value, kind)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="servegym",
         description="Energy-, carbon- and cost-aware LLM serving environments and baselines.",
     )
@@ -48,8 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        check_shared_options(args)
         return int(func(args) or 0)
-    except (ServegymError, FileNotFoundError) as exc:
+    except (ServegymError, OSError) as exc:  # OSError: a file or folder the user named
         print(f"servegym: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
