@@ -642,6 +642,12 @@ class GeoEnvBase(gym.Env):
         self.episode_config = cfg
         self.scenario = scenario
         sim, self._clock = self._make_run(cfg, scenario["sim_seed"])
+        if sim.n_requests == 0:
+            # Said here rather than as "the episode is over" at the first step.
+            raise ConfigError(f"this scenario has no request to route at seed {scenario['seed']}: rate_rps = "
+                              f"{cfg.rate_rps:g} x duration_s = {cfg.duration_s:g} gives "
+                              f"{cfg.rate_rps * cfg.duration_s:.3g} expected arrivals; allowed: a scenario with at "
+                              "least one request (raise geo.rate_rps or geo.duration_s)")
         self.sim = sim
         self._tracker = EpisodeTracker(sim, self.config)
         self._c_ref = reference_carbon_g(sim)

@@ -20,6 +20,10 @@ would do for this request", computed on the same snapshot and own-dispatch count
 :class:`~servegym.errors.ActionError` and changes nothing. :meth:`GeoRouteEnv.action_masks`
 gives the SLO-feasible DCs under the shared estimator (``Estimates.mask``: all DCs when none is
 feasible; the reference action is always allowed), the mask sb3-contrib's MaskablePPO reads.
+The mask is advice, not a constraint: a masked DC is a real placement (the estimator may be wrong, and
+sending a request to a predicted-infeasible DC is a choice the agent may make and pay for in the reward), so
+it is executed as chosen and never altered. That is why there is no ``info["action_adjusted"]`` here: pd and
+npu set it because they replace an infeasible action; geo replaces nothing.
 
 **Observation** ``Box(-1, 1, (14 D + R + 7,), float32)`` with D DCs and R regions (schedulers);
 the small preset has D = 4, R = 2: 65 values. Blocks, in order (feature-major: a D-block holds

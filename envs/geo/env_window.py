@@ -240,10 +240,12 @@ class GeoRouteWindowEnv(GeoEnvBase):
     # -- internals ------------------------------------------------------------------------------
     def _check_action(self, action: Any) -> NDArray[np.float64]:
         d = self.n_dcs
-        try:
-            a = np.asarray(action, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise ActionError(f"action = {action!r} is not numeric; allowed: {d} values in [-1, 1]") from exc
+        # Real numbers only: numpy would parse strings and drop imaginary parts if asked for float64.
+        raw = np.asarray(action) if not isinstance(action, np.ndarray) else action
+        if raw.dtype.kind not in "iuf":
+            raise ActionError(f"action = {str(action)[:80]} has dtype {raw.dtype}; allowed: {d} real values in "
+                              "[-1, 1]")
+        a = raw.astype(np.float64)
         if a.shape != (d,):
             raise ActionError(f"action has shape {a.shape}; allowed: ({d},), one value in [-1, 1] per DC")
         if not np.all(np.isfinite(a)):

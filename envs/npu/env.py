@@ -598,15 +598,16 @@ class NPUAutoscaleEnv(gym.Env):
                    f"0..{self.n_options - 1}] per group {self.groups}")
         if a.shape != n.shape:
             raise ActionError(f"action has shape {a.shape}; {allowed}")
-        if a.dtype.kind not in "iu":
-            if a.dtype.kind not in "fb" or not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
-                raise ActionError(f"action {a.tolist()!r} is not integer-valued; {allowed}")
-        a = a.astype(np.int64)
+        if a.dtype.kind not in "iu":  # bools, strings and complex numbers are not indices
+            if a.dtype.kind != "f" or not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
+                raise ActionError(f"action {str(a.tolist())[:200]} is not integer-valued; {allowed}")
+        # Range first, in the action's own dtype: a uint64 or float past int64 must not wrap when cast.
         bad = np.flatnonzero((a < 0) | (a >= n))
         if bad.size:
             i = int(bad[0])
-            raise ActionError(f"action[{i}] = {int(a[i])} is out of range for group {self.groups[i // 2]} "
+            raise ActionError(f"action[{i}] = {a[i].item()} is out of range for group {self.groups[i // 2]} "
                               f"({'count' if i % 2 == 0 else 'option'}); {allowed}")
+        a = a.astype(np.int64)
         ok = self._masks[np.concatenate([[0], np.cumsum(n)[:-1]]) + a]
         if ok.all():
             return a, False
