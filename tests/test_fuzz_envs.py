@@ -114,7 +114,7 @@ def _config_fields() -> list[tuple[str, str]]:
 CONFIG_FIELDS = _config_fields()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(CONFIG_FIELDS), GARBAGE)
 def test_any_value_in_any_config_field_is_valid_or_a_servegym_error(field: tuple[str, str], value: Any) -> None:
     """Validation only: a config that passes is not built into an env here (its size could be anything)."""
@@ -130,7 +130,7 @@ def test_any_value_in_any_config_field_is_valid_or_a_servegym_error(field: tuple
 
 @pytest.mark.parametrize("env_id", list(BASE))
 def test_fuzzed_cheap_configs_build_and_play_or_fail_cleanly(env_id: str) -> None:
-    @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
     @given(st.sampled_from(CHEAP_FIELDS[env_id]), st.one_of(CHEAP_NUMBERS, GARBAGE), st.integers(0, 2**31 - 1))
     def run(field: str, value: Any, seed: int) -> None:
         try:
@@ -172,7 +172,7 @@ def envs() -> dict[str, gym.Env]:
 def test_fuzzed_actions_give_valid_steps_or_servegym_errors(env_id: str, envs: dict[str, gym.Env]) -> None:
     env = envs[env_id]
 
-    @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+    @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow,
                                                                       HealthCheck.function_scoped_fixture])
     @given(st.lists(st.one_of(st.just(None).map(lambda _: env.action_space.sample()), _bad_actions(env.action_space)),
                     min_size=1, max_size=25), st.integers(0, 2**31 - 1))

@@ -300,7 +300,7 @@ class PDEnvConfig:
             if not isinstance(scen, DayScenario):
                 raise ConfigError(f"scenario = {scen!r}; allowed: a dict of DayScenario fields or a DayScenario")
             overrides["scenario"] = scen
-        if overrides.get("initial_deployment") is not None:
+        if isinstance(overrides.get("initial_deployment"), list):  # JSON lists; anything else is type-checked
             overrides["initial_deployment"] = tuple(overrides["initial_deployment"])
         cur = overrides.get("curriculum")
         if cur is not None:
