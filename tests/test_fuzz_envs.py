@@ -31,7 +31,7 @@ BASE: dict[str, dict[str, Any]] = {
     "servegym/GeoRoute-v0": {"preset": "mini", "geo": {"duration_s": 1.0, "drain_s": 5.0}},
     "servegym/GeoRouteWindow-v0": {"preset": "mini", "geo": {"duration_s": 1.0, "drain_s": 5.0}},
     "servegym/PDProvision-v0": {"scenario": {"horizon_steps": 6}},
-    "servegym/NPUAutoscale-v0": {"model": "Llama3-8B", "hours": 0.25, "n_candidates": 1},
+    "servegym/NPUAutoscale-v0": {"model": "Llama3-8B", "hours": 0.25, "n_candidates": 1, "split": None},
 }
 
 # Anything a user might type where a number, a string or a flag belongs.

@@ -33,7 +33,8 @@ def test_window_rejects_non_real_actions_and_changes_nothing(kind: str) -> None:
 
 @pytest.fixture(scope="module")
 def npu_env() -> gym.Env:
-    env = gym.make("servegym/NPUAutoscale-v0", config={"model": "Llama3-8B", "hours": 0.25, "n_candidates": 1})
+    env = gym.make("servegym/NPUAutoscale-v0", config={"model": "Llama3-8B", "hours": 0.25, "n_candidates": 1,
+                                                             "split": None})
     env.reset(seed=0)
     return env
 
