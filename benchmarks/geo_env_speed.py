@@ -12,7 +12,12 @@ every row). Rows:
   masked agent driving the simulator by hand pays);
 - ``GeoRouteEnv`` (unwrapped) and ``gym.make`` (with Gymnasium's OrderEnforcing and
   PassiveEnvChecker wrappers): observation, mask, reward and info per step;
-- ``GeoRouteWindow-v0``: random Box actions, one step per window (steps/s and requests/s).
+- ``GeoRouteWindow-v0``: random Box actions, one step per window (steps/s and requests/s);
+- the learning modes of issue 12: ``reward="poll"`` (the former reward, for comparison with the
+  dense default), ``action_mode="residual"`` with the MILP window plan and greedy as reference
+  (random masked actions among D + 1, so about one step in D + 1 follows the reference and the rest
+  deviate), GeoRouteWindow-v0 residual (a MILP solve per window), and the multi-agent
+  ``parallel_env`` (one parallel step decides one request per scheduler; steps/s counts agent steps).
 
 Wall time and this process's CPU time are both reported: the machine's 2 cores are shared with
 other jobs, and CPU time is the steadier figure. The median of ``--repeats`` episodes is kept.
@@ -103,6 +108,27 @@ def window_loop(env: gym.Env, seed: int) -> dict[str, float]:
     return res
 
 
+def parallel_loop(cfg: dict[str, Any], seed: int) -> dict[str, float]:
+    from servegym.envs.geo import parallel_env
+
+    env = parallel_env(config=cfg)
+    _, infos = env.reset(seed=seed)
+
+    def run() -> int:
+        n = 0
+        nonlocal infos
+        while env.agents:
+            acts = {}
+            for a in env.agents:
+                idx = infos[a]["action_mask"].nonzero()[0]
+                acts[a] = int(idx[int(U[n % U.size] * idx.size)])
+                n += 1
+            _, _, _, _, infos = env.step(acts)
+        return n
+
+    return _timed(run)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -125,6 +151,15 @@ def main() -> None:
         ("gym.make GeoRoute-v0 (mini, moderate)", lambda s: env_loop(gym.make("servegym/GeoRoute-v0", config=mini), s)),
         ("gym.make GeoRouteWindow-v0 (small, moderate)",
          lambda s: window_loop(gym.make("servegym/GeoRouteWindow-v0"), s)),
+        ("GeoRoute-v0 reward=poll (small, moderate)",
+         lambda s: env_loop(gym.make("servegym/GeoRoute-v0", reward="poll"), s)),
+        ("GeoRoute-v0 residual, reference milp (small, moderate)",
+         lambda s: env_loop(gym.make("servegym/GeoRoute-v0", action_mode="residual", reference="milp"), s)),
+        ("GeoRoute-v0 residual, reference greedy:0 (small, moderate)",
+         lambda s: env_loop(gym.make("servegym/GeoRoute-v0", action_mode="residual", reference="greedy:0"), s)),
+        ("GeoRouteWindow-v0 residual (MILP) (small, moderate)",
+         lambda s: window_loop(gym.make("servegym/GeoRouteWindow-v0", action_mode="residual"), s)),
+        ("geo parallel_env, 2 agents (small, moderate)", lambda s: parallel_loop({}, s)),
     ]
     results = []
     for label, fn in rows:

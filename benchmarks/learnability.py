@@ -34,6 +34,13 @@ SETUPS: dict[str, tuple[str, str, dict[str, Any], tuple[str, ...]]] = {
     "geo-window": ("servegym/GeoRouteWindow-v0", "ppo", {}, ("carbon_g", "slo_violation_pct")),
     "geo-route": ("servegym/GeoRoute-v0", "maskable-ppo", {"config": {"preset": "mini"}},
                   ("carbon_g", "slo_violation_pct")),
+    # issue 12's learning modes: decisions relative to the facility MILP (dense reward by default)
+    "geo-route-residual": ("servegym/GeoRoute-v0", "maskable-ppo",
+                           {"config": {"preset": "mini", "action_mode": "residual", "reference": "milp"}},
+                           ("carbon_g", "slo_violation_pct")),
+    "geo-window-residual": ("servegym/GeoRouteWindow-v0", "ppo",
+                            {"config": {"action_mode": "residual", "geo": {"poll_interval_s": 5.0}}},
+                            ("carbon_g", "slo_violation_pct")),
     # Two hours (24 five-minute epochs) of the default model/trace: ~40-55 ms per step, so a few
     # thousand steps per training seed fit in minutes.
     "npu": ("servegym/NPUAutoscale-v0", "maskable-ppo", {"config": {"hours": 2.0}},

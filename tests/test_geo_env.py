@@ -620,3 +620,25 @@ def test_residual_features_track_the_estimators_error(env_cls: type) -> None:
         if truncated:
             break
     assert peak > 0.05
+
+
+@pytest.mark.parametrize("env_cls", [GeoRouteEnv, GeoRouteWindowEnv])
+def test_residual_envs_copy_mid_episode(env_cls: type) -> None:
+    """Vector-env wrappers (SuperSuit, SB3) copy envs with cloudpickle: a residual env holding a
+    MILP (and its HiGHS instance) copies mid-episode and both copies continue identically."""
+    import cloudpickle
+
+    env = env_cls(config={**MINI, "action_mode": "residual"})
+    env.reset(seed=3)
+    pick = _random_policy(0)
+    for _ in range(5):
+        env.step(pick(env))
+    twin = cloudpickle.loads(cloudpickle.dumps(env))
+    for _ in range(30):
+        a = pick(env)
+        o1, r1, _, t1, _ = env.step(a)
+        o2, r2, _, t2, _ = twin.step(a)
+        np.testing.assert_array_equal(o1, o2)
+        assert (r1, t1) == (r2, t2)
+        if t1:
+            break

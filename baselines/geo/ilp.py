@@ -143,6 +143,17 @@ class WindowPolicy(BasePolicy):
         self.stats: dict[str, Any] = {"windows": 0, "solves": 0, "requests": 0, "fallback_requests": 0,
                                       "rr_requests": 0, "failed_solves": 0, "solve_time_s": 0.0}
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A HiGHS instance cannot be pickled (vector envs copy envs that hold a policy): every solve
+        # passes its whole model, so a fresh instance after unpickling solves the same way.
+        state = self.__dict__.copy()
+        state.pop("_highs", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._highs = new_highs(self.time_limit_s)
+
     # Subclasses: (assignment with -1 for unplaced, solves made, solves failed, model kind cells).
     def _solve(self, ctx: DecisionContext, est: Estimates, estimator: Estimator,
                cap: NDArray[np.float64]) -> tuple[NDArray[np.int64], int, int]:
