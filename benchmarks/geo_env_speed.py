@@ -13,7 +13,7 @@ every row). Rows:
 - ``GeoRouteEnv`` (unwrapped) and ``gym.make`` (with Gymnasium's OrderEnforcing and
   PassiveEnvChecker wrappers): observation, mask, reward and info per step;
 - ``GeoRouteWindow-v0``: random Box actions, one step per window (steps/s and requests/s);
-- the learning modes of issue 12: ``reward="poll"`` (the former reward, for comparison with the
+- the learning modes: ``reward="poll"`` (the former reward, for comparison with the
   dense default), ``action_mode="residual"`` with the MILP window plan and greedy as reference
   (random masked actions among D + 1, so about one step in D + 1 follows the reference and the rest
   deviate), GeoRouteWindow-v0 residual (a MILP solve per window), and the multi-agent

@@ -34,7 +34,7 @@ SETUPS: dict[str, tuple[str, str, dict[str, Any], tuple[str, ...]]] = {
     "geo-window": ("servegym/GeoRouteWindow-v0", "ppo", {}, ("carbon_g", "slo_violation_pct")),
     "geo-route": ("servegym/GeoRoute-v0", "maskable-ppo", {"config": {"preset": "mini"}},
                   ("carbon_g", "slo_violation_pct")),
-    # issue 12's learning modes: decisions relative to the facility MILP (dense reward by default)
+    # geo learning modes: decisions relative to the facility MILP (dense reward by default)
     "geo-route-residual": ("servegym/GeoRoute-v0", "maskable-ppo",
                            {"config": {"preset": "mini", "action_mode": "residual", "reference": "milp"}},
                            ("carbon_g", "slo_violation_pct")),
