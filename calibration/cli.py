@@ -1,11 +1,15 @@
-"""``servegym calibrate geo ...``: regenerate the shipped geo profiles or fit a user's measurement CSV.
+"""``servegym calibrate geo ...``: regenerate the geo profiles or fit a user's measurement CSV.
 
-    servegym calibrate geo [--profile NAME|all] [--data DIR] [--out DIR] [--tables DIR] [--json]
+    servegym calibrate geo [--profile NAME|all] [--data DIR] [--out DIR | --overwrite-shipped] [--tables DIR] [--json]
     servegym calibrate geo --csv FILE --kind prefill|decode|energy-prefill|energy-decode [--json]
 
 CSV columns per kind (one row per measured step; units s, J, tokens):
 prefill: n_tokens, n_requests, sum_sq, time_s; decode: batch, kv_tokens, time_s;
 energy-prefill: n_tokens, sum_sq, energy_j; energy-decode: batch, kv_tokens, energy_j.
+
+Calibration writes into a user folder (default ./servegym-results/calibration/<target>), never into the
+installed package; --overwrite-shipped replaces the package's shipped files instead (for maintainers).
+A profile written elsewhere is used by passing its path: GeoConfig(profile="PATH/NAME.json").
 """
 
 from __future__ import annotations
@@ -15,6 +19,26 @@ import json
 from pathlib import Path
 
 KINDS = ("prefill", "decode", "energy-prefill", "energy-decode")
+#: Where calibration writes by default (relative to the working directory): a user folder, never the package.
+USER_OUT = Path("servegym-results") / "calibration"
+
+
+def output_dir(args: argparse.Namespace, target: str, shipped: Path) -> Path:
+    """``--out``, else the package's ``shipped`` folder with ``--overwrite-shipped``, else ``USER_OUT/target``."""
+    from servegym.errors import ConfigError
+
+    if args.out is not None and args.overwrite_shipped:
+        raise ConfigError("--out and --overwrite-shipped exclude each other")
+    if args.overwrite_shipped:
+        return shipped
+    return args.out if args.out is not None else USER_OUT / target
+
+
+def _add_out_flags(p: argparse.ArgumentParser, target: str) -> None:
+    p.add_argument("--out", type=Path, default=None,
+                   help=f"output folder (default: ./{(USER_OUT / target).as_posix()}; never the installed package)")
+    p.add_argument("--overwrite-shipped", action="store_true",
+                   help="write into the package's shipped calibration/profiles/ folder instead (maintainers)")
 
 
 def calibrate_targets(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
@@ -37,8 +61,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     geo.add_argument("--profile", default="all", help="profile name or 'all' (default)")
     geo.add_argument("--data", type=Path, default=None, help="raw data folder (default: ../shared/data)")
-    geo.add_argument("--out", type=Path, default=None,
-                     help="output folder (default: the package's calibration/profiles/geo)")
+    _add_out_flags(geo, "geo")
     geo.add_argument("--tables", type=Path, default=None,
                      help="also write each profile's composed step tables (CSV) to this folder")
     geo.add_argument("--csv", type=Path, default=None, help="fit this measurement CSV instead (see --kind)")
@@ -68,14 +91,15 @@ def _add_osl(targets: argparse._SubParsersAction) -> None:
         "osl", help="geo OSL predictor: retrain the MLP on the shipped traces and report bucket accuracy",
         description="Retrain the geo paper's OSL predictor (servegym.calibration.osl) on the shipped traces "
                     "(azure-code, azure-conv, mooncake, arxiv) with a seeded train/test split, report held-out "
-                    "bucket accuracy per application, and write osl_mlp.npz/.json and PROVENANCE.md.",
+                    "bucket accuracy per application, and write osl_mlp.npz/.json and PROVENANCE.md into "
+                    "./servegym-results/calibration/osl (--out DIR elsewhere; --overwrite-shipped replaces the "
+                    "package's predictor). The same seed gives the same files bit for bit.",
     )
     p.add_argument("--seed", type=int, default=0, help="split/init/minibatch seed (default 0)")
     p.add_argument("--epochs", type=int, default=None, help="training epochs (default: TrainConfig's, 30)")
     p.add_argument("--max-rows-per-app", type=int, default=None,
                    help="train on a seeded subset of this many requests per application (default: all)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="output folder (default: the package's calibration/profiles/osl)")
+    _add_out_flags(p, "osl")
     p.add_argument("--no-save", action="store_true", help="only report; write nothing")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=_cmd_osl)
@@ -140,7 +164,7 @@ def _regenerate(args: argparse.Namespace) -> int:
     if not Path(data).is_dir():
         raise ConfigError(f"raw data folder {str(data)!r} not found; pass --data DIR (the shared data folder "
                           "holding vidur_profiling/, gpu_perf/, ml_energy/)")
-    out = args.out if args.out is not None else profile_dir()
+    out = output_dir(args, "geo", profile_dir())
     out.mkdir(parents=True, exist_ok=True)
     report = {}
     for n in tqdm(names, desc="calibrating", disable=args.json or len(names) == 1, leave=False):

@@ -1,6 +1,7 @@
 """Train the geo paper's OSL predictor (``servegym.envs.geo.osl``) in pure numpy and ship it.
 
-    servegym calibrate osl [--seed S] [--epochs N] [--max-rows-per-app N] [--out DIR | --no-save] [--json]
+    servegym calibrate osl [--seed S] [--epochs N] [--max-rows-per-app N] [--out DIR | --overwrite-shipped | --no-save]
+        [--json]
 
 Data: every request of the shipped traces ``azure-code``, ``azure-conv``, ``mooncake`` (all
 12,031 rows, no input filter) and ``arxiv`` (``servegym.envs.traces.load_lengths``), each one
@@ -13,7 +14,8 @@ standardized log OSL. Optimizer: Adam on shuffled minibatches, cosine-decayed le
 throughout; every random draw comes from the seed, so a rerun in the same environment gives the same
 weights bit for bit.
 
-Output (``calibration/profiles/osl/``): ``osl_mlp.npz`` (weights, written with fixed zip timestamps
+Output (``./servegym-results/calibration/osl/`` by default; the shipped copy in ``calibration/profiles/osl/``
+is replaced only with ``--overwrite-shipped``): ``osl_mlp.npz`` (weights, written with fixed zip timestamps
 so a rerun is byte-identical), ``osl_mlp.json`` (vocabulary, normalization, settings, held-out
 metrics, the per-application mean table of :class:`~servegym.envs.geo.osl.MeanOSL`, the sha256 of the
 npz) and ``PROVENANCE.md`` (generated, with the accuracy table).
@@ -424,15 +426,16 @@ by how much of the OSL spread the prompt length explains, which differs per trac
 # ---- CLI ---------------------------------------------------------------------------------------------
 def run_cli(args: argparse.Namespace) -> int:
     """Handler of ``servegym calibrate osl`` (the parser is in ``servegym.calibration.cli``)."""
+    from servegym.calibration.cli import output_dir
     from tqdm import tqdm
 
-    if args.no_save and args.out is not None:
-        raise ConfigError("--out and --no-save exclude each other")
-    if args.max_rows_per_app is not None and args.out is None and not args.no_save:
-        raise ConfigError("--max-rows-per-app needs --out DIR or --no-save (the shipped weights use every row)")
+    if args.no_save and (args.out is not None or args.overwrite_shipped):
+        raise ConfigError("--no-save excludes --out and --overwrite-shipped")
+    if args.max_rows_per_app is not None and args.overwrite_shipped:
+        raise ConfigError("--max-rows-per-app cannot --overwrite-shipped (the shipped weights use every row)")
     epochs = {} if args.epochs is None else {"epochs": args.epochs}
     cfg = TrainConfig(seed=args.seed, max_rows_per_app=args.max_rows_per_app, **epochs)
-    out = None if args.no_save else (args.out if args.out is not None else default_out_dir())
+    out = None if args.no_save else output_dir(args, "osl", default_out_dir())
     with tqdm(total=cfg.epochs, desc="training OSL MLP", disable=args.json, leave=False) as bar:
         def progress(epoch: int, loss: float) -> None:
             bar.set_postfix(loss=f"{loss:.4f}")

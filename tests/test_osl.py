@@ -237,8 +237,10 @@ def test_cli_calibrate_osl(tmp_path, capsys) -> None:
     assert (out / "osl_mlp.npz").is_file() and (out / "PROVENANCE.md").is_file()
     assert main(["calibrate", "osl", "--max-rows-per-app", "100", "--epochs", "1", "--no-save"]) == 0
     assert "azure-conv (azure-llm)" in capsys.readouterr().out
-    assert main(["calibrate", "osl", "--max-rows-per-app", "100"]) != 0
-    assert "--max-rows-per-app needs --out" in capsys.readouterr().err
+    assert main(["calibrate", "osl", "--max-rows-per-app", "100", "--overwrite-shipped"]) != 0
+    assert "--max-rows-per-app cannot --overwrite-shipped" in capsys.readouterr().err
+    assert main(["calibrate", "osl", "--out", str(out), "--overwrite-shipped"]) != 0
+    assert "--out and --overwrite-shipped exclude each other" in capsys.readouterr().err
     assert main(["calibrate", "osl", "--epochs", "0", "--no-save"]) != 0
     assert "epochs = 0 is out of range" in capsys.readouterr().err
 
@@ -254,3 +256,48 @@ def test_full_retrain_reproduces_the_shipped_accuracy(shipped: OSLPredictor) -> 
     for name, ref in shipped.meta["metrics_test"].items():
         assert rep["metrics_test"][name]["exact"] == pytest.approx(ref["exact"], abs=0.005)
         assert rep["metrics_test"][name]["adjacent"] == pytest.approx(ref["adjacent"], abs=0.005)
+
+
+def _tree_digest(folder) -> dict[str, str]:
+    import hashlib
+
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.iterdir()) if f.is_file()}
+
+
+def test_calibrate_osl_writes_a_user_folder_by_default_never_the_package(tmp_path, monkeypatch, capsys) -> None:
+    from servegym.calibration.osl import default_out_dir
+
+    shipped = _tree_digest(default_out_dir())
+    monkeypatch.chdir(tmp_path)
+    assert main(["calibrate", "osl", "--max-rows-per-app", "100", "--epochs", "1"]) == 0
+    user = tmp_path / "servegym-results" / "calibration" / "osl"
+    assert f"wrote {user.relative_to(tmp_path) / 'osl_mlp.npz'}" in capsys.readouterr().out
+    assert set(_tree_digest(user)) == {"osl_mlp.npz", "osl_mlp.json", "PROVENANCE.md"}
+    assert _tree_digest(default_out_dir()) == shipped
+
+
+def test_overwrite_shipped_is_explicit(tmp_path, monkeypatch) -> None:
+    import servegym.calibration.osl as osl_mod
+
+    monkeypatch.setattr(osl_mod, "default_out_dir", lambda: tmp_path / "package")
+    monkeypatch.chdir(tmp_path)
+    assert main(["calibrate", "osl", "--epochs", "1", "--overwrite-shipped", "--json"]) == 0
+    assert (tmp_path / "package" / "osl_mlp.npz").is_file() and not (tmp_path / "servegym-results").exists()
+
+
+def test_osl_refit_is_bit_identical(tmp_path) -> None:
+    """Same seed, same files, byte for byte: two fresh runs of the CLI into two folders."""
+    for d in ("a", "b"):
+        assert main(["calibrate", "osl", "--max-rows-per-app", "400", "--epochs", "2", "--seed", "3", "--json",
+                     "--out", str(tmp_path / d)]) == 0
+    assert _tree_digest(tmp_path / "a") == _tree_digest(tmp_path / "b")
+
+
+@pytest.mark.slow
+def test_default_refit_reproduces_the_shipped_weights_bit_for_bit(tmp_path) -> None:
+    """``servegym calibrate osl`` with the defaults (seed 0, every row, 30 epochs) rebuilds the shipped files
+    byte for byte (float64 numpy throughout; same numpy/OpenBLAS build; ~100 s on one core)."""
+    from servegym.calibration.osl import default_out_dir
+
+    assert main(["calibrate", "osl", "--out", str(tmp_path), "--json"]) == 0
+    assert _tree_digest(tmp_path) == _tree_digest(default_out_dir())
