@@ -49,7 +49,8 @@ def add_commands(subparsers: Any) -> None:
     tr.add_argument("--env", required=True, help="env id, e.g. servegym/GeoRoute-v0")
     tr.add_argument("--algo", default="ppo", choices=ALGO_NAMES)
     tr.add_argument("--timesteps", type=_positive("--timesteps"), default=None,
-                    help="environment steps (default: n_timesteps of the hyperparameter file)")
+                    help="environment steps (default: n_timesteps of the hyperparameter file); on-policy "
+                         "algorithms round it up to whole rollouts (n_steps x n_envs, e.g. 20000 -> 20480)")
     tr.add_argument("--n-envs", type=_positive("--n-envs"), default=None, help="parallel envs")
     tr.add_argument("--vec", choices=("dummy", "subproc"), default="dummy")
     tr.add_argument("--hyperparams", metavar="FILE.yml", help="rl-zoo3-style hyperparameters (default: shipped)")
@@ -103,10 +104,14 @@ def _train(args: argparse.Namespace) -> int:
     out = {"model": str(res.model_path), "best_model": str(res.best_model_path) if res.best_model_path else None,
            "vecnormalize": str(res.vecnormalize_path) if res.vecnormalize_path else None,
            "tensorboard": str(res.tb_dir) if res.tb_dir else None, "run": str(res.run_file),
-           "wall_s": round(res.wall_s, 2), "final_eval": res.eval_history[-1] if res.eval_history else None}
+           "wall_s": round(res.wall_s, 2), "timesteps_trained": res.timesteps_trained,
+           "final_eval": res.eval_history[-1] if res.eval_history else None}
     if args.json:
         print(json.dumps(out, indent=2))
     else:
+        asked = args.timesteps
+        note = (f" (asked {asked:,}: rounded up to whole rollouts)" if asked and res.timesteps_trained > asked else "")
+        print(f"trained {res.timesteps_trained:,} steps{note} in {res.wall_s:.0f} s")
         print(f"model: {out['model']}  (best: {out['best_model']})")
         if out["tensorboard"]:
             print(f"watch: tensorboard --logdir {res.tb_dir.parent}")
@@ -131,7 +136,9 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from servegym.agents.sweep import load_sweep, run_sweep, summary_json, write_results
+    from servegym.agents.sweep import load_sweep, run_sweep, summary_json, summary_table, write_results
+
+    from servegym import report
 
     cfg = load_sweep(args.config)
     if args.out.endswith(".parquet"):
@@ -146,6 +153,8 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.json:
         print(summary_json(df))
     else:
-        print(f"{len(df)} rows ({len(cfg.policies)} policies x {len(cfg.scenarios)} scenarios x "
-              f"{len(cfg.seeds)} seeds) -> {path}")
+        print(f"{cfg.name}: {len(df)} runs ({len(cfg.policies)} policies x {len(cfg.scenarios)} scenarios x "
+              f"{report.seeds_phrase(cfg.seeds)}); means over seeds:")
+        print(summary_table(df, path))
+        print(f"every run: {path}")
     return 0

@@ -55,7 +55,8 @@ def _read_yaml(path: Path | Any) -> Any:
     try:
         import yaml
     except ImportError as exc:
-        raise ConfigError("hyperparameter files need pyyaml (pip install 'servegym[rl]')") from exc
+        raise ConfigError("YAML files (sweep configs, hyperparameters) need pyyaml, a core dependency of servegym: "
+                          "pip install pyyaml") from exc
     try:
         return yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:

@@ -276,6 +276,31 @@ def run_sweep(cfg: SweepConfig, workers: int | None = None, ray_address: str | b
     return run_local(tasks, workers=workers, progress=progress)
 
 
+def summary_table(df: pd.DataFrame, out_path: str | Path | None = None, width: int = 120) -> str:
+    """Per scenario and policy, the mean over seeds of reward and the family's domain scalars, as text; the
+    columns that fit in ``width`` characters (the results file has every cell), then one verdict per scenario
+    (the policy with the highest mean reward)."""
+    from servegym import report
+
+    num = [c for c in df.columns if c not in ("seed", "length", "wall_s") and pd.api.types.is_numeric_dtype(df[c])]
+    agg = df.groupby(["scenario", "policy"], sort=False)[num].mean().reset_index()
+    seeds = df.groupby(["scenario", "policy"], sort=False)["seed"].nunique().reset_index(drop=True)
+    cols = [report.format_column(agg[c].astype(float).tolist()) for c in num]
+    rows = [[str(r["scenario"]), str(r["policy"]), str(int(seeds[i])), *(c[i] for c in cols)]
+            for i, (_, r) in enumerate(agg.iterrows())]
+    header, rows, dropped = report.fit_width(["scenario", "policy", "seeds", *num], rows, width)
+    lines = [report.text_table(header, rows)]
+    if dropped:
+        where = f" in {out_path}" if out_path else ""
+        lines.append(report.wrap(f"more columns{where}: {', '.join(dropped)}", width, "  "))
+    for sc, g in agg.groupby("scenario", sort=False):
+        scores = dict(zip(g["policy"], g["reward"].astype(float), strict=True))
+        # "ideal" (npu) is an oracle bound, not a competitor
+        lines.append(report.wrap(f"{sc}: " + report.verdict(scores, higher_is_better=True, what="mean reward",
+                                                              agent=None, exclude=("ideal",)), width, "  "))
+    return "\n".join(lines)
+
+
 def summary_json(df: pd.DataFrame) -> str:
     """Mean of every numeric column per (scenario, policy), as JSON records."""
     num = [c for c in df.columns if c not in ("seed",) and pd.api.types.is_numeric_dtype(df[c])]

@@ -78,6 +78,8 @@ class TrainResult:
     run_file: Path
     eval_history: list[dict[str, float]]
     wall_s: float
+    #: steps actually trained: on-policy algorithms round the request up to whole rollouts (n_steps x n_envs)
+    timesteps_trained: int = 0
 
 
 def check_device(device: str) -> None:
@@ -216,7 +218,8 @@ def train(cfg: TrainConfig) -> TrainResult:
         callbacks.append(StatsCheckpointCallback(save_freq=max(ckpt // n_envs, 1),
                                                  save_path=str(run_dir / "checkpoints"), name_prefix="model"))
     if cfg.progress:
-        callbacks.append(TqdmCallback(timesteps))
+        # shown in logs too (not only on terminals), as compare and evaluate do
+        callbacks.append(TqdmCallback(timesteps, disable=False))
     tb_name = f"{cfg.env_id.split('/')[-1]}_{spec.name}_s{cfg.seed}"
     try:
         model.learn(total_timesteps=timesteps, callback=CallbackList(callbacks), tb_log_name=tb_name)
@@ -231,6 +234,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     tb_dir = Path(model.logger.get_dir()) if cfg.tb else None
     run = {
         "env_id": cfg.env_id, "algo": spec.name, "env_kwargs": env_kwargs, "timesteps": timesteps,
+        "timesteps_trained": int(model.num_timesteps),
         "n_envs": n_envs, "seed": cfg.seed, "eval_seeds": eval_seeds, "baselines": baselines,
         "hyperparams_source": hp.source, "hyperparams": asdict(hp), "model": out.name,
         "tensorboard": str(tb_dir) if tb_dir else None, "eval_history": evaluator.history,
@@ -240,7 +244,8 @@ def train(cfg: TrainConfig) -> TrainResult:
     run_file.write_text(json.dumps(_json_safe(run), indent=2))
     return TrainResult(model_path=out, best_model_path=best_path if best_path.exists() else None,
                        vecnormalize_path=vn_path, tb_dir=tb_dir, run_file=run_file,
-                       eval_history=evaluator.history, wall_s=time.perf_counter() - t0)
+                       eval_history=evaluator.history, wall_s=time.perf_counter() - t0,
+                       timesteps_trained=int(model.num_timesteps))
 
 
 def read_run(model_path: Path) -> dict[str, Any] | None:

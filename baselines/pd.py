@@ -283,6 +283,6 @@ def plot_deployments(results: list[PolicyResult], path: str, title: str = "PD pr
         ax.set_title(f"{r.policy}: {r.energy_kwh:.1f} kWh, SLO violation {r.slo_violation_pct:.2f}%", fontsize=8)
         ax.legend(**legend_at)
     axes[-1].set_xlabel("local hour")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    from servegym.report import save_png
+
+    save_png(fig, path)

@@ -87,3 +87,21 @@ def test_sweep_on_local_ray_matches_pool(sweep_yml, tmp_path) -> None:
     cfg = load_sweep(sweep_yml)
     serial = pd.DataFrame([run_task(t) for t in cfg.tasks()]).sort_values(["scenario", "policy", "seed"])
     assert df["carbon_g"].tolist() == pytest.approx(serial["carbon_g"].tolist(), rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["geo", "pd", "npu"])
+def test_shipped_sweep_examples_parse(name) -> None:
+    """benchmarks/sweeps/*.yml name registered ids and their families' baselines (load_sweep checks both)."""
+    from pathlib import Path
+
+    cfg = load_sweep(Path(__file__).resolve().parents[1] / "benchmarks" / "sweeps" / f"{name}.yml")
+    assert all(sc.env_id in gym.registry for sc in cfg.scenarios) and len(cfg.tasks()) >= 6
+
+
+def test_sweep_prints_a_summary_table(sweep_yml, tmp_path, capsys) -> None:
+    out = tmp_path / "res.csv"
+    assert main(["sweep", str(sweep_yml), "--workers", "1", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "t: 4 runs (2 policies x 2 scenarios x seed 7); means over seeds:" in text
+    assert "energy: verdict: best mean reward: " in text and f"every run: {out}" in text
+    assert all(len(line) <= 120 for line in text.splitlines())

@@ -33,9 +33,9 @@ CASES = {
             "maskable-ppo", ["base", "neuscale", "ideal"]),
 }
 # The domain scalars each family's TensorBoard must carry (episode, eval and baseline lines).
-DOMAIN_KEYS = {"pd": ("carbon_g", "slo_violation_pct", "energy_kwh"),
-               "geo": ("carbon_g", "slo_violation_pct", "energy_kwh"),
-               "npu": ("energy_j", "cost_usd", "slo_violation_pct")}
+DOMAIN_KEYS = {"pd": ("carbon_g", "slo_violation_pct", "energy_kwh", "power_w", "cost_usd"),
+               "geo": ("carbon_g", "slo_violation_pct", "energy_kwh", "power_w"),
+               "npu": ("energy_j", "cost_usd", "slo_violation_pct", "power_w")}
 TINY_HP = "{algo}:\n  n_envs: 2\n  n_steps: 64\n  batch_size: 64\n  n_epochs: 2\n  normalize: true\n" \
           "  policy_kwargs: {{net_arch: [16]}}\n"
 
@@ -147,3 +147,17 @@ def test_sweep_2x2_on_process_pool(trained: dict, capsys) -> None:
     a, b = (df[df.scenario == s].set_index("policy")[key] for s in ("a", "b"))
     pd.testing.assert_series_equal(a, b)
     assert json.loads(capsys.readouterr().out)
+
+
+def test_train_shows_progress_in_logs_and_says_how_it_rounded(tmp_path, capsys) -> None:
+    """stderr is not a terminal under pytest, as in a log file: the bar still shows; 100 asked steps train
+    as one whole rollout of 2 envs x 64 steps, and the output says so."""
+    env_id, kwargs, algo, _ = _case("pd")
+    hp = tmp_path / "hp.yml"
+    hp.write_text(TINY_HP.format(algo=algo))
+    assert main(["train", "--env", env_id, "--algo", algo, "--timesteps", "100", "--hyperparams", str(hp),
+                 "--out", str(tmp_path / "m.zip"), "--env-kwargs", json.dumps(kwargs), "--eval-freq", "0",
+                 "--baselines", "none"]) == 0
+    out, err = capsys.readouterr()
+    assert "train: 100%" in err and "128/128" in err
+    assert "trained 128 steps (asked 100: rounded up to whole rollouts)" in out

@@ -17,6 +17,7 @@ def test_format_column_uses_one_fixed_point_format() -> None:
     assert report.format_column([7.17e-05, 0.0], [1e-6, 0.0]) == ["0.000072 ± 0.000001", "0.000000 ± 0.000000"]
     assert report.format_column([14.57, -0.001]) == ["14.57", "0.00"]  # no "-0.00"
     assert report.format_column([52475.2, 135.7]) == ["52,475", "136"]
+    assert report.format_column([8651.0, 10585.0]) == ["8,651", "10,585"]  # separators for all or none
     assert report.format_column([float("nan"), 1.0], [float("nan"), float("nan")]) == ["n/a", "1.000"]
 
 

@@ -353,6 +353,6 @@ def plot_case_study(cs: CaseStudy, res: ScenarioResult, path: str) -> None:
         for p in res.phases[1:]:
             ax.axvline(p.start_s / 60, color="0.6", ls=":", lw=0.8)
     fig.suptitle(f"{cs.title}\n(request-level simulator; paper {cs.source})", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    from servegym.report import save_png
+
+    save_png(fig, path)

@@ -167,9 +167,9 @@ def _plot(grid: Any, labels: list[str], front: Any, exact: Any, title: str, path
     ax.set_ylabel("power at capacity (W)")
     ax.set_title(f"PD deployments, {title}")
     ax.legend(loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    from servegym.report import save_png
+
+    save_png(fig, path, dpi=120)  # creates the folder (README examples write into servegym-results/)
 
 
 def _validate(args: argparse.Namespace) -> int:

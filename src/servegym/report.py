@@ -85,13 +85,15 @@ def format_column(means: Sequence[float], cis: Sequence[float] | None = None, de
     """Cells ``mean`` or ``mean ± ci`` with one fixed-point format for the whole column (``n/a`` for
     NaN); the CI is omitted where it is not finite (one episode)."""
     d = decimals_for(means) if decimals is None else decimals
+    finite = [abs(float(m)) for m in means if math.isfinite(float(m))]
+    grouped = bool(finite) and max(finite) >= 1e4  # thousands separators for the whole column or none of it
     out = []
     for i, m in enumerate(means):
         m = float(m)
         if not math.isfinite(m):
             out.append("n/a")
             continue
-        cell = f"{m:,.{d}f}" if abs(m) >= 1e4 else f"{m:.{d}f}"
+        cell = f"{m:,.{d}f}" if grouped else f"{m:.{d}f}"
         if cell.lstrip("-").strip("0.,") == "" and cell.startswith("-"):
             cell = cell[1:]  # -0.00 reads as a sign that is not there
         ci = None if cis is None else float(cis[i])
