@@ -25,8 +25,9 @@ carbon saving vs round-robin (RR), SLO violation, TTFT p50/p90/p99 and schedulin
 
 Default: the paper's topology and cluster (preset '{DEFAULT_PRESET}': 4 regions x 4 DCs, 512
 Llama-3.1-8B TP1 engines) at moderate load (2400 req/s), {DEFAULT_SIM_SECONDS:g} simulated seconds of arrivals
-(the paper runs 200 s), oracle OSLs, all ten policies, one seed: about 20-25 s on a 2-core machine
-(the first run included: compiling the engine kernels takes a few seconds).
+(the paper runs 200 s), oracle OSLs, all ten policies, one seed: about 26 s of CPU on one process (measured
+on the 2-core dev machine; 39 s wall while other jobs shared it, load 5-8; the first run also compiles the
+engine kernels, a few seconds).
 RR is always run as the reference for the savings (on the same seeds) and reported even if not listed.
 Writes compare_runs.csv (every run), compare.csv / compare.md (per policy) and compare.png (the
 paper's Fig. 4a scatter) into --out-dir. With --seeds K > 1 every metric is a mean over seeds 0..K-1
