@@ -93,6 +93,8 @@ NPU_METRICS = (
     MetricSpec("slo_misses", ("slo_misses",), agg="sum", label="SLO misses (requests)"),
     MetricSpec("power_w", ("power_w",), agg="mean", label="mean pool power (W)"),
     MetricSpec("chips", ("chips",), agg="mean", label="mean chips held"),
+    # the env's emergency safety layer (action_mode="residual" or safety_layer=True); absent otherwise
+    MetricSpec("emergency_scaleouts", ("emergency_scaleouts",), agg="sum", label="emergency scale-outs"),
 )
 
 
@@ -148,6 +150,9 @@ def run_npu_baseline(env: gym.Env, name: str, seed: int) -> EpisodeResult:
     :meth:`NPUAutoscaleEnv.run_baseline` resets it with ``seed`` and runs the policy on a simulator with
     the same workload and simulator seed, reporting per-epoch infos with the step's keys and formulas.
     ``ideal`` is the §5.1 oracle (true lengths): one info with the episode's totals, no ``chips``.
+    Every action and reward mode of the env (``action_mode``, ``reward_mode``) is served the same way:
+    the reward is the env's formula for that mode (0 for Base when the reward is relative to Base), and
+    in residual mode NeuScale's run is what the agent's all-zero action reproduces.
     """
     if name not in NPU_BASELINES:
         raise _unknown("npu", name, NPU_BASELINES)
@@ -159,8 +164,9 @@ def run_npu_baseline(env: gym.Env, name: str, seed: int) -> EpisodeResult:
                          metrics=acc.result())
 
 
-register_family(Family(name="npu", env_ids=("servegym/NPUAutoscale-v0",), metrics=NPU_METRICS,
+NPU_IDS = ("servegym/NPUAutoscale-v0", "servegym/NPUAutoscaleResidual-v0")
+register_family(Family(name="npu", env_ids=NPU_IDS, metrics=NPU_METRICS,
                        baselines=NPU_BASELINES, run_baseline=run_npu_baseline, reference="base",
-                       saving_metric="energy_j", recommended_algo={"servegym/NPUAutoscale-v0": "maskable-ppo"}))
+                       saving_metric="energy_j", recommended_algo=dict.fromkeys(NPU_IDS, "maskable-ppo")))
 
 __all__ = ["GEO_METRICS", "NPU_BASELINES", "NPU_METRICS", "PD_METRICS", "EpisodeResult", "play_episode"]

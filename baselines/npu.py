@@ -146,9 +146,13 @@ def _emergency(sim: NPUCluster, ctx: Observation, targets: dict[tuple[str, int],
             out[key] = new
     return out
 
-def _emergency_decision(sim: NPUCluster, ctx: Observation,
-                        targets: dict[tuple[str, int], dict[int, int]]) -> ScalingDecision:
-    """Between epochs both policies only scale out in an emergency; the new targets stick until the next epoch."""
+def emergency_decision(sim: NPUCluster, ctx: Observation,
+                       targets: dict[tuple[str, int], dict[int, int]]) -> ScalingDecision:
+    """Between epochs both policies only scale out in an emergency; the new targets stick until the next epoch.
+
+    The one emergency scale-out safety layer: Base, NeuScale and the Gymnasium env's agent (its
+    ``safety_layer``, :mod:`servegym.envs.npu.env`) all call this at every 60-s decision point between
+    epochs, with their current ``targets`` (updated in place)."""
     em = _emergency(sim, ctx, targets)
     targets.update(em)
     return ScalingDecision(em)
@@ -258,7 +262,7 @@ class NeuScalePolicy:
     def decide(self, ctx: Observation) -> ScalingDecision:
         sim = self.sim
         if not ctx.at_epoch_boundary:
-            return _emergency_decision(sim, ctx, self.targets)
+            return emergency_decision(sim, ctx, self.targets)
         signal = self.rule.signal(ctx)
         wanted: list[tuple[float, tuple[str, int], int]] = []
         keep: set[tuple[str, int]] = set()
@@ -327,7 +331,7 @@ class BasePolicy:
     def decide(self, ctx: Observation) -> ScalingDecision:
         sim = self.sim
         if not ctx.at_epoch_boundary:
-            return _emergency_decision(sim, ctx, self.targets)
+            return emergency_decision(sim, ctx, self.targets)
         signal = self.rule.signal(ctx)
         out: dict[tuple[str, int], dict[int, int]] = {}
         for p, key in enumerate(self.keys):
@@ -371,7 +375,7 @@ def run_policy(sim: NPUCluster, policy: NeuScalePolicy | BasePolicy, hours: floa
             ctx = sim.observe()
             if e == 0 and ctx.at_epoch_boundary:
                 # the service exists at t = 0, sized by the policy on the first 10 minutes of arrivals
-                sim.provision(ScalingDecision(_warm_start(sim, policy)))
+                sim.provision(ScalingDecision(warm_start(sim, policy)))
             else:
                 sim.apply(policy.decide(ctx))
             sim.advance(c.check_s)
@@ -380,7 +384,7 @@ def run_policy(sim: NPUCluster, policy: NeuScalePolicy | BasePolicy, hours: floa
     return sim.summary()
 
 
-def _warm_start(sim: NPUCluster, policy: NeuScalePolicy | BasePolicy) -> dict:
+def warm_start(sim: NPUCluster, policy: NeuScalePolicy | BasePolicy) -> dict:
     """Initial deployment from the first 10 minutes of arrivals (a provisioned service at t = 0),
     sized by the policy's own rule on a synthetic observation of those arrivals."""
     c = sim.config

@@ -45,6 +45,10 @@ SETUPS: dict[str, tuple[str, str, dict[str, Any], tuple[str, ...]]] = {
     # thousand steps per training seed fit in minutes.
     "npu": ("servegym/NPUAutoscale-v0", "maskable-ppo", {"config": {"hours": 2.0}},
             ("energy_j", "slo_violation_pct")),
+    # Changes around NeuScale's decision (all-zero = NeuScale), reward relative to Base; Base's episode is
+    # rerun at each reset, so a step costs about twice an absolute one.
+    "npu-residual": ("servegym/NPUAutoscaleResidual-v0", "maskable-ppo", {"config": {"hours": 2.0}},
+                     ("energy_j", "slo_violation_pct")),
 }
 OUT = Path(__file__).resolve().parent / "results" / "learnability"
 

@@ -5,9 +5,13 @@ dimension's unmasked values, a worst case: up to 64 vPods per group and configur
 epoch), the env's heuristic (N_pod = ceil(R_peak / T_pod) on the fixed groups), and NeuScale's policy
 (``servegym.baselines.npu.NeuScalePolicy``) deciding on the env's simulator observation, its per-bucket
 decision projected onto the env's groups (``env.action_from_decision``; no 60-s emergency checks
-between steps, as the env acts once per epoch). Env construction (DSE catalog + workload) is timed
-separately. Run:
-    .venv/bin/python benchmarks/npu_env_speed.py [--hours 24] [--drivers random,heuristic,neuscale]
+between steps, as the absolute mode acts once per epoch) -- all in ``action_mode="absolute"`` with the
+oracle-normalized reward; and in ``action_mode="residual"`` with the reward relative to Base:
+``residual-zero`` (the all-zero action, i.e. NeuScale itself with its emergency layer) and
+``residual-random`` (uniform valid changes). The reset is timed with the episode (the residual/Base mode
+runs Base's whole episode in it). Env construction (DSE catalog + workload) is timed separately. Run:
+    .venv/bin/python benchmarks/npu_env_speed.py [--hours 24]
+        [--drivers random,heuristic,neuscale,residual-zero,residual-random]
         [--out benchmarks/results/npu_env_speed.md]
 """
 
@@ -23,10 +27,15 @@ import numpy as np
 from servegym.baselines.npu import NeuScalePolicy
 from servegym.envs.npu.env import NPUAutoscaleEnv
 
+RESIDUAL = {"action_mode": "residual", "reward_mode": "base"}
+
 
 def run(env: NPUAutoscaleEnv, driver: str, seed: int) -> dict:
     rng = np.random.default_rng(seed)
+    env._base_key = None  # time Base's rerun in every residual reset (it is cached per episode)
+    t_r, c_r = time.perf_counter(), time.process_time()
     env.reset(seed=seed)
+    reset_s, reset_cpu_s = time.perf_counter() - t_r, time.process_time() - c_r
     pol = None
     if driver == "neuscale":
         pol = NeuScalePolicy()
@@ -38,7 +47,9 @@ def run(env: NPUAutoscaleEnv, driver: str, seed: int) -> dict:
     vpods = []
     truncated = False
     while not truncated:
-        if driver == "random":
+        if driver == "residual-zero":
+            a = np.zeros(env.action_space.shape, dtype=np.int64)
+        elif driver in ("random", "residual-random"):
             a = np.array([rng.choice(np.flatnonzero(m)) for m in np.split(env.action_masks(), splits)])
         elif driver == "heuristic":
             a = env.heuristic_action()
@@ -54,7 +65,8 @@ def run(env: NPUAutoscaleEnv, driver: str, seed: int) -> dict:
         steps += 1
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     s = env.sim.summary()
-    return {"driver": driver, "steps": steps, "wall_s": wall, "cpu_s": cpu, "ms_per_step": 1e3 * wall / steps,
+    return {"driver": driver, "steps": steps, "reset_s": reset_s, "wall_s": wall, "cpu_s": cpu,
+            "episode_s": reset_s + wall, "episode_cpu_s": reset_cpu_s + cpu, "ms_per_step": 1e3 * wall / steps,
             "return": ret, "tokens_per_j": tokens / energy, "tokens_per_usd": tokens / usd,
             "slo_violation_pct": s["slo_violation_pct"], "mean_vpods": float(np.mean(vpods)),
             "max_vpods": int(np.max(vpods))}
@@ -63,18 +75,19 @@ def run(env: NPUAutoscaleEnv, driver: str, seed: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hours", type=float, default=24.0)
-    ap.add_argument("--drivers", default="random,heuristic,neuscale")
+    ap.add_argument("--drivers", default="random,heuristic,neuscale,residual-zero,residual-random")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="write a markdown table here")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    env = NPUAutoscaleEnv({"hours": args.hours})
+    env = NPUAutoscaleEnv({"hours": args.hours, "split": None})  # the configured default scenario
     t_init = time.perf_counter() - t0
+    res_env = NPUAutoscaleEnv({"hours": args.hours, "split": None, **RESIDUAL})
     print(json.dumps({"init_s": t_init, "groups": env.groups, "nvec": env.action_space.nvec.tolist(),
                       "obs_dim": env.observation_space.shape[0], "requests": len(env.workload.requests)}), flush=True)
     rows = []
     for d in args.drivers.split(","):
-        rows.append(run(env, d, args.seed))
+        rows.append(run(res_env if d.startswith("residual") else env, d, args.seed))
         print(json.dumps(rows[-1]), flush=True)
     if args.out:
         cfg = env.config
@@ -83,21 +96,27 @@ def main() -> None:
                  f"Command: `.venv/bin/python benchmarks/npu_env_speed.py --hours {args.hours:g} --out {args.out}`", "",
                  f"Default scenario: {cfg.model}, trace {cfg.trace} at Table 4's rate ({len(env.workload.requests)} "
                  f"requests in {args.hours:g} h), {env.horizon} steps of 5 min, groups {env.groups}, action "
-                 f"MultiDiscrete({env.action_space.nvec.tolist()}), observation Box({env.observation_space.shape[0]}). "
+                 f"MultiDiscrete({env.action_space.nvec.tolist()}) (residual: "
+                 f"{res_env.action_space.nvec.tolist()}), observation Box({env.observation_space.shape[0]}). "
                  f"Env construction (DSE catalog with {cfg.n_candidates} Pareto candidates per bucket + workload): "
                  f"{t_init:.1f} s, once per process (cached). Target: one 24-h episode in <= 60 s wall. Load average "
                  f"at the end: {os.getloadavg()[0]:.1f} on 2 cores, so CPU time is given beside wall time. BLAS threads: "
                  f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset (library default)')}; the "
                  "simulator's group sums use np.bincount, so its speed does not depend on it.", "",
-                 "| driver | steps | wall s | CPU s | ms/step | return | tokens/J | tokens/USD | SLO viol. % | "
-                 "mean vPods | max vPods |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                 "| driver | steps | reset s | steps wall s | episode wall s | episode CPU s | ms/step | return | "
+                 "tokens/J | tokens/USD | SLO viol. % | mean vPods | max vPods |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
-            lines.append(f"| {r['driver']} | {r['steps']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['ms_per_step']:.0f} | "
+            lines.append(f"| {r['driver']} | {r['steps']} | {r['reset_s']:.1f} | {r['wall_s']:.1f} | {r['episode_s']:.1f} | "
+                         f"{r['episode_cpu_s']:.1f} | {r['ms_per_step']:.0f} | "
                          f"{r['return']:.0f} | {r['tokens_per_j']:.3f} | {r['tokens_per_usd']:.3g} | "
                          f"{r['slo_violation_pct']:.2f} | {r['mean_vpods']:.1f} | {r['max_vpods']} |")
         lines += ["", "random: uniform over each dimension's unmasked values; heuristic: `env.heuristic_action()`; "
                   "neuscale: `NeuScalePolicy.decide` on `env.last_ctx`, projected with `env.action_from_decision` "
-                  "(once per epoch, no emergency scale-out between steps)."]
+                  "(once per epoch, no emergency scale-out between steps); these three in the absolute mode, return "
+                  "normalized by the oracle. residual-zero / residual-random: `action_mode='residual'`, "
+                  "`reward_mode='base'` (all-zero = NeuScale with its emergency layer; uniform valid changes), "
+                  "return relative to Base (0 = Base); their reset runs Base's episode. Episode = reset + 288 steps."]
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:
             f.write("\n".join(lines) + "\n")

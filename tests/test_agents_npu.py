@@ -89,7 +89,7 @@ def test_family_runner_gives_the_agents_metrics_on_the_same_seeds() -> None:
     # the oracle uses less energy than the simulated policy, with no SLO misses
     idl = res["ideal"][0]
     assert idl.metrics["energy_j"] < ns.metrics["energy_j"] and idl.metrics["slo_misses"] == 0.0
-    assert "chips" not in idl.metrics
+    assert "chips" not in idl.metrics and "emergency_scaleouts" not in idl.metrics
     # agent-side aggregation of the same keys: the env's own step infos on the same seed
     env.reset(seed=2)
     a = env.unwrapped.heuristic_action()
@@ -98,3 +98,68 @@ def test_family_runner_gives_the_agents_metrics_on_the_same_seeds() -> None:
     assert set(direct["infos"][-1]) >= {"energy_j", "cost_usd", "tokens", "slo_violation_pct", "slo_misses", "chips",
                                         "finished"}
     assert np.isfinite(ns.reward)
+
+
+def test_family_serves_the_residual_mode_relative_to_base() -> None:
+    """Residual actions with the reward relative to Base: Base scores 0, and the all-zero agent (played
+    through the same rollout loop as a trained agent) scores exactly NeuScale's return and KPIs."""
+    from servegym.agents.adapters import NPU_METRICS
+    from servegym.agents.rollout import play_episode
+
+    fam = family_for(ENV_ID)
+    env = gym.make(ENV_ID, config={**CONFIG, "action_mode": "residual", "reward_mode": "base"})
+    res = run_baseline_episodes(fam, env, ["base", "neuscale"], [3])
+    assert res["base"][0].reward == pytest.approx(0.0, abs=1e-9)
+    zero = play_episode(env, lambda _o, _i, e: np.zeros(e.action_space.shape, dtype=np.int64), 3, "zero",
+                        NPU_METRICS)
+    ns = res["neuscale"][0]
+    assert zero.reward == pytest.approx(ns.reward, rel=1e-12, abs=1e-9)
+    assert zero.metrics["energy_j"] == ns.metrics["energy_j"] and zero.metrics["slo_misses"] == ns.metrics["slo_misses"]
+    assert zero.metrics["emergency_scaleouts"] >= 0
+
+
+@pytest.mark.parametrize("env_id", ["servegym/NPUAutoscale-v0", "servegym/NPUAutoscaleResidual-v0"])
+@pytest.mark.parametrize("algo", ["maskable-ppo", "ppo"])
+def test_shipped_hyperparams_give_200_updates_on_the_quick_budget(env_id: str, algo: str) -> None:
+    """>= 200 PPO updates per seed on the shipped budget, observations and rewards
+    normalized."""
+    from servegym.agents.hparams import load_hyperparams
+
+    hp = load_hyperparams(env_id, algo)
+    assert hp.source.endswith(env_id.split("/")[1] + ".yml")
+    assert hp.n_timesteps is not None and hp.n_envs is not None
+    assert hp.n_timesteps // (hp.n_envs * hp.algo_kwargs["n_steps"]) >= 200
+    assert hp.normalize == {"norm_obs": True, "norm_reward": True}
+    assert family_for(env_id).name == "npu"
+
+
+def test_residual_id_is_the_env_in_residual_mode_relative_to_base() -> None:
+    env = gym.make("servegym/NPUAutoscaleResidual-v0", config={"hours": 0.25})
+    cfg = env.unwrapped.config
+    assert (cfg.action_mode, cfg.reward_mode, cfg.hours) == ("residual", "base", 0.25)
+    assert env.action_space.nvec.tolist() == [5] * len(env.unwrapped.groups)
+    # keyword overrides, as for any gym.make(id, key=value)
+    other = gym.make("servegym/NPUAutoscaleResidual-v0", config={"hours": 0.25}, action_mode="absolute")
+    assert other.unwrapped.config.action_mode == "absolute" and other.unwrapped.config.reward_mode == "base"
+
+
+def test_vecnormalize_discounts_rewards_with_the_algorithms_gamma(tmp_path, monkeypatch) -> None:
+    """VecNormalize's return estimate uses the algorithm's gamma (item 3: rewards normalized with a
+    matched discount): the trainer passes the hyperparameters' gamma to it."""
+    from servegym.agents.train import TrainConfig, train
+    from stable_baselines3.common import vec_env
+
+    seen: list[float] = []
+
+    class Spy(vec_env.VecNormalize):
+        def __init__(self, venv, **kw) -> None:
+            seen.append(kw["gamma"])
+            super().__init__(venv, **kw)
+
+    monkeypatch.setattr(vec_env, "VecNormalize", Spy)
+    hp = tmp_path / "hp.yml"
+    hp.write_text("ppo:\n  n_envs: 1\n  n_steps: 32\n  batch_size: 32\n  n_epochs: 1\n  gamma: 0.93\n"
+                  "  normalize: true\n  policy_kwargs: {net_arch: [8]}\n")
+    train(TrainConfig(env_id="CartPole-v1", algo="ppo", timesteps=32, hyperparams=str(hp), out=str(tmp_path / "m.zip"),
+                      eval_freq=0, checkpoint_freq=0, eval_episodes=1, baselines="none", progress=False, verbose=0))
+    assert seen == [0.93]

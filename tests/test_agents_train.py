@@ -29,7 +29,9 @@ CASES = {
            ["static-peak", "min-power"]),
     "geo": ("servegym/GeoRoute-v0", {"config": {"preset": "mini", "geo": {"duration_s": 1}}}, "maskable-ppo",
             ["rr", "greedy:0.5"]),
-    "npu": ("servegym/NPUAutoscale-v0", {"config": {"model": "Llama-3-8B", "hours": 1.0, "n_candidates": 1}},
+    # the learnable mode: changes around NeuScale, reward relative to Base
+    "npu": ("servegym/NPUAutoscaleResidual-v0", {"config": {"model": "Llama-3-8B", "hours": 1.0, "n_candidates": 1,
+                                                             "split": None}},
             "maskable-ppo", ["base", "neuscale", "ideal"]),
 }
 # The domain scalars each family's TensorBoard must carry (episode, eval and baseline lines).

@@ -91,6 +91,8 @@ NB = len(SEQ_BUCKETS)
 
 def _group_sum(g: np.ndarray, x: np.ndarray, n_groups: int) -> np.ndarray:
     """Sum the rows of ``x`` (shape (V, ...)) by group ``g`` (V ints in [0, n_groups)): (n_groups, ...)."""
+    if g.size == 0:  # no vPods at all (e.g. a policy that provisioned nothing for an empty first window)
+        return np.zeros((n_groups, *x.shape[1:]))
     flat = x.reshape(g.size, -1)
     width = flat.shape[1]
     idx = (g[:, None] * width + np.arange(width)[None, :]).ravel()

@@ -15,7 +15,15 @@ collapse, so a trace with few distinct lengths gets fewer groups; ``env.groups``
 ``(phase, bucket_edge)``, prefill first, ascending. A group with a 0 target leaves the length map and
 its requests go to the next larger active group (the simulator's routing).
 
-**Action** ``MultiDiscrete([n_levels, n_options] * n_groups)``: per group (in ``env.groups`` order) a
+**Action modes** (``action_mode``). ``"absolute"`` (the default, the original mode) sets every group's
+target outright; ``"residual"`` changes NeuScale's own decision (below). The id
+``servegym/NPUAutoscaleResidual-v0`` is this env with ``action_mode="residual"`` and
+``reward_mode="base"`` (keyword overrides of the config, like any ``gym.make(id, key=value)``: a
+``config`` sets every other field; ``gym.make(id, action_mode="absolute")`` would change the mode). Both drive the same
+simulator; the residual mode runs :class:`~servegym.baselines.npu.NeuScalePolicy` on the env's
+simulator as :func:`~servegym.baselines.npu.run_policy` does, so it adds no dynamics.
+
+**Absolute action** ``MultiDiscrete([n_levels, n_options] * n_groups)``: per group (in ``env.groups`` order) a
 vPod count index into ``count_levels`` (default 0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) and a
 configuration index into ``env.options[g]`` = the DSE's SLO-meeting Pareto candidates of the group's
 bucket (:meth:`BestFitTable.candidates`, best fit first, up to ``n_candidates``) followed by each chip
@@ -24,8 +32,35 @@ rest is padding. Targets are declarative: the group's vPods of other configurati
 and missing ones created (73-108 s + download + start + load); creations that do not fit the quota wait
 (group order = priority).
 
+**Residual action** ``MultiDiscrete([5] * n_groups)`` (``[5, n_options + 1] * n_groups`` with
+``residual_options``): per env group a change of the reference's vPod count by ``RESIDUAL_STEPS[v]`` =
+(0, +1, -1, +2, -2) count levels, so **the all-zero action reproduces the reference exactly** (tested
+against ``run_baseline("neuscale")`` epoch by epoch). The reference is NeuScale's decision, not
+:meth:`NPUAutoscaleEnv.heuristic_action`: NeuScale is the paper's method (the protocol's ``best``), and it
+carries what the heuristic lacks (EWMA of R_peak, x2 / ÷2 limits, coalescing, fail-over under a
+quota, the emergency layer), so an agent starts at the paper's score and learns corrections. NeuScale
+decides per (phase, bucket) group; an env group's change applies to each of NeuScale's groups in its
+length range: the count moves along the ladder ``count_levels`` continued by factors of sqrt(2) up to
+``max_group_vpods`` (a count between two levels moves to the next one up or down); added vPods go to
+the group's last configuration (the best fit, or the fail-over being filled under a quota), removed ones
+come from the fail-overs first; a NeuScale group at 0 stays at 0 and the largest of a phase keeps at
+least 1. The configuration stays NeuScale's (the best fit) unless ``residual_options`` is set: then
+option j >= 1 puts the group's vPods on ``env.options[g][j - 1]`` (option 0 keeps NeuScale's). The
+observation carries NeuScale's pending decision (its target per env group), computed when the epoch
+boundary is observed, exactly when run_policy would decide. ``heuristic_action`` and
+``action_from_decision`` are absolute-mode helpers (they raise ActionError in residual mode).
+
+**Decision frequency** (``safety_layer``). The agent acts once per 5-min epoch. Base and NeuScale also
+decide at the 4 other 60-s decision points of an epoch, but only to scale out in an emergency
+(:func:`~servegym.baselines.npu.emergency_decision`). With the safety layer on (the default in residual
+mode) the env calls that same function at those points on the agent's current targets, so the agent
+and the baselines share one reflex and one decision frequency (``info["emergency_scaleouts"]`` counts
+its scale-outs in the epoch). The absolute mode keeps its original dynamics (off) unless
+``safety_layer=True``.
+
 **Masks** (:meth:`NPUAutoscaleEnv.action_masks`, sb3-contrib's MultiDiscrete layout: the per-dimension
-masks concatenated): padding options; options whose chip version's quota cannot hold even one vPod; and
+masks concatenated). Residual mode: a change for an env group where the reference has no vPods, and
+the options as below (option 0 is always allowed); a masked change is adjusted to 0. Absolute mode: padding options; options whose chip version's quota cannot hold even one vPod; and
 count 0 for the largest group of each phase (every request must have a group whose configuration fits
 its length). Never all-false per dimension (a quota that leaves a group no option is a ConfigError).
 A masked value that is still sent is adjusted (count 0 -> the smallest positive level; a masked option
@@ -40,24 +75,52 @@ length histogram (share of the phase's last-epoch requests in each group's range
 per request) / log1p(2^20); alive and ready vPods / max count level; alive vPods per chip version / max
 count level; the targeted option index / (n_options - 1); utilization (0-1: prefill, the simulator's busy share over
 the last 60 s; decode, active jobs / batch slots of ready vPods now); log1p(queued jobs) / 10
-now and at the peak of the epoch. Then: recent prefill and decode SLO satisfaction, last epoch's SLO
+now and at the peak of the epoch; the reference's target vPods / max count level (residual mode:
+NeuScale's pending decision summed over the group's range; absolute mode: the heuristic's count); and
+T_pod, the requests/s one vPod of the group's configuration serves at its max batch for the window's
+tokens per request (§3.4), / the trace's mean rate (0 with no traffic). Then: recent prefill and decode SLO satisfaction, last epoch's SLO
 satisfaction and miss share, quota left per version / quota (1 when unlimited), sin and cos of the hour
 of day, and the elapsed share of the episode.
 
-**Reward** = -objective_weight x objective / reference - slo_penalty x misses / max(arrivals, 1), with
-objective the epoch's energy (J) or cost (USD) per ``objective``; the reference is the Ideal oracle's
-(§5.1: every token on its best fit at a full batch) mean energy or cost per epoch of the scenario, so an
-epoch as efficient as the oracle's average costs about 1. Misses = requests finished in the epoch that
-missed TTFT or TPOT + the change in open requests already past their SLO (so starving the service is
-penalized when it happens, and the episode's total is the simulator's summary count; clipped at 0 per
-epoch). Pool energy includes idle and booting vPods, so a realistic deployment costs several oracle
-epochs (about 10 for Llama-3-70B on Azure with the heuristic below); ``slo_penalty`` (50) is set so that
-missing every request costs more than serving it well, and 10 % misses cost about half a served epoch.
+**Reward** (``reward_mode``), with objective O the epoch's energy (J) or cost (USD) per ``objective``,
+M the epoch's SLO misses and A = max(requests arriving within the horizon, 1) / horizon the episode's
+mean arrivals per epoch:
 
-**Speed** (``benchmarks/npu_env_speed.py``): a 24-h episode of the default scenario takes 12-14 s wall
-on an unloaded share of the 2-core dev machine (random valid actions, the heuristic, or NeuScale's
-projected decisions; any BLAS thread count); the catalog and workload are built once per process
-(~5-11 s, cached).
+* ``"oracle"`` (default, the original): r = -objective_weight x O / D - slo_penalty x M / A, with D the
+  Ideal oracle's (§5.1: every token on its best fit at a full batch) mean O per epoch of the scenario,
+  so an epoch as efficient as the oracle's average costs about 1. Pool energy includes idle and booting
+  vPods, so a realistic deployment costs several oracle epochs (about 10 for Llama-3-70B on Azure).
+* ``"base"``: r = -objective_weight x (O - O_base) / D - slo_penalty x (M - M_base) / A, with O_base and
+  M_base Base's flows in the same epoch of the same episode (Base runs once per reset on the same
+  workload and simulator seed, :meth:`NPUAutoscaleEnv.run_baseline`) and D Base's mean O per epoch:
+  0 per epoch for Base, positive where the agent beats it; ``info`` adds ``base_energy_j``,
+  ``base_cost_usd``, ``base_slo_misses``.
+
+Misses = requests finished in the epoch that missed TTFT or TPOT + the change in open requests already
+past their SLO (so starving the service is penalized when it happens; clipped at 0 per epoch).
+``slo_penalty`` (50) is set so that missing every request costs more than serving it well, and 10 %
+misses cost about half a served epoch. D and A are episode constants (``env.reward_scale``), so **the
+return is exactly -objective_weight x (sum O - sum O_base) / D - slo_penalty x (sum M - sum M_base) / A**
+(without the base terms in oracle mode), sums of the ``info`` flows ``energy_j``/``cost_usd`` and
+``slo_misses`` (tested); for a fixed episode it orders policies by energy (or cost) and misses alone.
+
+**Bounds.** D is floored at the least any deployment draws (one cheapest vPod per phase at static power,
+or its rental, for a whole epoch: ``env.objective_floor``), not at 1e-12 (which gave -3.6e18 per step
+at tiny rates). Every simulator group's target is capped at ``max_group_vpods`` (1024; the reference's
+and the emergency layer's too -- the residual-zero identity holds while no group reaches it), so
+O <= ``env.objective_cap`` = 2 x 96 groups x ``max_group_vpods`` x epoch_s x the largest per-vPod power
+(or rental) per phase (alive plus as many being deleted); M <= the requests in the horizon = A x horizon;
+O_base <= horizon x D. Hence every step's reward lies in [-B, B] (oracle mode: [-B, 0]) with
+B = objective_weight x max(objective_cap / objective_floor, horizon [base mode only]) +
+slo_penalty x horizon, ``env.reward_bound`` (e.g. 3.5e7 for the defaults: loose, but finite for every
+valid config; typical steps are within +-10).
+
+**Speed** (``benchmarks/npu_env_speed.py``, ``benchmarks/results/npu_env_speed.md``): a 24-h episode of
+the default scenario (2.4 M requests) costs 8-10 s of CPU in absolute mode (random valid actions, the
+heuristic, or NeuScale's projected decisions; any BLAS thread count) and 17 s in residual mode relative
+to Base (9 s of steps + 8.5 s for Base's episode at reset); wall = CPU on a free core, 34-39 s and 67 s
+at a load of 10-12 on the 2-core dev machine. The catalog and workload are built once per process
+(~2-9 s, cached).
 
 **Baselines on the agent's episode.** After ``reset(seed=s)``, :attr:`NPUAutoscaleEnv.simulation_seed` is
 the :class:`~servegym.envs.npu.cluster.NPUCluster` seed of the episode (derived from ``s``; the workload
@@ -93,8 +156,9 @@ lists are padded to ``n_candidates + len(versions)`` (padding masked). ``model``
 ``slo_violation_pct`` (% of the requests finished in the epoch that missed TTFT or TPOT, 0 when none),
 ``slo_misses``, ``power_w`` (mean pool power over the epoch, W),
 ``arrived``, ``finished``, ``vpods`` (alive at the epoch end), ``vpods_per_version``, ``chips``,
-``tokens_per_j``, ``tokens_per_usd``, ``time_s``, ``action_adjusted``, ``reward_objective``,
-``reward_slo``; reset gives the state keys with zero flows.
+``tokens_per_j``, ``tokens_per_usd``, ``time_s``, ``action_adjusted``, ``emergency_scaleouts``,
+``reward_objective``, ``reward_slo`` (+ the ``base_*`` flows relative to Base); reset gives the state
+keys with zero flows.
 
 Configuration: :class:`NPUEnvConfig` (frozen dataclass); ``NPUAutoscaleEnv(config=dict)`` takes
 highway-env style overrides of :meth:`NPUAutoscaleEnv.default_config` (unknown keys raise
@@ -114,6 +178,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
+from servegym.baselines.npu import (
+    NeuScalePolicy,
+    emergency_decision,
+    ideal_metrics,
+    make_policy,
+    run_policy,
+    warm_start,
+)
 from servegym.envs.npu.catalog import MODELS, VERSIONS
 from servegym.envs.npu.cluster import (
     NB,
@@ -182,6 +254,13 @@ WARM_WINDOW_S = 600.0
 """The initial deployment is sized on the first 10 minutes of arrivals (as the baselines' warm start)."""
 LOG_MAX_TOKENS = math.log1p(float(1 << 20))
 
+ACTION_MODES: tuple[str, ...] = ("absolute", "residual")
+"""``action_mode`` values: absolute per-group targets (the original mode), or changes around NeuScale's decision."""
+REWARD_MODES: tuple[str, ...] = ("oracle", "base")
+"""``reward_mode`` values: objective per the Ideal oracle's mean epoch (the original), or relative to Base per epoch."""
+RESIDUAL_STEPS: tuple[int, ...] = (0, 1, -1, 2, -2)
+"""Count-level change of a residual action value (value 0 = follow the reference, so all-zero reproduces it)."""
+
 BASELINES: tuple[str, ...] = ("base", "neuscale", "ideal")
 """Policies :meth:`NPUAutoscaleEnv.run_baseline` runs on the env's episode (servegym.baselines.npu)."""
 
@@ -224,6 +303,11 @@ class NPUEnvConfig:
     max_expected_requests: int = MAX_EXPECTED_REQUESTS
     split: str | None = "train"  # benchmark split reset() draws the scenario from (module docstring); None: fixed
     split_models: tuple[str, ...] = SPLIT_MODELS  # models a named split draws from (uniformly)
+    action_mode: str = "absolute"  # one of ACTION_MODES (see the module docstring)
+    residual_options: bool = False  # residual mode: also choose each group's configuration (default: best fit)
+    reward_mode: str = "oracle"  # one of REWARD_MODES: normalize by the oracle, or relative to Base per epoch
+    safety_layer: bool | None = None  # emergency scale-out between epochs (None: on in residual mode only)
+    max_group_vpods: int = 1024  # cap on any simulator group's vPod target (bounds the reward)
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -272,6 +356,23 @@ class NPUEnvConfig:
                               "with at least one positive level")
         check_range("objective_weight", self.objective_weight, 0.0, None)
         check_range("slo_penalty", self.slo_penalty, 0.0, None)
+        if self.action_mode not in ACTION_MODES:
+            raise ConfigError(f"action_mode = {self.action_mode!r} is unknown; allowed: {', '.join(ACTION_MODES)}")
+        if self.reward_mode not in REWARD_MODES:
+            raise ConfigError(f"reward_mode = {self.reward_mode!r} is unknown; allowed: {', '.join(REWARD_MODES)}")
+        for name in ("residual_options",):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ConfigError(f"{name} = {getattr(self, name)!r}; allowed: true or false")
+        if self.action_mode == "residual" and not self.warm_start:
+            raise ConfigError("warm_start = False needs action_mode = 'absolute': the residual mode follows "
+                              "NeuScale, which starts from its warm start (run_policy)")
+        if self.safety_layer is not None and not isinstance(self.safety_layer, (bool, np.bool_)):
+            raise ConfigError(f"safety_layer = {self.safety_layer!r}; allowed: null (on in residual mode), true "
+                              "or false")
+        mg = self.max_group_vpods
+        if isinstance(mg, bool) or not isinstance(mg, (int, np.integer)) or not max(lv) <= mg <= 100_000:
+            raise ConfigError(f"max_group_vpods = {mg!r}; allowed: an integer in [max(count_levels) = {max(lv)}, "
+                              "100000]")
         self.cluster_config()  # validates model, slo_factor, osl_accuracy, quota, versions, phase_versions,
         # n_candidates
 
@@ -287,6 +388,12 @@ class NPUEnvConfig:
     @property
     def horizon_epochs(self) -> int:
         return round(self.hours * 12.0)
+
+    @property
+    def uses_safety_layer(self) -> bool:
+        """Whether the emergency scale-out layer runs between the agent's epochs (``safety_layer``; None:
+        on in residual mode, off in absolute mode, which keeps that mode's original dynamics)."""
+        return bool(self.action_mode == "residual" if self.safety_layer is None else self.safety_layer)
 
     @classmethod
     def from_dict(cls, overrides: Mapping[str, Any] | None) -> NPUEnvConfig:
@@ -411,15 +518,30 @@ class NPUAutoscaleEnv(gym.Env):
             self.workload = _split_workload(self.scenario, cfg.hours)
             self._build_groups(None, split_groups(self.edges, cfg.groups_per_phase, cfg.hours),
                                n_options=cfg.n_candidates + len(cfg.versions))
+        self.residual = cfg.action_mode == "residual"
+        self.ladder = self._residual_ladder()
         n_lv, n_opt = self.levels.size, self.n_options
-        self.action_space = spaces.MultiDiscrete(np.array([n_lv, n_opt] * len(self.groups), dtype=np.int64))
+        if not self.residual:
+            nvec = [n_lv, n_opt] * len(self.groups)
+        elif cfg.residual_options:
+            nvec = [len(RESIDUAL_STEPS), n_opt + 1] * len(self.groups)
+        else:
+            nvec = [len(RESIDUAL_STEPS)] * len(self.groups)
+        self.action_space = spaces.MultiDiscrete(np.array(nvec, dtype=np.int64))
         self._masks = self._static_masks()
+        self._bounds_static()
         self.obs_fields = self._obs_fields()
         self.observation_space = spaces.Box(-1.0, 10.0, shape=(len(self.obs_fields),), dtype=np.float32)
         self.sim: NPUCluster | None = None
         self.simulation_seed: int | None = None  # NPUCluster seed of the current episode (set by reset)
         self.last_ctx: Observation | None = None
         self._t = 0
+        self._ref_policy: NeuScalePolicy | None = None  # residual mode: the reference (NeuScale) on the env's sim
+        self._pending: ScalingDecision | None = None  # its decision for the next epoch (None: keep the warm start)
+        self._targets: dict[tuple[str, int], dict[int, int]] = {}  # the agent's current targets
+        self._ref_counts = np.zeros(len(self.groups))  # reference's target vPods per env group
+        self._base_flows: dict[str, NDArray[np.float64]] | None = None  # reward_mode "base": Base per epoch
+        self._base_key: tuple | None = None
 
     # ------------------------------------------------------------------------------------------ config
     @classmethod
@@ -490,10 +612,21 @@ class NPUAutoscaleEnv(gym.Env):
             self._opt_ok.append(ok)
         # length ranges of the groups, as bucket-index slices for the observation
         self._ranges = [(self.group_phase[i], self.group_lo[i], self.group_bucket[i] + 1) for i in range(len(self.groups))]
+        # env group of every (phase, bucket): the first of the phase whose edge is >= the bucket's, else its top
+        self._env_group = np.zeros((2, NB), dtype=np.int64)
+        for p in (0, 1):
+            mine = [g for g in range(len(self.groups)) if self.group_phase[g] == p]
+            for b in range(NB):
+                self._env_group[p, b] = next((g for g in mine if self.group_bucket[g] >= b), mine[-1])
 
     def _static_masks(self) -> NDArray[np.bool_]:
         parts = []
         for i in range(len(self.groups)):
+            if self.residual:
+                parts.append(np.ones(len(RESIDUAL_STEPS), dtype=bool))
+                if self.config.residual_options:
+                    parts.append(np.concatenate([[True], self._opt_ok[i]]))
+                continue
             cnt = np.ones(self.levels.size, dtype=bool)
             if i in self.top_group:
                 cnt &= self.levels > 0
@@ -504,14 +637,48 @@ class NPUAutoscaleEnv(gym.Env):
 
     def action_masks(self) -> NDArray[np.bool_]:
         """Valid values per action dimension, concatenated in ``action_space`` order (sb3-contrib's
-        MultiDiscrete layout); never all-false per dimension."""
-        return self._masks.copy()
+        MultiDiscrete layout); never all-false per dimension. Residual mode: a group whose reference
+        target is 0 vPods (no NeuScale group in its length range) only allows 0 (no change)."""
+        m = self._masks.copy()
+        if self.residual:
+            k = len(RESIDUAL_STEPS)
+            stride = k + (self.n_options + 1 if self.config.residual_options else 0)
+            for g in np.flatnonzero(self._ref_counts <= 0).tolist():
+                m[g * stride + 1: g * stride + k] = False
+        return m
+
+    def _residual_ladder(self) -> NDArray[np.int64]:
+        """Count levels a residual step moves along: ``count_levels`` continued by factors of sqrt(2)
+        (rounded up) to ``max_group_vpods`` (a reference count between levels moves to the next level)."""
+        lv = [int(x) for x in self.config.count_levels]
+        x = float(lv[-1])
+        while lv[-1] < self.config.max_group_vpods:
+            x *= math.sqrt(2.0)
+            lv.append(min(max(math.ceil(x - 1e-9), lv[-1] + 1), int(self.config.max_group_vpods)))
+        return np.array(sorted(set(lv)), dtype=np.int64)
+
+    def _bounds_static(self) -> None:
+        """Per-epoch objective bounds of any deployment (see the module docstring, **Bounds**): the
+        floor (one cheapest vPod per phase at static power or its rental, a whole epoch) and the cap
+        (every one of the 2 x 48 simulator groups at ``max_group_vpods`` alive plus as many being
+        deleted, each at its configuration's largest power or rental)."""
+        cat, cc = self.catalog, self.cluster_config
+        if self.config.objective == "energy":
+            low = cat.cfg_static_w
+            pw = np.where(np.isfinite(cat.pow), cat.pow, 0.0).reshape(len(cat.configs), -1)
+            high = np.maximum(pw.max(axis=1), cat.cfg_static_w)
+        else:
+            low = high = cat.cfg_usd_s
+        self.objective_floor = float(sum(low[cat.cfg_phase == p].min() for p in (0, 1))) * cc.epoch_s
+        self.objective_cap = float(sum(high[cat.cfg_phase == p].max() for p in (0, 1))) * (
+            2.0 * NB * self.config.max_group_vpods * cc.epoch_s)
 
     def _obs_fields(self) -> list[str]:
         names: list[str] = []
         per_group = ["rate_recent/mean_rate", "rate_peak/mean_rate", "length_share", "log_tokens_per_req",
                      "alive/max_level", "ready/max_level", *[f"alive_{v}/max_level" for v in VERSIONS],
-                     "option/(n_options-1)", "util", "log1p_queue/10", "log1p_peak_queue/10"]
+                     "option/(n_options-1)", "util", "log1p_queue/10", "log1p_peak_queue/10",
+                     "reference_target/max_level", "vpod_rate/mean_rate"]
         for f in per_group:
             for ph, edge in self.groups:
                 names.append(f"{ph}[{edge}].{f}")
@@ -535,11 +702,13 @@ class NPUAutoscaleEnv(gym.Env):
             sc = draw_scenario(cfg.split, s, tuple(cfg.split_models))
             if sc["model"] != self.cluster_config.model:
                 self._bind_model(sc["model"])
+                n_groups = len(self.groups)
                 self._build_groups(None, self._picks, n_options=self.n_options)
-                if 2 * len(self.groups) != self.action_space.nvec.size:  # pragma: no cover - checked by tests
+                if len(self.groups) != n_groups:  # pragma: no cover - checked by tests
                     raise ConfigError(f"model {sc['model']} has no configuration for a group of the split; "
                                       f"allowed split_models: models that fit every group")
                 self._masks = self._static_masks()
+                self._bounds_static()  # the reward bound's power/rental extremes are the model's
             self.workload = _split_workload(sc, cfg.hours)
             self.scenario = sc
             sim_seed = sc["simulation_seed"]
@@ -548,21 +717,55 @@ class NPUAutoscaleEnv(gym.Env):
         w = self.workload
         dur = max(w.duration_s, 1.0)
         self._mean_rate = max(len(w.requests) / dur, 1e-9)
-        self._ref = self._oracle_reference()
+        self._set_reward_scale()
         self._t = 0
         self._late_prev = 0
         self._last = {"slo_satisfaction": 1.0, "slo_miss_share": 0.0}
         self._option = np.zeros(len(self.groups), dtype=np.int64)
         self._count = np.zeros(len(self.groups), dtype=np.int64)
-        if cfg.warm_start:
+        self._targets = {}
+        self._pending = None
+        self._ref_policy = None
+        if self.residual:
+            # the reference drives this simulator exactly as run_policy does: its own warm start at t = 0,
+            # then one decision per epoch boundary (computed when the boundary is observed, applied with the
+            # agent's changes by the next step)
+            self._ref_policy = pol = NeuScalePolicy()
+            pol.reset(sim)
+            sim.provision(ScalingDecision(self._capped(warm_start(sim, pol))))
+            pol.targets = self._capped({k: v for k, v in pol.targets.items() if v})
+            self._targets = pol.targets
+        elif cfg.warm_start:
             a = self._warm_action()
-            sim.provision(self._decision(a))
+            dec = self._decision(a)
+            sim.provision(dec)
+            self._targets = {k: dict(v) for k, v in dec.targets.items() if v}
             self._count = self.levels[a[0::2]]
             self._option = a[1::2].copy()
         self.last_ctx = sim.observe()
+        self._update_reference()
         info = self._state_info()
         info["scenario"] = dict(self.scenario)
         return self._obs(self.last_ctx), info
+
+    def _set_reward_scale(self) -> None:
+        """The episode's reward normalizers and bound (see the module docstring, **Reward** and **Bounds**)."""
+        cfg = self.config
+        H = self.horizon
+        end = H * self.cluster_config.epoch_s
+        n = int(np.searchsorted(self.workload.requests.arrival_s, end, side="left"))
+        self.requests_in_horizon = n
+        if cfg.reward_mode == "base":
+            self._base_flows = self._base_run()
+            ref = float(self._base_flows["objective"].mean())
+        else:
+            self._base_flows = None
+            ref = self._oracle_reference()
+        self.reward_scale = {"objective": max(ref, self.objective_floor), "arrivals_per_epoch": max(n, 1) / H}
+        up = cfg.objective_weight * self.objective_cap / self.objective_floor
+        if cfg.reward_mode == "base":
+            up = max(up, cfg.objective_weight * H)
+        self.reward_bound = float(up + cfg.slo_penalty * H)
 
     def _oracle_reference(self) -> float:
         """Mean energy (J) or cost (USD) per epoch of the Ideal oracle on the scenario's workload."""
@@ -594,8 +797,14 @@ class NPUAutoscaleEnv(gym.Env):
     def _check_action(self, action: Any) -> tuple[NDArray[np.int64], bool]:
         a = np.asarray(action)
         n = self.action_space.nvec
-        allowed = (f"allowed: {n.size} integers, [count index in 0..{self.levels.size - 1}, option index in "
-                   f"0..{self.n_options - 1}] per group {self.groups}")
+        d = n.size // len(self.groups)  # dimensions per group
+        kinds = ("count", "option") if not self.residual else ("change", "option")[:d]
+        if not self.residual:
+            per = f"[count index in 0..{self.levels.size - 1}, option index in 0..{self.n_options - 1}]"
+        else:
+            per = (f"[change index in 0..{len(RESIDUAL_STEPS) - 1} (count-level changes {RESIDUAL_STEPS})"
+                   + (f", option index in 0..{self.n_options} (0 = the reference's)]" if d == 2 else "]"))
+        allowed = f"allowed: {n.size} integers, {per} per group {self.groups}"
         if a.shape != n.shape:
             raise ActionError(f"action has shape {a.shape}; {allowed}")
         if a.dtype.kind not in "iu":  # bools, strings and complex numbers are not indices
@@ -605,26 +814,105 @@ class NPUAutoscaleEnv(gym.Env):
         bad = np.flatnonzero((a < 0) | (a >= n))
         if bad.size:
             i = int(bad[0])
-            raise ActionError(f"action[{i}] = {a[i].item()} is out of range for group {self.groups[i // 2]} "
-                              f"({'count' if i % 2 == 0 else 'option'}); {allowed}")
+            raise ActionError(f"action[{i}] = {a[i].item()} is out of range for group {self.groups[i // d]} "
+                              f"({kinds[i % d]}); {allowed}")
         a = a.astype(np.int64)
-        ok = self._masks[np.concatenate([[0], np.cumsum(n)[:-1]]) + a]
+        ok = self.action_masks()[np.concatenate([[0], np.cumsum(n)[:-1]]) + a]
         if ok.all():
             return a, False
         if self.config.strict_masks:
             i = int(np.flatnonzero(~ok)[0])
-            what = ("count 0 for the largest group of its phase" if i % 2 == 0 else
-                    f"option {int(a[i])} (padding, or a version whose quota cannot hold one vPod)")
-            raise ActionError(f"action[{i}] = {int(a[i])} is masked for group {self.groups[i // 2]}: {what}; "
-                              "see action_masks()")
+            what = {"count": "count 0 for the largest group of its phase",
+                    "change": "a change for a group where the reference has no vPods",
+                    "option": f"option {int(a[i])} (padding, or a version whose quota cannot hold one vPod)"}
+            raise ActionError(f"action[{i}] = {int(a[i])} is masked for group {self.groups[i // d]}: "
+                              f"{what[kinds[i % d]]}; see action_masks()")
         out = a.copy()
         for i in np.flatnonzero(~ok).tolist():
-            g = i // 2
-            if i % 2 == 0:
+            g, kind = i // d, kinds[i % d]
+            if kind == "count":
                 out[i] = int(np.flatnonzero(self.levels > 0)[0])
+            elif kind == "change":
+                out[i] = 0  # follow the reference
             else:
-                out[i] = int(np.flatnonzero(self._opt_ok[g])[0])
+                out[i] = 0 if self.residual else int(np.flatnonzero(self._opt_ok[g])[0])
         return out, True
+
+    def _capped(self, targets: dict[tuple[str, int], dict[int, int]]) -> dict[tuple[str, int], dict[int, int]]:
+        """``targets`` with each group's total vPods at most ``max_group_vpods`` (removed from its last
+        configurations first, the fail-overs); the same object when nothing exceeds the cap."""
+        cap = int(self.config.max_group_vpods)
+        if all(sum(v.values()) <= cap for v in targets.values()):
+            return targets
+        out: dict[tuple[str, int], dict[int, int]] = {}
+        for key, tgt in targets.items():
+            new, left = {}, cap
+            for cid, n in tgt.items():
+                new[cid] = min(int(n), left)
+                left -= new[cid]
+            out[key] = {c: n for c, n in new.items() if n > 0}
+        return out
+
+    def _shift(self, n: int, step: int, floor: int) -> int:
+        """``n`` moved ``step`` levels along the residual ladder (not below ``floor``, not above the cap)."""
+        lad = self.ladder
+        if step > 0:
+            up = lad[lad > n]
+            return int(up[min(step, up.size) - 1]) if up.size else n
+        down = lad[(lad < n) & (lad >= floor)]
+        return int(down[max(down.size + step, 0)]) if down.size else n
+
+    def _residual_targets(self, a: NDArray[np.int64], base: Mapping[tuple[str, int], Mapping[int, int]]
+                          ) -> dict[tuple[str, int], dict[int, int]]:
+        """The reference's targets ``base`` with the agent's changes: per env group, each of the
+        reference's groups in its length range moves ``RESIDUAL_STEPS[a]`` levels along the ladder
+        (added vPods go to its last configuration, the one being filled; removed ones come from its
+        last configurations first); a group of the reference with 0 vPods stays at 0, and the largest
+        one of each phase keeps at least 1. With ``residual_options``, option j >= 1 puts the group's
+        vPods on ``options[g][j - 1]``. Key order (creation priority under a quota) is the reference's."""
+        d = 2 if self.config.residual_options else 1
+        top: dict[int, int] = {}
+        for key, tgt in base.items():
+            if sum(tgt.values()) > 0:
+                p, b = PHASES.index(key[0]), int(np.searchsorted(self.edges, key[1]))
+                top[p] = max(top.get(p, -1), b)
+        out: dict[tuple[str, int], dict[int, int]] = {}
+        for key, tgt in base.items():
+            tgt = {int(c): int(n) for c, n in tgt.items() if n > 0}
+            n = sum(tgt.values())
+            p, b = PHASES.index(key[0]), int(np.searchsorted(self.edges, key[1]))
+            g = int(self._env_group[p, b])
+            step = RESIDUAL_STEPS[int(a[d * g])]
+            if n > 0 and step != 0:
+                m = self._shift(n, step, 1 if top.get(p) == b else 0)
+                cids = list(tgt)
+                if m > n:
+                    tgt[cids[-1]] += m - n
+                else:
+                    drop = n - m
+                    for c in reversed(cids):
+                        k = min(drop, tgt[c])
+                        tgt[c] -= k
+                        drop -= k
+                    tgt = {c: k for c, k in tgt.items() if k > 0}
+            if d == 2 and int(a[d * g + 1]) > 0 and tgt:
+                tgt = {self.options[g][int(a[d * g + 1]) - 1]: sum(tgt.values())}
+            out[key] = tgt
+        return self._capped(out)
+
+    def _update_reference(self) -> None:
+        """Reference target vPods per env group: NeuScale's decision for the next epoch (residual mode;
+        its warm start before the first decision), or the heuristic's counts (absolute mode)."""
+        ref = np.zeros(len(self.groups))
+        if self.residual:
+            assert self._ref_policy is not None
+            tg = self._pending.targets if self._pending is not None else self._ref_policy.targets
+            for key, tgt in tg.items():
+                p, b = PHASES.index(key[0]), int(np.searchsorted(self.edges, key[1]))
+                ref[int(self._env_group[p, b])] += sum(tgt.values())
+        elif self.sim is not None and self.last_ctx is not None:
+            ref = self.levels[self.heuristic_action()[0::2]].astype(float)
+        self._ref_counts = ref
 
     def _decision(self, a: NDArray[np.int64]) -> ScalingDecision:
         targets: dict[tuple[str, int], dict[int, int]] = {}
@@ -682,6 +970,9 @@ class NPUAutoscaleEnv(gym.Env):
         the warm-start sizing on the first 10 minutes of arrivals."""
         if self.last_ctx is None:
             raise ActionError("heuristic_action() needs reset() first")
+        if self.residual:
+            raise ActionError("heuristic_action() returns an absolute action; with action_mode = 'residual' the "
+                              "all-zero action follows the reference (NeuScale)")
         if self.last_ctx.time_s <= 0.0:  # nothing observed yet: the warm-start sizing
             return self._warm_action()
         return self._demand_action(self.last_ctx.rate_peak, self.last_ctx.tokens_per_req)
@@ -689,7 +980,11 @@ class NPUAutoscaleEnv(gym.Env):
     def action_from_decision(self, decision: ScalingDecision) -> NDArray[np.int64]:
         """Project a per-bucket :class:`ScalingDecision` (e.g. from ``NeuScalePolicy.decide``) onto the
         env's groups: each group gets the summed vPod count of the decision's groups in its length range
-        (rounded up to a count level) on its best fit; unlisted groups keep their current target."""
+        (rounded up to a count level) on its best fit; unlisted groups keep their current target.
+        Absolute mode only (in residual mode the all-zero action is NeuScale's own decision)."""
+        if self.residual:
+            raise ActionError("action_from_decision() returns an absolute action; with action_mode = 'residual' "
+                              "the all-zero action follows NeuScale's decision")
         a = np.zeros(2 * len(self.groups), dtype=np.int64)
         add = np.zeros(len(self.groups))
         listed = np.zeros(len(self.groups), dtype=bool)
@@ -717,25 +1012,60 @@ class NPUAutoscaleEnv(gym.Env):
             raise ActionError("step() called after the episode was truncated; call reset() first")
         a, adjusted = self._check_action(action)
         n0 = sim.next_req
-        sim.apply(self._decision(a))
-        self._count = self.levels[a[0::2]]
-        self._option = a[1::2].copy()
-        m = sim.advance_epoch()
-        reward, flows, self._late_prev = self._epoch_outcome(sim, [m], int(sim.next_req - n0), self._late_prev)
+        cc = self.cluster_config
+        if self.residual:
+            pol = self._ref_policy
+            assert pol is not None
+            if self._pending is None and not a.any():
+                pass  # the warm start stands, as in run_policy's first epoch
+            else:
+                base = self._pending.targets if self._pending is not None else dict(pol.targets)
+                targets = self._residual_targets(a, base)
+                sim.apply(ScalingDecision(targets))
+                pol.targets = {k: v for k, v in targets.items() if v}
+            self._targets = pol.targets
+            if self.config.residual_options:
+                self._option = a[1::2].copy()
+        else:
+            dec = self._decision(a)
+            sim.apply(dec)
+            self._targets = {k: dict(v) for k, v in dec.targets.items() if v}
+            self._count = self.levels[a[0::2]]
+            self._option = a[1::2].copy()
+        n_emergency = 0
+        if self.config.uses_safety_layer:
+            # the agent decides once per epoch; at the other 60-s decision points the emergency scale-out
+            # of Base and NeuScale (the same function) acts on the agent's targets, as run_policy does
+            spans = [sim.advance(cc.check_s)]
+            for _ in range(round(cc.epoch_s / cc.check_s) - 1):
+                ctx = sim.observe()
+                em = emergency_decision(sim, ctx, self._targets)
+                n_emergency += len(em.targets)
+                capped = self._capped(dict(em.targets))
+                self._targets.update(capped)
+                sim.apply(ScalingDecision(capped))
+                spans.append(sim.advance(cc.check_s))
+        else:
+            spans = [sim.advance_epoch()]
+        flows, self._late_prev = self._raw_flows(sim, spans, int(sim.next_req - n0), self._late_prev)
+        reward = self._reward(flows, self._t)
         self._t += 1
         self._last = {"slo_satisfaction": 1.0 - flows["slo_violation_pct"] / 100.0,
                       "slo_miss_share": flows["slo_misses"] / max(flows["arrived"], 1)}
         self.last_ctx = sim.observe()
-        info = self._state_info()
-        info.update(flows, action_adjusted=adjusted)
         truncated = self._t >= self.horizon
+        if self.residual and not truncated:
+            assert self._ref_policy is not None
+            self._pending = self._ref_policy.decide(self.last_ctx)
+        self._update_reference()
+        info = self._state_info()
+        info.update(flows, action_adjusted=adjusted, emergency_scaleouts=n_emergency)
         return self._obs(self.last_ctx), float(reward), False, truncated, info
 
-    def _epoch_outcome(self, sim: NPUCluster, spans: list[EpochMetrics], arrived: int, late_prev: int
-                       ) -> tuple[float, dict[str, Any], int]:
-        """Reward and info flows of one epoch of ``sim`` made of the advance spans ``spans`` (one for the
-        env's step, one per decision point for a baseline's loop); returns (reward, flows, late count)."""
-        cfg = self.config
+    def _raw_flows(self, sim: NPUCluster, spans: list[EpochMetrics], arrived: int, late_prev: int
+                   ) -> tuple[dict[str, Any], int]:
+        """Info flows of one epoch of ``sim`` made of the advance spans ``spans`` (one per decision point,
+        or one for the whole epoch); returns (flows, late count)."""
         late = self._late_count(sim)
         slo_total = sum(float(m.slo_total) for m in spans)
         slo_met = sum(float(m.slo_met[2]) for m in spans)
@@ -746,17 +1076,76 @@ class NPUAutoscaleEnv(gym.Env):
         usd = sum(float(m.usd.sum()) for m in spans)
         tokens = sum(float(m.tokens.sum()) for m in spans)
         duration_s = sum(float(m.t1_s - m.t0_s) for m in spans)
-        obj = energy if cfg.objective == "energy" else usd
-        r_obj = cfg.objective_weight * obj / self._ref
-        r_slo = cfg.slo_penalty * misses / max(arrived, 1)
         flows = {"energy_j": energy, "cost_usd": usd, "tokens": tokens,
                  "slo_violation_pct": 100.0 * (1.0 - slo_met / slo_total) if slo_total else 0.0,
                  "slo_misses": float(misses), "power_w": energy / duration_s if duration_s > 0 else 0.0,
                  "arrived": arrived, "finished": sum(int(m.finished) for m in spans),
                  "tokens_per_j": tokens / energy if energy > 0 else 0.0,
-                 "tokens_per_usd": tokens / usd if usd > 0 else 0.0,
-                 "reward_objective": -r_obj, "reward_slo": -r_slo}
-        return -(r_obj + r_slo), flows, late
+                 "tokens_per_usd": tokens / usd if usd > 0 else 0.0}
+        return flows, late
+
+    def _reward(self, flows: dict[str, Any], epoch: int | None) -> float:
+        """The reward of epoch ``epoch`` (None: flows that total the whole episode) from its flows; adds
+        ``reward_objective``, ``reward_slo`` and, relative to Base, ``base_energy_j``, ``base_cost_usd``,
+        ``base_slo_misses`` (Base's flows of the same epoch or episode) to ``flows``."""
+        cfg = self.config
+        obj = flows["energy_j"] if cfg.objective == "energy" else flows["cost_usd"]
+        misses = flows["slo_misses"]
+        bf = self._base_flows
+        if bf is not None:
+            b = {k: float(v.sum() if epoch is None else v[epoch]) for k, v in bf.items()}
+            obj -= b["objective"]
+            misses -= b["slo_misses"]
+            flows.update(base_energy_j=b["energy_j"], base_cost_usd=b["cost_usd"], base_slo_misses=b["slo_misses"])
+        r_obj = cfg.objective_weight * obj / self.reward_scale["objective"]
+        r_slo = cfg.slo_penalty * misses / self.reward_scale["arrivals_per_epoch"]
+        flows.update(reward_objective=-r_obj, reward_slo=-r_slo)
+        return -(r_obj + r_slo)
+
+    def _base_run(self) -> dict[str, NDArray[np.float64]]:
+        """Base's per-epoch flows on this episode (same workload and simulator seed; cached per episode)."""
+        key = (id(self.workload), self.simulation_seed, self.horizon)
+        if self._base_key == key and self._base_flows is not None:
+            return self._base_flows
+        _, infos = self._policy_epochs("base")
+        out = {k: np.array([f[k] for f in infos], dtype=np.float64)
+               for k in ("energy_j", "cost_usd", "slo_misses", "arrived")}
+        out["objective"] = out["energy_j"] if self.config.objective == "energy" else out["cost_usd"]
+        self._base_key = key
+        return out
+
+    def _policy_epochs(self, policy: str) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """Run Base or NeuScale (their own 60-s loop and warm start, run_policy) on a fresh simulator with
+        this episode's workload and seed; (summary, per-epoch raw flows with state keys)."""
+        assert self.simulation_seed is not None
+        sim = NPUCluster(self.cluster_config, self.workload, seed=self.simulation_seed, catalog=self.catalog)
+        cc = self.cluster_config
+        per = round(cc.epoch_s / cc.check_s)
+        infos: list[dict[str, Any]] = []
+        state = {"n0": 0, "late": 0, "emergency": 0}
+        pol = make_policy(policy)
+        decide = pol.decide
+
+        def counted(ctx: Observation) -> ScalingDecision:  # count the emergency layer's scale-outs, as step does
+            dec = decide(ctx)
+            if not ctx.at_epoch_boundary:
+                state["emergency"] += len(dec.targets)
+            return dec
+
+        pol.decide = counted  # type: ignore[method-assign]
+
+        def account(e: int) -> None:
+            flows, state["late"] = self._raw_flows(sim, sim.history[-per:], int(sim.next_req - state["n0"]),
+                                                   state["late"])
+            state["n0"] = sim.next_req
+            flows.update(time_s=float(sim.now), epoch=e + 1, vpods=int(np.count_nonzero(sim.v_gone == np.inf)),
+                         chips=float(sum(sim.held_chips().values())), emergency_scaleouts=state["emergency"])
+            state["emergency"] = 0
+            infos.append(flows)
+
+        hours = self.horizon * cc.epoch_s / 3600.0
+        summary = run_policy(sim, pol, hours=hours, progress=account)
+        return summary, infos
 
     # ------------------------------------------------------------------------------------------ baselines
     def run_baseline(self, policy: str, seed: int | None = None) -> dict[str, Any]:
@@ -777,44 +1166,32 @@ class NPUAutoscaleEnv(gym.Env):
         and no per-epoch schedule: one info with the episode's totals (no ``chips``), no misses, and
         ``length`` the horizon.
         """
-        from servegym.baselines.npu import ideal_metrics, make_policy, run_policy
-
         if policy not in BASELINES:
             raise ConfigError(f"policy = {policy!r} is unknown; allowed: {', '.join(BASELINES)}")
         self.reset(seed=seed)
         assert self.simulation_seed is not None
-        sim = NPUCluster(self.cluster_config, self.workload, seed=self.simulation_seed, catalog=self.catalog)
-        hours = self.horizon * self.cluster_config.epoch_s / 3600.0
         out: dict[str, Any] = {"policy": policy, "seed": seed, "simulation_seed": self.simulation_seed,
                                "length": self.horizon}
         if policy == "ideal":
+            sim = NPUCluster(self.cluster_config, self.workload, seed=self.simulation_seed, catalog=self.catalog)
+            hours = self.horizon * self.cluster_config.epoch_s / 3600.0
             s = ideal_metrics(sim, hours=hours)
-            obj = s["energy_j"] if self.config.objective == "energy" else s["usd"]
-            r_obj = self.config.objective_weight * obj / self._ref
             n = s["requests_finished"]
-            out["infos"] = [{"energy_j": s["energy_j"], "cost_usd": s["usd"], "tokens": s["tokens"],
-                             "slo_violation_pct": 0.0, "slo_misses": 0.0, "arrived": int(n), "finished": int(n),
-                             "power_w": s["energy_j"] / (hours * 3600.0) if hours > 0 else 0.0,
-                             "tokens_per_j": s["energy_efficiency"], "tokens_per_usd": s["cost_efficiency"],
-                             "reward_objective": -r_obj, "reward_slo": 0.0, "time_s": hours * 3600.0,
-                             "epoch": self.horizon}]
-            out["reward"], out["summary"] = -r_obj, s
+            info: dict[str, Any] = {
+                "energy_j": s["energy_j"], "cost_usd": s["usd"], "tokens": s["tokens"], "slo_violation_pct": 0.0,
+                "slo_misses": 0.0, "arrived": int(n), "finished": int(n),
+                "power_w": s["energy_j"] / (hours * 3600.0) if hours > 0 else 0.0,
+                "tokens_per_j": s["energy_efficiency"], "tokens_per_usd": s["cost_efficiency"],
+                "time_s": hours * 3600.0, "epoch": self.horizon}
+            # one info for the whole episode: relative to Base, against Base's episode totals
+            out["reward"] = self._reward(info, None)
+            out["infos"], out["summary"] = [info], s
             return out
-        per = round(self.cluster_config.epoch_s / self.cluster_config.check_s)
-        infos: list[dict[str, Any]] = []
-        state = {"n0": 0, "late": 0, "reward": 0.0}
-
-        def account(e: int) -> None:
-            reward, flows, state["late"] = self._epoch_outcome(sim, sim.history[-per:], int(sim.next_req - state["n0"]),
-                                                               state["late"])
-            state["n0"] = sim.next_req
-            state["reward"] += reward
-            flows.update(time_s=float(sim.now), epoch=e + 1, vpods=int(np.count_nonzero(sim.v_gone == np.inf)),
-                         chips=float(sum(sim.held_chips().values())))
-            infos.append(flows)
-
-        out["summary"] = run_policy(sim, make_policy(policy), hours=hours, progress=account)
-        out["infos"], out["reward"] = infos, state["reward"]
+        summary, infos = self._policy_epochs(policy)
+        total = 0.0
+        for e, info in enumerate(infos):
+            total += self._reward(info, e)
+        out["summary"], out["infos"], out["reward"] = summary, infos, total
         return out
 
     def _state_info(self) -> dict[str, Any]:
@@ -831,7 +1208,7 @@ class NPUAutoscaleEnv(gym.Env):
                 "chips": float(sum(held.values())), "energy_j": 0.0, "cost_usd": 0.0, "tokens": 0.0,
                 "slo_violation_pct": 0.0, "slo_misses": 0.0, "power_w": 0.0, "arrived": 0, "finished": 0,
                 "tokens_per_j": 0.0,
-                "tokens_per_usd": 0.0, "action_adjusted": False}
+                "tokens_per_usd": 0.0, "action_adjusted": False, "emergency_scaleouts": 0}
 
     # ------------------------------------------------------------------------------------------ obs
     def _obs(self, ctx: Observation) -> NDArray[np.float32]:
@@ -874,11 +1251,29 @@ class NPUAutoscaleEnv(gym.Env):
             ctx.alive[gp, gb] / maxl, ctx.ready[gp, gb] / maxl, per_v.ravel() / maxl,
             self._option / max(self.n_options - 1, 1), util,
             np.log1p(ctx.queue[gp, gb]) / 10.0, np.log1p(ctx.peak_queue[gp, gb]) / 10.0,
+            self._ref_counts / maxl, self._vpod_rate(tpr) / self._mean_rate,
             ctx.slo_recent, [self._last["slo_satisfaction"], self._last["slo_miss_share"]], q_left,
             [math.sin(2 * math.pi * hour / 24.0), math.cos(2 * math.pi * hour / 24.0), self._t / self.horizon],
         ]
         obs = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in parts])
         return np.clip(obs, -1.0, 10.0).astype(np.float32)
+
+    def _vpod_rate(self, tpr: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Per env group: requests/s one vPod of its configuration serves at its max batch (T_pod of
+        §3.4) at the group's bucket and the window's tokens per request ``tpr`` (0 with no traffic)."""
+        sim = self.sim
+        out = np.zeros(len(self.groups))
+        if sim is None:
+            return out
+        for g in range(len(self.groups)):
+            if tpr[g] <= 0:
+                continue
+            opt = int(self._option[g])
+            if self.residual:  # the reference's configuration (best fit) unless the agent chose one
+                opt = opt - 1 if opt > 0 else 0
+            cid, b = self.options[g][opt], self.group_bucket[g]
+            out[g] = float(sim.tps[cid, b, sim.jmax[cid, b]]) / tpr[g]
+        return out
 
     # ------------------------------------------------------------------------------------------ render
     def render(self) -> str | None:

@@ -38,6 +38,9 @@ ENV_SPECS: tuple[EnvSpecEntry, ...] = (
                  kwargs={"action_mode": "front"}),
     # npu: one step per 5-min epoch; the env truncates at its horizon (config "hours", 24 h) itself
     EnvSpecEntry("servegym/NPUAutoscale-v0", "servegym.envs.npu.env:NPUAutoscaleEnv"),
+    # npu learnable mode: per-group changes around NeuScale's decision, reward relative to Base
+    EnvSpecEntry("servegym/NPUAutoscaleResidual-v0", "servegym.envs.npu.env:NPUAutoscaleEnv",
+                 kwargs={"action_mode": "residual", "reward_mode": "base"}),
 )
 
 
