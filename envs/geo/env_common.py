@@ -58,6 +58,15 @@ ConfigError. The drawn scenario is ``env.scenario`` and ``info["scenario"]`` at 
 ``GeoSimulation(env.episode_config, seed=env.scenario["sim_seed"])`` replays its arrivals, which is how
 the baselines run on exactly the agent's episode.
 
+Bound (both modes, both envs): every step's reward r has ``|r| <= B`` with
+``B = w_carbon * (G + N * c_max) + 2 * w_slo * N``, where N is the episode's number of requests, G the most
+carbon the whole fleet can emit over the run (every engine at TP x (TDP + idle), every node's host power,
+PUE, the highest CI of each DC's series, for ``duration_s + drain_s``) and c_max the largest per-request
+carbon the estimator can charge (the request's tokens at batch 1, the highest CI and PUE). A step pays at
+most every decision's estimate (N c_max, N risks) plus the measured cost (G, N misses), and gets back at
+most the estimates it settles. :meth:`GeoEnvBase.per_step_reward_bound` returns B for the current episode
+(finite for every valid config: N is capped by ``geo.max_expected_requests``).
+
 Episodes end by truncation only: when every request of the run (arrivals in
 ``[0, duration_s)``) has been placed and the drain has finished, or after ``max_steps`` steps.
 The fleet would keep serving after the stream ends, so no state is terminal.
@@ -78,7 +87,7 @@ from servegym.envs.geo.cluster import GeoSimulation
 from servegym.envs.geo.config import LOADS, PAPER_MODELS, PRESETS, GeoConfig, preset
 from servegym.envs.geo.provisioner import Snapshot
 
-from servegym.errors import ConfigError, check_field_types, check_range, known_overrides
+from servegym.errors import ActionError, ConfigError, check_field_types, check_range, known_overrides
 from servegym.splits import check_split, scenario_rng, split_days
 
 #: ``shift-load``: arrival rate multiplier (issue 11: load x 1.5).
@@ -656,6 +665,27 @@ class GeoEnvBase(gym.Env):
         self._episode_over = False
         self._snap_cache: tuple[Snapshot, NDArray[np.float64], NDArray[np.float64]] | None = None
         return sim
+
+    def per_step_reward_bound(self) -> float:
+        """B with ``|reward| <= B`` on every step of the current episode (module docstring, "Bound")."""
+        sim = self.sim
+        if sim is None:
+            raise ActionError("per_step_reward_bound() needs an episode; call reset() first")
+        prof, cfg = sim.profile, sim.config
+        topo = sim.topology
+        g_per_j = topo.pue * np.asarray(topo.ci_matrix()[1], dtype=np.float64).max(axis=0) / 3.6e6  # per DC
+        engine_w = prof.tp * (prof.tdp_w + prof.idle_w_per_gpu)
+        fleet_w = sim.engines_per_dc * engine_w + sim.nodes_per_dc * cfg.host_power_w
+        g_max = float(np.sum(fleet_w * g_per_j)) * (cfg.duration_s + cfg.drain_s)
+        e = prof.energy
+        isl = np.asarray(sim.requests.input_tokens, dtype=np.float64)
+        osl = np.maximum(np.asarray(sim._osl_est, dtype=np.float64), 1.0)
+        # Every coefficient taken by magnitude and ceil(isl / chunk) <= isl: an upper bound of the estimate.
+        e_req = (abs(e.e_p) + abs(e.e0_pre)) * isl + abs(e.e_a) * isl * isl + osl * (
+            abs(e.e0_dec) + abs(e.e_d) + abs(e.e_k) * (isl + 0.5 * osl))
+        c_max = float(e_req.max(initial=0.0)) * float(g_per_j.max())
+        n = sim.n_requests
+        return float(self.config.w_carbon * (g_max + n * c_max) + 2.0 * self.config.w_slo * n)
 
     def make_simulation(self, geo: GeoConfig, seed: int) -> GeoSimulation:
         """A simulator run of scenario ``geo`` with this env's grid clock (CI series, time scale) and
