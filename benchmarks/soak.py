@@ -1,0 +1,228 @@
+"""Soak test of the envs: long runs with random valid actions, recording resident memory and steps/s over time.
+
+Usage: ``nice -n 10 .venv/bin/python benchmarks/soak.py [--geo-steps 1000000] [--pd-steps 500000]
+[--npu-episodes 10] [--only geo,pd,npu]`` (about 15-25 min on a shared 2-core machine; not in CI).
+
+Each env runs in its own fresh process (spawn), so its resident set is its own: GeoRoute-v0 (small preset,
+masked uniform random actions), PDProvision-v0 (fluid mode, uniform random actions; the env adjusts
+infeasible ones) and NPUAutoscale-v0 (24-h episodes, uniform random actions). Episodes reset when they end
+(seeds 0, 1, ...). Every ``--sample`` steps a row records steps, wall s, resident memory (VmRSS, MB) and
+the interval's steps/s; rewards are checked finite throughout. Writes ``benchmarks/results/soak.json``,
+``soak.md`` and ``soak.png``. Runs of envs not in ``--only`` are kept from an existing ``soak.json`` (so the
+envs can be soaked in separate sessions), and a run in progress saves its rows at every sample to
+``results/.soak_<env>.partial.json``: ``--collect`` writes the report from those if a run had to be stopped,
+marking it incomplete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import multiprocessing as mp
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+OUT = Path(__file__).resolve().parent / "results"
+
+
+def rss_mb() -> float:
+    """Current resident set size of this process, MB (Linux /proc; 0 elsewhere)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return 0.0
+
+
+def _make(family: str) -> Any:
+    import gymnasium as gym
+
+    import servegym  # noqa: F401  (registers the ids)
+
+    if family == "geo":
+        return gym.make("servegym/GeoRoute-v0")
+    if family == "pd":
+        return gym.make("servegym/PDProvision-v0")
+    return gym.make("servegym/NPUAutoscale-v0")
+
+
+def _partial_path(family: str) -> Path:
+    return OUT / f".soak_{family}.partial.json"
+
+
+def soak(family: str, steps: int, sample: int, queue: Any) -> None:
+    """Run ``steps`` steps of ``family``'s env and put the result dict on ``queue``."""
+    rng = np.random.default_rng(0)
+    env = _make(family)
+    base = env.unwrapped
+    masked = family == "geo"
+    rows: list[dict[str, float]] = []
+    t0 = time.perf_counter()
+    last_t, last_n = t0, 0
+    episodes, seed, nonfinite = 0, 0, 0
+    reward_min, reward_max = math.inf, -math.inf
+    env.reset(seed=seed)
+    rows.append({"steps": 0, "wall_s": 0.0, "rss_mb": rss_mb(), "steps_per_s": math.nan})
+    def result(n_done: int) -> dict[str, Any]:
+        return {"family": family, "env_id": base.spec.id if base.spec else family, "steps": n_done,
+                "steps_requested": steps, "complete": n_done == steps, "episodes_finished": episodes,
+                "wall_s": time.perf_counter() - t0, "nonfinite_rewards": nonfinite, "reward_min": reward_min,
+                "reward_max": reward_max, "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                "rows": rows}
+
+    for n in range(1, steps + 1):
+        if masked:
+            valid = np.flatnonzero(base.action_masks())
+            action = int(rng.choice(valid)) if valid.size else 0
+        else:
+            action = env.action_space.sample()
+        _, reward, terminated, truncated, _ = env.step(action)
+        r = float(reward)
+        if not math.isfinite(r):
+            nonfinite += 1
+        else:
+            reward_min, reward_max = min(reward_min, r), max(reward_max, r)
+        if terminated or truncated:
+            episodes += 1
+            seed += 1
+            env.reset(seed=seed)
+        if n % sample == 0 or n == steps:
+            now = time.perf_counter()
+            rows.append({"steps": n, "wall_s": now - t0, "rss_mb": rss_mb(),
+                         "steps_per_s": (n - last_n) / max(now - last_t, 1e-9)})
+            last_t, last_n = now, n
+            _partial_path(family).write_text(json.dumps(result(n)))
+    env.close()
+    queue.put(result(steps))
+    _partial_path(family).unlink(missing_ok=True)
+
+
+def _summary(res: dict[str, Any]) -> dict[str, Any]:
+    rows = res["rows"]
+    rss = np.array([r["rss_mb"] for r in rows])
+    sps = np.array([r["steps_per_s"] for r in rows[1:]])
+    k = max(len(sps) // 10, 1)
+    # Memory after the first tenth (start-up, caches, numba compilation) vs the end: the soak's question.
+    warm = rss[min(k, len(rss) - 1)]
+    return {"env": res["env_id"], "steps": res["steps"], "episodes": res["episodes_finished"],
+            "wall_s": res["wall_s"], "steps_per_s": res["steps"] / res["wall_s"],
+            "sps_first_tenth": float(np.mean(sps[:k])), "sps_last_tenth": float(np.mean(sps[-k:])),
+            "rss_start_mb": float(rss[0]), "rss_after_first_tenth_mb": float(warm), "rss_end_mb": float(rss[-1]),
+            "rss_max_mb": float(rss.max()), "growth_after_warmup_mb": float(rss[-1] - warm),
+            "nonfinite_rewards": res["nonfinite_rewards"], "reward_min": res["reward_min"],
+            "reward_max": res["reward_max"]}
+
+
+def write(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    meta = {"date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "python": platform.python_version(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared with other jobs; niced)",
+            "requested": {"geo_steps": args.geo_steps, "pd_steps": args.pd_steps, "npu_episodes": args.npu_episodes}}
+    (OUT / "soak.json").write_text(json.dumps({"meta": meta, "runs": results}, indent=1) + "\n")
+    lines = ["# Soak: resident memory and speed over long runs", "",
+             f"Report {meta['date']} (each run's end time in the table), Python {meta['python']}, {meta['machine']}. Produced by `benchmarks/soak.py` "
+             "(random valid actions, episodes reset when they end, one fresh process per env). Steps/s are wall "
+             "clock on a machine shared with other jobs, so they show trends, not the envs' best speed "
+             "(see the *_env_speed benchmarks).", "",
+             "| env | measured | steps | episodes | wall s | steps/s | steps/s first / last tenth | RSS start / after 1st "
+             "tenth / end / max (MB) | RSS growth after warm-up (MB) | non-finite rewards | reward range |",
+             "|---|---|---:|---:|---:|---:|---|---|---:|---:|---|"]
+    for res in results:
+        s = _summary(res)
+        steps = f"{s['steps']:,}" + ("" if res.get("complete", True) else
+                                       f" of {res['steps_requested']:,} (stopped)")
+        lines.append(f"| {s['env']} | {res.get('date', '?')} | {steps} | {s['episodes']:,} | {s['wall_s']:.0f} | {s['steps_per_s']:,.0f} "
+                     f"| {s['sps_first_tenth']:,.0f} / {s['sps_last_tenth']:,.0f} | {s['rss_start_mb']:.0f} / "
+                     f"{s['rss_after_first_tenth_mb']:.0f} / {s['rss_end_mb']:.0f} / {s['rss_max_mb']:.0f} | "
+                     f"{s['growth_after_warmup_mb']:+.1f} | {s['nonfinite_rewards']} | "
+                     f"[{s['reward_min']:.4g}, {s['reward_max']:.4g}] |")
+    for res in results:
+        third = [r["rss_mb"] for r in res["rows"][len(res["rows"]) * 2 // 3:]]
+        lines.append(f"\n- {res['env_id']}: RSS over the last third of the run {min(third):.0f}-{max(third):.0f} MB.")
+    done = {r["family"] for r in results}
+    missing = [f for f in ("geo", "pd", "npu") if f not in done]
+    if missing:
+        lines += ["", f"Not measured in this run: {', '.join(missing)}."]
+    lines += ["", "![RSS and steps/s over the runs](soak.png)", ""]
+    (OUT / "soak.md").write_text("\n".join(lines))
+    _plot(results)
+
+
+def _plot(results: list[dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(results), figsize=(4.2 * len(results), 5.6), squeeze=False)
+    for j, res in enumerate(results):
+        rows = res["rows"]
+        x = np.array([r["steps"] for r in rows]) / 1e3
+        rss = [r["rss_mb"] for r in rows]
+        axes[0, j].plot(x, rss, color="tab:blue")
+        axes[0, j].set_title(res["env_id"].split("/")[-1])
+        axes[0, j].set_ylabel("resident memory (MB)")
+        axes[0, j].set_ylim(0, max(rss) * 1.15)
+        axes[1, j].plot(x[1:], [r["steps_per_s"] for r in rows[1:]], color="tab:orange")
+        axes[1, j].set_ylabel("steps/s (interval)")
+        axes[1, j].set_xlabel("steps (thousands)")
+        axes[1, j].set_ylim(bottom=0)
+        for ax in axes[:, j]:
+            ax.grid(alpha=0.3)
+    fig.suptitle("Soak: random valid actions, episodes reset at their end (shared 2-core machine)")
+    fig.tight_layout()
+    fig.savefig(OUT / "soak.png", dpi=110)
+    plt.close(fig)
+
+
+def _ordered(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(runs, key=lambda r: ("geo", "pd", "npu").index(r["family"]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--geo-steps", type=int, default=1_000_000)
+    ap.add_argument("--pd-steps", type=int, default=500_000)
+    ap.add_argument("--npu-episodes", type=int, default=10, help="24-h episodes (288 steps each)")
+    ap.add_argument("--sample", type=int, default=0, help="steps between samples (default: 1/100 of the run)")
+    ap.add_argument("--only", default="geo,pd,npu")
+    ap.add_argument("--collect", action="store_true",
+                    help="write the report from the partial rows of stopped runs of --only (no new run)")
+    args = ap.parse_args()
+    only = args.only.split(",")
+    kept: list[dict[str, Any]] = []
+    if (OUT / "soak.json").is_file():
+        kept = [r for r in json.loads((OUT / "soak.json").read_text())["runs"] if r["family"] not in only]
+    if args.collect:
+        found = [json.loads(_partial_path(f).read_text()) for f in only if _partial_path(f).is_file()]
+        write(_ordered(kept + found), args)
+        return
+    plan = {"geo": args.geo_steps, "pd": args.pd_steps, "npu": args.npu_episodes * 288}
+    ctx = mp.get_context("spawn")
+    results: list[dict[str, Any]] = list(kept)
+    for family in [f for f in ("geo", "pd", "npu") if f in only]:
+        steps = plan[family]
+        q = ctx.Queue()
+        p = ctx.Process(target=soak, args=(family, steps, args.sample or max(steps // 100, 1), q))
+        p.start()
+        res = q.get()
+        p.join()
+        results = _ordered([*results, res])
+        s = _summary(res)
+        print(f"{s['env']}: {s['steps']:,} steps in {s['wall_s']:.0f} s ({s['steps_per_s']:,.0f}/s), RSS "
+              f"{s['rss_start_mb']:.0f} -> {s['rss_end_mb']:.0f} MB (max {s['rss_max_mb']:.0f}), "
+              f"non-finite rewards {s['nonfinite_rewards']}", flush=True)
+        write(results, args)
+
+
+if __name__ == "__main__":
+    main()
