@@ -181,8 +181,11 @@ def save_obs_stats(vecnormalize: Any, path: str | Path) -> Path:
         "clip_obs": np.asarray(float(vecnormalize.clip_obs)),
         "epsilon": np.asarray(float(vecnormalize.epsilon)),
     }
-    rms = vecnormalize.obs_rms
-    if isinstance(rms, dict):
+    # SB3 keeps no observation statistics when only the reward is normalized (norm_obs=False)
+    rms = getattr(vecnormalize, "obs_rms", None)
+    if rms is None:
+        arrays["keys"] = np.zeros(0, dtype=np.str_)
+    elif isinstance(rms, dict):
         keys = list(vecnormalize.norm_obs_keys or [])
         arrays["keys"] = np.asarray(keys, dtype=np.str_)
         for i, k in enumerate(keys):
@@ -209,8 +212,10 @@ class ObsNormalizer:
 
     @classmethod
     def from_vecnormalize(cls, vn: Any) -> ObsNormalizer:
-        rms = vn.obs_rms
-        if isinstance(rms, dict):
+        rms = getattr(vn, "obs_rms", None)
+        if rms is None:  # norm_obs=False: nothing to apply
+            stats: dict[str | None, tuple[np.ndarray, np.ndarray]] = {}
+        elif isinstance(rms, dict):
             stats = {k: (np.asarray(rms[k].mean), np.asarray(rms[k].var)) for k in (vn.norm_obs_keys or [])}
         else:
             stats = {None: (np.asarray(rms.mean), np.asarray(rms.var))}

@@ -178,3 +178,16 @@ def test_malformed_stats_are_clear_errors(tmp_path: Path, content) -> None:
     content(f)
     with pytest.raises(ConfigError, match=r"m_vecnormalize\.npz"):
         ObsNormalizer.load(f)
+
+
+def test_reward_only_normalization_saves_and_loads(tmp_path: Path) -> None:
+    """VecNormalize(norm_obs=False) (GeoRoute-v0's recommended setting) keeps no observation
+    statistics: saving its best model must not fail, and the loaded normalizer passes obs through."""
+    from servegym.agents.model_io import ObsNormalizer, save_obs_stats
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    vn = VecNormalize(DummyVecEnv([lambda: gym.make("CartPole-v1")]), norm_obs=False, norm_reward=True)
+    path = save_obs_stats(vn, tmp_path / "s.npz")
+    for norm in (ObsNormalizer.load(path), ObsNormalizer.from_vecnormalize(vn)):
+        obs = np.array([0.5, -1.0, 2.0, 0.1], dtype=np.float32)
+        np.testing.assert_array_equal(norm(obs), obs)
