@@ -5,6 +5,10 @@ TensorBoard tags written (``<m>`` = a domain scalar of the family, e.g. ``carbon
 
 - ``episode/<m>``: each finished training episode, at the step it ended;
 - ``eval/mean_reward``, ``eval/<m>`` (mean over the evaluation seeds), ``eval/saving_vs_<ref>_pct``;
+- ``eval/normalized_score`` and ``eval/normalized_score_iqm``: the protocol's normalized score
+  (:mod:`servegym.agents.protocol`; 0 = naive, 100 = best) on the evaluation seeds, which ``servegym
+  train`` draws from the env's ``validation`` split; the best checkpoint is the one with the highest
+  mean normalized score (mean reward for envs without references);
 - ``baseline/<name>/<m>`` and ``baseline/<name>/mean_reward``: the baselines on the same seeds,
   logged at every evaluation step so they draw as flat reference lines;
 - a Custom Scalars layout (TensorBoard's "Custom Scalars" tab) with one chart per metric that
@@ -140,8 +144,10 @@ class SeededEvalCallback(BaseCallback):
 
     def __init__(self, make_env: Callable[[], gym.Env], family: Family, seeds: Sequence[int],
                  baselines: Sequence[str], eval_freq: int, best_path: Path | None, verbose: int = 0,
-                 strict_baselines: bool = True) -> None:
+                 strict_baselines: bool = True, references: dict[str, str] | None = None) -> None:
         super().__init__(verbose)
+        self.references = references
+        self.best_score = -math.inf
         self.make_env = make_env
         self.family = family
         self.seeds = list(seeds)
@@ -161,7 +167,7 @@ class SeededEvalCallback(BaseCallback):
                                                       strict=self.strict_baselines)
         writer = tb_writer(self.logger)
         if writer is not None and self.family.metrics:
-            keys = [*self.family.metric_keys(), "mean_reward"]
+            keys = [*self.family.metric_keys(), "mean_reward", *(["normalized_score"] if self.references else [])]
             layout = {"servegym: agent vs baselines (same seeds)": {
                 k: ["Multiline", [f"eval/{k}$", f"baseline/.*/{k}$"]] for k in keys}}
             writer.add_custom_scalars(layout)
@@ -186,6 +192,13 @@ class SeededEvalCallback(BaseCallback):
         act = agent_act_fn(self.model, vn.normalize_obs if vn is not None else None)
         results = [play_episode(self._env, act, s, "agent", self.family.metrics) for s in self.seeds]
         summary = summarize_episodes(results)
+        scores = self._scores(results)
+        if scores is not None:
+            from servegym.agents.protocol import score_stats
+
+            ok = scores[np.isfinite(scores)]
+            summary["normalized_score"] = float(ok.mean()) if ok.size else math.nan
+            summary["normalized_score_iqm"] = score_stats(ok).iqm if ok.size else math.nan
         ref, metric = self.family.reference, self.family.saving_metric
         if ref and metric and ref in self.baseline_results:
             summary[f"saving_vs_{ref}_pct"] = mean_saving(results, self.baseline_results[ref], metric)
@@ -196,6 +209,9 @@ class SeededEvalCallback(BaseCallback):
         if writer is not None:
             for name, res in self.baseline_results.items():
                 b = summarize_episodes(res)
+                sc = self._scores(res)
+                if sc is not None and np.isfinite(sc).any():
+                    b["normalized_score"] = float(np.nanmean(sc))
                 if ref and metric and ref in self.baseline_results:
                     b[f"saving_vs_{ref}_pct"] = mean_saving(res, self.baseline_results[ref], metric)
                 for key, value in b.items():
@@ -205,8 +221,15 @@ class SeededEvalCallback(BaseCallback):
             writer.flush()
         summary["timesteps"] = float(step)
         self.history.append(summary)
-        if summary["mean_reward"] > self.best_mean_reward:
-            self.best_mean_reward = summary["mean_reward"]
+        # the protocol's selection: the highest mean normalized score (validation split); else mean reward
+        score = summary.get("normalized_score", math.nan)
+        key = score if math.isfinite(score) else -math.inf
+        improved = (key > self.best_score) if math.isfinite(score) else (
+            self.best_score == -math.inf and summary["mean_reward"] > self.best_mean_reward)
+        if math.isfinite(score):
+            self.best_score = max(self.best_score, key)
+        if improved:
+            self.best_mean_reward = max(self.best_mean_reward, summary["mean_reward"])
             if self.best_path is not None:
                 self.model.save(self.best_path)
                 if vn is not None:
@@ -215,6 +238,19 @@ class SeededEvalCallback(BaseCallback):
             shown = ", ".join(f"{k}={v:.4g}" for k, v in summary.items() if k != "timesteps")
             tqdm.write(f"eval @ {step}: {shown}")
         return summary
+
+
+    def _scores(self, results: Sequence[EpisodeResult]) -> np.ndarray | None:
+        """Normalized scores of ``results`` against the references on the same seeds (None without them)."""
+        if not self.references:
+            return None
+        naive = self.baseline_results.get(self.references["naive"])
+        best = self.baseline_results.get(self.references["best"])
+        if not naive or not best:
+            return None
+        from servegym.agents.protocol import episode_scores
+
+        return episode_scores(results, naive, best)
 
 
 class StatsCheckpointCallback(CheckpointCallback):

@@ -1,4 +1,4 @@
-"""``servegym train``, ``servegym evaluate`` and ``servegym sweep``.
+"""``servegym train``, ``servegym evaluate``, ``servegym sweep`` and ``servegym benchmark``.
 
 torch and stable-baselines3 are imported inside the handlers only, so ``servegym --help`` and
 ``import servegym`` never load them.
@@ -90,6 +90,33 @@ def add_commands(subparsers: Any) -> None:
     sw.add_argument("--json", action="store_true", help="print per (scenario, policy) means as JSON")
     sw.set_defaults(func=_sweep)
 
+    bm = subparsers.add_parser(
+        "benchmark", help="an agent or baseline under the benchmark protocol, or the leaderboard suite",
+        description="Normalized score 100 (R - R_naive) / (R_best - R_naive) per episode of a split (0 = naive, "
+                    "100 = the paper's best method), IQM and mean with 95%% bootstrap CIs, and the domain KPIs. "
+                    "--suite trains every env id and writes benchmarks/results/leaderboard.{md,csv,json}.")
+    bm.add_argument("--env", default=None, help="env id, e.g. servegym/GeoRoute-v0")
+    who = bm.add_mutually_exclusive_group()
+    who.add_argument("--policy", metavar="NAME", help="naive, best or a baseline of the env's family")
+    who.add_argument("--model", metavar="PATH", nargs="+",
+                     help="model .zip(s) saved by servegym train; several (one per training seed) are pooled")
+    bm.add_argument("--split", default="test",
+                    help="train, validation, test (default) or a shift of the env (e.g. shift-load)")
+    bm.add_argument("--episodes", type=_positive("--episodes"), default=10)
+    bm.add_argument("--seed", type=int, default=0, help="first reset seed (default 0)")
+    bm.add_argument("--env-kwargs", metavar="JSON", help="gym.make keyword arguments as a JSON object")
+    bm.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    bm.add_argument("--suite", action="store_true", help="train and test every env id, write the leaderboard")
+    bm.add_argument("--budget", default="quick", choices=("quick", "full", "smoke"),
+                    help="suite budget: quick (about 30 min per env id on 2 cores), full, smoke (CI check)")
+    bm.add_argument("--envs", default=None, help="suite: a comma list of env ids (default: all)")
+    bm.add_argument("--workers", type=_positive("--workers"), default=None, help="suite: processes (default: CPUs)")
+    bm.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                    help="suite: run the grid on Ray (a local instance, or a cluster at ADDRESS)")
+    bm.add_argument("--out-dir", default=None, metavar="DIR", help="suite: results folder (default benchmarks/results)")
+    bm.add_argument("--run-dir", default="runs/suite", metavar="DIR", help="suite: models, checkpoints, TensorBoard")
+    bm.set_defaults(func=_benchmark)
+
 
 def _train(args: argparse.Namespace) -> int:
     from servegym.agents.train import TrainConfig, train
@@ -157,4 +184,41 @@ def _sweep(args: argparse.Namespace) -> int:
               f"{report.seeds_phrase(cfg.seeds)}); means over seeds:")
         print(summary_table(df, path))
         print(f"every run: {path}")
+    return 0
+
+
+def _benchmark(args: argparse.Namespace) -> int:
+    from servegym.agents import benchmark as bm
+
+    if args.suite:
+        extra = [f for f, v in (("--env", args.env), ("--policy", args.policy), ("--model", args.model)) if v]
+        if extra:
+            raise ConfigError(f"{', '.join(extra)} cannot be combined with --suite; allowed: --suite [--budget "
+                              "quick|full] [--envs IDS] [--workers N] [--ray [ADDRESS]]")
+        envs = [e.strip() for e in args.envs.split(",")] if args.envs else None
+        ray_address: str | bool | None = False if args.ray is None else (args.ray or None)
+        res = bm.run_suite(args.budget, out_dir=args.out_dir or bm.RESULTS_DIR, run_dir=args.run_dir,
+                           workers=args.workers, ray_address=ray_address, progress=not args.json, env_ids=envs)
+        if args.json:
+            print(json.dumps(res.records, indent=2))
+        else:
+            print(f"leaderboard ({len(res.records)} rows, {res.wall_s / 60:.1f} min):")
+            for name, path in res.files.items():
+                print(f"  {name}: {path}")
+        return 0
+    if args.env is None:
+        raise ConfigError("--env is required (or --suite); allowed: a servegym env id, e.g. servegym/GeoRoute-v0")
+    if args.policy is None and args.model is None:
+        raise ConfigError("one of --policy NAME or --model PATH is required; allowed policies: naive, best or a "
+                          "baseline of the env's family")
+    from servegym.agents.train import check_env_id
+
+    check_env_id(args.env)
+    split = None if args.split in ("none", "None") else args.split
+    ev = bm.evaluate_policy(args.env, policy=args.policy, model=args.model, split=split, episodes=args.episodes,
+                            seed=args.seed, env_kwargs=_env_kwargs(args.env_kwargs), progress=not args.json)
+    if args.json:
+        print(json.dumps(ev.record()))
+    else:
+        sys.stdout.write(bm.text_summary(ev))
     return 0

@@ -187,9 +187,13 @@ def _tidy(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     return df.sort_values(["scenario", "policy", "seed"], kind="stable").reset_index(drop=True)
 
 
-def run_local(tasks: Sequence[dict[str, Any]], workers: int | None = None, progress: bool = True) -> pd.DataFrame:
+def run_local(tasks: Sequence[dict[str, Any]], workers: int | None = None, progress: bool = True,
+              fn: Any = None, tidy: bool = True) -> Any:
     """The grid on a ``spawn`` process pool (``workers`` default: CPU count, at most the cell count);
-    ``workers=1`` runs the cells in this process (no start-up cost, same results)."""
+    ``workers=1`` runs the cells in this process (no start-up cost, same results). ``fn`` (a
+    module-level function of one task dict; default :func:`run_task`) plays a cell; ``tidy=False``
+    returns its outputs as a list instead of the tidy DataFrame."""
+    fn = run_task if fn is None else fn
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -200,15 +204,15 @@ def run_local(tasks: Sequence[dict[str, Any]], workers: int | None = None, progr
     rows = []
     if n == 1:
         for t in tqdm(tasks, desc="sweep (in process)", unit="cell", disable=not progress):
-            rows.append(run_task(t))
-        return _tidy(rows)
+            rows.append(fn(t))
+        return _tidy(rows) if tidy else rows
     with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")) as pool, \
             tqdm(total=len(tasks), desc=f"sweep ({n} processes)", unit="cell", disable=not progress) as bar:
-        futures = [pool.submit(run_task, t) for t in tasks]
+        futures = [pool.submit(fn, t) for t in tasks]
         for fut in as_completed(futures):
             rows.append(fut.result())
             bar.update(1)
-    return _tidy(rows)
+    return _tidy(rows) if tidy else rows
 
 
 def _import_ray() -> Any:
@@ -221,7 +225,7 @@ def _import_ray() -> Any:
 
 
 def run_ray(tasks: Sequence[dict[str, Any]], address: str | None = None, workers: int | None = None,
-            progress: bool = True) -> pd.DataFrame:
+            progress: bool = True, fn: Any = None, tidy: bool = True) -> Any:
     """The grid on Ray: a local Ray instance (``address`` None) or an existing cluster (``"auto"`` or
     ``"ray://host:10001"``). ``workers`` caps the CPUs of a local instance."""
     from tqdm.auto import tqdm
@@ -236,7 +240,7 @@ def run_ray(tasks: Sequence[dict[str, Any]], address: str | None = None, workers
         ray.init(**init)
         started = True
     try:
-        remote = ray.remote(num_cpus=1)(run_task)
+        remote = ray.remote(num_cpus=1)(run_task if fn is None else fn)
         pending = [remote.remote(t) for t in tasks]
         rows = []
         with tqdm(total=len(tasks), desc="sweep (ray)", unit="cell", disable=not progress) as bar:
@@ -247,7 +251,7 @@ def run_ray(tasks: Sequence[dict[str, Any]], address: str | None = None, workers
     finally:
         if started:
             ray.shutdown()
-    return _tidy(rows)
+    return _tidy(rows) if tidy else rows
 
 
 def write_results(df: pd.DataFrame, out: str | Path) -> Path:

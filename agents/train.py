@@ -53,6 +53,7 @@ class TrainConfig:
     eval_freq: int | None = None
     eval_episodes: int = 3
     eval_seed: int = EVAL_SEED
+    eval_split: str | None = "validation"  # split of the evaluation env (servegym ids); None: the env's default
     baselines: str | None = "all"
     checkpoint_freq: int | None = None
     progress: bool = True
@@ -159,6 +160,10 @@ def train(cfg: TrainConfig) -> TrainResult:
     finally:
         probe.close()
     baselines = resolve_baselines(family, cfg.baselines)
+    refs = _protocol_references(cfg.env_id)
+    eval_split = cfg.eval_split if refs is not None else None
+    if refs is not None:  # the normalized score needs both references on the evaluation seeds
+        baselines += [b for b in dict.fromkeys(refs.values()) if b not in baselines]
     timesteps = cfg.timesteps or hp.n_timesteps
     if timesteps is None:
         raise ConfigError(f"--timesteps is required: {hp.source} sets no n_timesteps for {cfg.algo}")
@@ -207,11 +212,13 @@ def train(cfg: TrainConfig) -> TrainResult:
     best_path = run_dir / "best_model.zip"
 
     def make_eval_env() -> gym.Env:
-        return gym.make(cfg.env_id, **env_kwargs)
+        # checkpoints are chosen on the validation split only; training envs keep their split
+        return gym.make(cfg.env_id, **env_kwargs, **({"split": eval_split} if eval_split is not None else {}))
 
     evaluator = SeededEvalCallback(make_eval_env, family, eval_seeds, baselines,
                                    eval_freq if eval_freq > 0 else timesteps + 1, best_path,
-                                   verbose=cfg.verbose, strict_baselines=cfg.baselines not in (None, "all"))
+                                   verbose=cfg.verbose, strict_baselines=cfg.baselines not in (None, "all"),
+                                   references=refs)
     callbacks: list[Any] = [EpisodeMetricsCallback(family), evaluator]
     ckpt = cfg.checkpoint_freq if cfg.checkpoint_freq is not None else max(timesteps // 4, 1)
     if ckpt > 0:
@@ -235,7 +242,8 @@ def train(cfg: TrainConfig) -> TrainResult:
     run = {
         "env_id": cfg.env_id, "algo": spec.name, "env_kwargs": env_kwargs, "timesteps": timesteps,
         "timesteps_trained": int(model.num_timesteps),
-        "n_envs": n_envs, "seed": cfg.seed, "eval_seeds": eval_seeds, "baselines": baselines,
+        "n_envs": n_envs, "seed": cfg.seed, "eval_seeds": eval_seeds, "eval_split": eval_split,
+        "baselines": baselines, "references": refs,
         "hyperparams_source": hp.source, "hyperparams": asdict(hp), "model": out.name,
         "tensorboard": str(tb_dir) if tb_dir else None, "eval_history": evaluator.history,
         "baseline_eval": {n: [r.row() for r in res] for n, res in evaluator.baseline_results.items()},
@@ -246,6 +254,13 @@ def train(cfg: TrainConfig) -> TrainResult:
                        vecnormalize_path=vn_path, tb_dir=tb_dir, run_file=run_file,
                        eval_history=evaluator.history, wall_s=time.perf_counter() - t0,
                        timesteps_trained=int(model.num_timesteps))
+
+
+def _protocol_references(env_id: str) -> dict[str, str] | None:
+    """The env id's naive/best references (servegym ids with splits), else None."""
+    from servegym.agents.protocol import REFERENCES
+
+    return dict(REFERENCES[env_id]) if env_id in REFERENCES else None
 
 
 def read_run(model_path: Path) -> dict[str, Any] | None:

@@ -90,9 +90,9 @@ from servegym.envs.geo.provisioner import Snapshot
 from servegym.errors import ActionError, ConfigError, check_field_types, check_range, known_overrides
 from servegym.splits import check_split, scenario_rng, split_days
 
-#: ``shift-load``: arrival rate multiplier (issue 11: load x 1.5).
+#: ``shift-load``: arrival rate multiplier.
 SHIFT_LOAD_FACTOR = 1.5
-#: ``shift-stale``: provisioner poll period (s) of the stale-snapshot shift (issue 11: Δp 5 s).
+#: ``shift-stale``: provisioner poll period (s) of the stale-snapshot shift.
 SHIFT_STALE_POLL_S = 5.0
 #: ``shift-topology``: the same-shape twin of each training topology (``servegym.envs.grid``).
 SHIFT_TOPOLOGY: dict[str, str] = {"geo-small": "geo-small-shift", "geo-mini": "geo-mini-shift"}

@@ -1,0 +1,443 @@
+"""``servegym benchmark``: one agent or baseline under the protocol, or the whole leaderboard suite.
+
+``servegym benchmark --env ID (--policy NAME | --model PATH) [--split test] [--episodes K] [--json]``
+plays K episodes of the split (reset seeds ``--seed .. --seed+K-1``) with the policy and with the env's
+``naive`` and ``best`` references on the same scenarios, and reports the normalized scores' IQM and
+mean with 95 % bootstrap CIs next to the domain KPIs (:mod:`servegym.agents.protocol`). ``--json``
+prints exactly one object: ``env``, ``policy``, ``split``, ``episodes``, ``score_mean``, ``score_iqm``,
+``score_ci`` (the IQM's CI) and ``kpis``.
+
+``servegym benchmark --suite [--budget quick|full]`` trains the recommended algorithm of every env id
+(:data:`SUITE`) with several seeds on the ``train`` split, keeps each seed's checkpoint with the best
+mean normalized score on the ``validation`` split (the test split is never read while training or
+selecting), then plays every seed's selected agent and every baseline on the same ``test`` episodes
+and writes ``leaderboard.md``, ``leaderboard.csv``, ``leaderboard.json`` (a list of the objects above,
+learned agents named ``agent:<algo>``) and the performance-profile and score plots into
+``benchmarks/results/``. The grid (training seeds and baseline episodes) runs on the sweep engine's
+process pool (default) or on Ray (``--ray``), with a progress bar.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pandas as pd
+from servegym.agents import protocol
+from servegym.agents.families import EpisodeResult, family_for, run_baseline_episodes
+from servegym.agents.rollout import agent_act_fn, play_episode, seeds_from
+
+from servegym.errors import ConfigError
+
+#: First reset seed of the test episodes (any seed works: the split draws the scenario).
+TEST_SEED = 0
+#: First reset seed of the validation episodes used for checkpoint selection.
+VALIDATION_SEED = 1000
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+
+
+def make_split_env(env_id: str, split: str | None, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
+    """``gym.make(env_id, **env_kwargs, split=split)`` (the split keyword wins over a config's)."""
+    import servegym  # noqa: F401  (registers the ids in fresh workers)
+
+    return gym.make(env_id, **{**(env_kwargs or {}), "split": split})
+
+
+@dataclass(frozen=True)
+class PolicyEvaluation:
+    """One policy's episodes with the references' on the same seeds, and the per-episode scores."""
+
+    env_id: str
+    policy: str
+    split: str | None
+    results: list[EpisodeResult]
+    naive: list[EpisodeResult]
+    best: list[EpisodeResult]
+    scores: np.ndarray
+    kpi: str
+
+    def record(self) -> dict[str, Any]:
+        return protocol.benchmark_record(self.env_id, self.policy, self.split, self.results, self.scores)
+
+
+def evaluate_policy(env_id: str, policy: str | None = None, model: str | Path | Sequence[str | Path] | None = None,
+                    split: str | None = "test", episodes: int = 10, seed: int = TEST_SEED,
+                    env_kwargs: dict[str, Any] | None = None, progress: bool = True) -> PolicyEvaluation:
+    """Play ``policy`` (a name of :func:`protocol.policy_names`) or the saved agent(s) ``model`` on
+    ``episodes`` episodes of ``split``, with the env's naive and best references on the same seeds.
+    Several models (one per training seed, the same algorithm) are pooled: every model plays the same
+    episodes, and the statistics run over models x episodes."""
+    from tqdm.auto import tqdm
+
+    if (policy is None) == (model is None):
+        raise ConfigError("give exactly one of --policy NAME or --model PATH")
+    refs = protocol.references(env_id)
+    fam = family_for(env_id)
+    seeds = seeds_from(seed, episodes)
+    kwargs = dict(env_kwargs or {})
+    label = policy
+    acts: list[Any] = []
+    if model is not None:
+        from servegym.agents.train import load_agent
+
+        paths = [model] if isinstance(model, (str, Path)) else list(model)
+        algos = set()
+        for path in paths:
+            agent, norm, run = load_agent(path, env_id=env_id, env_kwargs=kwargs)
+            algos.add(run.get("algo", type(agent).__name__.lower()))
+            acts.append(agent_act_fn(agent, norm))
+            kwargs = {**run.get("env_kwargs", {}), **(env_kwargs or {})}
+        if len(algos) > 1:
+            raise ConfigError(f"--model: the models were trained with different algorithms {sorted(algos)}; "
+                              "allowed: the seeds of one agent")
+        label = f"agent:{algos.pop()}"
+    else:
+        assert policy is not None
+        name = protocol.resolve_policy(env_id, policy)
+    env = make_split_env(env_id, split, kwargs)
+    n_ref = len(set(refs.values()))
+    n_own = len(acts) if acts else (0 if policy in refs or policy in refs.values() else 1)
+    with tqdm(total=len(seeds) * (n_ref + n_own), desc=f"benchmark {env_id.split('/')[-1]} ({split})",
+              unit="episode", disable=not progress) as bar:
+        try:
+            ref_runs = run_baseline_episodes(fam, env, sorted(set(refs.values())), seeds, progress=bar)
+            if acts:
+                results = []
+                for act in acts:
+                    for s in seeds:
+                        results.append(play_episode(env, act, s, str(label), fam.metrics))
+                        bar.update(1)
+            elif name in ref_runs:
+                results = ref_runs[name]
+            else:
+                results = run_baseline_episodes(fam, env, [name], seeds, progress=bar)[name]
+            kpi = protocol.kpi_metric(env)
+        finally:
+            env.close()
+    naive, best = ref_runs[refs["naive"]], ref_runs[refs["best"]]
+    return PolicyEvaluation(env_id=env_id, policy=str(label), split=split, results=list(results), naive=naive,
+                            best=best, scores=protocol.episode_scores(results, naive, best), kpi=kpi)
+
+
+def text_summary(ev: PolicyEvaluation) -> str:
+    """A few lines for the terminal: scores, KPIs beside the references', the verdict."""
+    rec = ev.record()
+    st = protocol.score_stats(ev.scores)
+    lines = [f"{ev.env_id} · {ev.policy} · split {ev.split} · {rec['episodes']} episodes",
+             f"  normalized score (0 = naive, 100 = best): IQM {_f(st.iqm)} [{_f(st.iqm_ci[0])}, {_f(st.iqm_ci[1])}]"
+             f", mean {_f(st.mean)} [{_f(st.mean_ci[0])}, {_f(st.mean_ci[1])}]"
+             + (f" ({st.undefined} episodes without scale)" if st.undefined else "")]
+    fam = family_for(ev.env_id)
+    for who, res in (("policy", ev.results), ("naive", ev.naive), ("best", ev.best)):
+        k = protocol.kpi_means(res, fam)
+        shown = ", ".join(f"{key} {k[key]:.4g}" for key in (ev.kpi, protocol.SLO_METRIC) if key in k)
+        lines.append(f"  {who:>6}: {shown}")
+    for who, ref in (("naive", ev.naive), ("best", ev.best)):
+        verdict = "beats" if protocol.beats(ev.results, ref, ev.kpi) else "does not beat"
+        lines.append(f"  {ev.policy} {verdict} {who} (lower {ev.kpi} at SLO violation <= {who}'s + "
+                     f"{protocol.SLO_TOLERANCE_PP:g} pp)")
+    return "\n".join(lines) + "\n"
+
+
+def _f(v: float) -> str:
+    return "nan" if not math.isfinite(v) else f"{v:.1f}"
+
+
+# ---------------------------------------------------------------------------------------------- suite
+@dataclass(frozen=True)
+class SuiteEntry:
+    """One env id of the suite: the algorithm, the env kwargs every policy and split plays, and the budget."""
+
+    env_id: str
+    algo: str
+    env_kwargs: dict[str, Any]
+    timesteps: int
+    seeds: int
+    episodes: int
+    val_episodes: int
+    evals: int = 5  # validation evaluations per training run (checkpoint candidates)
+    baselines: tuple[str, ...] | None = None  # leaderboard baselines besides the references (None: all)
+    note: str = ""
+
+
+#: The suite per budget. ``quick`` is sized to fit 30 minutes per env id on 2 cores with all seeds
+#: (the README and the leaderboard state what was measured); ``full`` is the default configs at the
+#: hyperparameter files' budgets (its cost is stated in leaderboard.md from the measured step rates).
+SUITE: dict[str, tuple[SuiteEntry, ...]] = {
+    "quick": (
+        SuiteEntry("servegym/GeoRoute-v0", "maskable-ppo", {"config": {"preset": "mini"}}, 30_000, 5, 10, 3,
+                   baselines=("ll", "greedy:0.5", "moer", "ilp"), note="mini preset (3 DCs, 30 s)"),
+        SuiteEntry("servegym/GeoRouteWindow-v0", "ppo", {"config": {"preset": "mini"}}, 20_000, 5, 10, 3,
+                   baselines=("ll", "greedy:0.5", "moer", "ilp"), note="mini preset (3 DCs, 30 s)"),
+        SuiteEntry("servegym/PDProvision-v0", "maskable-ppo", {}, 51_200, 5, 10, 3,
+                   note="full day, 60-s periods"),
+        SuiteEntry("servegym/NPUAutoscale-v0", "maskable-ppo", {"config": {"hours": 2.0}}, 4_800, 5, 10, 3,
+                   note="2-h episodes (24 epochs), the four models"),
+    ),
+    "full": (
+        SuiteEntry("servegym/GeoRoute-v0", "maskable-ppo", {"config": {"preset": "small"}}, 200_000, 5, 10, 5,
+                   note="small preset (4 DCs, 60 s)"),
+        SuiteEntry("servegym/GeoRouteWindow-v0", "ppo", {"config": {"preset": "small"}}, 100_000, 5, 10, 5,
+                   note="small preset (4 DCs, 60 s)"),
+        SuiteEntry("servegym/PDProvision-v0", "maskable-ppo", {}, 100_000, 5, 10, 5, note="full day"),
+        SuiteEntry("servegym/NPUAutoscale-v0", "maskable-ppo", {"config": {"hours": 24.0}}, 100_000, 5, 10, 5,
+                   note="24-h episodes (288 epochs)"),
+    ),
+    # CI smoke check of the machinery: 2 env ids x 2 seeds, tiny episodes and budgets (numbers meaningless)
+    "smoke": (
+        SuiteEntry("servegym/GeoRoute-v0", "maskable-ppo",
+                   {"config": {"preset": "mini", "geo": {"duration_s": 1.5, "drain_s": 10.0}}}, 256, 2, 2, 1,
+                   evals=1, baselines=("greedy:0.5",), note="1.5-s mini episodes"),
+        SuiteEntry("servegym/PDProvision-v0", "maskable-ppo", {"config": {"scenario": {"horizon_steps": 240}}},
+                   256, 2, 2, 1, evals=1, baselines=("min-power",), note="4-h days"),
+    ),
+}
+BUDGETS = tuple(SUITE)
+
+
+def suite_policies(entry: SuiteEntry) -> list[str]:
+    """Baselines on the leaderboard of ``entry``: the references first, then the others."""
+    refs = protocol.references(entry.env_id)
+    fam = family_for(entry.env_id)
+    others = fam.baselines if entry.baselines is None else entry.baselines
+    out = [refs["naive"], refs["best"]]
+    return out + [b for b in others if b not in out]
+
+
+def train_task(task: dict[str, Any]) -> dict[str, Any]:
+    """One training seed of one env id: train on ``train``, select on ``validation``, play ``test``.
+    Module-level so the process pool and Ray can ship it; returns the test episodes' rows."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+    from servegym.agents.train import TrainConfig, load_agent, train
+
+    t0 = time.perf_counter()
+    e: SuiteEntry = SuiteEntry(**task["entry"])
+    out = Path(task["run_dir"]) / f"{e.env_id.split('/')[-1]}_{e.algo}_s{task['seed']}" / "model.zip"
+    refs = protocol.references(e.env_id)
+    cfg = TrainConfig(env_id=e.env_id, algo=e.algo, timesteps=e.timesteps, seed=int(task["seed"]),
+                      tb=str(Path(task["run_dir"]) / "tb") if task.get("tb") else None, out=str(out),
+                      env_kwargs=dict(e.env_kwargs), eval_freq=max(e.timesteps // e.evals, 1),
+                      eval_episodes=e.val_episodes, eval_seed=VALIDATION_SEED, eval_split="validation",
+                      baselines=",".join(sorted(set(refs.values()))), checkpoint_freq=0, progress=False, verbose=0)
+    res = train(cfg)
+    train_s = time.perf_counter() - t0
+    chosen = res.best_model_path or res.model_path
+    agent, norm, run = load_agent(chosen, env_id=e.env_id, env_kwargs=e.env_kwargs)
+    fam = family_for(e.env_id)
+    env = make_split_env(e.env_id, "test", e.env_kwargs)
+    rows = []
+    try:
+        act = agent_act_fn(agent, norm)
+        for s in seeds_from(TEST_SEED, e.episodes):
+            r = play_episode(env, act, s, f"agent:{run.get('algo', e.algo)}", fam.metrics)
+            rows.append({**r.row(), "train_seed": int(task["seed"])})
+    finally:
+        env.close()
+    return {"kind": "train", "env_id": e.env_id, "seed": int(task["seed"]), "rows": rows,
+            "train_s": train_s, "wall_s": time.perf_counter() - t0, "env_steps": int(e.timesteps),
+            "chosen": str(chosen), "validation": run.get("eval_history", [])}
+
+
+def baseline_task(task: dict[str, Any]) -> dict[str, Any]:
+    """One baseline on one test episode (module-level for the executors)."""
+    t0 = time.perf_counter()
+    fam = family_for(task["env_id"])
+    env = make_split_env(task["env_id"], "test", task["env_kwargs"])
+    try:
+        assert fam.run_baseline is not None
+        r = fam.run_baseline(env, task["policy"], int(task["seed"]))
+    finally:
+        env.close()
+    return {"kind": "baseline", "env_id": task["env_id"], "rows": [{**r.row(), "train_seed": -1}],
+            "wall_s": time.perf_counter() - t0, "env_steps": int(r.length)}
+
+
+def suite_task(task: dict[str, Any]) -> dict[str, Any]:
+    return train_task(task) if task["kind"] == "train" else baseline_task(task)
+
+
+@dataclass
+class SuiteResult:
+    leaderboard: pd.DataFrame
+    records: list[dict[str, Any]]
+    files: dict[str, Path] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir: str | Path = "runs/suite",
+              workers: int | None = None, ray_address: str | bool | None = False, progress: bool = True,
+              env_ids: Sequence[str] | None = None, tb: bool = True) -> SuiteResult:
+    """Train, select and test every env id of ``budget`` and write the leaderboard (module docstring)."""
+    from servegym.agents.sweep import run_local, run_ray
+
+    if budget not in SUITE:
+        raise ConfigError(f"--budget = {budget!r}; allowed: {', '.join(BUDGETS)}")
+    entries = [e for e in SUITE[budget] if env_ids is None or e.env_id in env_ids]
+    if not entries:
+        raise ConfigError(f"--envs = {list(env_ids or [])!r} selects nothing; allowed: "
+                          f"{[e.env_id for e in SUITE[budget]]}")
+    t0 = time.perf_counter()
+    tasks: list[dict[str, Any]] = []
+    for e in entries:
+        for s in range(e.seeds):
+            tasks.append({"kind": "train", "entry": e.__dict__, "seed": s, "run_dir": str(run_dir), "tb": tb})
+        for p in suite_policies(e):
+            for s in seeds_from(TEST_SEED, e.episodes):
+                tasks.append({"kind": "baseline", "env_id": e.env_id, "env_kwargs": e.env_kwargs, "policy": p,
+                              "seed": s})
+    if ray_address is not False:
+        outs = run_ray(tasks, address=ray_address or None, workers=workers, progress=progress, fn=suite_task,
+                       tidy=False)
+    else:
+        outs = run_local(tasks, workers=workers, progress=progress, fn=suite_task, tidy=False)
+    board, records = leaderboard(entries, outs)
+    res = SuiteResult(leaderboard=board, records=records, wall_s=time.perf_counter() - t0)
+    res.files = write_leaderboard(res, entries, outs, budget, Path(out_dir))
+    return res
+
+
+def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]]
+                ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """One row per env id x policy (agents pooled over training seeds), and the JSON records."""
+    rows, records = [], []
+    for e in entries:
+        mine = [o for o in outs if o["env_id"] == e.env_id]
+        eps = pd.DataFrame([r for o in mine for r in o["rows"]])
+        refs = protocol.references(e.env_id)
+        by_policy = {p: [_result(r) for r in g.to_dict("records")] for p, g in eps.groupby("policy", sort=False)}
+        naive, best = by_policy[refs["naive"]], by_policy[refs["best"]]
+        fam = family_for(e.env_id)
+        kpi = _entry_kpi(e)
+        best_scores = protocol.episode_scores(best, naive, best)
+        order = [p for p in by_policy if p.startswith("agent:")] + suite_policies(e)
+        for p in order:
+            res = by_policy.get(p)
+            if not res:
+                continue
+            scores = protocol.episode_scores(res, naive, best)
+            st = protocol.score_stats(scores)
+            poi, poi_ci = protocol.probability_of_improvement(scores, best_scores)
+            runs = [o for o in mine if (o["kind"] == "train") == p.startswith("agent:")
+                    and (o["kind"] == "train" or o["rows"][0]["policy"] == p)]
+            rec = protocol.benchmark_record(e.env_id, p, "test", res, scores)
+            records.append(rec)
+            rows.append({"env": e.env_id, "policy": p, "episodes": len(res),
+                         "seeds": len({r.get("train_seed") for r in eps[eps.policy == p].to_dict("records")}),
+                         "score_iqm": st.iqm, "score_iqm_lo": st.iqm_ci[0], "score_iqm_hi": st.iqm_ci[1],
+                         "score_mean": st.mean, "score_mean_lo": st.mean_ci[0], "score_mean_hi": st.mean_ci[1],
+                         "p_improve_over_best": poi, "p_improve_lo": poi_ci[0], "p_improve_hi": poi_ci[1],
+                         "kpi": kpi, **{k: v for k, v in protocol.kpi_means(res, fam).items()},
+                         "beats_best": protocol.beats(res, best, kpi),
+                         "beats_naive": protocol.beats(res, naive, kpi),
+                         "wall_s": float(sum(o["wall_s"] for o in runs)),
+                         "env_steps": int(sum(o["env_steps"] for o in runs))})
+    return pd.DataFrame(rows), records
+
+
+def _entry_kpi(e: SuiteEntry) -> str:
+    env = make_split_env(e.env_id, "test", e.env_kwargs)
+    try:
+        return protocol.kpi_metric(env)
+    finally:
+        env.close()
+
+
+def _result(row: dict[str, Any]) -> EpisodeResult:
+    core = {"policy", "seed", "reward", "length", "train_seed"}
+    metrics = {k: float(v) for k, v in row.items() if k not in core and isinstance(v, (int, float))
+               and not isinstance(v, bool) and math.isfinite(float(v))}
+    # agents pooled over training seeds: one episode per (training seed, test seed)
+    return EpisodeResult(policy=row["policy"], seed=int(row["seed"]), reward=float(row["reward"]),
+                         length=int(row["length"]), metrics=metrics)
+
+
+def write_leaderboard(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]],
+                      budget: str, out_dir: Path) -> dict[str, Path]:
+    """leaderboard.md/.csv/.json and the plots (performance profiles, score IQMs) in ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = "leaderboard" if budget != "smoke" else "leaderboard_smoke"
+    files = {"csv": out_dir / f"{stem}.csv", "json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md"}
+    res.leaderboard.to_csv(files["csv"], index=False)
+    files["json"].write_text(json.dumps(res.records, indent=2) + "\n")
+    scores_by_env: dict[str, dict[str, np.ndarray]] = {}
+    for e in entries:
+        mine = [o for o in outs if o["env_id"] == e.env_id]
+        eps = pd.DataFrame([r for o in mine for r in o["rows"]])
+        refs = protocol.references(e.env_id)
+        by = {p: [_result(r) for r in g.to_dict("records")] for p, g in eps.groupby("policy", sort=False)}
+        scores_by_env[e.env_id] = {p: protocol.episode_scores(r, by[refs["naive"]], by[refs["best"]])
+                                   for p, r in by.items()}
+    files["profiles"] = _plot_profiles(scores_by_env, out_dir / f"{stem}_profiles.png")
+    files["md"].write_text(_markdown(res, entries, outs, budget, files))
+    return files
+
+
+def _plot_profiles(scores_by_env: dict[str, dict[str, np.ndarray]], path: Path) -> Path:
+    """One performance-profile panel per env id (rliable's plot)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from rliable import plot_utils
+
+    taus = np.linspace(-50.0, 150.0, 81)
+    n = len(scores_by_env)
+    fig, axes = plt.subplots(1, n, figsize=(4.6 * n, 3.8), squeeze=False)
+    for ax, (env_id, scores) in zip(axes[0], scores_by_env.items(), strict=True):
+        profiles, cis = {}, {}
+        for p, s in scores.items():
+            profiles[p], cis[p] = protocol.performance_profile(s, taus)
+        plot_utils.plot_performance_profiles(profiles, taus, performance_profile_cis=cis, ax=ax,
+                                             xlabel=r"normalized score $\tau$", ylabel=r"fraction of episodes $> \tau$")
+        ax.set_title(env_id.split("/")[-1], fontsize=10)
+        ax.legend(loc="lower left", fontsize=7, frameon=False)
+    fig.suptitle("test split: 0 = naive, 100 = best (the paper's method)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]], budget: str,
+              files: dict[str, Path]) -> str:
+    b = res.leaderboard
+    lines = [f"# servegym leaderboard ({budget} budget, test split)", "",
+             "Normalized score per episode: 100 x (R - R_naive) / (R_best - R_naive) on the same test scenario "
+             "(0 = naive, 100 = the paper's best method); IQM and mean with 95 % stratified-bootstrap CIs over "
+             "episodes (agents: training seeds x test episodes). P(>best): probability of improvement over best. "
+             f"Beats: lower KPI at SLO violation <= the baseline's + {protocol.SLO_TOLERANCE_PP:g} pp. "
+             "Agents: each seed's checkpoint chosen on the validation split only. Generated by "
+             f"`servegym benchmark --suite --budget {budget}` in {res.wall_s / 60:.1f} min wall.", ""]
+    for e in entries:
+        refs = protocol.references(e.env_id)
+        sub = b[b.env == e.env_id]
+        lines += [f"## {e.env_id}", "",
+                  f"{e.note}; `gym.make` kwargs `{json.dumps(e.env_kwargs)}`; agent {e.algo}, {e.timesteps:,} steps x "
+                  f"{e.seeds} seeds, checkpoint on {e.val_episodes} validation episodes x {e.evals} evaluations; "
+                  f"{e.episodes} test episodes; naive = `{refs['naive']}`, best = `{refs['best']}`.", ""]
+        kpi = sub["kpi"].iloc[0] if len(sub) else "kpi"
+        lines += [f"| policy | score IQM [95% CI] | score mean [95% CI] | P(>best) | {kpi} | SLO viol. % "
+                  "| beats best | wall s | env steps |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for _, r in sub.iterrows():
+            lines.append(f"| {r.policy} | {_f(r.score_iqm)} [{_f(r.score_iqm_lo)}, {_f(r.score_iqm_hi)}] | "
+                         f"{_f(r.score_mean)} [{_f(r.score_mean_lo)}, {_f(r.score_mean_hi)}] | "
+                         f"{r.p_improve_over_best:.2f} | {r.get(kpi, math.nan):.4g} | "
+                         f"{r.get(protocol.SLO_METRIC, math.nan):.2f} | {'yes' if r.beats_best else 'no'} | "
+                         f"{r.wall_s:,.0f} | {r.env_steps:,} |")
+        lines.append("")
+    lines += [f"![performance profiles]({files['profiles'].name})", "",
+              f"Files: `{files['csv'].name}` (every column), `{files['json'].name}` (one object per env id x "
+              "policy: env, policy, split, episodes, score_mean, score_iqm, score_ci, kpis).", ""]
+    return "\n".join(lines)

@@ -1,0 +1,214 @@
+"""The benchmark protocol (issue 11): references, normalized scores on real episodes, the return-equals-KPI
+identity of the baselines that decide outside the env's loop, statistics, the CLI and the suite."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from servegym.agents import protocol
+from servegym.agents.benchmark import evaluate_policy, run_suite
+from servegym.agents.families import EpisodeResult, family_for
+
+import servegym  # noqa: F401  (registers the ids)
+from servegym.cli import main
+from servegym.errors import ConfigError
+
+GEO = {"config": {"preset": "mini", "geo": {"duration_s": 1.5, "drain_s": 10.0}}}
+PD = {"config": {"scenario": {"horizon_steps": 240}}}  # 4 h: shorter days tie the references
+RECORD_KEYS = {"env", "policy", "split", "episodes", "score_mean", "score_iqm", "score_ci", "kpis"}
+
+
+def test_every_env_id_names_naive_best_and_its_baselines() -> None:
+    for env_id, refs in protocol.REFERENCES.items():
+        fam = family_for(env_id)
+        assert set(refs) == {"naive", "best"} and set(refs.values()) <= set(fam.baselines)
+        names = protocol.policy_names(env_id)
+        assert names[:2] == ["naive", "best"] and set(fam.baselines) <= set(names)
+        assert protocol.resolve_policy(env_id, "best") == refs["best"]
+    assert protocol.resolve_policy("servegym/GeoRoute-v0", "greedy:0.3") == "greedy:0.3"
+    with pytest.raises(ConfigError, match=r"--policy = 'bestest' is unknown .* allowed: naive, best, rr"):
+        protocol.resolve_policy("servegym/GeoRoute-v0", "bestest")
+
+
+@pytest.mark.parametrize(("env_id", "kwargs"), [("servegym/GeoRoute-v0", GEO), ("servegym/PDProvision-v0", PD)])
+def test_naive_scores_0_and_best_100_on_real_episodes(env_id: str, kwargs: dict) -> None:
+    """The arithmetic on real episodes of the test split: naive 0 and best 100 on every episode, and a
+    third baseline's score is 100 (R - R_naive) / (R_best - R_naive) of the same seeds' returns."""
+    naive = evaluate_policy(env_id, "naive", episodes=3, env_kwargs=kwargs, progress=False)
+    best = evaluate_policy(env_id, "best", episodes=3, env_kwargs=kwargs, progress=False)
+    np.testing.assert_array_equal(naive.scores, 0.0)
+    np.testing.assert_allclose(best.scores, 100.0, rtol=0, atol=1e-9)
+    assert [r.reward for r in naive.results] == [r.reward for r in best.naive]  # same episodes
+    assert len({r.reward for r in naive.results}) == 3  # the test split's episodes differ
+    other = "greedy:0.5" if env_id.endswith("GeoRoute-v0") else "min-power"
+    ev = evaluate_policy(env_id, other, episodes=3, env_kwargs=kwargs, progress=False)
+    for score, r, n, b in zip(ev.scores, ev.results, ev.naive, ev.best, strict=True):
+        assert r.seed == n.seed == b.seed
+        assert score == pytest.approx(100.0 * (r.reward - n.reward) / (b.reward - n.reward), rel=1e-12)
+    rec = ev.record()
+    assert set(rec) == RECORD_KEYS and rec["split"] == "test" and rec["episodes"] == 3
+    assert rec["score_mean"] == pytest.approx(float(np.mean(ev.scores)))
+    assert rec["score_ci"][0] <= rec["score_iqm"] <= rec["score_ci"][1]
+    assert {"slo_violation_pct"} <= set(rec["kpis"])
+
+
+def test_outside_loop_baseline_return_is_the_envs_return_on_the_same_scenario() -> None:
+    """GeoRouteWindow-v0 residual with action 0 plays the facility MILP exactly; the MILP's R computed by
+    the family runner from its KPIs (outside the env loop, on env.episode_scenario(seed)) equals the
+    env's undiscounted return of that episode, on a train-split draw."""
+    from servegym.agents.adapters import run_geo_baseline
+
+    cfg = {"preset": "mini", "geo": {"duration_s": 2.0, "drain_s": 10.0}, "action_mode": "residual"}
+    env = gym.make("servegym/GeoRouteWindow-v0", config=cfg).unwrapped
+    _, info = env.reset(seed=4)
+    assert info["scenario"]["split"] == "train"
+    total, done = 0.0, False
+    while not done:
+        _, r, term, trunc, info = env.step(np.zeros(env.n_dcs, dtype=np.float32))
+        total += r
+        done = term or trunc
+    res = run_geo_baseline(env, "milp", 4)
+    assert res.reward == pytest.approx(total, rel=1e-9)
+    assert res.metrics["carbon_g"] == info["episode_metrics"]["carbon_g"]
+
+
+def test_score_statistics_and_ties() -> None:
+    s = protocol.normalized_scores([5.0, 1.0, 3.0], [1.0, 1.0, 3.0], [5.0, 3.0, 3.0])
+    assert s[0] == 100.0 and s[1] == 0.0 and math.isnan(s[2])  # references tie: no scale
+    st_ = protocol.score_stats([0.0, 10.0, 20.0, 30.0, 1000.0, math.nan])
+    assert st_.n == 5 and st_.undefined == 1
+    assert st_.iqm == pytest.approx(20.0)  # rliable's IQM: trimmed mean of the middle half
+    assert st_.mean == pytest.approx(212.0)
+    assert st_.iqm_ci[0] <= st_.iqm <= st_.iqm_ci[1] and st_.mean_ci[0] < st_.mean_ci[1]
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=40), rng.normal(size=30)
+    from rliable import metrics
+
+    # the vectorized forms the bootstrap uses are rliable's aggregate functions
+    assert protocol._iqm_along(x) == pytest.approx(metrics.aggregate_iqm(x.reshape(-1, 1)))
+    assert protocol._poi_along(x, y) == pytest.approx(metrics.probability_of_improvement(x.reshape(-1, 1),
+                                                                                       y.reshape(-1, 1)))
+    p, (lo, hi) = protocol.probability_of_improvement([10.0, 20.0, 30.0], [0.0, 0.0, 0.0])
+    assert p == 1.0 and lo == hi == 1.0
+    p, _ = protocol.probability_of_improvement([1.0, 2.0], [1.0, 2.0])
+    assert p == 0.5
+    prof, ci = protocol.performance_profile([0.0, 50.0, 100.0], np.array([-1.0, 49.0, 99.0, 101.0]))
+    np.testing.assert_allclose(prof, [1.0, 2 / 3, 1 / 3, 0.0])
+    assert ci.shape == (2, 4) and np.all(ci[0] <= prof + 1e-12) and np.all(prof <= ci[1] + 1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(-1e6, 1e6), st.floats(-1e6, 1e6), st.floats(-1e6, 1e6)), min_size=1,
+                max_size=20))
+def test_references_score_0_and_100_for_any_returns(rows: list[tuple[float, float, float]]) -> None:
+    r, n, b = (np.array(x) for x in zip(*rows, strict=True))
+    ok = np.abs(b - n) > 1e-6 * np.maximum(np.abs(b), 1.0)
+    np.testing.assert_array_equal(protocol.normalized_scores(n, n, b)[ok], 0.0)
+    np.testing.assert_allclose(protocol.normalized_scores(b, n, b)[ok], 100.0, rtol=1e-9)
+    assert np.all(np.isnan(protocol.normalized_scores(r, n, b)[~ok & (b == n)]))
+
+
+def test_beats_needs_lower_kpi_at_no_more_slo_violation() -> None:
+    def res(kpi: float, viol: float) -> list[EpisodeResult]:
+        return [EpisodeResult("p", 0, 0.0, 1, {"carbon_g": kpi, "slo_violation_pct": viol})]
+
+    base = res(10.0, 1.0)
+    assert protocol.beats(res(9.0, 1.0), base, "carbon_g")
+    assert protocol.beats(res(9.0, 1.0 + protocol.SLO_TOLERANCE_PP), base, "carbon_g")
+    assert not protocol.beats(res(9.0, 1.6), base, "carbon_g")  # bought with SLO violations
+    assert not protocol.beats(res(10.0, 0.0), base, "carbon_g")
+
+
+def test_cli_json_is_exactly_the_protocol_object(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["benchmark", "--env", "servegym/PDProvision-v0", "--policy", "best", "--episodes", "2",
+               "--env-kwargs", json.dumps(PD), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and set(out) == RECORD_KEYS
+    assert out["policy"] == "best" and out["score_mean"] == pytest.approx(100.0) and out["split"] == "test"
+    assert set(out["kpis"]) >= {"energy_kwh", "slo_violation_pct", "carbon_g"}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["benchmark", "--env", "servegym/PDProvision-v0", "--policy", "oracle"], "--policy = 'oracle' is unknown"),
+    (["benchmark", "--env", "servegym/PDProvision-v0", "--policy", "best", "--split", "shift-geo"],
+     "split = 'shift-geo' is not allowed"),
+    (["benchmark", "--suite", "--env", "servegym/PDProvision-v0"], "cannot be combined with --suite"),
+    (["benchmark", "--env", "servegym/PDProvision-v0"], "one of --policy NAME or --model PATH is required"),
+])
+def test_cli_errors_are_one_line_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    """The smoke suite, run once in process (2 env ids x 2 seeds, tiny budgets)."""
+    tmp = tmp_path_factory.mktemp("suite")
+    return run_suite("smoke", out_dir=tmp / "results", run_dir=tmp / "runs", workers=1, progress=False,
+                     tb=False), tmp
+
+
+def test_suite_smoke_two_envs_two_seeds(smoke: tuple[Any, Path]) -> None:
+    """The suite's machinery end to end: training with validation-split checkpoint selection, test
+    episodes, references, leaderboard files and plot."""
+    res, tmp_path = smoke
+    board = res.leaderboard
+    assert set(board.env) == {"servegym/GeoRoute-v0", "servegym/PDProvision-v0"}
+    for env_id, sub in board.groupby("env"):
+        refs = protocol.references(env_id)
+        row = sub.set_index("policy")
+        assert row.loc[refs["naive"], "score_iqm"] == pytest.approx(0.0, abs=1e-9)
+        assert row.loc[refs["best"], "score_iqm"] == pytest.approx(100.0)
+        agent = row.loc["agent:maskable-ppo"]
+        assert agent["seeds"] == 2 and agent["episodes"] == 4 and agent["env_steps"] == 2 * 256
+        assert agent["wall_s"] > 0 and math.isfinite(agent["score_iqm"])
+    for f in ("csv", "json", "md", "profiles"):
+        assert res.files[f].exists()
+    records = json.loads(res.files["json"].read_text())
+    assert all(set(r) == RECORD_KEYS and r["split"] == "test" for r in records)
+    assert {r["policy"] for r in records} >= {"agent:maskable-ppo", "rr", "milp", "static-peak"}
+    md = res.files["md"].read_text()
+    assert "score IQM" in md and "servegym/PDProvision-v0" in md
+    runs = sorted((tmp_path / "runs").glob("*/run.json"))
+    assert len(runs) == 4
+    run = json.loads(runs[0].read_text())
+    assert run["eval_split"] == "validation" and "normalized_score" in run["eval_history"][-1]
+
+
+def test_reward_only_vecnormalize_statistics_round_trip(tmp_path) -> None:
+    """GeoRoute-v0's hyperparameters normalize the reward only (norm_obs false): its VecNormalize has no
+    observation statistics, and saving the best checkpoint must not fail on them (it did)."""
+    from servegym.agents.model_io import ObsNormalizer, save_obs_stats
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    vn = VecNormalize(DummyVecEnv([lambda: gym.make("CartPole-v1")]), norm_obs=False, norm_reward=True)
+    path = save_obs_stats(vn, tmp_path / "stats.npz")
+    norm = ObsNormalizer.load(path)
+    obs = np.array([1.0, -2.0, 3.0, 0.5], dtype=np.float32)
+    assert not norm.norm_obs and norm(obs) is obs
+    assert ObsNormalizer.from_vecnormalize(vn)(obs) is obs
+    vn.close()
+
+
+def test_models_of_several_seeds_are_pooled(smoke: tuple[Any, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """``--model A B`` (the seeds of one agent) plays every model on the same test episodes."""
+    paths = [str(p) for p in sorted((smoke[1] / "runs").glob("PDProvision-v0_*/best_model.zip"))]
+    assert len(paths) == 2
+    kwargs = {"config": {"scenario": {"horizon_steps": 240}}}
+    ev = evaluate_policy("servegym/PDProvision-v0", model=paths, episodes=2, env_kwargs=kwargs, progress=False)
+    assert ev.policy == "agent:maskable-ppo" and len(ev.results) == 4
+    assert [r.seed for r in ev.results] == [0, 1, 0, 1] and np.isfinite(ev.scores).all()
+    assert main(["benchmark", "--env", "servegym/PDProvision-v0", "--model", *paths, "--episodes", "2",
+                 "--env-kwargs", json.dumps(kwargs), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["policy"] == "agent:maskable-ppo" and out["episodes"] == 4
+    assert out["score_mean"] == pytest.approx(float(np.mean(ev.scores)))
