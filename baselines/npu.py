@@ -164,8 +164,13 @@ class NeuScalePolicy:
     name = "neuscale"
 
     def __init__(self, coalesce_below: float = 0.5, coalescing: bool = True, alpha: float = 0.5,
-                 slo_aware_merge: bool = True) -> None:
+                 slo_aware_merge: bool = True, max_groups: int | None = None) -> None:
         check_range("coalesce_below", coalesce_below, 0.0, None)
+        if max_groups is not None:
+            check_range("max_groups", max_groups, 1, None)
+        # Fig. 26: at most this many groups per phase (the lowest-N_L group merges into the next larger one,
+        # whatever its spare capacity or SLO, until few enough remain); None = NeuScale's own grouping
+        self.max_groups = max_groups
         check_range("alpha", alpha, 0.0, 1.0, low_inclusive=False)
         self.coalesce_below = coalesce_below
         self.coalescing = coalescing
@@ -248,6 +253,14 @@ class NeuScalePolicy:
                         break
                 if not merged:
                     break
+        while self.max_groups is not None and len(groups) > self.max_groups:
+            b = min((x for x in groups if x != max(groups)), key=lambda x: (groups[x][0] / groups[x][1], x))
+            t = min(x for x in groups if x > b)
+            groups[t][0] += groups[b][0]
+            groups[t][3] += groups[b][3]
+            members[t].extend(members.pop(b))
+            del groups[b]
+            self.merged.append((ph, int(ctx.bucket_edges[b]), int(ctx.bucket_edges[t])))
         return [(b, v[0], v[1], int(v[2]), v[3]) for b, v in sorted(groups.items())]
 
     def _serves_within_slo(self, phase: int, cid: int, buckets: list[int]) -> bool:
@@ -434,7 +447,7 @@ def paper_satisfaction(summary: dict[str, float]) -> dict[str, float]:
 
 def ideal_metrics(sim: NPUCluster, hours: float | None = None) -> dict[str, float]:
     """The §5.1 oracle (uses oracle information: true lengths): every request on its best-fit vPod at
-    a maximum-size batch of its own sequence length; energy/cost per token from the roofline tables.
+    a maximum-size batch of its own sequence length; energy/cost per token from the scoring model's best fits.
 
     Prefill tokens = input tokens at the input-length bucket; decode tokens = output tokens at the
     total-length bucket. SLO violation is 0 % by construction (best fits meet the SLO).
@@ -444,9 +457,10 @@ def ideal_metrics(sim: NPUCluster, hours: float | None = None) -> dict[str, floa
     out: dict[str, float] = {"oracle": 1.0}
     e_tot = u_tot = t_tot = 0.0
     for ph, bk, tok in (("prefill", sim.bk_p[: len(r)], r.input_tokens), ("decode", sim.bk_d[: len(r)], r.output_tokens)):
-        # the best fits the cluster can run (those of its phase's chip versions, ClusterConfig.phase_versions)
-        e_tok = np.array([sim.best_fit[(ph, int(s))].energy_j_per_token for s in sim.edges])
-        u_tok = np.array([sim.best_fit[(ph, int(s))].usd_per_token for s in sim.edges])
+        # the scoring model's best fits the cluster can run (those of its phase's chip versions,
+        # ClusterConfig.phase_versions): the oracle knows the true costs, not the selection model's estimates
+        e_tok = np.array([sim.ideal_fit[(ph, int(s))].energy_j_per_token for s in sim.edges])
+        u_tok = np.array([sim.ideal_fit[(ph, int(s))].usd_per_token for s in sim.edges])
         e = float((tok * e_tok[bk]).sum())
         u = float((tok * u_tok[bk]).sum())
         t = float(tok.sum())

@@ -28,22 +28,31 @@ from servegym.baselines.npu import (
     run_policy,
 )
 from servegym.envs.npu.catalog import MODELS
-from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog, NPUCluster
+from servegym.envs.npu.cluster import STEP_MODELS, ClusterConfig, ConfigCatalog, NPUCluster
 from servegym.envs.npu.workloads import make_workload
 
 PAPER = {"energy_efficiency": 1.13, "cost_efficiency": 1.43, "slo_satisfaction": 1.36}
+NOTES_HEADING = "## What this shows"
+STEP_MODEL_TEXT = {
+    "paper": "configurations chosen with the selection model, the FLOP/HBM roofline of §3.3, and charged with the "
+             "scoring model: ICI collectives with launch and hop costs, layer floors, layouts; Ideal is the scoring "
+             "model's best fit",
+    "scoring": "configurations chosen and charged with the scoring model (the ablation)",
+    "legacy": "servegym's single model from before the two-model split, used to choose and to charge: roofline plus 1D "
+              "all-reduces at ICI bandwidth",
+}
 METRICS = ("energy_efficiency", "energy_efficiency_busy", "cost_efficiency", "cost_efficiency_busy",
            "slo_satisfaction")
 
 
 def run(models: list[str], traces: list[str], hours: float, start_hour: float, objectives: list[str],
-        seed: int, ablation: bool = False) -> list[dict]:
+        seed: int, ablation: bool = False, step_models: str = "paper", scoring_ablation: bool = False) -> list[dict]:
     rows = []
     wls = {t: make_workload(t, hours=hours, seed=seed, start_hour=start_hour) for t in traces}
     for m in models:
         for obj in objectives:
             # the policies use only the best fit and the fail-overs, so one candidate per bucket suffices
-            cfg = ClusterConfig(model=m, objective=obj, n_candidates=1)
+            cfg = ClusterConfig(model=m, objective=obj, n_candidates=1, step_models=step_models)
             t0 = time.perf_counter()
             cat = ConfigCatalog(cfg)
             print(f"catalog {m} {obj}: {time.perf_counter() - t0:.1f} s", flush=True)
@@ -57,10 +66,19 @@ def run(models: list[str], traces: list[str], hours: float, start_hour: float, o
                     row[f"{pol}_wall_s"] = time.perf_counter() - t0
                     row[f"{pol}_max_vpods"] = max(float(h.alive.sum()) for h in sim.history)
                     row[f"{pol}_groups"] = int(max(np.count_nonzero(h.alive) for h in sim.history))
+                    row[f"{pol}_decomp"] = compact_decomposition(sim.decomposition())
                 row["ideal"] = paper_satisfaction(ideal_metrics(sim))
+                row["ideal_decomp"] = ideal_decomposition(sim)
                 if ablation and obj == "energy":
                     sim = NPUCluster(cfg, wls[t], seed=seed, catalog=cat)
                     row["neuscale_nocoalesce"] = paper_satisfaction(run_policy(sim, NeuScalePolicy(coalescing=False)))
+                if scoring_ablation and step_models == "paper":
+                    # the ablation: choose with the scoring model too
+                    cfg_s = ClusterConfig(model=m, objective=obj, n_candidates=1, step_models="scoring")
+                    cat_s = ConfigCatalog(cfg_s, table=cat.scoring_table, scoring_table=cat.scoring_table)
+                    for pol in ("base", "neuscale"):
+                        sim_s = NPUCluster(cfg_s, wls[t], seed=seed, catalog=cat_s)
+                        row[f"{pol}_scoring_selection"] = paper_satisfaction(run_policy(sim_s, make_policy(pol)))
                 row["headroom"] = headroom(sim)
                 rows.append(row)
                 b, n = row["base"], row["neuscale"]
@@ -70,6 +88,141 @@ def run(models: list[str], traces: list[str], hours: float, start_hour: float, o
                       f"SLO violation {n['slo_violation_pct']:.2f} % vs {b['slo_violation_pct']:.2f} % "
                       f"({row['base_wall_s']:.0f}+{row['neuscale_wall_s']:.0f} s)", flush=True)
     return rows
+
+
+def compact_decomposition(d: dict, every_s: float = 3600.0) -> dict:
+    """:meth:`NPUCluster.decomposition` with the vPod/group series averaged per ``every_s`` (hourly)."""
+    t = np.asarray(d["series"]["t_s"])
+    out = {"groups": d["groups"], "totals": d["totals"], "series": {}}
+    if t.size:
+        k = np.floor((t - 1e-9) / every_s).astype(int)
+        for key in ("vpods", "groups"):
+            v = np.asarray(d["series"][key])  # (intervals, 2 phases)
+            out["series"][key] = [[float(v[k == i, p].mean()) for i in np.unique(k)] for p in range(2)]
+    return out
+
+
+def ideal_decomposition(sim: NPUCluster) -> dict:
+    """Ideal's side of the decomposition: per phase and request bucket, the best fit's batch, chip-seconds,
+    J and USD per token at its max batch, weighted by the trace's tokens (the §5.1 oracle)."""
+    n = sim.next_req or sim.n_req
+    out: dict = {"groups": [], "totals": {}}
+    for ph, bk, tok in (("prefill", sim.bk_p[:n], sim.isl[:n]), ("decode", sim.bk_d[:n], sim.osl[:n])):
+        w = np.bincount(bk, weights=tok.astype(float), minlength=sim.edges.size)
+        tot = {"tokens": 0.0, "batch": 0.0, "chip_s": 0.0, "energy_j": 0.0, "usd": 0.0}
+        for b in np.flatnonzero(w > 0).tolist():
+            e = sim.ideal_fit[(ph, int(sim.edges[b]))]
+            chip_s = e.chips / e.tokens_per_s
+            out["groups"].append({"phase": ph, "edge": int(sim.edges[b]), "tokens": float(w[b]), "batch": float(e.batch),
+                                  "chip_s_per_token": chip_s, "j_per_token": e.energy_j_per_token,
+                                  "j_per_token_busy": e.energy_j_per_token, "usd_per_token": e.usd_per_token,
+                                  "configs": [e.label]})
+            tot["tokens"] += w[b]
+            tot["batch"] += w[b] * e.batch
+            tot["chip_s"] += w[b] * chip_s
+            tot["energy_j"] += w[b] * e.energy_j_per_token
+            tot["usd"] += w[b] * e.usd_per_token
+        tk = max(tot["tokens"], 1e-300)
+        out["totals"][ph] = {"tokens": tot["tokens"], "batch": tot["batch"] / tk, "chip_s_per_token": tot["chip_s"] / tk,
+                             "j_per_token": tot["energy_j"] / tk, "j_per_token_busy": tot["energy_j"] / tk,
+                             "usd_per_token": tot["usd"] / tk, "vpods_mean": float("nan"), "vpods_max": float("nan"),
+                             "groups_mean": float(len({g["configs"][0] for g in out["groups"] if g["phase"] == ph})),
+                             "groups_max": len({g["configs"][0] for g in out["groups"] if g["phase"] == ph})}
+    return out
+
+
+def ablation_md(rows: list[dict]) -> list[str]:
+    """The two-model ablation: Base and NeuScale choosing with the scoring model too (``step_models=scoring``)."""
+    lines = ["", "## Ablation: choosing with the scoring model too", "",
+             "Same runs, with Base and NeuScale picking configurations from the scoring model's DSE instead of the "
+             "selection model's (what a cloud could do if its DSE saw the ICI and launch costs). Efficiencies are "
+             "tokens/J, charged by the scoring model in both.", "",
+             "| model | trace | phase | Base EE (sel / sco) | NeuScale EE (sel / sco) | NeuScale/Base EE (sel / sco) | "
+             "busy (sel / sco) | SLO Base (sel / sco) | SLO NeuScale (sel / sco) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "base_scoring_selection" not in r:
+            continue
+        for ph in ("prefill", "decode"):
+            b, n = r["base"], r["neuscale"]
+            bs, ns = r["base_scoring_selection"], r["neuscale_scoring_selection"]
+            e, eb = f"energy_efficiency_{ph}", f"energy_efficiency_busy_{ph}"
+            slo = f"slo_satisfaction_{ph}"
+            lines.append(f"| {r['model']} | {r['trace']} | {ph} | {b[e]:.4g} / {bs[e]:.4g} | {n[e]:.4g} / {ns[e]:.4g} | "
+                         f"{n[e] / b[e]:.3f} / {ns[e] / bs[e]:.3f} | {n[eb] / b[eb]:.3f} / {ns[eb] / bs[eb]:.3f} | "
+                         f"{b[slo]:.3f} / {bs[slo]:.3f} | {n[slo]:.3f} / {ns[slo]:.3f} |")
+    return lines
+
+
+def compare_md(before: list[dict], after: list[dict], before_path: str) -> list[str]:
+    """Before/after table: NeuScale/Base per case under another run's step models (e.g. ``legacy``) and this one."""
+    for r in before:
+        for k in ("base", "neuscale", "ideal"):
+            r[k] = paper_satisfaction(r[k])
+    rb, ra = ratios(before), ratios(after)
+    key = lambda x: (x["model"], x["trace"], x["phase"], x["metric"])  # noqa: E731
+    b = {key(x): x for x in rb}
+    lines = ["", f"## Before and after: NeuScale / Base against `{before_path}`", "",
+             "Averages over the same cases (per phase, arithmetic mean of NeuScale/Base; `n` cases with a ratio):", "",
+             "| metric | paper | before: mean | before: median | after: mean | after: median | n |",
+             "|---|---|---|---|---|---|---|"]
+    pa, pb = averages(ra, ("prefill", "decode")), averages(rb, ("prefill", "decode"))
+    for k in METRICS:
+        lines.append(f"| {k} | {PAPER[k.replace('_busy', '')]:.2f}x | {pb[k][0]:.3f}x | {pb[k][3]:.3f}x | "
+                     f"{pa[k][0]:.3f}x | {pa[k][3]:.3f}x | {pa[k][2]} |")
+    lines += ["", "| model | trace | phase | metric | before | after |", "|---|---|---|---|---|---|"]
+    for x in ra:
+        if x["phase"] == "all" or x["metric"] not in ("energy_efficiency_busy", "cost_efficiency_busy",
+                                                      "energy_efficiency", "slo_satisfaction"):
+            continue
+        y = b.get(key(x))
+        lines.append(f"| {x['model']} | {x['trace']} | {x['phase']} | {x['metric']} | "
+                     f"{(y['ratio'] if y else float('nan')):.3f} | {x['ratio']:.3f} |")
+    return lines
+
+
+def decomposition_md(rows: list[dict], per_group: bool = True) -> list[str]:
+    """Markdown tables of the decomposition (energy-objective runs: J/token; cost runs: USD/token)."""
+    lines = ["", "## Decomposition: where NeuScale's and Base's energy and cost go", "",
+             "Per case and phase, for Base, NeuScale and Ideal: realized batch (token-weighted mean batch the serving "
+             "steps ran at, in requests; Ideal: the best fit's max batch), chip-seconds per token (chips held, idle "
+             "and booting included, over tokens served; Ideal: chips / throughput at full batch), J/token of the whole "
+             "pool and of the serving steps only (`busy`), USD/token, and vPods and groups alive (mean / max over the "
+             "60-s decision intervals; Ideal: distinct best-fit configurations). Energy-objective runs give J/token, "
+             "cost-objective runs USD/token.", "",
+             "| model | trace | obj | phase | policy | batch | chip-s/token | J/token | J/token busy | USD/token | "
+             "vPods mean / max | groups mean / max |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "base_decomp" not in r:
+            continue
+        for ph in ("prefill", "decode"):
+            for pol in ("base", "neuscale", "ideal"):
+                t = r[f"{pol}_decomp"]["totals"][ph]
+                vp = "-" if pol == "ideal" else f"{t['vpods_mean']:.1f} / {t['vpods_max']:.0f}"
+                gr = (f"{t['groups_max']}" if pol == "ideal" else f"{t['groups_mean']:.1f} / {t['groups_max']}")
+                lines.append(f"| {r['model']} | {r['trace']} | {r['objective']} | {ph} | {pol} | {t['batch']:.3g} | "
+                             f"{t['chip_s_per_token']:.3g} | {t['j_per_token']:.3g} | {t['j_per_token_busy']:.3g} | "
+                             f"{t['usd_per_token']:.3g} | {vp} | {gr} |")
+    if per_group:
+        lines += ["", "### Per group (energy objective)", "",
+                  "Each row is a group (Base/NeuScale: the group's bucket edge; Ideal: each request bucket on its best "
+                  "fit); share = the group's share of the phase's tokens.", "",
+                  "| model | trace | phase | policy | edge | share | batch | chip-s/token | J/token | J/token busy | "
+                  "configuration |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            if "base_decomp" not in r or r["objective"] != "energy":
+                continue
+            for ph in ("prefill", "decode"):
+                for pol in ("base", "neuscale", "ideal"):
+                    d = r[f"{pol}_decomp"]
+                    tot = d["totals"][ph]["tokens"] or 1.0
+                    for g in d["groups"]:
+                        if g["phase"] != ph or g["tokens"] <= 0:
+                            continue
+                        lines.append(f"| {r['model']} | {r['trace']} | {ph} | {pol} | {g['edge']} | "
+                                     f"{g['tokens'] / tot:.3f} | {g['batch']:.3g} | {g['chip_s_per_token']:.3g} | "
+                                     f"{g['j_per_token']:.3g} | {g['j_per_token_busy']:.3g} | "
+                                     f"{', '.join(g['configs'])} |")
+    return lines
 
 
 def headroom(sim: NPUCluster) -> dict[str, float]:
@@ -151,7 +304,9 @@ def write_md(path: str, rows: list[dict], rat: list[dict], args: argparse.Namesp
              f"Command: `.venv/bin/python benchmarks/npu_reproduction.py --models {','.join(args.models)} "
              f"--traces {','.join(args.traces)} --hours {args.hours:g} --start-hour {args.start_hour:g} "
              f"--objectives {','.join(args.objectives)}{' --ablation' if args.ablation else ''} "
-             "--out benchmarks/results/npu_reproduction`", "",
+             f"--step-models {args.step_models}{' --scoring-ablation' if args.scoring_ablation else ''} "
+             f"--out {args.out}`", "",
+             f"Step models: `{args.step_models}` ({STEP_MODEL_TEXT[args.step_models]}).", "",
              f"Replays of {args.hours:g} h from {args.start_hour:g}:00 (Azure 2023 timestamps, diurnal profile; "
              "see `envs/npu/workloads.py`), seed 0, 60 % OSL-prediction accuracy, unlimited quota. "
              "Two accountings: `energy_efficiency` / `cost_efficiency` = tokens / J and tokens / USD of the "
@@ -207,6 +362,21 @@ def write_md(path: str, rows: list[dict], rat: list[dict], args: argparse.Namesp
               if nc else "- | - | -")
         lines.append(f"| {r['model']} | {r['trace']} | {h['prefill']:.3f} | {h['decode']:.3f} | "
                      f"{h['prefill_base_meets_slo_b1']:.2f} | {h['decode_base_meets_slo_b1']:.2f} | {ab} |")
+    if any("base_scoring_selection" in r for r in rows):
+        lines += ablation_md(rows)
+    if getattr(args, "compare_json", None):
+        with open(args.compare_json) as f:
+            lines += compare_md(json.load(f)["rows"], rows, args.compare_json)
+    lines += decomposition_md(rows)
+    # the hand-written reading of the results below the generated tables is kept across reruns
+    try:
+        with open(path) as f:
+            old = f.read()
+        cut = old.find(NOTES_HEADING)
+        if cut >= 0:
+            lines += ["", old[cut:].rstrip("\n")]
+    except FileNotFoundError:
+        pass
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -259,7 +429,13 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="path prefix: writes PREFIX.json and PREFIX.md")
     ap.add_argument("--ablation", action="store_true", help="also run NeuScale without coalescing (energy runs)")
     ap.add_argument("--from-json", default=None, help="rewrite the markdown from a previous PREFIX.json")
+    ap.add_argument("--compare-json", default=None, help="add a before/after table against another run's PREFIX.json")
     ap.add_argument("--quota-study", action="store_true", help="Fig. 25-style quota sweep for the first model/trace")
+    ap.add_argument("--scoring-ablation", action="store_true",
+                    help="also run Base and NeuScale choosing with the scoring model (step_models=scoring)")
+    ap.add_argument("--step-models", default="paper", choices=STEP_MODELS,
+                    help="paper: choose with the FLOP/HBM roofline, charge the scoring model; scoring: choose with the "
+                         "scoring model too; legacy: the single model used before the two-model split")
     args = ap.parse_args()
     args.models = args.models.split(",")
     args.traces = args.traces.split(",")
@@ -272,11 +448,13 @@ def main() -> None:
         with open(args.from_json) as f:
             rows = json.load(f)["rows"]
         for r in rows:  # files recorded before the suite reported violation % carry satisfaction only
-            for k in ("base", "neuscale", "ideal", "neuscale_nocoalesce"):
+            for k in ("base", "neuscale", "ideal", "neuscale_nocoalesce", "base_scoring_selection",
+                      "neuscale_scoring_selection"):
                 if k in r:
                     r[k] = paper_satisfaction(r[k])
     else:
-        rows = run(args.models, args.traces, args.hours, args.start_hour, args.objectives, args.seed, args.ablation)
+        rows = run(args.models, args.traces, args.hours, args.start_hour, args.objectives, args.seed, args.ablation,
+                   args.step_models, args.scoring_ablation)
     rat = ratios(rows)
     for label, ph in (("per phase", ("prefill", "decode")), ("whole service", ("all",))):
         av = averages(rat, ph)

@@ -69,7 +69,7 @@ def test_conservation_at_every_decision_point(cfg: ClusterConfig, cat: ConfigCat
 def test_quota_never_exceeded(cat: ConfigCatalog, wl: NPUWorkload) -> None:
     quota = {"NPU-A": 0, "NPU-B": 8, "NPU-C": 8, "NPU-D": 4}
     cfg = ClusterConfig(model=MODEL, n_candidates=1, quota_chips=quota)
-    sim = NPUCluster(cfg, wl, seed=0, catalog=ConfigCatalog(cfg, table=cat.table))
+    sim = NPUCluster(cfg, wl, seed=0, catalog=ConfigCatalog(cfg, table=cat.table, scoring_table=cat.scoring_table))
     # ask for far more than fits, directly
     pre = sim.candidates("prefill", 2048)[0]
     sim.apply(ScalingDecision({("prefill", 2048): {pre: 500}}))
@@ -181,7 +181,7 @@ def test_perfect_prediction_never_migrates(cat: ConfigCatalog) -> None:
     cfg0 = ClusterConfig(model=MODEL, n_candidates=1, osl_accuracy=0.0)
     out = {}
     for c in (cfg1, cfg0):
-        sim = NPUCluster(c, wl, seed=0, catalog=ConfigCatalog(c, table=cat.table))
+        sim = NPUCluster(c, wl, seed=0, catalog=ConfigCatalog(c, table=cat.table, scoring_table=cat.scoring_table))
         ids = [sim.candidates("decode", int(e))[0] for e in (512, 2048, 16384)]
         sim.provision(ScalingDecision({("decode", e): {i: 2} for e, i in zip((512, 2048, 16384), ids, strict=True)}))
         sim.advance(300.0)
@@ -247,7 +247,7 @@ def test_phase_versions_restrict_configurations_and_keep_the_slo(cat: ConfigCata
         "NPU-A", "NPU-B", "NPU-C", "NPU-D")
     with pytest.raises(ConfigError, match="catalog"):
         NPUCluster(cfg, wl, catalog=cat)  # a catalog of another version mix is not reused
-    rc = ConfigCatalog(cfg, table=cat.table)
+    rc = ConfigCatalog(cfg, table=cat.table, scoring_table=cat.scoring_table)
     assert all(c.version == pv[c.phase][0] for c in rc.configs)
     for (ph, s), e in rc.best_fit.items():
         full = cat.table.best[(ph, s)]

@@ -113,7 +113,9 @@ class ModelSpec:
     the ``dense_layers`` leading dense layers and ``expert_ffn`` the width of each routed/shared
     expert. For MLA attention (DeepSeek-V3) ``kv_lora_rank``/``q_lora_rank``/``rope_head_dim``/
     ``nope_head_dim``/``v_head_dim`` describe the compressed projections and the KV cache holds
-    ``kv_lora_rank + rope_head_dim`` values per token and layer.
+    ``kv_lora_rank + rope_head_dim`` values per token and layer. ``parallel_block``: attention and FFN
+    read the same input and are summed (PaLM), so tensor parallelism needs one all-reduce per layer, not two
+    (used by the PaLM 540B calibration model, ``servegym.calibration.npu``).
     """
 
     name: str
@@ -136,6 +138,7 @@ class ModelSpec:
     nope_head_dim: int = 0
     v_head_dim: int = 0
     hot_expert_factor: float = 7.0
+    parallel_block: bool = False
 
     @property
     def is_moe(self) -> bool:

@@ -26,6 +26,9 @@ Model
 * **Serving, in sub-steps of ``substep_s`` (5 s).** Step times and energies come from the roofline
   (:func:`~servegym.envs.npu.roofline.evaluate`) precomputed per (configuration, bucket, batch level)
   so the inner loop is array lookups.
+  The step tables charge the *scoring* model (:class:`~servegym.envs.npu.roofline.RooflineParams`), while the
+  configurations come from the *selection* model's DSE (``step_models``, :data:`STEP_MODELS`), as the paper
+  chooses with XLA cost analysis and scores with its production simulator; the SLO is the scoring model's.
   - Prefill is a token fluid per group: capacity = sum over ready vPods of tokens/s at the operating
     batch level, which is the smallest level whose capacity covers backlog + arrivals (the largest
     feasible one when overloaded); FCFS. A job starts when the cumulative served tokens of its
@@ -70,7 +73,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from servegym.envs.npu.catalog import CHIPS, MODELS, VERSIONS, model
 from servegym.envs.npu.dse import SEQ_BUCKETS, BestFit, BestFitTable, check_versions, run_dse
-from servegym.envs.npu.roofline import PHASES, weight_bytes_per_chip
+from servegym.envs.npu.roofline import PHASES, RooflineParams, evaluate, space_for, weight_bytes_per_chip
 from servegym.envs.npu.workloads import NPUWorkload
 
 from servegym.errors import ActionError, ConfigError, check_range
@@ -87,6 +90,12 @@ LOAD_GBPS_PER_CHIP = 24.0
 LEVELS = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], dtype=np.int64)
 """Batch levels of the precomputed step tables (clipped to each configuration's max batch)."""
 NB = len(SEQ_BUCKETS)
+STEP_MODELS: tuple[str, ...] = ("paper", "scoring", "legacy")
+"""``ClusterConfig.step_models``: ``paper`` (default) chooses configurations with the selection model (the FLOP/HBM
+roofline of §3.3, :meth:`RooflineParams.selection`) and charges them with the scoring model (the full step cost,
+:class:`RooflineParams`), as the paper chooses with XLA cost analysis and scores with its production simulator
+(§4); ``scoring`` chooses with the scoring model too (the ablation); ``legacy`` uses servegym's single model from
+before the two-model split (:meth:`RooflineParams.legacy`) for both."""
 
 
 def _group_sum(g: np.ndarray, x: np.ndarray, n_groups: int) -> np.ndarray:
@@ -126,6 +135,7 @@ class ClusterConfig:
     versions: tuple[str, ...] = VERSIONS
     n_candidates: int = 4
     phase_versions: Mapping[str, Sequence[str]] | None = None
+    step_models: str = "paper"
 
     def __post_init__(self) -> None:
         # one canonical spelling (servegym.names): "llama3-70b" and "Llama-3-70B" are the same cluster
@@ -143,6 +153,8 @@ class ClusterConfig:
         check_range("rate_bin_s", self.rate_bin_s, 1.0, self.epoch_s)
         check_range("osl_accuracy", self.osl_accuracy, 0.0, 1.0)
         check_range("n_candidates", self.n_candidates, 1, 16)
+        if self.step_models not in STEP_MODELS:
+            raise ConfigError(f"step_models = {self.step_models!r} is unknown; allowed: {', '.join(STEP_MODELS)}")
         for name, s in (("check_s", self.check_s), ("epoch_s", self.epoch_s), ("window_s", self.window_s)):
             if abs(s / self.substep_s - round(s / self.substep_s)) > 1e-9:
                 raise ConfigError(f"{name} = {s:g} must be a multiple of substep_s = {self.substep_s:g}")
@@ -166,6 +178,14 @@ class ClusterConfig:
                     raise ConfigError(f"phase_versions key {ph!r} is unknown; allowed: {', '.join(PHASES)}")
                 # a subset of the explored versions: the others have no DSE entries to run
                 check_versions(f"phase_versions[{ph!r}]", vs, self.versions)
+
+    def step_params(self) -> tuple[RooflineParams, RooflineParams]:
+        """(selection, scoring) step models of ``step_models`` (see :data:`STEP_MODELS`)."""
+        if self.step_models == "paper":
+            return RooflineParams.selection(), RooflineParams()
+        if self.step_models == "scoring":
+            return RooflineParams(), RooflineParams()
+        return RooflineParams.legacy(), RooflineParams.legacy()
 
     def allowed_versions(self, phase: str) -> tuple[str, ...]:
         """Chip versions ``phase``'s vPods may use (``phase_versions[phase]``, else all of ``versions``)."""
@@ -279,16 +299,34 @@ class ConfigCatalog:
     def key_of(c: ClusterConfig) -> tuple:
         pv = c.phase_versions or {}
         return (c.model, c.objective, float(c.slo_factor), tuple(c.versions), int(c.n_candidates),
-                tuple((ph, tuple(pv[ph])) for ph in PHASES if ph in pv))
+                tuple((ph, tuple(pv[ph])) for ph in PHASES if ph in pv), c.step_models)
 
-    def __init__(self, config: ClusterConfig, table: BestFitTable | None = None) -> None:
+    def __init__(self, config: ClusterConfig, table: BestFitTable | None = None,
+                 scoring_table: BestFitTable | None = None) -> None:
+        """``table``: the selection model's best-fit table (the configurations policies choose from);
+        ``scoring_table``: the scoring model's (its SLO is the one requests are judged by, and its best fits
+        are Ideal's). Either is built when not given; pass both from another catalog of the same model,
+        objective, versions and ``step_models`` to share them."""
         self.key = self.key_of(config)
         self.config = config
         self.model = model(config.model)
-        self.table = table if table is not None else run_dse(config.model, objective=config.objective,
-                                                              slo_factor=config.slo_factor, versions=config.versions)
-        if self.table.objective != config.objective:
-            raise ConfigError(f"table objective {self.table.objective!r} != config objective {config.objective!r}")
+        sel, sco = config.step_params()
+        self.selection_params, self.scoring_params = sel, sco
+        kw = dict(objective=config.objective, slo_factor=config.slo_factor, versions=config.versions)
+        for name, t, want in (("table", table, sel), ("scoring_table", scoring_table, sco)):
+            if t is not None and t.space.params != want:
+                raise ConfigError(f"{name} was built with other step-model parameters than step_models = "
+                                  f"{config.step_models!r} needs")
+        # the SLO is set on the scoring model (§2.4 sets it on the production simulator); the selection
+        # model chooses against it with its own latency estimates
+        self.scoring_table = scoring_table if scoring_table is not None else run_dse(config.model, params=sco, **kw)
+        if table is None:
+            table = (self.scoring_table if sel == sco else
+                     run_dse(config.model, params=sel, slo_s=self.scoring_table.slo_s, test_params=sco, **kw))
+        self.table = table
+        for t in (self.table, self.scoring_table):
+            if t.objective != config.objective:
+                raise ConfigError(f"table objective {t.objective!r} != config objective {config.objective!r}")
         self.edges = self.table.buckets
         if self.edges.size != NB or not np.array_equal(self.edges, SEQ_BUCKETS):
             raise ConfigError("the simulator needs the DSE's default 48 sequence-length buckets")
@@ -296,7 +334,7 @@ class ConfigCatalog:
         self._build_configs()
         self._build_tables()
         self.fields = {k: v for k, v in self.__dict__.items()
-                       if k not in before or k in ("table", "edges", "kv_bytes_tok")}
+                       if k not in before or k in ("table", "scoring_table", "edges", "kv_bytes_tok")}
 
     def _build_configs(self) -> None:
         seen: dict[tuple[str, int, int], int] = {}
@@ -314,12 +352,18 @@ class ConfigCatalog:
                 self.configs.append(VPodConfig(len(self.configs), phase, e))
             return seen[key]
 
+        # per bucket: the scoring model's best fit the cluster can run (Ideal's, §5.1)
+        self.ideal_fit: dict[tuple[str, int], BestFit] = {}
         for ph in self.table.phases:
             vs = tuple(pv[ph]) if ph in pv else None  # None: unrestricted, the table as explored
             for s in self.edges.tolist():
                 best = self.table.lookup(ph, s) if vs is None else self.table.best_of(ph, s, vs)
                 if best is not None:
                     self.best_fit[(ph, s)] = best
+                ideal = (self.scoring_table.lookup(ph, s) if vs is None
+                         else self.scoring_table.best_of(ph, s, vs))
+                if ideal is not None:
+                    self.ideal_fit[(ph, s)] = ideal
                 # k = 1 needs no Pareto front (the front is the slow part of building a catalog)
                 picks = ([best] if self.config.n_candidates == 1 and best is not None
                          else self.table.candidates(ph, s, self.config.n_candidates, versions=vs))
@@ -340,18 +384,23 @@ class ConfigCatalog:
         self.tps = np.zeros(shape)
         self.pow = np.zeros(shape)
         self.jmax = np.zeros((n, NB), dtype=np.int64)
-        alloc = np.array([cf.entry.alloc_index for cf in self.configs])
+        # the step tables charge the scoring model: evaluate the configurations' allocations (a small space)
+        uniq = sorted({cf.entry.alloc_index for cf in self.configs})
+        row_of = {ai: i for i, ai in enumerate(uniq)}
+        space = space_for(self.model, [t.space.vpods[ai] for ai in uniq], self.scoring_params)
+        alloc = np.array([row_of[cf.entry.alloc_index] for cf in self.configs], dtype=np.int64)
         maxb = np.array([cf.max_batch for cf in self.configs])
         ph = np.array([PHASES.index(cf.phase) for cf in self.configs])
-        bcol = {int(b): i for i, b in enumerate(t.batches.tolist())}
         lvl = np.minimum(LEVELS[None, :], maxb[:, None])  # (n, J)
+        bl = np.unique(lvl)
+        bcol = {int(b): i for i, b in enumerate(bl.tolist())}
         cols = np.vectorize(lambda b: bcol[int(b)])(lvl)
         for pi, phase in enumerate(PHASES):
             sel = np.flatnonzero(ph == pi)
             if sel.size == 0:
                 continue
             for bi, s in enumerate(self.edges.tolist()):
-                sm = t.metrics(phase, s)
+                sm = evaluate(space, phase, s, bl)
                 rows = alloc[sel][:, None]
                 cc = cols[sel]
                 per = sm.period_s[rows, cc]
@@ -372,7 +421,7 @@ class ConfigCatalog:
         self.cfg_ver = np.array([VERSIONS.index(cf.version) for cf in self.configs])
         self.cfg_phase = ph
         self.cfg_maxb = maxb.astype(float)
-        ps = self.table.space.params
+        ps = self.scoring_params
         self.cfg_static_w = np.array([ps.static_power_frac * CHIPS[cf.version].tflops / CHIPS[cf.version].tflop_per_j
                                       for cf in self.configs]) * self.cfg_chips
         self.cfg_usd_s = np.array([CHIPS[cf.version].usd_per_chip_second for cf in self.configs]) * self.cfg_chips
@@ -470,6 +519,11 @@ class NPUCluster:
         self.history: list[EpochMetrics] = []
         self._epoch_acc: EpochMetrics | None = None
         self.totals = {k: np.zeros(2) for k in ("energy_j", "usd", "tokens", "energy_busy_j", "usd_busy")}
+        # per-group decomposition (index = phase x 48 + bucket of the group): tokens served, energy (J, idle
+        # and booting vPods included), USD, chip-seconds held, busy (request-attributed) energy, the sum
+        # of batch x tokens (realized batch = batch_tok / tokens) and the static energy of the chips held (J)
+        self.group_acc = {k: np.zeros(G) for k in ("tokens", "energy_j", "usd", "chip_s", "energy_busy_j",
+                                                   "batch_tok", "static_j")}
 
     # ------------------------------------------------------------------ public helpers
     def group_index(self, phase: str, edge: int) -> int:
@@ -768,6 +822,10 @@ class NPUCluster:
         n_ready = _group_sum(vg, frac, G)
         slots = _group_sum(vg, frac * self.cfg_maxb[vc][:, None], G)
         usd_g = _group_sum(vg, (heldfrac * self.cfg_usd_s[vc][:, None]).sum(axis=1), G) * dt
+        acc = self.group_acc
+        acc["usd"] += usd_g
+        acc["chip_s"] += _group_sum(vg, heldfrac.sum(axis=1) * self.cfg_chips[vc], G) * dt
+        acc["static_j"] += _group_sum(vg, heldfrac.sum(axis=1) * self.cfg_static_w[vc], G) * dt
         usd_ready = _group_sum(vg, frac * self.cfg_usd_s[vc][:, None], G)  # (G, K) USD/s of ready vPods
         # earliest time each group has a serving vPod ready (no job starts before it)
         avail = np.full(G, np.inf)
@@ -818,6 +876,7 @@ class NPUCluster:
         busy_e = np.zeros(2)
         busy_u = np.zeros(2)
         busy_e[0] = float((dt * busy_frac * pb)[:NB].sum())
+        acc["energy_busy_j"][:NB] += (dt * busy_frac * pb)[:NB].sum(axis=1)
         busy_u[0] = float((dt * busy_frac * usd_ready)[:NB].sum())
         self._busy = (busy_e, busy_u)
         # resolve prefill starts: FCFS per group (order of queue position), Lindley recursion on the group's
@@ -841,6 +900,7 @@ class NPUCluster:
         # ---- bookkeeping
         self.util = np.where(n_ready.sum(axis=1) > 0, busy_frac.mean(axis=1), 0.0)
         m.energy_j += np.array([energy[:NB].sum(), energy[NB:].sum()])
+        self.group_acc["energy_j"] += energy
         m.usd += np.array([usd_g[:NB].sum(), usd_g[NB:].sum()])
         m.energy_busy_j += busy_e
         m.usd_busy += busy_u
@@ -897,6 +957,11 @@ class NPUCluster:
         self.ttft[r] = st + lat - self.arr[r]
         self.started[r] = True
         tokens[0] += float(self.isl[r].sum())
+        acc = self.group_acc
+        acc["tokens"] += np.bincount(gg, weights=self.isl[r], minlength=G)
+        # the batch a prefill job ran at: the operating level of its group when it started, in requests
+        acc["batch_tok"] += np.bincount(gg, weights=self.isl[r] * self.cfg_levels[np.maximum(dom[gg], 0), jop[gg, ks]],
+                                        minlength=G)
         self.c_req = np.concatenate([self.c_req, r])
         self.c_done = np.concatenate([self.c_done, st + lat])
         keep = np.ones(self.p_g.size, dtype=bool)
@@ -985,6 +1050,10 @@ class NPUCluster:
         share = np.where(n_ready > 0, np.minimum(1.0, busy_t / np.maximum(b_busy, 1.0) / (dt * nr)), 0.0)
         energy[NB:] += dt * (1.0 - share[NB:]) * p_static_ready[NB:]
         self._busy[0][1] += float((made * j_per_tok).sum())
+        acc = self.group_acc
+        acc["tokens"] += np.bincount(g, weights=made, minlength=G)
+        acc["energy_busy_j"] += np.bincount(g, weights=made * j_per_tok, minlength=G)
+        acc["batch_tok"] += np.bincount(g, weights=made * b_busy[g], minlength=G)
         self._busy[1][1] += float((dt * share * usd_ready)[NB:].sum())
         if fin.any():
             fi = ia[fin]
@@ -1134,6 +1203,55 @@ class NPUCluster:
         queued = int(np.count_nonzero(~self.started[open_ids]))
         return {"arrived": int(self.next_req), "finished": int(self.n_finished), "queued": queued,
                 "in_flight": int(open_ids.size - queued)}
+
+    def decomposition(self) -> dict:
+        """Where the energy, cost and chips went, per group and over time (the reproduction's decomposition).
+
+        ``groups``: one row per (phase, group bucket edge) that served tokens or held chips: tokens, realized
+        batch (token-weighted mean batch its steps ran at, in requests), chip-seconds per token, J/token
+        (whole pool: idle and booting vPods included; ``_busy``: the serving steps only), USD/token, and the
+        configurations it held. ``series``: per decision interval (``check_s``) and phase, vPods alive and
+        groups with at least one vPod. ``totals``: the same per phase.
+        """
+        acc = self.group_acc
+        rows = []
+        held_cfg: dict[int, set[int]] = {}
+        for g, t in self.targets.items():
+            held_cfg.setdefault(g, set()).update(t)
+        for g in np.flatnonzero((acc["tokens"] > 0) | (acc["chip_s"] > 0)).tolist():
+            tok = float(acc["tokens"][g])
+
+            def per(x: float, tok: float = tok) -> float:
+                return x / tok if tok > 0 else float("inf")
+
+            rows.append({"phase": PHASES[g // NB], "edge": int(self.edges[g % NB]), "tokens": tok,
+                         "batch": per(float(acc["batch_tok"][g])) if tok > 0 else 0.0,
+                         "chip_s_per_token": per(float(acc["chip_s"][g])),
+                         "j_per_token": per(float(acc["energy_j"][g])),
+                         "j_per_token_busy": per(float(acc["energy_busy_j"][g])),
+                         "usd_per_token": per(float(acc["usd"][g])), "chip_s": float(acc["chip_s"][g]),
+                         "energy_j": float(acc["energy_j"][g]), "usd": float(acc["usd"][g]),
+                         "configs": sorted(self.configs[c].label for c in held_cfg.get(g, ()))})
+        alive = np.array([h.alive for h in self.history]) if self.history else np.zeros((0, 2, NB))
+        series = {"t_s": [h.t1_s for h in self.history],
+                  "vpods": alive.sum(axis=2).tolist(), "groups": (alive > 0).sum(axis=2).tolist()}
+        totals = {}
+        for p, ph in enumerate(PHASES):
+            sl = slice(p * NB, (p + 1) * NB)
+            tok = float(acc["tokens"][sl].sum())
+            totals[ph] = {"tokens": tok,
+                          "batch": float(acc["batch_tok"][sl].sum()) / tok if tok else 0.0,
+                          "chip_s_per_token": float(acc["chip_s"][sl].sum()) / tok if tok else float("inf"),
+                          "j_per_token": float(acc["energy_j"][sl].sum()) / tok if tok else float("inf"),
+                          "j_per_token_busy": float(acc["energy_busy_j"][sl].sum()) / tok if tok else float("inf"),
+                          "usd_per_token": float(acc["usd"][sl].sum()) / tok if tok else float("inf"),
+                          "static_share": (float(acc["static_j"][sl].sum()) / float(acc["energy_j"][sl].sum())
+                                           if acc["energy_j"][sl].sum() > 0 else 0.0),
+                          "vpods_mean": float(alive[:, p].sum(axis=1).mean()) if alive.size else 0.0,
+                          "vpods_max": float(alive[:, p].sum(axis=1).max()) if alive.size else 0.0,
+                          "groups_mean": float((alive[:, p] > 0).sum(axis=1).mean()) if alive.size else 0.0,
+                          "groups_max": int((alive[:, p] > 0).sum(axis=1).max()) if alive.size else 0}
+        return {"groups": rows, "series": series, "totals": totals}
 
     def summary(self) -> dict[str, float]:
         """Totals so far: energy (J), cost (USD), tokens, efficiencies (tokens/J, tokens/USD) and SLO

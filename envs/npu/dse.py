@@ -20,7 +20,7 @@ vPod at any batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -253,14 +253,16 @@ class BestFitTable:
         assert best is not None  # a non-empty front has a feasible point, hence a best fit
         meet = [e for e in front if e.meets_slo]
         if not meet:
-            return [front[0]]
+            return [best]  # nothing meets the SLO: the best attainable latency (tested, where the table tests)
         rest = [e for e in meet if (e.alloc_index, e.batch) != (best.alloc_index, best.batch)]
         if k == 1 or not rest:
             picks: list[BestFit] = []
         else:
             idx = np.unique(np.round(np.linspace(0, len(rest) - 1, min(k - 1, len(rest)))).astype(int))
             picks = [rest[i] for i in idx]
-        head = next(e for e in meet if (e.alloc_index, e.batch) == (best.alloc_index, best.batch))
+        # the best fit leads even where it is off the estimated front (a front point failed its test)
+        head = next((e for e in meet if (e.alloc_index, e.batch) == (best.alloc_index, best.batch)),
+                    replace(best, role="pareto"))
         return [head, *picks]
 
 def check_versions(name: str, versions: Iterable[str], allowed: Sequence[str] = VERSIONS) -> tuple[str, ...]:
@@ -285,25 +287,34 @@ def _objective_array(sm: StepMetrics, objective: str) -> np.ndarray:
     return sm.energy_j_per_token if objective == "energy" else sm.usd_per_token
 
 
-def _entry(t: BestFitTable, key: tuple[str, int], role: str, sm: StepMetrics, i: int, j: int) -> BestFit:
+def _entry(t: BestFitTable, key: tuple[str, int], role: str, sm: StepMetrics, i: int, j: int,
+           tested: np.ndarray | None = None) -> BestFit:
     vp = t.space.vpods[i]
     slo = t.slo_s.get(key, float("nan"))
     lat = float(sm.latency_s[i, j])
+    passed = bool(lat <= slo) and (tested is None or bool(tested[i, j]))
     return BestFit(
         phase=key[0], seq_len=key[1], role=role, version=vp.version, shape=vp.shape, chips=vp.chips,
         tp=vp.tp, pp=vp.pp, ep=vp.ep, batch=int(t.batches[j]), latency_s=lat,
-        period_s=float(sm.period_s[i, j]), slo_s=slo, meets_slo=bool(lat <= slo),
+        period_s=float(sm.period_s[i, j]), slo_s=slo, meets_slo=passed,
         energy_j_per_token=float(sm.energy_j_per_token[i, j]), usd_per_token=float(sm.usd_per_token[i, j]),
         tokens_per_s=float(sm.tokens_per_s[i, j]), alloc_index=i,
     )
 
 
-def _pick(cost: np.ndarray, lat: np.ndarray, chips: np.ndarray, ok: np.ndarray, slo: float) -> tuple[int, int] | None:
-    """Lowest cost meeting the SLO (ties: latency, chips, index); else the lowest latency (ties: cost)."""
+def _pick(cost: np.ndarray, lat: np.ndarray, chips: np.ndarray, ok: np.ndarray, slo: float,
+          tested: np.ndarray | None = None, tested_lat: np.ndarray | None = None) -> tuple[int, int] | None:
+    """Lowest cost meeting the SLO (ties: latency, chips, index); else the lowest latency (ties: cost).
+
+    ``tested``: where a test on the real system (the scoring model) also meets the SLO; the pick must pass it
+    too, and without any passing point the lowest ``tested_lat`` wins (the best attainable latency).
+    """
     if not ok.any():
         return None
     flat_ok = ok.ravel()
     meet = flat_ok & (lat.ravel() <= slo)
+    if tested is not None:
+        meet &= np.broadcast_to(tested, lat.shape).ravel()
     n = flat_ok.size
     order_idx = np.arange(n)
     ch = np.broadcast_to(chips, lat.shape).ravel()
@@ -312,7 +323,8 @@ def _pick(cost: np.ndarray, lat: np.ndarray, chips: np.ndarray, ok: np.ndarray, 
         k = cand[np.lexsort((order_idx[cand], ch[cand], lat.ravel()[cand], cost.ravel()[cand]))[0]]
     else:
         cand = np.flatnonzero(flat_ok)
-        k = cand[np.lexsort((order_idx[cand], ch[cand], cost.ravel()[cand], lat.ravel()[cand]))[0]]
+        fl = (lat if tested_lat is None else tested_lat).ravel()
+        k = cand[np.lexsort((order_idx[cand], ch[cand], cost.ravel()[cand], fl[cand]))[0]]
     return divmod(int(k), lat.shape[1])
 
 
@@ -338,8 +350,20 @@ def reference_latency(space: AllocationSpace, sm: StepMetrics) -> float:
 def run_dse(model_name: str | ModelSpec, objective: str = "energy", phases: Sequence[str] = PHASES,
             versions: Iterable[str] = VERSIONS, seq_lens: Sequence[int] | np.ndarray | None = None,
             batches: Sequence[int] | np.ndarray | None = None, slo_factor: float = 5.0,
-            params: RooflineParams | None = None, max_chips: int = 1024, progress: bool = False) -> BestFitTable:
+            params: RooflineParams | None = None, max_chips: int = 1024, progress: bool = False,
+            slo_s: Mapping[tuple[str, int], float] | None = None,
+            test_params: RooflineParams | None = None) -> BestFitTable:
     """Explore every allocation x batch for each phase and bucket and build the best-fit table.
+
+    ``params``: the step model the table chooses with (default :class:`RooflineParams`, the scoring
+    model; :meth:`RooflineParams.selection` is the paper's FLOP/HBM roofline, §3.3). ``slo_s``: the
+    SLO (s) per (phase, bucket edge) to meet, e.g. one set on the scoring model while choosing with the
+    selection model (§2.4 sets the SLO on the real system); default: ``slo_factor`` x this model's own
+    single-request latency on the smallest NPU-C/D allocation. ``test_params``: the model of the real
+    system on which a pick is tested before deployment (§3.3: "testing an allocation on real hardware is
+    necessary to guarantee SLO"): candidates are taken in order of this table's estimated efficiency and
+    the first whose tested latency also meets the SLO is the best fit; when none passes, the one with the
+    best tested latency. The efficiency ranking stays this model's own.
 
     ``seq_lens`` defaults to the 48 buckets of :func:`seq_len_buckets`, ``batches`` to
     :func:`batch_buckets`. Batch 1 is always included (the SLO reference needs it). Deterministic:
@@ -360,6 +384,8 @@ def run_dse(model_name: str | ModelSpec, objective: str = "energy", phases: Sequ
     if bs[0] != 1:
         bs = np.concatenate([[1], bs])
     space = enumerate_allocations(spec, tuple(versions), max_chips=max_chips, params=params)
+    tspace = (None if test_params is None or test_params == space.params else
+              enumerate_allocations(spec, tuple(versions), max_chips=max_chips, params=test_params))
     table = BestFitTable(model=spec, objective=objective, slo_factor=float(slo_factor), space=space,
                          batches=bs, buckets=buckets, phases=phases, slo_s={}, best={}, per_version={})
     ver = space["version_idx"][:, None]
@@ -373,15 +399,24 @@ def run_dse(model_name: str | ModelSpec, objective: str = "energy", phases: Sequ
         it = tqdm(jobs, desc=f"DSE {spec.name}", unit="bucket")
     for key in it:
         sm = evaluate(space, key[0], key[1], bs)
-        slo = slo_factor * reference_latency(space, sm)
+        if slo_s is not None:
+            if key not in slo_s:
+                raise ConfigError(f"slo_s has no entry for {key}; allowed: a mapping over every explored (phase, bucket)")
+            slo = float(slo_s[key])
+        else:
+            slo = slo_factor * reference_latency(space, sm)
         table.slo_s[key] = slo
         cost = _objective_array(sm, objective)
         ok = sm.feasible
-        pick = _pick(cost, sm.latency_s, chips, ok, slo)
+        tested = tested_lat = None
+        if tspace is not None:
+            tm = evaluate(tspace, key[0], key[1], bs)
+            tested, tested_lat = tm.feasible & (tm.latency_s <= slo), np.where(tm.feasible, tm.latency_s, np.inf)
+        pick = _pick(cost, sm.latency_s, chips, ok, slo, tested, tested_lat)
         if pick is not None:
-            table.best[key] = _entry(table, key, "best", sm, *pick)
+            table.best[key] = _entry(table, key, "best", sm, *pick, tested)
         for vi in present:
-            pick = _pick(cost, sm.latency_s, chips, ok & (ver == vi), slo)
+            pick = _pick(cost, sm.latency_s, chips, ok & (ver == vi), slo, tested, tested_lat)
             if pick is not None:
-                table.per_version[(*key, VERSIONS[vi])] = _entry(table, key, "fallback", sm, *pick)
+                table.per_version[(*key, VERSIONS[vi])] = _entry(table, key, "fallback", sm, *pick, tested)
     return table

@@ -775,7 +775,8 @@ class NPUAutoscaleEnv(gym.Env):
         r = self.workload.requests
         tot = 0.0
         for ph, bk, tok in (("prefill", sim.bk_p, r.input_tokens), ("decode", sim.bk_d, r.output_tokens)):
-            per = np.array([getattr(sim.best_fit[(ph, int(s))], key) if (ph, int(s)) in sim.best_fit else 0.0
+            # the oracle's per-token cost: the scoring model's best fits (as ideal_metrics)
+            per = np.array([getattr(sim.ideal_fit[(ph, int(s))], key) if (ph, int(s)) in sim.ideal_fit else 0.0
                             for s in self.edges])
             tot += float((tok * per[bk]).sum())
         n_epochs = max(self.workload.duration_s / self.cluster_config.epoch_s, 1.0)

@@ -1,13 +1,28 @@
-"""Analytical roofline of one serving step of an LLM on a vPod, vectorized over allocations x batches.
+"""Analytical step model of an LLM on a vPod, vectorized over allocations x batches: the paper's two models.
 
-Where this differs from NeuScale (paper §3.3–§4)
--------------------------------------------------
-NeuScale gets each allocation's FLOPs and HBM bytes from XLA's HLO cost analysis of the compiled
-per-chip graph, and its evaluation runs a production NPU simulator (RTL power models for SA/VU/SRAM).
-Neither is available here, so we count FLOPs and bytes analytically from each model's layer shapes
-(:mod:`servegym.envs.npu.catalog`) and put them through the same roofline the paper uses to *choose*
-allocations (§3.3, Fig. 8): time = max(compute, memory) per operator group, energy from TFLOP/J and
-GB/J. Operator fusion, tiling and layouts are not modelled beyond the simple rules below.
+Two models, as in the paper
+---------------------------
+NeuScale *chooses* vPods with a roofline on XLA's HLO cost analysis, which counts FLOPs and HBM traffic
+only (§3.3; it claims rank accuracy, Fig. 9, and shows false positives, Fig. 10), and *scores* every
+policy on a production simulator of the systolic arrays, vector units, SRAM, HBM and ICI (§4). Both are
+:class:`RooflineParams` settings of the one function here:
+
+* the **selection model** (:meth:`RooflineParams.selection`): per-chip FLOPs and HBM bytes through the
+  roofline, with 1D weight-stationary sharding and KV sharded by heads -- no ICI time or energy, no launch
+  costs, floors or host overhead;
+* the **scoring model** (the defaults): the same roofline plus what the chips really pay -- ICI
+  collectives with a per-collective launch cost and a per-hop latency, a per-layer time floor, a per-step
+  host overhead, the pipeline's fill and bubbles, and the cheapest of the layouts of Pope et al. 2022
+  ("Efficiently Scaling Transformer Inference", arXiv 2211.05102, §3): 1D or 2D weight-stationary
+  feed-forward/attention projections, KV sharded by heads or by batch, and weight-gathered layers for prefill.
+
+``ClusterConfig.step_models`` (:mod:`servegym.envs.npu.cluster`) picks who uses which: ``paper`` (default)
+chooses with the selection model and charges the scoring model, ``scoring`` chooses with the scoring model
+too (the ablation), ``legacy`` is the single model servegym used before (:meth:`RooflineParams.legacy`).
+
+Where this differs from NeuScale: FLOPs and bytes are counted analytically from each model's layer
+shapes (:mod:`servegym.envs.npu.catalog`) instead of from compiled graphs, and the scoring model is this
+analytical model with calibrated non-roofline terms, not an RTL-level simulator.
 
 Per step, per chip (one micro-batch through one pipeline stage), four operator groups each get their
 own roofline max(FLOPs / (peak x eta_c), bytes / (HBM BW x eta_m)):
@@ -22,17 +37,26 @@ own roofline max(FLOPs / (peak x eta_c), bytes / (HBM BW x eta_m)):
   experts a step touches, E(1 - (1 - k/E)^T).
 * attention core: scores and AV; decode reads every request's KV cache; prefill writes it and
   re-reads K/V once per query tile that fits half the SRAM (flash-attention style), causal.
-  GQA KV heads are replicated when TP exceeds them; the MLA latent is replicated on every TP chip.
+  Sharded by heads, GQA KV heads are replicated when TP exceeds them and the MLA latent is replicated on
+  every TP chip; sharded by batch (scoring model, decode, where faster), each chip holds and reads the
+  whole KV of ceil(b / TP) requests and two all-to-alls per layer move queries and outputs.
 * LM head: logits for the last token of each prefill request and for every decode token.
 
-Communication: two TP ring all-reduces of the hidden state per layer (one plus an all-to-all
-dispatch/combine on MoE layers with EP > 1) over the vPod's torus: time = 2(p-1)/p x bytes /
-(usable links x link BW x eta_ici) + 2 x sum(axis - 1) x ``ici_step_latency_s``; the TP group is laid
-out as the most balanced power-of-two sub-torus of the pod shape; a used axis contributes its two
-links. Pipeline stages pass activations over one link. Collectives are not overlapped with compute.
+The scoring model never charges a layer less than ``layer_floor_s``.
 
-Pipeline (chunked prefill as in vLLM, fixed-size chunks): prefill splits the batch's b x L prompt
-tokens into micro-batches of S = min(prefill_chunk_tokens, ceil(b / min(b, pp)) x L) tokens plus a
+Communication (scoring model only): per layer the TP group runs the cheapest of 1D weight-stationary (two
+ring all-reduces of the hidden state; one for a parallel attention+FFN block), 2D weight-stationary
+(Pope et al.'s 8BLE/sqrt(n) against 1D's 2BLE bytes, i.e. 4/sqrt(n) of 1D's wire bytes, at twice the
+collectives over half the hops; TP ≥ 4) and, for prefill, weight-gathered (each layer's weights
+all-gathered, independent of the tokens). MoE layers with EP > 1 add a dispatch and a combine all-to-all.
+A collective moving w bytes per chip takes w / (usable links x link BW x eta_ici) + launch cost +
+hops x ``ici_step_latency_s``; the TP group is laid out as the most balanced power-of-two sub-torus of
+the pod shape and a used axis contributes its two links. Pipeline stages pass activations over one link
+(one more collective). Collectives are not overlapped with compute. ``step_overhead_s`` is added per
+micro-batch.
+
+Pipeline (chunked prefill as in vLLM, fixed-size chunks; both models): prefill splits the batch's b x L
+prompt tokens into micro-batches of S = min(prefill_chunk_tokens, ceil(b / min(b, pp)) x L) tokens plus a
 remainder; with identical stages this is a proportionate flow shop, so the batch's TTFT is
 sum(t_i) + (pp - 1) max(t_i) and the stages are busy sum(t_i) (``period_s``, the spacing of
 back-to-back batches). Decode splits the b requests into min(b, pp) micro-batches and emits one
@@ -43,9 +67,9 @@ power x chips x period, with static power = ``static_power_frac`` x the chip's p
 (TFLOPS / TFLOP/J). Cost per step = chips x USD/chip-hour x period.
 
 Memory feasibility per chip: weights of one stage / TP + KV cache of all b requests for the stage's
-layers + one chunk's activations ≤ ``hbm_usable_frac`` x HBM.
+layers (as sharded) + one chunk's activations ≤ ``hbm_usable_frac`` x HBM.
 
-Coefficients (``RooflineParams`` defaults) and where they come from:
+Coefficients (``RooflineParams`` defaults) and where they come from (PROVENANCE):
 
 * ``eta_compute = 0.756``: median achieved/peak TFLOP/s of the q/o/gate/up/down/lm_head GEMMs with
   ≥1024 tokens in ``data/npu/llmservingsim_tpu_v6e/.../Llama-3.1-8B/tp1/layers.csv.gz`` (one TPU v6e
@@ -57,9 +81,26 @@ Coefficients (``RooflineParams`` defaults) and where they come from:
 * ``static_power_frac = 0.35``: TPU v4 measured minimum power 90 W (``data/npu/tpu_prices.md`` §2)
   over its peak-compute power 275 / 1.07 = 257 W (Table 2); the paper's per-component power model
   is not public, so the same fraction is used for all versions.
-* ``eta_ici = 0.8``, ``ici_step_latency_s = 1e-6``, ``ici_pj_per_bit = 5.0`` and
-  ``prefill_chunk_tokens = 8192`` are assumptions (typical ring-collective efficiency, per-step
-  software/link latency, electrical SerDes energy, vLLM-style chunked prefill), not paper numbers.
+* ``collective_launch_s = 37.4 µs``: FITTED -- the one coefficient fitted to a measurement: PaLM 540B decode
+  on 64 TPU v4 chips (NPU-A 4x4x4, TP 64), batch 64, int8 weights, 2,048-token context, takes 28.1 ms per
+  step (Pope et al. 2022, Table 2: 14 % MFU; the abstract's "29ms per token"). Held out: their low-latency
+  prefill (-19 %), batch-512 decode (-17 %) and 76 %-MFU batch-512 prefill (+39 %, our chunked prefill does not
+  overlap collectives) and the cost-latency curve's shape (``calibration/npu.py``, ``npu_calibration.md``).
+  It absorbs every fixed per-collective cost the roofline leaves out (launch, synchronization, unhidden latency).
+* ``layer_floor_s = 10.2 µs``: the intercept of a least-squares fit of the measured TPU v6e decode-attention
+  times (``attention.csv.gz`` beside the layer profile; 6,741 decode rows, p50): the smallest time a layer's
+  attention kernel takes. Caveat: PyTorch/XLA + HF eager attention, one chip.
+* ``step_overhead_s = 0``: Pope et al.'s generate loop runs on the device, and its one decode point cannot
+  separate a per-step host cost from the per-collective cost (both fixed per step): absorbed in
+  ``collective_launch_s``; kept as a parameter for sensitivity runs.
+* ``kv_read_factor = 1``: the v6e decode-attention slope is 3.5x the KV-read roofline, but that measures HF's
+  eager attention materializing the GQA expansion of K/V and the scores; production kernels (and Pope et
+  al.'s batch-512 decode, which the model matches within 17 % without it) read the cache near the roofline.
+* ``ici_step_latency_s = 1 µs`` per hop, ``eta_ici = 0.8``, ``ici_pj_per_bit = 5.0`` and
+  ``prefill_chunk_tokens = 8192`` are assumptions (typical per-hop link latency and ring-collective
+  efficiency, electrical SerDes energy, vLLM-style chunked prefill), not paper numbers; the per-hop latency
+  and eta_ici enter the fit of ``collective_launch_s``.
+* ``weight_bytes = 2``: bf16 weights (paper §5.1); 1 reproduces Pope et al.'s int8 point.
 """
 
 from __future__ import annotations
@@ -86,7 +127,12 @@ PHASES: tuple[str, ...] = ("prefill", "decode")
 
 @dataclass(frozen=True)
 class RooflineParams:
-    """Achieved-efficiency factors and assumptions of the roofline (see the module docstring)."""
+    """Efficiency factors and non-roofline terms of the step model (see the module docstring).
+
+    The defaults are the **scoring model** (what the cluster simulator charges); :meth:`selection` is the
+    paper's selection model (§3.3: FLOPs and HBM bytes through the roofline, nothing else). Times in s,
+    energies in pJ/bit, ``weight_bytes`` bytes per weight element.
+    """
 
     eta_compute: float = 0.756
     eta_memory: float = 0.915
@@ -96,6 +142,13 @@ class RooflineParams:
     ici_pj_per_bit: float = 5.0
     ici_step_latency_s: float = 1e-6
     prefill_chunk_tokens: int = 8192
+    ici: bool = True
+    collective_launch_s: float = 3.74e-5
+    layer_floor_s: float = 1.02e-5
+    step_overhead_s: float = 0.0
+    layouts: bool = True
+    kv_read_factor: float = 1.0
+    weight_bytes: float = 2.0
 
     def __post_init__(self) -> None:
         for name in ("eta_compute", "eta_memory", "eta_ici", "hbm_usable_frac"):
@@ -104,6 +157,33 @@ class RooflineParams:
         check_range("ici_pj_per_bit", self.ici_pj_per_bit, 0.0, None)
         check_range("ici_step_latency_s", self.ici_step_latency_s, 0.0, None)
         check_range("prefill_chunk_tokens", self.prefill_chunk_tokens, 1, None)
+        check_range("collective_launch_s", self.collective_launch_s, 0.0, 1.0)
+        check_range("layer_floor_s", self.layer_floor_s, 0.0, 1.0)
+        check_range("step_overhead_s", self.step_overhead_s, 0.0, 10.0)
+        check_range("kv_read_factor", self.kv_read_factor, 1.0, 100.0)
+        check_range("weight_bytes", self.weight_bytes, 0.5, 4.0)
+
+    @classmethod
+    def selection(cls, **overrides: object) -> RooflineParams:
+        """The paper's selection model (§3.3, XLA HLO cost analysis): per-chip FLOPs and HBM bytes through
+        the roofline only -- no ICI time or energy, no launch costs, floors or host overhead, and the
+        plain layout (1D weight-stationary, KV sharded by heads, replicated when TP exceeds the KV heads)."""
+        base = dict(ici=False, collective_launch_s=0.0, ici_step_latency_s=0.0, layer_floor_s=0.0,
+                    step_overhead_s=0.0, layouts=False, ici_pj_per_bit=0.0, kv_read_factor=1.0)
+        base.update(overrides)
+        return cls(**base)  # type: ignore[arg-type]
+
+    @classmethod
+    def legacy(cls) -> RooflineParams:
+        """The single model servegym used for both choosing and scoring before the two-model split: the roofline plus
+        1D tensor-parallel all-reduces at ICI bandwidth with 1 µs per hop, and nothing else."""
+        return cls(collective_launch_s=0.0, layer_floor_s=0.0, step_overhead_s=0.0, layouts=False)
+
+    @property
+    def is_selection(self) -> bool:
+        """True for a model without any of the scoring model's non-roofline terms."""
+        return (not self.ici and not self.layouts and self.collective_launch_s == 0 and self.layer_floor_s == 0
+                and self.step_overhead_s == 0)
 
 
 def check_phase(phase: str) -> str:
@@ -251,6 +331,7 @@ def _build_space(model: ModelSpec, params: RooflineParams, vpods: tuple[VPod, ..
     sa = f("systolic_width")
     sram = f("sram_mb") * 1e6
     B = BYTES_PER_PARAM
+    Bw = float(params.weight_bytes)  # weights (int8 in one of Pope et al.'s calibration points)
     h = float(m.hidden)
     layers = float(m.layers)
     lps = np.ceil(layers / pp)  # layers on the largest stage
@@ -297,7 +378,9 @@ def _build_space(model: ModelSpec, params: RooflineParams, vpods: tuple[VPod, ..
     lin_flops_tok = 2.0 * (attn_p * attn_pad + dense_frac * ffn_dense_p * ffn_pad
                            + moe_frac * (shared_p * shared_pad + router_p))
     a["lin_flops_tok"] = lin_flops_tok
-    a["lin_w_bytes"] = lin_p * B
+    a["lin_w_bytes"] = lin_p * Bw
+    a["q_width"] = np.full_like(tp, float(q_width))
+    a["kv_full_layer"] = np.full_like(tp, float(m.kv_bytes_per_token_layer))  # one copy of a token's KV
     # activations read+written per token per layer per chip (hidden replicated, sharded widths / tp)
     a["act_bytes_tok"] = (4 * h + (3 * q_width + kv_width_chip * tp + 3 * ffn_act) / tp) * B
     a["act_ws_tok"] = (2 * h + 2 * max(m.ffn, ffn_act) / tp) * B  # one layer's live activations
@@ -317,18 +400,20 @@ def _build_space(model: ModelSpec, params: RooflineParams, vpods: tuple[VPod, ..
         a["exp_flops_hot"] = moe_frac * 2.0 * m.expert_params * (k / E) * hot * expert_pad
         a["exp_flops_avg"] = moe_frac * 2.0 * m.expert_params * (k / E) * avg * expert_pad
         a["exp_local"] = local
-        a["exp_w_bytes"] = moe_frac * m.expert_params * shard * B  # per activated local expert
+        a["exp_w_bytes"] = moe_frac * m.expert_params * shard * Bw  # per activated local expert
         a["a2a_layers"] = np.where(ep > 1, moe_frac, 0.0)
     else:
         z = np.zeros_like(tp)
         a["exp_flops_hot"] = a["exp_flops_avg"] = a["exp_local"] = a["exp_w_bytes"] = a["a2a_layers"] = z
-    a["ar_per_layer"] = 2.0 - a["a2a_layers"]
+    # tensor-parallel all-reduces per layer: one after attention and one after the FFN (a parallel
+    # attention+FFN block, as in PaLM, needs one); an MoE layer with EP > 1 replaces the FFN's by an all-to-all
+    a["ar_per_layer"] = (1.0 if m.parallel_block else 2.0) - a["a2a_layers"]
     # ---- capacity: weights of the largest stage per chip -------------------------------------------
     layer_w = (m.total_params - 2 * m.embed_params) / layers  # average layer (incl. all experts)
     emb = np.where(pp > 1, 1.0, 2.0) * m.embed_params
-    a["w_cap_bytes"] = (layer_w * lps + emb) / tp * B
+    a["w_cap_bytes"] = (layer_w * lps + emb) / tp * Bw
     a["head_flops_tok"] = 2.0 * h * m.vocab / tp * _pad(m.vocab / tp, sa)
-    a["head_w_bytes"] = h * m.vocab / tp * B
+    a["head_w_bytes"] = h * m.vocab / tp * Bw
     return AllocationSpace(model=model, params=params, vpods=vpods, arrays=a)
 
 
@@ -367,17 +452,29 @@ def _roof(flops: np.ndarray, nbytes: np.ndarray, peak: np.ndarray, bw: np.ndarra
     return np.maximum(flops / peak, nbytes / bw)
 
 
+def _collective(wire: np.ndarray, link: np.ndarray, n_coll: float | np.ndarray, hops: np.ndarray,
+                p: RooflineParams) -> np.ndarray:
+    """Time (s) of ``n_coll`` collectives moving ``wire`` bytes per chip in all: bandwidth term plus, per
+    collective, a launch cost and the per-hop latency of its ring(s)."""
+    return wire / link + n_coll * (p.collective_launch_s + hops * p.ici_step_latency_s)
+
+
 def _micro_batch(space: AllocationSpace, a: dict[str, np.ndarray], phase: str, L: float,
-                 T: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Stage time (s) and dynamic energy (J, all chips) of one micro-batch of ``T`` tokens.
+                 T: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stage time (s), dynamic energy (J, all chips) and per-chip KV bytes per resident token and layer of
+    one micro-batch of ``T`` tokens (requests, for decode).
 
     Prefill tokens attend to an average causal context of L/2; decode tokens to L. Each micro-batch
-    reads its stage's weights once (a prefill micro-batch is at most one chunk).
+    reads its stage's weights once (a prefill micro-batch is at most one chunk). With ``params.layouts``
+    the cheapest of the layouts below is used per allocation and batch (the scoring model); without, 1D
+    weight-stationary with KV sharded by heads (the selection model).
     """
     m_, p = space.model, space.params
     tp, pp, lps = a["tp"], a["pp"], a["layers_per_stage"]
     h = float(m_.hidden)
     B = BYTES_PER_PARAM
+    T = np.broadcast_to(T, np.broadcast_shapes(np.shape(T), tp.shape)).astype(float)
+    kv_chip = np.broadcast_to(a["kv_tok_layer"], T.shape)  # KV sharded by heads (replicated past the KV heads)
     if phase == "prefill":
         ctx = L / 2.0
         kv_passes = np.maximum(1.0, L / (2.0 * np.minimum(a["q_tile"], p.prefill_chunk_tokens)))
@@ -385,7 +482,7 @@ def _micro_batch(space: AllocationSpace, a: dict[str, np.ndarray], phase: str, L
         head_tok = T / L  # logits only for each request's last prompt token
     else:
         ctx = L
-        attn_b = T * (L + 1.0) * a["kv_tok_layer"]  # read every request's context, append one token
+        attn_b = T * (L + 1.0) * a["kv_tok_layer"] * p.kv_read_factor  # read every request's context, append one
         head_tok = T
     lin_f = T * a["lin_flops_tok"]
     lin_b = a["lin_w_bytes"] + T * a["act_bytes_tok"]
@@ -398,26 +495,70 @@ def _micro_batch(space: AllocationSpace, a: dict[str, np.ndarray], phase: str, L
         exp_f_hot = exp_f_avg = exp_b = np.zeros_like(T)
     attn_f = T * ctx * a["attn_core_flops"]
     peak, bw = a["flops_peak"], a["bw"]
-    t_layer = _roof(lin_f, lin_b, peak, bw) + _roof(exp_f_hot, exp_b, peak, bw) + _roof(attn_f, attn_b, peak, bw)
     link = a["link_bw"] * np.maximum(a["tp_links"], 1.0)
-    ar_wire = np.where(tp > 1, 2.0 * (tp - 1.0) / tp * T * h * B, 0.0)
-    t_ar = np.where(tp > 1, ar_wire / link + 2.0 * a["tp_hops"] * p.ici_step_latency_s, 0.0)
+    zero = np.zeros_like(T)
+    t_attn = _roof(attn_f, attn_b, peak, bw)
+    t_kv_comm = zero
+    if phase == "decode" and p.layouts:
+        # KV sharded by batch (Pope et al. §3.3, multiquery): each chip holds and reads the whole KV of
+        # ceil(T / tp) requests instead of a (replicated past the KV heads) head shard of all T; queries and
+        # attention outputs move by two all-to-alls per layer. Used where it is faster.
+        per_req = np.ceil(T / tp)
+        attn_b_batch = per_req * (L + 1.0) * a["kv_full_layer"] * p.kv_read_factor
+        t_batch = _roof(per_req * ctx * a["attn_core_flops"] * tp, attn_b_batch, peak, bw)
+        a2a = 2.0 * T * a["q_width"] * B * (tp - 1.0) / tp / tp
+        t_move = _collective(a2a, link, 2.0, a["a2a_hops"], p) if p.ici else zero
+        use = (t_batch + t_move < t_attn) & (tp > 1)
+        t_attn = np.where(use, t_batch, t_attn)
+        t_kv_comm = np.where(use, t_move, 0.0)
+        attn_b = np.where(use, attn_b_batch, attn_b)
+        kv_chip = np.where(use, a["kv_full_layer"] * per_req / np.maximum(T, 1.0), kv_chip)
+    # a layer's kernels never take less than the measured floor (launch / vector-unit time)
+    t_layer = np.maximum(_roof(lin_f, lin_b, peak, bw) + _roof(exp_f_hot, exp_b, peak, bw) + t_attn,
+                         p.layer_floor_s) + t_kv_comm
+    # ---- tensor-parallel communication per layer
+    ar_wire = np.where(tp > 1, 2.0 * (tp - 1.0) / tp * T * h * B, 0.0)  # one ring all-reduce, bytes per chip
+    wire_1d = a["ar_per_layer"] * ar_wire
     ep = a["ep"]
     a2a_wire = np.where(ep > 1, 2.0 * T / ep * m_.active_experts * h * B * (ep - 1.0) / ep, 0.0)
-    t_a2a = np.where(ep > 1, a2a_wire * a["a2a_hops"] / link + 2.0 * a["tp_hops"] * p.ici_step_latency_s, 0.0)
+    if p.ici:
+        t_1d = np.where(tp > 1, _collective(wire_1d, link, a["ar_per_layer"], 2.0 * a["tp_hops"], p), 0.0)
+        t_comm, wire = t_1d, wire_1d
+        if p.layouts:
+            # 2D weight-stationary (Pope et al. §3.2.2): weights split over two axes; the activations an
+            # all-gather/reduce-scatter pair moves per chip shrink as 1/sqrt(n) -- Pope's 8BLE/sqrt(n) against
+            # 1D's 2BLE, i.e. 4/sqrt(n) of 1D's bytes -- at twice the collectives, each over half the hops
+            wire_2d = wire_1d * np.minimum(4.0 / np.sqrt(np.maximum(tp, 1.0)), 1e9)
+            t_2d = np.where(tp >= 4, _collective(wire_2d, link, 2.0 * a["ar_per_layer"], a["tp_hops"], p), np.inf)
+            use2 = t_2d < t_comm
+            t_comm, wire = np.where(use2, t_2d, t_comm), np.where(use2, wire_2d, wire)
+            if phase == "prefill":
+                # weight-gathered (Pope et al. §3.2.3): tokens stay on their chip and each layer's weights are
+                # all-gathered instead, independent of the tokens -- the layout of large prefill batches
+                wire_wg = a["lin_w_bytes"] * (tp - 1.0)
+                t_wg = np.where(tp > 1, _collective(wire_wg, link, 2.0, a["tp_hops"], p), np.inf)
+                use3 = t_wg < t_comm
+                t_comm, wire = np.where(use3, t_wg, t_comm), np.where(use3, wire_wg, wire)
+        # MoE dispatch and combine: two all-to-alls over the EP group
+        t_a2a = np.where(ep > 1, _collective(a2a_wire * a["a2a_hops"], link, 2.0, a["tp_hops"], p), 0.0)
+        t_p2p = np.where(pp > 1, _collective(T * h * B, a["link_bw"], 1.0, np.ones_like(tp), p), 0.0)
+    else:
+        t_comm = t_a2a = t_p2p = zero
+        wire = zero
     head_f = head_tok * a["head_flops_tok"]
     head_b = a["head_w_bytes"] + head_tok * h * B
-    p2p_bytes = T * h * B
-    t_stage = (lps * (t_layer + a["ar_per_layer"] * t_ar + a["a2a_layers"] * t_a2a) + _roof(head_f, head_b, peak, bw)
-               + np.where(pp > 1, p2p_bytes / a["link_bw"] + p.ici_step_latency_s, 0.0))
+    t_stage = (lps * (t_layer + t_comm + a["a2a_layers"] * t_a2a) + _roof(head_f, head_b, peak, bw) + t_p2p
+               + p.step_overhead_s)
     # every layer lives on one stage of tp chips; the LM head on the last stage
     nl = float(m_.layers)
     flops_all = tp * (nl * (lin_f + exp_f_avg + attn_f) + head_f)
     bytes_all = tp * (nl * (lin_b + exp_b + attn_b) + head_b)
-    ici_all = (tp * nl * (a["ar_per_layer"] * ar_wire + a["a2a_layers"] * a2a_wire * a["a2a_hops"])
-               + (pp - 1.0) * p2p_bytes)
+    if p.ici:
+        ici_all = tp * nl * (wire + a["a2a_layers"] * a2a_wire * a["a2a_hops"]) + (pp - 1.0) * T * h * B
+    else:
+        ici_all = zero
     dyn = flops_all * a["j_per_flop"] + bytes_all * a["j_per_byte"] + ici_all * p.ici_pj_per_bit * 8e-12
-    return t_stage, dyn
+    return t_stage, dyn, kv_chip
 
 
 def evaluate(space: AllocationSpace, phase: str, seq_len: float, batches: np.ndarray | list[int]) -> StepMetrics:
@@ -444,9 +585,9 @@ def evaluate(space: AllocationSpace, phase: str, seq_len: float, batches: np.nda
         S = np.minimum(float(p.prefill_chunk_tokens), np.ceil(b / groups) * L)
         n_full = np.floor(total / S)
         R = total - n_full * S
-        t_s, e_s = _micro_batch(space, a, phase, L, S)
+        t_s, e_s, kv_chip = _micro_batch(space, a, phase, L, S)
         has_r = R > 0
-        t_r, e_r = _micro_batch(space, a, phase, L, np.where(has_r, R, 1.0))
+        t_r, e_r, _ = _micro_batch(space, a, phase, L, np.where(has_r, R, 1.0))
         t_r, e_r = np.where(has_r, t_r, 0.0), np.where(has_r, e_r, 0.0)
         period = n_full * t_s + t_r
         latency = period + (pp - 1.0) * np.maximum(t_s, t_r)
@@ -455,14 +596,14 @@ def evaluate(space: AllocationSpace, phase: str, seq_len: float, batches: np.nda
         live_tokens, kv_resident = S, b * L
     else:
         S = np.ceil(b / groups)
-        t_s, e_s = _micro_batch(space, a, phase, L, S)
+        t_s, e_s, kv_chip = _micro_batch(space, a, phase, L, S)
         latency = period = pp * t_s  # each micro-batch's token needs a full trip through the stages
         dyn = groups * e_s
         tokens = b * np.ones_like(latency)
         live_tokens, kv_resident = S, b * (L + 1.0)
     energy = dyn + a["static_w"] * chips * period
     usd = a["usd_per_s"] * chips * period
-    mem = a["w_cap_bytes"] + kv_resident * lps * a["kv_tok_layer"] + live_tokens * a["act_ws_tok"]
+    mem = a["w_cap_bytes"] + kv_resident * lps * kv_chip + live_tokens * a["act_ws_tok"]
     return StepMetrics(latency_s=latency, period_s=period, tokens=tokens, energy_j=energy, usd=usd,
                        mem_bytes=mem, feasible=mem <= a["hbm_cap"])
 
