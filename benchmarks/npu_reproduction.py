@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import numpy as np
@@ -225,6 +226,39 @@ def decomposition_md(rows: list[dict], per_group: bool = True) -> list[str]:
     return lines
 
 
+def plot_series(rows: list[dict], path: str, trace: str = "azure") -> str | None:
+    """vPods and groups alive over the day (hourly means) for Base and NeuScale, one column per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sel = [r for r in rows if r["trace"] == trace and r["objective"] == "energy" and "base_decomp" in r]
+    if not sel:
+        return None
+    fig, axes = plt.subplots(2, len(sel), figsize=(3.2 * len(sel), 5.2), squeeze=False, sharex=True)
+    for j, r in enumerate(sel):
+        for p, ph in enumerate(("prefill", "decode")):
+            ax = axes[p, j]
+            for pol, color in (("base", "C0"), ("neuscale", "C1")):
+                ser = r[f"{pol}_decomp"]["series"]
+                edges = np.arange(len(ser["vpods"][p]) + 1)  # one stair per hour
+                ax.stairs(ser["vpods"][p], edges, baseline=None, color=color, label=f"{pol} vPods")
+                ax.stairs(ser["groups"][p], edges, baseline=None, color=color, ls="--", label=f"{pol} groups")
+            ax.set_title(f"{r['model']}: {ph}", fontsize=9)
+            ax.set_ylim(bottom=0)
+            if p == 1:
+                ax.set_xlabel("hour of the replay")
+            if j == 0:
+                ax.set_ylabel("count (hourly mean)")
+    axes[0, -1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    fig.suptitle(f"vPods and groups alive, {trace}, energy objective", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def headroom(sim: NPUCluster) -> dict[str, float]:
     """Energy per token of Base's configuration over the best fit's, both at their full batch, summed
     over the trace's requests (per phase): the efficiency a perfect per-bucket allocation could gain."""
@@ -364,6 +398,12 @@ def write_md(path: str, rows: list[dict], rat: list[dict], args: argparse.Namesp
                      f"{h['prefill_base_meets_slo_b1']:.2f} | {h['decode_base_meets_slo_b1']:.2f} | {ab} |")
     if any("base_scoring_selection" in r for r in rows):
         lines += ablation_md(rows)
+    png = plot_series(rows, path.replace(".md", "_vpods.png"))
+    if png:
+        lines += ["", "## vPods and groups over the day", "",
+                  "Azure, energy objective: vPods (solid) and groups (dashed) alive, hourly means of the 60-s decision "
+                  "intervals; where Base's and NeuScale's lines coincide only the later-drawn one shows.", "",
+                  f"![vPods and groups]({os.path.basename(png)})"]
     if getattr(args, "compare_json", None):
         with open(args.compare_json) as f:
             lines += compare_md(json.load(f)["rows"], rows, args.compare_json)
