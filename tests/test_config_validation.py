@@ -145,3 +145,11 @@ def test_cli_load_flags_have_a_ceiling(argv: list[str], capsys) -> None:
 def test_cli_seeds_are_bounded(capsys) -> None:
     assert main(["geo", "compare", "--seeds", "100000000", "--policies", "rr", "--preset", "mini"]) == 2
     assert "--seeds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("field", "value"), [("nodes_per_dc", 10**7), ("gpus_per_node", 10**4),
+                                              ("max_num_seqs", 10**7)])
+def test_geo_fleet_size_is_bounded(field: str, value: int) -> None:
+    """A fleet that would allocate gigabytes of per-engine state is refused by name (no env is built)."""
+    with pytest.raises(ConfigError, match=field):
+        preset("mini", **{field: value})

@@ -134,6 +134,12 @@ class GeoConfig:
         for name in ("kv_capacity_tokens", "max_num_seqs", "max_input_tokens"):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), 1)
+        # Fleet size: every engine holds max_num_seqs slots up front (paper scale: 4 nodes x 8 GPUs per DC, 256
+        # sequences); these caps keep the largest fleet's per-engine state around half a GB.
+        check_range("nodes_per_dc", self.nodes_per_dc, 1, 256)
+        check_range("gpus_per_node", self.gpus_per_node, 1, 64)
+        if self.max_num_seqs is not None:
+            check_range("max_num_seqs", self.max_num_seqs, 1, 4096)
         check_range("rate_rps", self.rate_rps, 0.0, None, low_inclusive=False)
         check_range("duration_s", self.duration_s, 0.0, None, low_inclusive=False)
         check_range("drain_s", self.drain_s, 0.0, None)
