@@ -38,8 +38,9 @@ def test_dse_one_phase_with_fallbacks(capsys: pytest.CaptureFixture[str]) -> Non
 def test_dse_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["npu", "dse", "--model", "DeepSeek-V3-671B", "--phase", "prefill"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("DeepSeek-V3-671B") and out[1].split()[:4] == ["PHASE", "SEQ_LEN", "ROLE", "VPOD"]
-    assert len(out) == 2 + 48 and out[2].split()[:2] == ["prefill", "128"]
+    assert out[0].startswith("DeepSeek-V3-671B") and out[1].split()[:5] == ["phase", "seq", "len", "role", "vPod"]
+    assert len(out) == 3 + 48 and out[3].split()[:2] == ["prefill", "128"]  # title, header, rule, 48 buckets
+    assert "e+0" not in "\n".join(out) and max(map(len, out)) <= 120
 
 
 @pytest.mark.parametrize(("argv", "needle"), [

@@ -50,13 +50,19 @@ def _cmd_dse(args: argparse.Namespace) -> int:
         return 0
     print(f"{table.model.name}: best-fit vPods by {args.objective} per token, SLO = "
           f"{table.slo_factor:g}x single-request latency on NPU-C/NPU-D ({len(table.space)} allocations)")
-    headers = ["PHASE", "SEQ_LEN", "ROLE", "VPOD", "CHIPS", "BATCH", "LAT_ms", "SLO_ms", "OK",
-               "mJ/TOKEN", "uUSD/TOKEN", "TOKENS/s"]
-    rows = [[e.phase, str(e.seq_len), e.role, e.label, str(e.chips), str(e.batch),
-             f"{e.latency_s * 1e3:.4g}", f"{e.slo_s * 1e3:.4g}", "yes" if e.meets_slo else "NO",
-             f"{e.energy_j_per_token * 1e3:.4g}", f"{e.usd_per_token * 1e6:.4g}", f"{e.tokens_per_s:.4g}"]
-            for e in entries]
-    _print_table(headers, rows)
+    # the vPod label carries the chip count (version_shape_tp_pp[_ep]); --json has every field
+    headers = ["phase", "seq len", "role", "vPod", "batch", "lat ms", "SLO ms", "ok", "mJ/tok", "µUSD/tok", "tok/s"]
+    # one fixed-point format per numeric column (no 2.5e+04 beside 84.87), precise for its smallest entries
+    num = [report.format_column(vals, decimals=min(report.decimals_for(vals, 3, 4, by="min"), 4))
+           for vals in ([f(e) for e in entries] for f in (
+        lambda e: e.latency_s * 1e3, lambda e: e.slo_s * 1e3, lambda e: e.energy_j_per_token * 1e3,
+        lambda e: e.usd_per_token * 1e6, lambda e: e.tokens_per_s))]
+    rows = [[e.phase, str(e.seq_len), e.role, e.label, str(e.batch), num[0][i], num[1][i],
+             "yes" if e.meets_slo else "NO", num[2][i], num[3][i], num[4][i]] for i, e in enumerate(entries)]
+    headers, rows, dropped = report.fit_width(headers, rows)
+    print(report.text_table(headers, rows))
+    if dropped:
+        print(f"(not shown, to fit {report.WIDTH} characters: {', '.join(dropped)}; --json has every field)")
     if args.plot:
         print(f"plot written to {args.plot}")
     return 0

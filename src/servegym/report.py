@@ -71,12 +71,13 @@ def seeds_phrase(seeds: Iterable[int]) -> str:
     return "seeds " + ", ".join(map(str, s))
 
 
-def decimals_for(values: Iterable[float], significant: int = 4, most: int = 6) -> int:
-    """Decimals that show the column's largest magnitude with ``significant`` digits (0..``most``)."""
+def decimals_for(values: Iterable[float], significant: int = 4, most: int = 6, by: str = "max") -> int:
+    """Decimals that show the column's largest magnitude (``by="max"``) or its smallest non-zero one
+    (``by="min"``, for columns spanning orders of magnitude) with ``significant`` digits (0..``most``)."""
     mags = [abs(float(v)) for v in values if v is not None and math.isfinite(float(v)) and float(v) != 0.0]
     if not mags:
         return 0
-    top = math.floor(math.log10(max(mags)))
+    top = math.floor(math.log10(max(mags) if by == "max" else min(mags)))
     return max(0, min(most, significant - 1 - top))
 
 
