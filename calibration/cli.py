@@ -80,7 +80,7 @@ def _add_pd_kv(targets: argparse._SubParsersAction) -> None:
         "pd-kv", help="pd KV pool C_tok: refit to the paper's 3p1d = 5.2 req/s (brentq) and compare with the record",
         description="Fit the PD model's decode KV pool C_tok (the one unpublished parameter) to the paper's one "
                     "decode-bound capacity measurement, 3p1d = 5.2 req/s at fixed 4096/256 (§5.3.2), by brentq; "
-                    "print it beside the shipped record. Writes nothing unless --out or --write-package.")
+                    "print it beside the shipped record. Writes nothing unless --out or --overwrite-shipped.")
     add_arguments(p)
     p.set_defaults(func=run_cli)
 

@@ -143,7 +143,8 @@ def run_cli(args: argparse.Namespace) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None, help="write the fit record (JSON) to this file")
-    p.add_argument("--write-package", action="store_true",
+    # --overwrite-shipped: the flag name every calibration command uses (calibrate geo / osl); --write-package kept
+    p.add_argument("--overwrite-shipped", "--write-package", dest="write_package", action="store_true",
                    help="overwrite the shipped record in the installed package (calibration/profiles/pd/kv_pool.json)")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
 
