@@ -118,11 +118,12 @@ def test_compare_cli_json_keys(capsys) -> None:
 
 @pytest.mark.slow
 def test_fluid_and_request_modes_agree_on_energy_and_ranking() -> None:
-    """Fluid vs request-level dynamics over the first 3 h (measured: energy within 2 %, same SLO ranking;
-    the fluid estimate of SLO violations is about half the simulated one for the reactive policies)."""
+    """Fluid vs request-level dynamics over the first 3 h of the configured day (split=None: a train-split
+    draw can be a day with no SLO pressure, where both policies tie at zero violations). Measured: energy
+    within 2 %, same SLO ranking; the fluid estimate of SLO violations is about half the simulated one for the reactive policies)."""
     out = {}
     for mode in ("fluid", "request"):
-        env = PDProvisionEnv({"mode": mode, "scenario": {"horizon_steps": 180}})
+        env = PDProvisionEnv({"mode": mode, "split": None, "scenario": {"horizon_steps": 180}})
         out[mode] = {p.name: run_policy(env, p, seed=0) for p in (MinPowerPareto(lookahead=1), StaticPeak())}
     for name in out["fluid"]:
         assert out["request"][name].energy_kwh == pytest.approx(out["fluid"][name].energy_kwh, rel=0.05)
