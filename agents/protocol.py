@@ -59,6 +59,7 @@ REFERENCES: dict[str, dict[str, str]] = {
     "servegym/PDProvisionResidual-v0": {"naive": "static-peak", "best": "min-power+lookahead"},
     "servegym/PDProvisionFront-v0": {"naive": "static-peak", "best": "min-power+lookahead"},
     "servegym/NPUAutoscale-v0": {"naive": "base", "best": "neuscale"},
+    "servegym/NPUAutoscaleResidual-v0": {"naive": "base", "best": "neuscale"},
 }
 #: The stated tolerance of the "beats" rule: SLO violation may exceed the baseline's by this many
 #: percentage points (module docstring).

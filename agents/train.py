@@ -162,6 +162,10 @@ def train(cfg: TrainConfig) -> TrainResult:
     baselines = resolve_baselines(family, cfg.baselines)
     refs = _protocol_references(cfg.env_id)
     eval_split = cfg.eval_split if refs is not None else None
+    if _pins_split(env_kwargs):
+        # the user chose the scenario distribution (split=None pins a fixed scenario, whose drawn fields a named
+        # split would refuse): evaluation follows that choice instead of the validation split
+        eval_split = None
     if refs is not None:  # the normalized score needs both references on the evaluation seeds
         baselines += [b for b in dict.fromkeys(refs.values()) if b not in baselines]
     timesteps = cfg.timesteps or hp.n_timesteps
@@ -254,6 +258,12 @@ def train(cfg: TrainConfig) -> TrainResult:
                        vecnormalize_path=vn_path, tb_dir=tb_dir, run_file=run_file,
                        eval_history=evaluator.history, wall_s=time.perf_counter() - t0,
                        timesteps_trained=int(model.num_timesteps))
+
+
+def _pins_split(env_kwargs: dict[str, Any]) -> bool:
+    """Whether the env kwargs choose a split themselves (top-level ``split`` or ``config["split"]``)."""
+    config = env_kwargs.get("config")
+    return "split" in env_kwargs or (isinstance(config, dict) and "split" in config)
 
 
 def _protocol_references(env_id: str) -> dict[str, str] | None:

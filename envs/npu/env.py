@@ -635,6 +635,14 @@ class NPUAutoscaleEnv(gym.Env):
         m.setflags(write=False)
         return m
 
+    def per_step_reward_bound(self) -> float:
+        """B such that -B <= reward <= B on every step of the current episode (module docstring, **Bounds**);
+        the same accessor as the geo and pd envs'. Needs ``reset()``: B depends on the drawn scenario."""
+        bound = getattr(self, "reward_bound", None)
+        if bound is None:
+            raise ActionError("per_step_reward_bound() needs an episode: call reset() first")
+        return float(bound)
+
     def action_masks(self) -> NDArray[np.bool_]:
         """Valid values per action dimension, concatenated in ``action_space`` order (sb3-contrib's
         MultiDiscrete layout); never all-false per dimension. Residual mode: a group whose reference
