@@ -170,25 +170,48 @@ class SuiteEntry:
 
 #: The suite per budget. ``quick`` is sized to fit 30 minutes per env id on 2 cores with all seeds
 #: (the README and the leaderboard state what was measured); ``full`` is the default configs at the
-#: hyperparameter files' budgets (its cost is stated in leaderboard.md from the measured step rates).
+#: hyperparameter files' budgets or more (its estimated cost: :data:`FULL_COST_S_PER_SEED`, :func:`budget_cost`).
 SUITE: dict[str, tuple[SuiteEntry, ...]] = {
     "quick": (
-        SuiteEntry("servegym/GeoRoute-v0", "maskable-ppo", {"config": {"preset": "mini"}}, 30_000, 5, 10, 3,
-                   baselines=("ll", "greedy:0.5", "moer", "ilp"), note="mini preset (3 DCs, 30 s)"),
-        SuiteEntry("servegym/GeoRouteWindow-v0", "ppo", {"config": {"preset": "mini"}}, 20_000, 5, 10, 3,
-                   baselines=("ll", "greedy:0.5", "moer", "ilp"), note="mini preset (3 DCs, 30 s)"),
+        # The learning modes where an id has them (issues 12 and 13): the agent acts around the paper's
+        # method. Budgets from the measured step rates (leaderboard.md states the wall time per id).
+        SuiteEntry("servegym/GeoRoute-v0", "maskable-ppo",
+                   {"config": {"preset": "mini", "action_mode": "residual", "reference": "milp"}}, 100_000, 5, 10, 3,
+                   baselines=("ll", "greedy:0.5", "moer", "ilp"),
+                   note="mini preset (3 DCs, 30 s), residual around the facility MILP's window plan, dense reward"),
+        SuiteEntry("servegym/GeoRouteWindow-v0", "ppo",
+                   {"config": {"preset": "mini", "action_mode": "residual", "geo": {"poll_interval_s": 5.0}}},
+                   50_000, 5, 10, 3, baselines=("ll", "greedy:0.5", "moer", "ilp"),
+                   note="mini preset (3 DCs, 30 s), residual around the facility MILP (action 0 = MILP), "
+                        "stale snapshots (poll interval 5 s)"),
+        SuiteEntry("servegym/PDProvisionResidual-v0", "maskable-ppo", {}, 204_800, 5, 10, 3,
+                   note="full day, 60-s periods, changes around min-power+lookahead (1 h -> 4 h -> 1 day curriculum)"),
+        SuiteEntry("servegym/NPUAutoscaleResidual-v0", "maskable-ppo", {"config": {"hours": 2.0}}, 6_144, 5, 10, 3,
+                   note="2-h episodes (24 epochs), changes around NeuScale, reward relative to Base"),
+        SuiteEntry("servegym/PDProvisionFront-v0", "maskable-ppo", {}, 51_200, 5, 10, 3,
+                   note="full day, 60-s periods, a choice on the current epsilon-Pareto front"),
         SuiteEntry("servegym/PDProvision-v0", "maskable-ppo", {}, 51_200, 5, 10, 3,
-                   note="full day, 60-s periods"),
-        SuiteEntry("servegym/NPUAutoscale-v0", "maskable-ppo", {"config": {"hours": 2.0}}, 4_800, 5, 10, 3,
-                   note="2-h episodes (24 epochs), the four models"),
+                   note="full day, 60-s periods, absolute (n_P, n_D) targets"),
+        SuiteEntry("servegym/NPUAutoscale-v0", "maskable-ppo", {"config": {"hours": 2.0}}, 10_240, 5, 10, 3,
+                   note="2-h episodes (24 epochs), absolute counts and vPod options"),
     ),
+    # The quick suite's modes on the default presets and whole days, at the hyperparameter files' budgets
+    # or more. Its cost is estimated in FULL_COST_S_PER_SEED (printed when a full run starts).
     "full": (
-        SuiteEntry("servegym/GeoRoute-v0", "maskable-ppo", {"config": {"preset": "small"}}, 200_000, 5, 10, 5,
-                   note="small preset (4 DCs, 60 s)"),
-        SuiteEntry("servegym/GeoRouteWindow-v0", "ppo", {"config": {"preset": "small"}}, 100_000, 5, 10, 5,
-                   note="small preset (4 DCs, 60 s)"),
-        SuiteEntry("servegym/PDProvision-v0", "maskable-ppo", {}, 100_000, 5, 10, 5, note="full day"),
-        SuiteEntry("servegym/NPUAutoscale-v0", "maskable-ppo", {"config": {"hours": 24.0}}, 100_000, 5, 10, 5,
+        SuiteEntry("servegym/GeoRoute-v0", "maskable-ppo",
+                   {"config": {"action_mode": "residual", "reference": "milp"}}, 500_000, 5, 10, 5,
+                   baselines=("ll", "greedy:0.5", "moer", "ilp"),
+                   note="small preset (4 DCs, 60 s), residual around the facility MILP's window plan, dense reward"),
+        SuiteEntry("servegym/GeoRouteWindow-v0", "ppo",
+                   {"config": {"action_mode": "residual", "geo": {"poll_interval_s": 5.0}}}, 300_000, 5, 10, 5,
+                   note="small preset (4 DCs, 60 s), residual around the facility MILP, poll interval 5 s"),
+        SuiteEntry("servegym/PDProvisionResidual-v0", "maskable-ppo", {}, 1_024_000, 5, 10, 5,
+                   note="full day, changes around min-power+lookahead"),
+        SuiteEntry("servegym/NPUAutoscaleResidual-v0", "maskable-ppo", {"config": {"hours": 24.0}}, 102_400, 5, 10, 5,
+                   note="24-h episodes (288 epochs), changes around NeuScale"),
+        SuiteEntry("servegym/PDProvisionFront-v0", "maskable-ppo", {}, 1_024_000, 5, 10, 5, note="full day"),
+        SuiteEntry("servegym/PDProvision-v0", "maskable-ppo", {}, 1_024_000, 5, 10, 5, note="full day"),
+        SuiteEntry("servegym/NPUAutoscale-v0", "maskable-ppo", {"config": {"hours": 24.0}}, 102_400, 5, 10, 5,
                    note="24-h episodes (288 epochs)"),
     ),
     # CI smoke check of the machinery: 2 env ids x 2 seeds, tiny episodes and budgets (numbers meaningless)
@@ -201,6 +224,40 @@ SUITE: dict[str, tuple[SuiteEntry, ...]] = {
     ),
 }
 BUDGETS = tuple(SUITE)
+
+#: ``full``'s estimated wall seconds of training per seed on one core of the 2-core dev machine (the
+#: validation and test episodes add a few %), from the quick suite's measured training rates (``train_s`` in
+#: benchmarks/results/suite_runs/quick: PPO included, 2 busy cores) and the env speed benchmarks for the
+#: bigger presets: GeoRoute-v0 residual 1,480 steps/s on mini, PPO-bound, so ~1,400 on small (env 75 us/step
+#: on small vs ~20 on mini, geo_env_speed.md); GeoRouteWindow-v0 residual 390 steps/s on mini, ~2.1 ms/step
+#: of env on small + ~0.6 ms of PPO -> ~370; pd 514 (absolute) to 754 (residual) steps/s, the same days;
+#: npu 24-h episodes ~60 ms (residual: 31 ms of steps + Base's 8.5-s episode over 288 steps) and ~35 ms
+#: (absolute) of CPU per step (npu_env_speed.md) plus ~40 % for PPO and the busy cores. Not measured end
+#: to end: no full run has been made.
+FULL_COST_S_PER_SEED: dict[str, float] = {
+    "servegym/GeoRoute-v0": 500_000 / 1_400,
+    "servegym/GeoRouteWindow-v0": 300_000 / 370,
+    "servegym/PDProvisionResidual-v0": 1_024_000 / 754,
+    "servegym/PDProvisionFront-v0": 1_024_000 / 739,
+    "servegym/PDProvision-v0": 1_024_000 / 514,
+    "servegym/NPUAutoscaleResidual-v0": 102_400 * 0.060 * 1.4,
+    "servegym/NPUAutoscale-v0": 102_400 * 0.035 * 1.4,
+}
+
+
+def budget_cost(budget: str, workers: int = 2) -> str:
+    """A one-paragraph statement of ``budget``'s estimated cost (``full``: FULL_COST_S_PER_SEED; the others
+    are sized to fit 30 min per env id on 2 cores, as leaderboard.md reports per id)."""
+    if budget != "full":
+        return f"--budget {budget}: sized for <= 30 min per env id on 2 cores (leaderboard.md states each id's wall time)"
+    parts, total = [], 0.0
+    for e in SUITE["full"]:
+        s = FULL_COST_S_PER_SEED[e.env_id] * e.seeds
+        total += s
+        parts.append(f"{e.env_id.split('/')[-1]} {s / 3600:.1f} h")
+    return (f"--budget full: estimated {total / 3600:.0f} CPU-hours of training ({', '.join(parts)}; "
+            f"5 seeds each), about {total / 3600 / max(workers, 1):.0f} h of wall on {workers} processes "
+            "(an estimate from the quick runs' measured rates: servegym.agents.benchmark.FULL_COST_S_PER_SEED)")
 
 
 def suite_policies(entry: SuiteEntry) -> list[str]:
@@ -273,6 +330,7 @@ class SuiteResult:
     records: list[dict[str, Any]]
     files: dict[str, Path] = field(default_factory=dict)
     wall_s: float = 0.0
+    entry_wall_s: dict[str, float] = field(default_factory=dict)  # env id -> wall s of the run that made it
 
 
 def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir: str | Path = "runs/suite",
@@ -301,10 +359,72 @@ def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir:
                        tidy=False)
     else:
         outs = run_local(tasks, workers=workers, progress=progress, fn=suite_task, tidy=False)
+    wall_s = time.perf_counter() - t0
+    for e in entries:  # the raw episodes of each id, so later runs of other ids add to one leaderboard
+        save_entry_outputs(e, [o for o in outs if o["env_id"] == e.env_id], budget, Path(out_dir), wall_s)
+    return rebuild_leaderboard(budget, out_dir, wall_s)
+
+
+def rebuild_leaderboard(budget: str, out_dir: str | Path = RESULTS_DIR, wall_s: float = 0.0) -> SuiteResult:
+    """The leaderboard of ``budget`` from its stored raw outputs alone (no training, no episodes played):
+    ``servegym benchmark --suite --rescore``, after a run of some ids or a change of the scoring code."""
+    if budget not in SUITE:
+        raise ConfigError(f"--budget = {budget!r}; allowed: {', '.join(BUDGETS)}")
+    entries, outs, walls = stored_outputs(budget, Path(out_dir))
+    if not entries:
+        raise ConfigError(f"--rescore: no stored runs of budget {budget!r} in {_raw_dir(budget, Path(out_dir))}; "
+                          f"run `servegym benchmark --suite --budget {budget}` first")
     board, records = leaderboard(entries, outs)
-    res = SuiteResult(leaderboard=board, records=records, wall_s=time.perf_counter() - t0)
+    res = SuiteResult(leaderboard=board, records=records, wall_s=wall_s, entry_wall_s=walls)
     res.files = write_leaderboard(res, entries, outs, budget, Path(out_dir))
     return res
+
+
+def _raw_dir(budget: str, out_dir: Path) -> Path:
+    return out_dir / "suite_runs" / budget
+
+
+def save_entry_outputs(entry: SuiteEntry, outs: Sequence[dict[str, Any]], budget: str, out_dir: Path,
+                       wall_s: float) -> Path:
+    """``suite_runs/<budget>/<id>.json``: the entry and every task's output (episodes, wall time, validation
+    history). The leaderboard is rebuilt from these files, so ``--envs`` runs accumulate, and scores can be
+    recomputed from the stored returns without rerunning anything."""
+    d = _raw_dir(budget, out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{entry.env_id.split('/')[-1]}.json"
+    path.write_text(json.dumps({"entry": entry.__dict__, "suite_wall_s": wall_s, "outputs": list(outs)},
+                               indent=1, default=_json_default) + "\n")
+    return path
+
+
+def _json_default(v: Any) -> Any:
+    if isinstance(v, (np.integer, np.floating)):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return str(v)
+
+
+def stored_outputs(budget: str, out_dir: Path
+                   ) -> tuple[list[SuiteEntry], list[dict[str, Any]], dict[str, float]]:
+    """Every id of ``budget`` with stored outputs whose entry is still the suite's (in suite order);
+    a file from an entry that has since changed (kwargs, budget) is left out, not mixed in."""
+    entries, outs, walls = [], [], {}
+    for e in SUITE[budget]:
+        path = _raw_dir(budget, out_dir) / f"{e.env_id.split('/')[-1]}.json"
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        if SuiteEntry(**{**data["entry"], "baselines": _tuple(data["entry"].get("baselines"))}) != e:
+            continue
+        entries.append(e)
+        outs += data["outputs"]
+        walls[e.env_id] = float(data["suite_wall_s"])
+    return entries, outs, walls
+
+
+def _tuple(v: Any) -> tuple[str, ...] | None:
+    return None if v is None else tuple(v)
 
 
 def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]]
@@ -393,8 +513,12 @@ def _plot_profiles(scores_by_env: dict[str, dict[str, np.ndarray]], path: Path) 
 
     taus = np.linspace(-50.0, 150.0, 81)
     n = len(scores_by_env)
-    fig, axes = plt.subplots(1, n, figsize=(4.6 * n, 3.8), squeeze=False)
-    for ax, (env_id, scores) in zip(axes[0], scores_by_env.items(), strict=True):
+    cols = min(n, 4)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.9 * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for ax, (env_id, scores) in zip(axes.flat[:n], scores_by_env.items(), strict=True):
         profiles, cis = {}, {}
         for p, s in scores.items():
             profiles[p], cis[p] = protocol.performance_profile(s, taus)
@@ -413,19 +537,24 @@ def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[di
               files: dict[str, Path]) -> str:
     b = res.leaderboard
     lines = [f"# servegym leaderboard ({budget} budget, test split)", "",
-             "Normalized score per episode: 100 x (R - R_naive) / (R_best - R_naive) on the same test scenario "
-             "(0 = naive, 100 = the paper's best method); IQM and mean with 95 % stratified-bootstrap CIs over "
-             "episodes (agents: training seeds x test episodes). P(>best): probability of improvement over best. "
+             "Normalized score per episode: 100 x (R - R_naive) / G, with R_naive on the same test scenario and "
+             "G the mean gap R_best - R_naive over the test scenarios (0 = naive on every episode, 100 = the "
+             "paper's best method on average; `servegym.agents.protocol` says why G is pooled); IQM and mean "
+             "with 95 % stratified-bootstrap CIs over episodes (agents: training seeds x test episodes). P(>best): probability of improvement over best. "
              f"Beats: lower KPI at SLO violation <= the baseline's + {protocol.SLO_TOLERANCE_PP:g} pp. "
              "Agents: each seed's checkpoint chosen on the validation split only. Generated by "
-             f"`servegym benchmark --suite --budget {budget}` in {res.wall_s / 60:.1f} min wall.", ""]
+             f"`servegym benchmark --suite --budget {budget}` (one `--envs` run per id; each section states its "
+             "wall time on the 2-core machine).", ""]
+    if budget == "full":
+        lines += [budget_cost("full") + ".", ""]
     for e in entries:
         refs = protocol.references(e.env_id)
         sub = b[b.env == e.env_id]
         lines += [f"## {e.env_id}", "",
                   f"{e.note}; `gym.make` kwargs `{json.dumps(e.env_kwargs)}`; agent {e.algo}, {e.timesteps:,} steps x "
                   f"{e.seeds} seeds, checkpoint on {e.val_episodes} validation episodes x {e.evals} evaluations; "
-                  f"{e.episodes} test episodes; naive = `{refs['naive']}`, best = `{refs['best']}`.", ""]
+                  f"{e.episodes} test episodes; naive = `{refs['naive']}`, best = `{refs['best']}`. Suite wall time "
+                  f"(all seeds and baselines, 2 cores): {res.entry_wall_s.get(e.env_id, math.nan) / 60:.1f} min.", ""]
         kpi = sub["kpi"].iloc[0] if len(sub) else "kpi"
         lines += [f"| policy | score IQM [95% CI] | score mean [95% CI] | P(>best) | {kpi} | SLO viol. % "
                   "| beats best | wall s | env steps |",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -92,8 +93,9 @@ def add_commands(subparsers: Any) -> None:
 
     bm = subparsers.add_parser(
         "benchmark", help="an agent or baseline under the benchmark protocol, or the leaderboard suite",
-        description="Normalized score 100 (R - R_naive) / (R_best - R_naive) per episode of a split (0 = naive, "
-                    "100 = the paper's best method), IQM and mean with 95%% bootstrap CIs, and the domain KPIs. "
+        description="Normalized score 100 (R - R_naive) / mean(R_best - R_naive) per episode of a split (0 = "
+                    "naive, 100 = the paper's best method on average), IQM and mean with 95%% bootstrap CIs, "
+                    "and the domain KPIs. "
                     "--suite trains every env id and writes benchmarks/results/leaderboard.{md,csv,json}.")
     bm.add_argument("--env", default=None, help="env id, e.g. servegym/GeoRoute-v0")
     who = bm.add_mutually_exclusive_group()
@@ -110,6 +112,8 @@ def add_commands(subparsers: Any) -> None:
     bm.add_argument("--budget", default="quick", choices=("quick", "full", "smoke"),
                     help="suite budget: quick (about 30 min per env id on 2 cores), full, smoke (CI check)")
     bm.add_argument("--envs", default=None, help="suite: a comma list of env ids (default: all)")
+    bm.add_argument("--rescore", action="store_true",
+                    help="suite: rebuild the leaderboard from the stored runs (suite_runs/<budget>/) without training")
     bm.add_argument("--workers", type=_positive("--workers"), default=None, help="suite: processes (default: CPUs)")
     bm.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                     help="suite: run the grid on Ray (a local instance, or a cluster at ADDRESS)")
@@ -197,8 +201,13 @@ def _benchmark(args: argparse.Namespace) -> int:
                               "quick|full] [--envs IDS] [--workers N] [--ray [ADDRESS]]")
         envs = [e.strip() for e in args.envs.split(",")] if args.envs else None
         ray_address: str | bool | None = False if args.ray is None else (args.ray or None)
-        res = bm.run_suite(args.budget, out_dir=args.out_dir or bm.RESULTS_DIR, run_dir=args.run_dir,
-                           workers=args.workers, ray_address=ray_address, progress=not args.json, env_ids=envs)
+        if args.rescore:
+            res = bm.rebuild_leaderboard(args.budget, args.out_dir or bm.RESULTS_DIR)
+        else:
+            if args.budget == "full":
+                print(bm.budget_cost("full", args.workers or os.cpu_count() or 1), file=sys.stderr)
+            res = bm.run_suite(args.budget, out_dir=args.out_dir or bm.RESULTS_DIR, run_dir=args.run_dir,
+                               workers=args.workers, ray_address=ray_address, progress=not args.json, env_ids=envs)
         if args.json:
             print(json.dumps(res.records, indent=2))
         else:

@@ -10,9 +10,11 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from servegym.agents import benchmark as bm
 from servegym.agents import protocol
 from servegym.agents.benchmark import evaluate_policy, run_suite
 from servegym.agents.families import EpisodeResult, family_for
@@ -40,19 +42,21 @@ def test_every_env_id_names_naive_best_and_its_baselines() -> None:
 
 @pytest.mark.parametrize(("env_id", "kwargs"), [("servegym/GeoRoute-v0", GEO), ("servegym/PDProvision-v0", PD)])
 def test_naive_scores_0_and_best_100_on_real_episodes(env_id: str, kwargs: dict) -> None:
-    """The arithmetic on real episodes of the test split: naive 0 and best 100 on every episode, and a
-    third baseline's score is 100 (R - R_naive) / (R_best - R_naive) of the same seeds' returns."""
+    """The arithmetic on real episodes of the test split: naive 0 on every episode and best 100 on average,
+    and a third baseline's score is 100 (R - R_naive) / mean(R_best - R_naive) of the same seeds' returns."""
     naive = evaluate_policy(env_id, "naive", episodes=3, env_kwargs=kwargs, progress=False)
     best = evaluate_policy(env_id, "best", episodes=3, env_kwargs=kwargs, progress=False)
     np.testing.assert_array_equal(naive.scores, 0.0)
-    np.testing.assert_allclose(best.scores, 100.0, rtol=0, atol=1e-9)
+    assert float(np.mean(best.scores)) == pytest.approx(100.0, rel=1e-12)
     assert [r.reward for r in naive.results] == [r.reward for r in best.naive]  # same episodes
     assert len({r.reward for r in naive.results}) == 3  # the test split's episodes differ
     other = "greedy:0.5" if env_id.endswith("GeoRoute-v0") else "min-power"
     ev = evaluate_policy(env_id, other, episodes=3, env_kwargs=kwargs, progress=False)
+    gap = float(np.mean([b.reward - n.reward for n, b in zip(ev.naive, ev.best, strict=True)]))
+    assert gap > 0
     for score, r, n, b in zip(ev.scores, ev.results, ev.naive, ev.best, strict=True):
         assert r.seed == n.seed == b.seed
-        assert score == pytest.approx(100.0 * (r.reward - n.reward) / (b.reward - n.reward), rel=1e-12)
+        assert score == pytest.approx(100.0 * (r.reward - n.reward) / gap, rel=1e-12)
     rec = ev.record()
     assert set(rec) == RECORD_KEYS and rec["split"] == "test" and rec["episodes"] == 3
     assert rec["score_mean"] == pytest.approx(float(np.mean(ev.scores)))
@@ -81,8 +85,9 @@ def test_outside_loop_baseline_return_is_the_envs_return_on_the_same_scenario() 
 
 
 def test_score_statistics_and_ties() -> None:
-    s = protocol.normalized_scores([5.0, 1.0, 3.0], [1.0, 1.0, 3.0], [5.0, 3.0, 3.0])
-    assert s[0] == 100.0 and s[1] == 0.0 and math.isnan(s[2])  # references tie: no scale
+    s = protocol.normalized_scores([5.0, 1.0, 3.0], [1.0, 1.0, 3.0], [5.0, 3.0, 3.0])  # G = (4 + 2 + 0) / 3
+    np.testing.assert_allclose(s, [200.0, 0.0, 0.0])
+    assert np.all(np.isnan(protocol.normalized_scores([5.0, 1.0], [1.0, 3.0], [3.0, 1.0])))  # G = 0: no scale
     st_ = protocol.score_stats([0.0, 10.0, 20.0, 30.0, 1000.0, math.nan])
     assert st_.n == 5 and st_.undefined == 1
     assert st_.iqm == pytest.approx(20.0)  # rliable's IQM: trimmed mean of the middle half
@@ -110,10 +115,28 @@ def test_score_statistics_and_ties() -> None:
                 max_size=20))
 def test_references_score_0_and_100_for_any_returns(rows: list[tuple[float, float, float]]) -> None:
     r, n, b = (np.array(x) for x in zip(*rows, strict=True))
-    ok = np.abs(b - n) > 1e-6 * np.maximum(np.abs(b), 1.0)
-    np.testing.assert_array_equal(protocol.normalized_scores(n, n, b)[ok], 0.0)
-    np.testing.assert_allclose(protocol.normalized_scores(b, n, b)[ok], 100.0, rtol=1e-9)
-    assert np.all(np.isnan(protocol.normalized_scores(r, n, b)[~ok & (b == n)]))
+    scale = max(float(np.mean(np.maximum(np.abs(b), np.abs(n)))), 1e-12)  # the floor reference_gap uses
+    gap = float(np.mean(b - n))
+    if gap > 1.01 * protocol.REFERENCE_GAP_MIN * scale:
+        np.testing.assert_array_equal(protocol.normalized_scores(n, n, b), 0.0)
+        assert float(np.mean(protocol.normalized_scores(b, n, b))) == pytest.approx(100.0, rel=1e-9)
+        # paired with naive, scaled by the split's gap: a policy's ordering against naive is kept per episode
+        np.testing.assert_array_equal(protocol.normalized_scores(r, n, b) > 0, r > n)
+    elif gap < 0.99 * protocol.REFERENCE_GAP_MIN * scale:
+        assert np.all(np.isnan(protocol.normalized_scores(r, n, b)))
+
+
+def test_references_that_swap_on_single_scenarios_keep_the_splits_scale() -> None:
+    """NPUAutoscale-v0's absolute returns on three 2-h test scenarios (seeds 0, 1, 3 of the quick suite):
+    NeuScale ties Base (-362.733 vs -362.845), loses (-284.8 vs -100.0) and wins big (-158.6 vs -1330.9).
+    With a per-episode denominator, a policy far below both on seed 1 (-4,000) would score +2,110; with the
+    pooled gap it scores far below 0, and the tie no longer makes a ratio of noise."""
+    n, b = [-362.845, -100.0, -1330.9], [-362.733, -284.8, -158.6]
+    g = protocol.reference_gap(n, b)
+    assert g == pytest.approx((0.112 - 184.8 + 1172.3) / 3)
+    s = protocol.normalized_scores([-350.0, -4000.0, -158.6], n, b)
+    assert s[0] == pytest.approx(100 * 12.845 / g) and s[1] < -1000 and s[2] > 100
+    assert math.isnan(protocol.reference_gap([-362.845], [-362.733]))  # 0.03 % of the return: no scale
 
 
 def test_beats_needs_lower_kpi_at_no_more_slo_violation() -> None:
@@ -184,6 +207,31 @@ def test_suite_smoke_two_envs_two_seeds(smoke: tuple[Any, Path]) -> None:
     assert run["eval_split"] == "validation" and "normalized_score" in run["eval_history"][-1]
 
 
+def test_suite_stores_each_ids_episodes_and_accumulates_runs(smoke: tuple[Any, Path]) -> None:
+    """Each id's raw outputs are stored; a later ``--envs`` run of one id keeps the other's rows, and a
+    stored file whose entry no longer matches the suite's is left out rather than mixed in."""
+    res, tmp = smoke
+    out = tmp / "results"
+    entries, outs, walls = bm.stored_outputs("smoke", out)
+    assert [e.env_id for e in entries] == [e.env_id for e in bm.SUITE["smoke"]]
+    assert set(walls) == {e.env_id for e in entries} and all(w > 0 for w in walls.values())
+    board, _ = bm.leaderboard(entries, outs)  # rebuilt from the files: the same table
+    pd.testing.assert_frame_equal(board.drop(columns=["wall_s"]), res.leaderboard.drop(columns=["wall_s"]))
+    md = out / "leaderboard_smoke.md"
+    md.unlink()
+    assert main(["benchmark", "--suite", "--budget", "smoke", "--rescore", "--out-dir", str(out)]) == 0
+    assert md.exists() and json.loads((out / "leaderboard_smoke.json").read_text()) == res.records
+    # nothing stored for this budget: a one-line error, exit status 2
+    assert main(["benchmark", "--suite", "--budget", "quick", "--rescore", "--out-dir", str(tmp / "nothing")]) == 2
+    geo = out / "suite_runs" / "smoke" / "GeoRoute-v0.json"
+    data = json.loads(geo.read_text())
+    data["entry"]["timesteps"] += 1  # as if the suite's entry had changed since the run
+    geo.write_text(json.dumps(data))
+    entries, outs, _ = bm.stored_outputs("smoke", out)
+    assert [e.env_id for e in entries] == ["servegym/PDProvision-v0"]
+    assert {o["env_id"] for o in outs} == {"servegym/PDProvision-v0"}
+
+
 def test_reward_only_vecnormalize_statistics_round_trip(tmp_path) -> None:
     """GeoRoute-v0's hyperparameters normalize the reward only (norm_obs false): its VecNormalize has no
     observation statistics, and saving the best checkpoint must not fail on them (it did)."""
@@ -212,3 +260,10 @@ def test_models_of_several_seeds_are_pooled(smoke: tuple[Any, Path], capsys: pyt
     out = json.loads(capsys.readouterr().out)
     assert out["policy"] == "agent:maskable-ppo" and out["episodes"] == 4
     assert out["score_mean"] == pytest.approx(float(np.mean(ev.scores)))
+
+
+def test_full_budget_states_its_cost_for_every_env_id() -> None:
+    full = {e.env_id for e in bm.SUITE["full"]}
+    assert set(bm.FULL_COST_S_PER_SEED) == full
+    text = bm.budget_cost("full", workers=2)
+    assert all(i.split("/")[-1] in text for i in full) and "CPU-hours" in text
