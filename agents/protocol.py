@@ -22,7 +22,7 @@ ILP/MILP windows while GeoRoute-v0 decides requests; NeuScale's 60-s loop) get R
 the env's return-equals-KPI identity, on exactly the scenario the env's ``reset(seed)`` draws
 (``run_baseline`` of each family).
 
-Why the gap is pooled and not per episode (the issue's first formulation was ``/ (R_best - R_naive)`` of
+Why the gap is pooled and not per episode (the first formulation divided by ``R_best - R_naive`` of
 the same episode): the references can tie or swap on single scenarios. On NPUAutoscale-v0's 2-h test
 scenarios NeuScale's return is below Base's on 6 of 10 episodes (Base meets the SLO cheaply at low
 load; NeuScale wins by a wide margin where Base collapses to 100 % violations), and on seed 0 the two

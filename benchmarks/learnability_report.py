@@ -1,4 +1,4 @@
-"""Learnability figures from the benchmark suite's stored runs (issues 12 and 13).
+"""Learnability figures from the benchmark suite's stored runs: per-seed tables and validation curves.
 
 ``servegym benchmark --suite --budget quick`` stores every id's raw outputs in
 ``benchmarks/results/suite_runs/<budget>/<id>.json`` (training seeds' validation histories and test
