@@ -135,6 +135,10 @@ def text_summary(ev: PolicyEvaluation) -> str:
              f"  normalized score (0 = naive, 100 = best): IQM {_f(st.iqm)} [{_f(st.iqm_ci[0])}, {_f(st.iqm_ci[1])}]"
              f", mean {_f(st.mean)} [{_f(st.mean_ci[0])}, {_f(st.mean_ci[1])}]"
              + (f" ({st.undefined} episodes without scale)" if st.undefined else "")]
+    if st.undefined == len(ev.scores) and ev.scores.size:
+        gap = float(np.mean([b.reward - n.reward for n, b in zip(ev.naive, ev.best, strict=True)]))
+        lines.append(f"  no scale: best does not beat naive on these scenarios (mean R_best - R_naive = {gap:.4g}); "
+                     "score more episodes or longer ones (the KPIs below are still comparable)")
     fam = family_for(ev.env_id)
     for who, res in (("policy", ev.results), ("naive", ev.naive), ("best", ev.best)):
         k = protocol.kpi_means(res, fam)
