@@ -64,10 +64,14 @@ def play_parallel(model: Any, config: dict[str, Any], split: str, seed: int) -> 
 
 
 def _metrics(info: dict[str, Any]) -> dict[str, float]:
-    from servegym.agents.families import family_for
+    """The episode's KPIs as the protocol reads them for every policy: from the run summary in
+    ``info["episode_metrics"]`` (carbon over the serving window, as the baselines' rows), not from the
+    top-level running values (whose ``carbon_g`` includes the drain, as the return does)."""
+    from servegym.agents.families import extract_metrics, family_for
 
-    keys = [m.key for m in family_for(ENV_ID).metrics]
-    return {k: float(info[k]) for k in keys if k in info and isinstance(info[k], (int, float))}
+    if "episode_metrics" not in info:
+        raise RuntimeError("the parallel env's last info has no episode_metrics: the episode did not complete")
+    return extract_metrics([info], family_for(ENV_ID).metrics)
 
 
 def train_seed(config: dict[str, Any], seed: int, timesteps: int, evals: int, val_episodes: int,

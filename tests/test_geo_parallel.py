@@ -123,3 +123,25 @@ def test_sb3_trains_through_supersuit_parameter_sharing() -> None:
     for agent, o in obs.items():
         action, _ = model.predict(o, deterministic=True)
         assert env.action_space(agent).contains(int(action))
+
+
+def test_marl_learnability_reads_the_kpis_the_baselines_report() -> None:
+    """benchmarks/marl_learnability.py compares the shared agents with baselines run in GeoRoute-v0,
+    whose rows hold the run summary (carbon over the serving window). The agents' rows must come from
+    the same summary, not from the top-level running ``carbon_g``, which includes the drain (the first
+    version of the script read that one and overstated the agents' carbon)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "marl_learnability.py"
+    spec = importlib.util.spec_from_file_location("marl_learnability", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    env = parallel_env(config={**SMALL, "action_mode": "residual", "reference": "greedy:0"})
+    info = _play(env, 1, lambda e, a, i: e.core.n_dcs)[2]
+    m = mod._metrics(info)
+    summary = info["episode_metrics"]
+    assert m["carbon_g"] == summary["carbon_g"] and m["slo_violation_pct"] == summary["slo_violation_pct"]
+    assert info["carbon_g"] == pytest.approx(summary["carbon_with_drain_g"]) and info["carbon_g"] > m["carbon_g"]
+    with pytest.raises(RuntimeError, match="episode_metrics"):
+        mod._metrics({"carbon_g": 1.0})
