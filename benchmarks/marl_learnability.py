@@ -1,7 +1,7 @@
 """Multi-agent geo learnability: one PPO policy shared by the regional schedulers (SuperSuit parameter
 sharing) against round robin, greedy and the facility MILP, under the benchmark protocol.
 
-Usage (the recorded runs; about 12 min each on the 2-core machine)::
+Usage (the recorded runs: 7-10 min each on the 2-core machine, 1 training process)::
 
     python benchmarks/marl_learnability.py --mode residual --seeds 5 --timesteps 100000
     python benchmarks/marl_learnability.py --mode direct --seeds 5 --timesteps 100000
