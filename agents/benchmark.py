@@ -334,7 +334,9 @@ class SuiteResult:
     records: list[dict[str, Any]]
     files: dict[str, Path] = field(default_factory=dict)
     wall_s: float = 0.0
-    entry_wall_s: dict[str, float] = field(default_factory=dict)  # env id -> wall s of the run that made it
+    #: env id -> the run that made its rows: ``wall_s`` (the whole run's wall time), ``env_ids`` (the ids
+    #: trained together in it) and ``workers`` (processes; None for Ray or unknown)
+    entry_runs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir: str | Path = "runs/suite",
@@ -363,9 +365,11 @@ def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir:
                        tidy=False)
     else:
         outs = run_local(tasks, workers=workers, progress=progress, fn=suite_task, tidy=False)
-    wall_s = time.perf_counter() - t0
+    run = {"wall_s": time.perf_counter() - t0, "env_ids": [e.env_id for e in entries],
+           "workers": None if ray_address is not False else (workers or os.cpu_count() or 1)}
     for e in entries:  # the raw episodes of each id, so later runs of other ids add to one leaderboard
-        save_entry_outputs(e, [o for o in outs if o["env_id"] == e.env_id], budget, Path(out_dir), wall_s)
+        save_entry_outputs(e, [o for o in outs if o["env_id"] == e.env_id], budget, Path(out_dir), run)
+    wall_s = float(run["wall_s"])
     return rebuild_leaderboard(budget, out_dir, wall_s)
 
 
@@ -374,14 +378,26 @@ def rebuild_leaderboard(budget: str, out_dir: str | Path = RESULTS_DIR, wall_s: 
     ``servegym benchmark --suite --rescore``, after a run of some ids or a change of the scoring code."""
     if budget not in SUITE:
         raise ConfigError(f"--budget = {budget!r}; allowed: {', '.join(BUDGETS)}")
-    entries, outs, walls = stored_outputs(budget, Path(out_dir))
+    entries, outs, runs = stored_outputs(budget, Path(out_dir))
     if not entries:
         raise ConfigError(f"--rescore: no stored runs of budget {budget!r} in {_raw_dir(budget, Path(out_dir))}; "
                           f"run `servegym benchmark --suite --budget {budget}` first")
     board, records = leaderboard(entries, outs)
-    res = SuiteResult(leaderboard=board, records=records, wall_s=wall_s, entry_wall_s=walls)
+    res = SuiteResult(leaderboard=board, records=records, wall_s=wall_s, entry_runs=runs)
     res.files = write_leaderboard(res, entries, outs, budget, Path(out_dir))
     return res
+
+
+def _run_text(run: dict[str, Any] | None) -> str:
+    """The wall time of the run that made an id's rows, saying what it covered."""
+    if not run:
+        return "Wall time: not recorded."
+    ids, workers = run.get("env_ids") or [], run.get("workers")
+    where = f"{workers} processes" if workers else "Ray or unrecorded processes"
+    if len(ids) > 1:
+        return (f"Wall time of the run that trained {len(ids)} env ids together ({where}; all their seeds and "
+                f"baselines): {run['wall_s'] / 60:.1f} min.")
+    return f"Suite wall time (all seeds and baselines, {where}): {run['wall_s'] / 60:.1f} min."
 
 
 def _raw_dir(budget: str, out_dir: Path) -> Path:
@@ -389,14 +405,16 @@ def _raw_dir(budget: str, out_dir: Path) -> Path:
 
 
 def save_entry_outputs(entry: SuiteEntry, outs: Sequence[dict[str, Any]], budget: str, out_dir: Path,
-                       wall_s: float) -> Path:
+                       run: dict[str, Any]) -> Path:
     """``suite_runs/<budget>/<id>.json``: the entry and every task's output (episodes, wall time, validation
     history). The leaderboard is rebuilt from these files, so ``--envs`` runs accumulate, and scores can be
-    recomputed from the stored returns without rerunning anything."""
+    recomputed from the stored returns without rerunning anything. ``run``: the run's wall time, the ids
+    trained together in it and its processes (:attr:`SuiteResult.entry_runs`)."""
     d = _raw_dir(budget, out_dir)
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"{entry.env_id.split('/')[-1]}.json"
-    path.write_text(json.dumps({"entry": entry.__dict__, "suite_wall_s": wall_s, "outputs": list(outs)},
+    path.write_text(json.dumps({"entry": entry.__dict__, "suite_wall_s": run["wall_s"],
+                                "suite_env_ids": run["env_ids"], "suite_workers": run["workers"], "outputs": list(outs)},
                                indent=1, default=_json_default) + "\n")
     return path
 
@@ -410,10 +428,10 @@ def _json_default(v: Any) -> Any:
 
 
 def stored_outputs(budget: str, out_dir: Path
-                   ) -> tuple[list[SuiteEntry], list[dict[str, Any]], dict[str, float]]:
+                   ) -> tuple[list[SuiteEntry], list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """Every id of ``budget`` with stored outputs whose entry is still the suite's (in suite order);
     a file from an entry that has since changed (kwargs, budget) is left out, not mixed in."""
-    entries, outs, walls = [], [], {}
+    entries, outs, runs = [], [], {}
     for e in SUITE[budget]:
         path = _raw_dir(budget, out_dir) / f"{e.env_id.split('/')[-1]}.json"
         if not path.exists():
@@ -423,8 +441,9 @@ def stored_outputs(budget: str, out_dir: Path
             continue
         entries.append(e)
         outs += data["outputs"]
-        walls[e.env_id] = float(data["suite_wall_s"])
-    return entries, outs, walls
+        runs[e.env_id] = {"wall_s": float(data["suite_wall_s"]), "env_ids": data.get("suite_env_ids"),
+                          "workers": data.get("suite_workers")}
+    return entries, outs, runs
 
 
 def _tuple(v: Any) -> tuple[str, ...] | None:
@@ -557,8 +576,8 @@ def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[di
         lines += [f"## {e.env_id}", "",
                   f"{e.note}; `gym.make` kwargs `{json.dumps(e.env_kwargs)}`; agent {e.algo}, {e.timesteps:,} steps x "
                   f"{e.seeds} seeds, checkpoint on {e.val_episodes} validation episodes x {e.evals} evaluations; "
-                  f"{e.episodes} test episodes; naive = `{refs['naive']}`, best = `{refs['best']}`. Suite wall time "
-                  f"(all seeds and baselines, 2 cores): {res.entry_wall_s.get(e.env_id, math.nan) / 60:.1f} min.", ""]
+                  f"{e.episodes} test episodes; naive = `{refs['naive']}`, best = `{refs['best']}`. "
+                  f"{_run_text(res.entry_runs.get(e.env_id))}", ""]
         kpi = sub["kpi"].iloc[0] if len(sub) else "kpi"
         lines += [f"| policy | score IQM [95% CI] | score mean [95% CI] | P(>best) | {kpi} | SLO viol. % "
                   "| beats best | wall s | env steps |",

@@ -238,9 +238,12 @@ def test_suite_stores_each_ids_episodes_and_accumulates_runs(smoke: tuple[Any, P
     stored file whose entry no longer matches the suite's is left out rather than mixed in."""
     res, tmp = smoke
     out = tmp / "results"
-    entries, outs, walls = bm.stored_outputs("smoke", out)
+    entries, outs, runs = bm.stored_outputs("smoke", out)
     assert [e.env_id for e in entries] == [e.env_id for e in bm.SUITE["smoke"]]
-    assert set(walls) == {e.env_id for e in entries} and all(w > 0 for w in walls.values())
+    assert set(runs) == {e.env_id for e in entries} and all(r["wall_s"] > 0 for r in runs.values())
+    # both ids were trained in one run: each section says so rather than claiming the whole time for itself
+    assert all(r["env_ids"] == [e.env_id for e in entries] for r in runs.values())
+    assert "trained 2 env ids together" in (out / "leaderboard_smoke.md").read_text()
     board, _ = bm.leaderboard(entries, outs)  # rebuilt from the files: the same table
     pd.testing.assert_frame_equal(board.drop(columns=["wall_s"]), res.leaderboard.drop(columns=["wall_s"]))
     md = out / "leaderboard_smoke.md"
