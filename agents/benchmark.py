@@ -2,8 +2,9 @@
 
 ``servegym benchmark --env ID (--policy NAME | --model PATH) [--split test] [--episodes K] [--json]``
 plays K episodes of the split (reset seeds ``--seed .. --seed+K-1``) with the policy and with the env's
-``naive`` and ``best`` references on the same scenarios, and reports the normalized scores' IQM and
-mean with 95 % bootstrap CIs next to the domain KPIs (:mod:`servegym.agents.protocol`). ``--json``
+yardsticks (naive, the paper's method, the strongest baseline and the oracle, where the id has one) on the
+same scenarios, and reports the normalized scores' IQM and mean with 95 % bootstrap CIs next to the domain
+KPIs, the headroom, the share of the gap closed and the paired verdicts (:mod:`servegym.agents.protocol`). ``--json``
 prints exactly one object: ``env``, ``policy``, ``split``, ``episodes``, ``score_mean``, ``score_iqm``,
 ``score_ci`` (the IQM's CI) and ``kpis``.
 
@@ -51,40 +52,75 @@ def make_split_env(env_id: str, split: str | None, env_kwargs: dict[str, Any] | 
     return gym.make(env_id, **{**(env_kwargs or {}), "split": split})
 
 
+def run_policy_episodes(env_id: str, env: gym.Env, names: Sequence[str], seeds: Sequence[int],
+                        progress: Any = None) -> dict[str, list[EpisodeResult]]:
+    """Every named policy (family baselines and ``follow``, the residual mode's zero action, which steps
+    the env itself) on every seed of ``env``."""
+    fam = family_for(env_id)
+    out: dict[str, list[EpisodeResult]] = {}
+    base_names = [n for n in names if n != protocol.FOLLOW]
+    if base_names:
+        out.update(run_baseline_episodes(fam, env, base_names, seeds, progress=progress))
+    if protocol.FOLLOW in names:
+        res = []
+        for s in seeds:
+            res.append(play_episode(env, lambda obs, info, e: protocol.follow_action(e), s, protocol.FOLLOW,
+                                    fam.metrics))
+            if progress is not None:
+                progress.update(1)
+        out[protocol.FOLLOW] = res
+    return {n: out[n] for n in names if n in out}
+
+
 @dataclass(frozen=True)
 class PolicyEvaluation:
-    """One policy's episodes with the references' on the same seeds, and the per-episode scores."""
+    """One policy's episodes with the yardsticks' on the same seeds, and the per-episode scores.
+
+    ``anchors``: role -> episodes of ``naive``, ``paper``, ``strongest`` and ``oracle`` (where the id has
+    one); ``scale`` the scale they define (:func:`protocol.make_scale`)."""
 
     env_id: str
     policy: str
     split: str | None
     results: list[EpisodeResult]
-    naive: list[EpisodeResult]
-    best: list[EpisodeResult]
+    anchors: dict[str, list[EpisodeResult]]
+    scale: protocol.Scale
     scores: np.ndarray
     kpi: str
 
+    @property
+    def naive(self) -> list[EpisodeResult]:
+        return self.anchors["naive"]
+
+    @property
+    def best(self) -> list[EpisodeResult]:
+        """The paper's method's episodes (``best`` is its alias)."""
+        return self.anchors["paper"]
+
     def record(self) -> dict[str, Any]:
         return protocol.benchmark_record(self.env_id, self.policy, self.split, self.results, self.scores)
+
+
+ANCHOR_ROLES = ("naive", "paper", "strongest", "oracle")
 
 
 def evaluate_policy(env_id: str, policy: str | None = None, model: str | Path | Sequence[str | Path] | None = None,
                     split: str | None = "test", episodes: int = 10, seed: int = TEST_SEED,
                     env_kwargs: dict[str, Any] | None = None, progress: bool = True) -> PolicyEvaluation:
     """Play ``policy`` (a name of :func:`protocol.policy_names`) or the saved agent(s) ``model`` on
-    ``episodes`` episodes of ``split``, with the env's naive and best references on the same seeds.
-    Several models (one per training seed, the same algorithm) are pooled: every model plays the same
-    episodes, and the statistics run over models x episodes."""
+    ``episodes`` episodes of ``split``, with the env's yardsticks (naive, paper, strongest, oracle) on
+    the same seeds. Several models (one per training seed, the same algorithm) are pooled: every model
+    plays the same episodes, and the statistics run over models x episodes."""
     from tqdm.auto import tqdm
 
     if (policy is None) == (model is None):
         raise ConfigError("give exactly one of --policy NAME or --model PATH")
-    refs = protocol.references(env_id)
-    fam = family_for(env_id)
+    roles = protocol.yardsticks(env_id).roles()
     seeds = seeds_from(seed, episodes)
     kwargs = dict(env_kwargs or {})
     label = policy
     acts: list[Any] = []
+    name = ""
     if model is not None:
         from servegym.agents.train import load_agent
 
@@ -103,51 +139,63 @@ def evaluate_policy(env_id: str, policy: str | None = None, model: str | Path | 
         assert policy is not None
         name = protocol.resolve_policy(env_id, policy)
     env = make_split_env(env_id, split, kwargs)
-    n_ref = len(set(refs.values()))
-    n_own = len(acts) if acts else (0 if policy in refs or policy in refs.values() else 1)
-    with tqdm(total=len(seeds) * (n_ref + n_own), desc=f"benchmark {env_id.split('/')[-1]} ({split})",
+    anchor_names = list(dict.fromkeys(roles[r] for r in ANCHOR_ROLES if r in roles))
+    n_own = len(acts) if acts else (0 if name in anchor_names else 1)
+    with tqdm(total=len(seeds) * (len(anchor_names) + n_own), desc=f"benchmark {env_id.split('/')[-1]} ({split})",
               unit="episode", disable=not progress) as bar:
         try:
-            ref_runs = run_baseline_episodes(fam, env, sorted(set(refs.values())), seeds, progress=bar)
+            runs = run_policy_episodes(env_id, env, anchor_names, seeds, progress=bar)
             if acts:
                 results = []
                 for act in acts:
                     for s in seeds:
-                        results.append(play_episode(env, act, s, str(label), fam.metrics))
+                        results.append(play_episode(env, act, s, str(label), family_for(env_id).metrics))
                         bar.update(1)
-            elif name in ref_runs:
-                results = ref_runs[name]
+            elif name in runs:
+                results = runs[name]
             else:
-                results = run_baseline_episodes(fam, env, [name], seeds, progress=bar)[name]
+                results = run_policy_episodes(env_id, env, [name], seeds, progress=bar)[name]
             kpi = protocol.kpi_metric(env)
         finally:
             env.close()
-    naive, best = ref_runs[refs["naive"]], ref_runs[refs["best"]]
-    return PolicyEvaluation(env_id=env_id, policy=str(label), split=split, results=list(results), naive=naive,
-                            best=best, scores=protocol.episode_scores(results, naive, best), kpi=kpi)
+    anchors = {r: runs[roles[r]] for r in ANCHOR_ROLES if r in roles}
+    scale = protocol.make_scale(env_id, anchors["naive"], anchors["paper"], anchors.get("oracle"))
+    return PolicyEvaluation(env_id=env_id, policy=str(label), split=split, results=list(results), anchors=anchors,
+                            scale=scale, scores=scale.scores(results), kpi=kpi)
 
 
 def text_summary(ev: PolicyEvaluation) -> str:
-    """A few lines for the terminal: scores, KPIs beside the references', the verdict."""
+    """A few lines for the terminal: the scale, scores, KPIs beside the yardsticks', the paired verdicts."""
     rec = ev.record()
     st = protocol.score_stats(ev.scores)
     lines = [f"{ev.env_id} · {ev.policy} · split {ev.split} · {rec['episodes']} episodes",
-             f"  normalized score (0 = naive, 100 = best): IQM {_f(st.iqm)} [{_f(st.iqm_ci[0])}, {_f(st.iqm_ci[1])}]"
+             f"  scale: {ev.scale.name}",
+             f"  normalized score: IQM {_f(st.iqm)} [{_f(st.iqm_ci[0])}, {_f(st.iqm_ci[1])}]"
              f", mean {_f(st.mean)} [{_f(st.mean_ci[0])}, {_f(st.mean_ci[1])}]"
              + (f" ({st.undefined} episodes without scale)" if st.undefined else "")]
     if st.undefined == len(ev.scores) and ev.scores.size:
-        gap = float(np.mean([b.reward - n.reward for n, b in zip(ev.naive, ev.best, strict=True)]))
-        lines.append(f"  no scale: best does not beat naive on these scenarios (mean R_best - R_naive = {gap:.4g}); "
+        top = "oracle" if ev.scale.oracle else "paper"
+        gap = float(np.mean([ev.scale.top[r.seed] - ev.scale.naive[r.seed] for r in ev.results]))
+        lines.append(f"  no scale: {top} does not beat naive on these scenarios (mean R_{top} - R_naive = {gap:.4g}); "
                      "score more episodes or longer ones (the KPIs below are still comparable)")
     fam = family_for(ev.env_id)
-    for who, res in (("policy", ev.results), ("naive", ev.naive), ("best", ev.best)):
+    roles = protocol.yardsticks(ev.env_id).roles()
+    for who, res in (("policy", ev.results), *ev.anchors.items()):
         k = protocol.kpi_means(res, fam)
         shown = ", ".join(f"{key} {k[key]:.4g}" for key in (ev.kpi, protocol.SLO_METRIC) if key in k)
-        lines.append(f"  {who:>6}: {shown}")
-    for who, ref in (("naive", ev.naive), ("best", ev.best)):
-        verdict = "beats" if protocol.beats(ev.results, ref, ev.kpi) else "does not beat"
-        lines.append(f"  {ev.policy} {verdict} {who} (lower {ev.kpi} at SLO violation <= {who}'s + "
-                     f"{protocol.SLO_TOLERANCE_PP:g} pp)")
+        tag = f"{who} ({roles[who]})" if who in roles else who
+        lines.append(f"  {tag:>32}: {shown}")
+    if ev.scale.oracle and "strongest" in ev.anchors:
+        strong = protocol.seed_scores(ev.anchors["strongest"], ev.scale.scores(ev.anchors["strongest"]))
+        h, (lo, hi) = protocol.headroom(strong)
+        lines.append(f"  headroom (oracle - strongest {roles['strongest']}): {_f(h)} [{_f(lo)}, {_f(hi)}]")
+        g, (glo, ghi) = protocol.gap_closed(protocol.seed_scores(ev.results, ev.scores), strong)
+        lines.append(f"  share of the strongest-to-oracle gap closed: {g:.3g} [{glo:.3g}, {ghi:.3g}]")
+    for who in ("naive", "paper", "strongest"):
+        if who in ev.anchors and roles[who] != ev.policy:
+            v = protocol.paired_verdict(ev.results, ev.anchors[who], ev.kpi, f"{who} ({roles[who]})")
+            lines.append("  " + v.text(ev.policy))
+    lines.append(f"  ({protocol.BEATS_RULE})")
     return "\n".join(lines) + "\n"
 
 
@@ -265,12 +313,27 @@ def budget_cost(budget: str, workers: int = 2) -> str:
 
 
 def suite_policies(entry: SuiteEntry) -> list[str]:
-    """Baselines on the leaderboard of ``entry``: the references first, then the others."""
-    refs = protocol.references(entry.env_id)
+    """Policies on the leaderboard of ``entry``: the yardsticks first (naive, paper, strongest, follow,
+    oracle, as the id has them), then the other baselines."""
+    roles = protocol.yardsticks(entry.env_id).roles()
+    if "follow" in roles and not follow_available(entry.env_id, entry.env_kwargs):
+        roles.pop("follow")
     fam = family_for(entry.env_id)
     others = fam.baselines if entry.baselines is None else entry.baselines
-    out = [refs["naive"], refs["best"]]
+    out = list(dict.fromkeys(roles[r] for r in protocol.ROLES if r in roles))
     return out + [b for b in others if b not in out]
+
+
+def follow_available(env_id: str, env_kwargs: dict[str, Any] | None) -> bool:
+    """Whether ``env_id`` made with ``env_kwargs`` has a residual zero action (``follow``)."""
+    env = make_split_env(env_id, "test", env_kwargs)
+    try:
+        protocol.follow_action(env)
+        return True
+    except ConfigError:
+        return False
+    finally:
+        env.close()
 
 
 def train_task(task: dict[str, Any]) -> dict[str, Any]:
@@ -285,7 +348,7 @@ def train_task(task: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     e: SuiteEntry = SuiteEntry(**task["entry"])
     out = Path(task["run_dir"]) / f"{e.env_id.split('/')[-1]}_{e.algo}_s{task['seed']}" / "model.zip"
-    refs = protocol.references(e.env_id)
+    refs = protocol.checkpoint_references(e.env_id) or {}
     cfg = TrainConfig(env_id=e.env_id, algo=e.algo, timesteps=e.timesteps, seed=int(task["seed"]),
                       tb=str(Path(task["run_dir"]) / "tb") if task.get("tb") else None, out=str(out),
                       env_kwargs=dict(e.env_kwargs), eval_freq=max(e.timesteps // e.evals, 1),
@@ -311,13 +374,11 @@ def train_task(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def baseline_task(task: dict[str, Any]) -> dict[str, Any]:
-    """One baseline on one test episode (module-level for the executors)."""
+    """One baseline (or ``follow``) on one test episode (module-level for the executors)."""
     t0 = time.perf_counter()
-    fam = family_for(task["env_id"])
     env = make_split_env(task["env_id"], "test", task["env_kwargs"])
     try:
-        assert fam.run_baseline is not None
-        r = fam.run_baseline(env, task["policy"], int(task["seed"]))
+        r = run_policy_episodes(task["env_id"], env, [task["policy"]], [int(task["seed"])])[task["policy"]][0]
     finally:
         env.close()
     return {"kind": "baseline", "env_id": task["env_id"], "rows": [{**r.row(), "train_seed": -1}],
@@ -450,42 +511,110 @@ def _tuple(v: Any) -> tuple[str, ...] | None:
     return None if v is None else tuple(v)
 
 
+@dataclass(frozen=True)
+class EnvBoard:
+    """Every policy's episodes of one env id on the leaderboard, with its scale (the roles the stored runs
+    lack fall back as :func:`env_board` states in ``notes``)."""
+
+    env_id: str
+    by_policy: dict[str, list[EpisodeResult]]
+    roles: dict[str, str]  # role -> policy name, for the roles present in the runs
+    scale: protocol.Scale
+    notes: tuple[str, ...]
+
+    def scores(self, policy: str) -> np.ndarray:
+        return self.scale.scores(self.by_policy[policy])
+
+
+def env_board(env_id: str, eps: pd.DataFrame) -> EnvBoard:
+    """The board of one env id from its episode rows (stored suite outputs)."""
+    by_policy = {p: [_result(r) for r in g.to_dict("records")] for p, g in eps.groupby("policy", sort=False)}
+    wanted = protocol.yardsticks(env_id).roles()
+    roles, notes = {}, []
+    for role, name in wanted.items():
+        if name in by_policy:
+            roles[role] = name
+        elif role == "strongest":
+            roles[role] = wanted["paper"]
+            notes.append(f"strongest baseline {name!r} not in these runs: the paper's method stands in")
+        elif role != "paper" and role != "naive":
+            notes.append(f"{role} ({name}) not in these runs")
+    for role in ("naive", "paper"):
+        if wanted[role] not in by_policy:
+            raise ConfigError(f"{env_id}: the stored runs lack the {role} reference {wanted[role]!r}; rerun the suite")
+    oracle = by_policy.get(roles["oracle"]) if "oracle" in roles else None
+    scale = protocol.make_scale(env_id, by_policy[roles["naive"]], by_policy[roles["paper"]], oracle)
+    return EnvBoard(env_id, by_policy, roles, scale, tuple(notes))
+
+
 def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]]
                 ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
-    """One row per env id x policy (agents pooled over training seeds), and the JSON records."""
+    """One row per env id x policy (agents pooled over training seeds), and the JSON records: the
+    protocol object plus role, scale, SLO violation, the paired verdict against the strongest baseline,
+    the share of the gap closed (agents) and the headroom (the strongest baseline's record)."""
     rows, records = [], []
     for e in entries:
         mine = [o for o in outs if o["env_id"] == e.env_id]
         eps = pd.DataFrame([r for o in mine for r in o["rows"]])
-        refs = protocol.references(e.env_id)
-        by_policy = {p: [_result(r) for r in g.to_dict("records")] for p, g in eps.groupby("policy", sort=False)}
-        naive, best = by_policy[refs["naive"]], by_policy[refs["best"]]
+        board = env_board(e.env_id, eps)
         fam = family_for(e.env_id)
         kpi = _entry_kpi(e)
-        best_scores = protocol.episode_scores(best, naive, best)
-        order = [p for p in by_policy if p.startswith("agent:")] + suite_policies(e)
+        strongest = board.roles["strongest"]
+        strong_res = board.by_policy[strongest]
+        strong_scores = board.scores(strongest)
+        strong_by_seed = protocol.seed_scores(strong_res, strong_scores)
+        head, head_ci = protocol.headroom(strong_by_seed) if board.scale.oracle else (math.nan, (math.nan, math.nan))
+        role_of = {v: k for k, v in reversed(list(board.roles.items()))}
+        order = [p for p in by_role_order(board)] + [p for p in board.by_policy if p.startswith("agent:")]
+        order += [p for p in suite_policies(e) if p not in order]
         for p in order:
-            res = by_policy.get(p)
+            res = board.by_policy.get(p)
             if not res:
                 continue
-            scores = protocol.episode_scores(res, naive, best)
+            scores = board.scores(p)
             st = protocol.score_stats(scores)
-            poi, poi_ci = protocol.probability_of_improvement(scores, best_scores)
+            poi, poi_ci = protocol.probability_of_improvement(scores, strong_scores)
             runs = [o for o in mine if (o["kind"] == "train") == p.startswith("agent:")
                     and (o["kind"] == "train" or o["rows"][0]["policy"] == p)]
+            agent = p.startswith("agent:")
+            role = "agent" if agent else role_of.get(p, "baseline")
+            verdict = None if p == strongest else protocol.paired_verdict(res, strong_res, kpi, strongest)
+            closed, closed_ci = (protocol.gap_closed(protocol.seed_scores(res, scores), strong_by_seed)
+                                 if board.scale.oracle and p != strongest else (math.nan, (math.nan, math.nan)))
+            slo = protocol.mean_metric(res, protocol.SLO_METRIC)
             rec = protocol.benchmark_record(e.env_id, p, "test", res, scores)
+            rec.update(role=role, scale=board.scale.name, slo_violation_pct=protocol._json_float(slo),
+                       vs_strongest=None if verdict is None else verdict.as_dict(),
+                       gap_closed=protocol._json_float(closed),
+                       gap_closed_ci=[protocol._json_float(v) for v in closed_ci])
+            if p == strongest:
+                rec.update(headroom=protocol._json_float(head), headroom_ci=[protocol._json_float(v) for v in head_ci])
             records.append(rec)
-            rows.append({"env": e.env_id, "policy": p, "episodes": len(res),
+            rows.append({"env": e.env_id, "policy": p, "role": role, "episodes": len(res),
                          "seeds": len({r.get("train_seed") for r in eps[eps.policy == p].to_dict("records")}),
                          "score_iqm": st.iqm, "score_iqm_lo": st.iqm_ci[0], "score_iqm_hi": st.iqm_ci[1],
                          "score_mean": st.mean, "score_mean_lo": st.mean_ci[0], "score_mean_hi": st.mean_ci[1],
-                         "p_improve_over_best": poi, "p_improve_lo": poi_ci[0], "p_improve_hi": poi_ci[1],
+                         "p_improve_over_strongest": poi, "p_improve_lo": poi_ci[0], "p_improve_hi": poi_ci[1],
                          "kpi": kpi, **{k: v for k, v in protocol.kpi_means(res, fam).items()},
-                         "beats_best": protocol.beats(res, best, kpi),
-                         "beats_naive": protocol.beats(res, naive, kpi),
+                         "kpi_diff_vs_strongest": math.nan if verdict is None else verdict.kpi_diff,
+                         "kpi_diff_lo": math.nan if verdict is None else verdict.kpi_ci[0],
+                         "kpi_diff_hi": math.nan if verdict is None else verdict.kpi_ci[1],
+                         "slo_diff_vs_strongest_pp": math.nan if verdict is None else verdict.slo_diff_pp,
+                         "beats_strongest": bool(verdict is not None and verdict.beats),
+                         "beats_naive": protocol.beats(res, board.by_policy[board.roles["naive"]], kpi),
+                         "gap_closed": closed, "gap_closed_lo": closed_ci[0], "gap_closed_hi": closed_ci[1],
+                         "headroom": head if p == strongest else math.nan,
+                         "headroom_lo": head_ci[0] if p == strongest else math.nan,
+                         "headroom_hi": head_ci[1] if p == strongest else math.nan,
+                         "scale": board.scale.name, "notes": "; ".join(board.notes),
                          "wall_s": float(sum(o["wall_s"] for o in runs)),
                          "env_steps": int(sum(o["env_steps"] for o in runs))})
     return pd.DataFrame(rows), records
+
+
+def by_role_order(board: EnvBoard) -> list[str]:
+    """The board's yardstick policies in role order (each once)."""
+    return list(dict.fromkeys(board.roles[r] for r in protocol.ROLES if r in board.roles))
 
 
 def _entry_kpi(e: SuiteEntry) -> str:
@@ -516,11 +645,8 @@ def write_leaderboard(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Seq
     scores_by_env: dict[str, dict[str, np.ndarray]] = {}
     for e in entries:
         mine = [o for o in outs if o["env_id"] == e.env_id]
-        eps = pd.DataFrame([r for o in mine for r in o["rows"]])
-        refs = protocol.references(e.env_id)
-        by = {p: [_result(r) for r in g.to_dict("records")] for p, g in eps.groupby("policy", sort=False)}
-        scores_by_env[e.env_id] = {p: protocol.episode_scores(r, by[refs["naive"]], by[refs["best"]])
-                                   for p, r in by.items()}
+        board = env_board(e.env_id, pd.DataFrame([r for o in mine for r in o["rows"]]))
+        scores_by_env[e.env_id] = {p: board.scores(p) for p in board.by_policy}
     files["profiles"] = _plot_profiles(scores_by_env, out_dir / f"{stem}_profiles.png")
     files["md"].write_text(_markdown(res, entries, outs, budget, files))
     return files
@@ -549,7 +675,8 @@ def _plot_profiles(scores_by_env: dict[str, dict[str, np.ndarray]], path: Path) 
                                              xlabel=r"normalized score $\tau$", ylabel=r"fraction of episodes $> \tau$")
         ax.set_title(env_id.split("/")[-1], fontsize=10)
         ax.legend(loc="lower left", fontsize=7, frameon=False)
-    fig.suptitle("test split: 0 = naive, 100 = best (the paper's method)", fontsize=10)
+    fig.suptitle("test split: 0 = naive, 100 = oracle (or the paper's method where an id has no oracle; "
+                 "leaderboard.md names each panel's scale)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -560,36 +687,51 @@ def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[di
               files: dict[str, Path]) -> str:
     b = res.leaderboard
     lines = [f"# servegym leaderboard ({budget} budget, test split)", "",
-             "Normalized score per episode: 100 x (R - R_naive) / G, with R_naive on the same test scenario and "
-             "G the mean gap R_best - R_naive over the test scenarios (0 = naive on every episode, 100 = the "
-             "paper's best method on average; `servegym.agents.protocol` says why G is pooled); IQM and mean "
-             "with 95 % stratified-bootstrap CIs over episodes (agents: training seeds x test episodes). P(>best): probability of improvement over best. "
-             f"Beats: lower KPI at SLO violation <= the baseline's + {protocol.SLO_TOLERANCE_PP:g} pp. "
+             "Score per episode: 0 = naive, 100 = the hindsight oracle on the same scenario, 100 (R - R_naive) / "
+             "(R_oracle - R_naive); an id without an oracle in its runs falls back to 100 = the paper's method "
+             "(pooled gap) and its section says so (`servegym.agents.protocol`). IQM and mean with 95 % "
+             "bootstrap CIs over episodes (agents: training seeds x test episodes). Headroom: 100 - the strongest "
+             "baseline's score (chosen on the validation split), with its CI. Gap closed: an agent's share of the "
+             "strongest-to-oracle gap, (S - S_strongest) / (100 - S_strongest). vs strongest: the paired KPI "
+             f"difference [95 % CI] on the same episodes. {protocol.BEATS_RULE}. "
              "Agents: each seed's checkpoint chosen on the validation split only. Generated by "
              f"`servegym benchmark --suite --budget {budget}` (one `--envs` run per id; each section states its "
-             "wall time on the 2-core machine).", ""]
+             "wall time).", ""]
     if budget == "full":
         lines += [budget_cost("full") + ".", ""]
     for e in entries:
-        refs = protocol.references(e.env_id)
         sub = b[b.env == e.env_id]
+        y = protocol.yardsticks(e.env_id)
+        roles = ", ".join(f"{k} = `{v}`" for k, v in y.roles().items())
+        scale = sub["scale"].iloc[0] if len(sub) else protocol.scale_name(e.env_id)
+        notes = sub["notes"].iloc[0] if len(sub) and sub["notes"].iloc[0] else ""
+        strong = sub[sub.headroom.notna()] if "headroom" in sub else sub.iloc[0:0]
+        head = (f"Headroom (oracle - strongest): {_f(strong.headroom.iloc[0])} "
+                f"[{_f(strong.headroom_lo.iloc[0])}, {_f(strong.headroom_hi.iloc[0])}]." if len(strong)
+                else "Headroom: undefined (no oracle in these runs).")
         lines += [f"## {e.env_id}", "",
                   f"{e.note}; `gym.make` kwargs `{json.dumps(e.env_kwargs)}`; agent {e.algo}, {e.timesteps:,} steps x "
                   f"{e.seeds} seeds, checkpoint on {e.val_episodes} validation episodes x {e.evals} evaluations; "
-                  f"{e.episodes} test episodes; naive = `{refs['naive']}`, best = `{refs['best']}`. "
-                  f"{_run_text(res.entry_runs.get(e.env_id))}", ""]
+                  f"{e.episodes} test episodes; {roles}. {_run_text(res.entry_runs.get(e.env_id))}", "",
+                  f"Scale: {scale}." + (f" Missing: {notes}." if notes else "") + f" {head}", ""]
         kpi = sub["kpi"].iloc[0] if len(sub) else "kpi"
-        lines += [f"| policy | score IQM [95% CI] | score mean [95% CI] | P(>best) | {kpi} | SLO viol. % "
-                  "| beats best | wall s | env steps |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| policy | role | score mean [95% CI] | score IQM [95% CI] | {kpi} | SLO viol. % "
+                  f"| vs strongest: {kpi} diff [95% CI] | beats strongest | gap closed [95% CI] | wall s | env steps |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for _, r in sub.iterrows():
-            lines.append(f"| {r.policy} | {_f(r.score_iqm)} [{_f(r.score_iqm_lo)}, {_f(r.score_iqm_hi)}] | "
-                         f"{_f(r.score_mean)} [{_f(r.score_mean_lo)}, {_f(r.score_mean_hi)}] | "
-                         f"{r.p_improve_over_best:.2f} | {r.get(kpi, math.nan):.4g} | "
-                         f"{r.get(protocol.SLO_METRIC, math.nan):.2f} | {'yes' if r.beats_best else 'no'} | "
-                         f"{r.wall_s:,.0f} | {r.env_steps:,} |")
+            diff = ("-" if not math.isfinite(r.kpi_diff_vs_strongest) else
+                    f"{r.kpi_diff_vs_strongest:+.4g} [{r.kpi_diff_lo:+.4g}, {r.kpi_diff_hi:+.4g}], "
+                    f"SLO {r.slo_diff_vs_strongest_pp:+.3g} pp")
+            closed = ("-" if not math.isfinite(r.gap_closed) else
+                      f"{r.gap_closed:.2f} [{r.gap_closed_lo:.2f}, {r.gap_closed_hi:.2f}]")
+            lines.append(f"| {r.policy} | {r.role} | {_f(r.score_mean)} [{_f(r.score_mean_lo)}, {_f(r.score_mean_hi)}] | "
+                         f"{_f(r.score_iqm)} [{_f(r.score_iqm_lo)}, {_f(r.score_iqm_hi)}] | "
+                         f"{r.get(kpi, math.nan):.4g} | {r.get(protocol.SLO_METRIC, math.nan):.3f} | {diff} | "
+                         f"{'yes' if r.beats_strongest else 'no'} | {closed} | {r.wall_s:,.0f} | {r.env_steps:,} |")
         lines.append("")
     lines += [f"![performance profiles]({files['profiles'].name})", "",
               f"Files: `{files['csv'].name}` (every column), `{files['json'].name}` (one object per env id x "
-              "policy: env, policy, split, episodes, score_mean, score_iqm, score_ci, kpis).", ""]
+              "policy: env, policy, split, episodes, score_mean, score_iqm, score_ci, kpis, role, scale, "
+              "slo_violation_pct, vs_strongest (the paired verdict), gap_closed; the strongest baseline's "
+              "also headroom).", ""]
     return "\n".join(lines)

@@ -1,60 +1,63 @@
-"""The benchmark protocol: reference policies, normalized scores, the "beats" rule and
-rliable statistics, shared by ``servegym benchmark``, the training callback and the suite.
+"""The benchmark protocol: the yardsticks of every env id, the normalized score, the paired "beats"
+verdict and rliable statistics, shared by ``servegym benchmark``, ``servegym evaluate``, the training
+callback and the suite.
 
-**Reference policies.** Every env id names a ``naive`` and a ``best`` policy among its family's
-shipped baselines (:data:`REFERENCES`); ``naive`` and ``best`` are accepted wherever a policy name is,
-next to every other baseline (:func:`policy_names`, :func:`resolve_policy`):
+**Yardsticks** (:data:`YARDSTICKS`, one :class:`Yardsticks` per env id). Every env id names, among its
+family's baselines, the policies an agent is measured against; each role is also a policy name wherever a
+policy name is accepted (:func:`policy_names`, :func:`resolve_policy`):
 
-=========================================  ===================  ==============================================
-env ids                                    ``naive``            ``best`` (the paper's strongest, own mode)
-=========================================  ===================  ==============================================
-GeoRoute-v0, GeoRouteWindow-v0             ``rr`` (round robin)  ``milp`` (the facility MILP of the geo paper)
-PDProvision-v0 (+ Residual, Front)         ``static-peak``       ``min-power+lookahead`` (problem (1) + forecast)
-NPUAutoscale-v0                            ``base``              ``neuscale`` (the NPU paper's method)
-=========================================  ===================  ==============================================
+* ``naive``: the simple baseline that is 0 on the scale (geo ``rr``, pd ``static-peak``, npu ``base``);
+* ``paper``: the paper's own method, exactly as published (geo ``milp``, pd ``min-power+lookahead``, npu
+  ``neuscale``); ``best`` is kept as an alias of ``paper`` (the name older runs and commands use);
+* ``oracle``: the hindsight bound that is 100 on the scale, run by the same simulator on the same
+  scenario, documented by what it knows and whether it is an ``optimum``, a ``relaxation`` (an upper bound
+  on the return) or a strong ``feasible`` policy (a lower bound on the optimum) (:attr:`Yardsticks.oracle_kind`);
+* ``strongest``: the strongest non-learned baseline, chosen on the *validation* split
+  (:func:`select_strongest`; the choice and its evidence are in :attr:`Yardsticks.strongest_note`);
+* ``follow``: the residual action mode's zero action (the agent copies the paper's method), for ids whose
+  action mode is residual (:func:`follow_action`), so an agent that only copies is visible as such.
 
-**Normalized score** of an episode with return R: ``100 (R - R_naive) / G``, with R_naive the naive
-reference's return on the *same* scenario (same split and reset seed) and G the mean reference gap
-``mean(R_best - R_naive)`` over the evaluated scenarios (each test seed once). So the naive policy scores
-0 on every episode and the paper's best 100 on average, by construction; every other policy's score is
-paired with the naive reference episode by episode. Baselines that decide outside the env's loop (the geo
-ILP/MILP windows while GeoRoute-v0 decides requests; NeuScale's 60-s loop) get R from their KPIs through
-the env's return-equals-KPI identity, on exactly the scenario the env's ``reset(seed)`` draws
-(``run_baseline`` of each family).
+**Scale.** With an oracle, episode i of return R_i scores ``100 (R_i - N_i) / (O_i - N_i)``, N_i and O_i
+the naive and oracle returns on the *same* scenario (same split and reset seed): naive scores 0 and the
+oracle 100 on every episode, by construction. Per episode and not pooled, because the hindsight oracle
+cannot lose to naive on its own scenario the way the paper's method could (that swap is why the
+paper-anchored scale below pools its gap), and a per-episode anchor makes the headroom an episode's
+property. An episode where ``O_i - N_i`` is below :data:`REFERENCE_GAP_MIN` of the anchors' magnitude has
+no scale (NaN, counted in ``undefined``), never a huge ratio.
 
-Why the gap is pooled and not per episode (the first formulation divided by ``R_best - R_naive`` of
-the same episode): the references can tie or swap on single scenarios. On NPUAutoscale-v0's 2-h test
-scenarios NeuScale's return is below Base's on 6 of 10 episodes (Base meets the SLO cheaply at low
-load; NeuScale wins by a wide margin where Base collapses to 100 % violations), and on seed 0 the two
-are within 0.03 % of the return. A per-episode denominator then turns a policy far worse than both
-references into a large *positive* score (measured: +3,681 IQM for an absolute-mode agent that used
-35x Base's energy). The pooled gap keeps the scale of the split. Where G is not positive by at least
-:data:`REFERENCE_GAP_MIN` of the references' mean magnitude (``best`` does not beat ``naive`` on these
-scenarios, e.g. pd's configured day with ``split=None``, where min-power+lookahead misses SLOs that
-static peak meets), the score is undefined: NaN for every episode, counted in ``undefined``.
+*Fallback, stated in every output* (:func:`scale_name`): an env id without an oracle yet keeps the
+paper-anchored scale ``100 (R - N_i) / G`` with G = mean(R_paper - R_naive) pooled over the evaluated
+scenarios (0 = naive on every episode, 100 = the paper's method on average). Pooled there because the
+references tie or swap on single scenarios (NPUAutoscale-v0's 2-h test scenarios: NeuScale below Base on
+6 of 10; a per-episode denominator gave a 35x-Base-energy agent +3,681).
 
-**Beats.** An agent beats a baseline when its mean KPI (geo: gCO2; pd: the objective's energy, carbon or
-cost; npu: energy or cost) is lower *and* its mean SLO violation is no higher than the baseline's plus
-:data:`SLO_TOLERANCE_PP` percentage points, on the same episodes. A high score bought with SLO
-violations is therefore never a win.
+**Headroom and gap closed.** Per env id and split: headroom = 100 - the strongest baseline's score (mean
+over episodes, paired bootstrap CI), the room a learner has above the best thing that needs no learning;
+an agent's share of the gap closed = (S_agent - S_strongest) / (100 - S_strongest) on the same episodes
+(:func:`gap_closed`; 1 = reaches the oracle, 0 = the strongest baseline, < 0 = below it).
+
+**Beats** (:func:`paired_verdict`, the one rule the leaderboard and ``servegym evaluate`` use). On the
+same episodes, with the differences agent - baseline of the KPI (geo gCO2; pd the objective's energy,
+carbon or cost; npu energy or cost) and of the SLO violation (%) averaged per scenario (over an agent's
+training seeds) and a paired bootstrap over scenarios: the agent *beats* the baseline when its KPI is
+lower with the 95 % CI of the difference excluding 0, **and** its mean SLO violation exceeds the
+baseline's by no more than ``max(0.05 pp, 10 % of the baseline's violation)`` (:func:`slo_tolerance_pp`).
 
 **Statistics** (Agarwal et al., "Deep RL at the Edge of the Statistical Precipice", NeurIPS 2021, with
 its ``rliable`` library): IQM and mean of the normalized scores with 95 % stratified-bootstrap
 percentile CIs (2,000 resamples; the runs of each task are resampled independently, scipy's
-multi-sample bootstrap), probability of improvement over ``best`` (Mann-Whitney, with its bootstrap CI),
-and performance profiles (fraction of runs with score > tau). The aggregate functions and the profile
-plot are rliable's (:mod:`rliable.metrics`, :mod:`rliable.plot_utils`); the resampling is scipy's,
-because ``rliable.library`` imports ``arch``, whose releases allowed by rliable 1.2 (< 8) fail to import
-with pandas 3. One run is one evaluation episode: an agent's runs are its training seeds x test
-episodes, a baseline's its test episodes (deterministic policies differ only by scenario), so every CI
-reflects the spread over scenarios and, for agents, over seeds.
+multi-sample bootstrap), probability of improvement, and performance profiles (fraction of runs with
+score > tau). The aggregate functions and the profile plot are rliable's (:mod:`rliable.metrics`,
+:mod:`rliable.plot_utils`); the resampling is scipy's, because ``rliable.library`` imports ``arch``,
+whose releases allowed by rliable 1.2 (< 8) fail to import with pandas 3. One run is one evaluation
+episode: an agent's runs are its training seeds x test episodes, a baseline's its test episodes.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,22 +66,114 @@ from servegym.agents.families import EpisodeResult, Family, family_accepts, fami
 
 from servegym.errors import ConfigError
 
-#: Env id -> {"naive": baseline, "best": baseline} (module docstring).
-REFERENCES: dict[str, dict[str, str]] = {
-    "servegym/GeoRoute-v0": {"naive": "rr", "best": "milp"},
-    "servegym/GeoRouteWindow-v0": {"naive": "rr", "best": "milp"},
-    "servegym/PDProvision-v0": {"naive": "static-peak", "best": "min-power+lookahead"},
-    "servegym/PDProvisionResidual-v0": {"naive": "static-peak", "best": "min-power+lookahead"},
-    "servegym/PDProvisionFront-v0": {"naive": "static-peak", "best": "min-power+lookahead"},
-    "servegym/NPUAutoscale-v0": {"naive": "base", "best": "neuscale"},
-    "servegym/NPUAutoscaleResidual-v0": {"naive": "base", "best": "neuscale"},
+#: The roles every env id's yardsticks name (module docstring), in table order.
+ROLES = ("naive", "paper", "strongest", "follow", "oracle")
+#: Policy name of the residual modes' zero action (not a family baseline: it steps the env itself).
+FOLLOW = "follow"
+#: What an oracle is (module docstring).
+ORACLE_KINDS = ("optimum", "relaxation", "feasible")
+
+
+@dataclass(frozen=True)
+class Yardsticks:
+    """The reference policies of one env id (module docstring). Names are family baseline names.
+
+    Fields:
+        naive: 0 on the scale.
+        paper: the paper's method as published (``best`` is its alias).
+        oracle: the hindsight policy that is 100 on the scale; ``None`` while the id has none (the scale
+            falls back to the paper-anchored one and every output says so).
+        oracle_kind: ``optimum`` | ``relaxation`` | ``feasible`` (what the oracle's return is).
+        oracle_knows: what the oracle knows that a policy does not (future arrivals, true lengths, ...).
+        strongest: the strongest non-learned baseline on the validation split (None: not chosen yet,
+            the paper's method stands in).
+        strongest_note: how it was chosen (split, episodes, the candidates' validation scores).
+        follow: the id's action mode is residual, so ``follow`` (its zero action) is a yardstick.
+    """
+
+    naive: str
+    paper: str
+    oracle: str | None = None
+    oracle_kind: str | None = None
+    oracle_knows: str = ""
+    strongest: str | None = None
+    strongest_note: str = ""
+    follow: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.oracle is None) != (self.oracle_kind is None):
+            raise ConfigError("Yardsticks: oracle and oracle_kind are set together")
+        if self.oracle_kind is not None and self.oracle_kind not in ORACLE_KINDS:
+            raise ConfigError(f"oracle_kind = {self.oracle_kind!r}; allowed: {', '.join(ORACLE_KINDS)}")
+
+    def roles(self) -> dict[str, str]:
+        """Role -> policy name of every role this id has (``strongest`` falls back to ``paper``)."""
+        out = {"naive": self.naive, "paper": self.paper, "strongest": self.strongest or self.paper}
+        if self.follow:
+            out["follow"] = FOLLOW
+        if self.oracle is not None:
+            out["oracle"] = self.oracle
+        return out
+
+    @property
+    def top(self) -> str:
+        """The policy that is 100 on the scale: the oracle, else (fallback) the paper's method."""
+        return self.oracle if self.oracle is not None else self.paper
+
+
+_GEO = Yardsticks(naive="rr", paper="milp", follow=True)
+_PD = Yardsticks(naive="static-peak", paper="min-power+lookahead")
+_NPU = Yardsticks(naive="base", paper="neuscale")
+
+#: Env id -> its yardsticks (module docstring). Families plug in their oracle and strongest baseline
+#: with :func:`register_yardsticks`.
+YARDSTICKS: dict[str, Yardsticks] = {
+    "servegym/GeoRoute-v0": _GEO,
+    "servegym/GeoRouteWindow-v0": _GEO,
+    "servegym/PDProvision-v0": _PD,
+    "servegym/PDProvisionResidual-v0": replace(_PD, follow=True),
+    "servegym/PDProvisionFront-v0": _PD,
+    "servegym/NPUAutoscale-v0": _NPU,
+    "servegym/NPUAutoscaleResidual-v0": replace(_NPU, follow=True),
 }
-#: Smallest mean reference gap mean(R_best - R_naive) / mean(max(|R_naive|, |R_best|)) that gives a set of
-#: scenarios a scale (module docstring).
+
+
+def register_yardsticks(env_id: str, **changes: Any) -> Yardsticks:
+    """Set fields of ``env_id``'s yardsticks (e.g. ``oracle="oracle", oracle_kind="feasible"``); the
+    named policies must be the family's baselines (or ``follow``)."""
+    y = replace(YARDSTICKS.get(env_id) or Yardsticks(**changes), **changes)
+    fam = family_for(env_id)
+    for role, name in y.roles().items():
+        if name != FOLLOW and not family_accepts(fam, name):
+            raise ConfigError(f"yardsticks of {env_id}: {role} = {name!r} is not a baseline of family "
+                              f"{fam.name!r}; allowed: {', '.join(fam.baselines)}")
+    YARDSTICKS[env_id] = y
+    return y
+
+
+def yardsticks(env_id: str) -> Yardsticks:
+    """The yardsticks of ``env_id``; ConfigError for an id without them."""
+    if env_id not in YARDSTICKS:
+        raise ConfigError(f"env = {env_id!r} has no reference policies; allowed: {sorted(YARDSTICKS)}")
+    return YARDSTICKS[env_id]
+
+
+def checkpoint_references(env_id: str) -> dict[str, str] | None:
+    """``{"naive", "best"}`` (``best`` = the paper's method) of a servegym id, else None: what training
+    plays on the validation split to rank checkpoints. The paper-anchored pooled scale is enough there
+    (with a positive gap it ranks checkpoints as their mean return does) and needs no oracle runs."""
+    if env_id not in YARDSTICKS:
+        return None
+    y = YARDSTICKS[env_id]
+    return {"naive": y.naive, "best": y.paper}
+
+
+#: Smallest anchor gap (oracle - naive per episode, or the pooled paper - naive) relative to the anchors'
+#: mean magnitude that gives an episode or a set of scenarios a scale (module docstring).
 REFERENCE_GAP_MIN = 1e-3
-#: The stated tolerance of the "beats" rule: SLO violation may exceed the baseline's by this many
-#: percentage points (module docstring).
-SLO_TOLERANCE_PP = 0.5
+#: The "beats" rule's SLO tolerance: max(SLO_TOL_FLOOR_PP, SLO_TOL_REL x the baseline's violation %).
+SLO_TOL_FLOOR_PP = 0.05
+SLO_TOL_REL = 0.10
 #: Bootstrap resamples and confidence of every CI.
 BOOTSTRAP_REPS = 2000
 CONFIDENCE = 0.95
@@ -87,19 +182,28 @@ SLO_METRIC = "slo_violation_pct"
 
 
 def references(env_id: str) -> dict[str, str]:
-    """``{"naive": ..., "best": ...}`` of ``env_id``; ConfigError for an id without references."""
-    if env_id not in REFERENCES:
-        raise ConfigError(f"env = {env_id!r} has no reference policies; allowed: {sorted(REFERENCES)}")
-    return dict(REFERENCES[env_id])
+    """Role -> policy name of ``env_id`` (:meth:`Yardsticks.roles`) plus ``best`` (= ``paper``)."""
+    roles = yardsticks(env_id).roles()
+    return {**roles, "best": roles["paper"]}
+
+
+def scale_name(env_id: str) -> str:
+    """What 100 means on ``env_id``'s scale, as every output states it."""
+    y = yardsticks(env_id)
+    if y.oracle is not None:
+        return f"0 = naive ({y.naive}), 100 = oracle ({y.oracle}, {y.oracle_kind}) per episode"
+    return (f"0 = naive ({y.naive}), 100 = the paper's method ({y.paper}) pooled: NO ORACLE for this id yet, "
+            "so the paper-anchored fallback")
 
 
 def policy_names(env_id: str) -> list[str]:
-    """Every policy name ``env_id`` accepts: ``naive``, ``best``, then the family's baselines."""
-    return ["naive", "best", *family_for(env_id).baselines]
+    """Every policy name ``env_id`` accepts: its roles, ``best``, then the family's baselines."""
+    roles = list(yardsticks(env_id).roles())
+    return [*roles, "best", *[b for b in family_for(env_id).baselines if b not in roles]]
 
 
 def resolve_policy(env_id: str, name: str) -> str:
-    """The baseline ``name`` stands for (``naive``/``best`` -> the env's reference, a baseline -> itself)."""
+    """The policy ``name`` stands for (a role -> the env's policy for it, a baseline -> itself)."""
     refs = references(env_id)
     if name in refs:
         return refs[name]
@@ -107,6 +211,20 @@ def resolve_policy(env_id: str, name: str) -> str:
     if family_accepts(fam, name):
         return name
     raise ConfigError(f"--policy = {name!r} is unknown for {env_id}; allowed: {', '.join(policy_names(env_id))}")
+
+
+def follow_action(env: Any) -> Any:
+    """The residual action mode's zero action of ``env`` (the reference's own choice): the env's
+    ``follow_action()`` where it defines one, else the all-zero action of a residual env."""
+    base = env.unwrapped
+    fn = getattr(base, "follow_action", None)
+    if fn is not None:
+        return fn()
+    mode = getattr(base, "action_mode", None) or getattr(getattr(base, "config", None), "action_mode", None)
+    if mode != "residual":
+        raise ConfigError(f"--policy = 'follow' needs a residual action mode; this env's is {mode!r}")
+    space = env.action_space
+    return 0 if not space.shape else np.zeros(space.shape, dtype=space.dtype)
 
 
 def kpi_metric(env: Any) -> str:
@@ -162,6 +280,60 @@ def episode_scores(results: Sequence[EpisodeResult], naive: Sequence[EpisodeResu
     gap = reference_gap([rn[s] for s in seeds], [rb[s] for s in seeds]) if seeds else math.nan
     return normalized_scores([r.reward for r in results], [rn[r.seed] for r in results],
                              [rb[r.seed] for r in results], gap=gap)
+
+
+def oracle_scores(returns: Sequence[float], naive: Sequence[float], oracle: Sequence[float]) -> np.ndarray:
+    """Per-episode ``100 (R - N) / (O - N)`` of episode-aligned returns (module docstring); NaN for an
+    episode whose gap O - N is below :data:`REFERENCE_GAP_MIN` of max(|N|, |O|)."""
+    r, n, o = (np.asarray(x, dtype=np.float64) for x in (returns, naive, oracle))
+    if not r.shape == n.shape == o.shape:
+        raise ConfigError(f"returns {r.shape}, naive {n.shape} and oracle {o.shape} must be episode-aligned")
+    gap = o - n
+    ok = gap > REFERENCE_GAP_MIN * np.maximum(np.maximum(np.abs(o), np.abs(n)), 1e-12)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ok, 100.0 * (r - n) / np.where(ok, gap, 1.0), np.nan)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The scale of one env id on a set of scenarios (module docstring): the naive and top (oracle, or
+    the paper's method as the fallback) returns per reset seed."""
+
+    env_id: str
+    naive: Mapping[int, float]
+    top: Mapping[int, float]
+    oracle: bool  # True: per-episode oracle scale; False: the pooled paper-anchored fallback
+    name: str
+
+    def scores(self, results: Sequence[EpisodeResult]) -> np.ndarray:
+        """The normalized score of every episode of ``results`` (paired with the anchors by seed)."""
+        missing = sorted({r.seed for r in results} - (set(self.naive) & set(self.top)))
+        if missing:
+            raise ConfigError(f"the references have no episode for seeds {missing}; run them on the same seeds")
+        rets = [r.reward for r in results]
+        n = [self.naive[r.seed] for r in results]
+        t = [self.top[r.seed] for r in results]
+        if self.oracle:
+            return oracle_scores(rets, n, t)
+        seeds = sorted({r.seed for r in results})
+        gap = reference_gap([self.naive[s] for s in seeds], [self.top[s] for s in seeds]) if seeds else math.nan
+        return normalized_scores(rets, n, t, gap=gap)
+
+
+def make_scale(env_id: str, naive: Sequence[EpisodeResult], paper: Sequence[EpisodeResult],
+               oracle: Sequence[EpisodeResult] | None = None) -> Scale:
+    """The scale of ``env_id`` from its anchors' episodes: per-episode oracle-anchored where the id has an
+    oracle and its episodes are given, else the pooled paper-anchored fallback (``name`` says which)."""
+    y = yardsticks(env_id)
+    have = y.oracle is not None and oracle is not None and len(oracle) > 0
+    top = oracle if have else paper
+    assert top is not None
+    name = scale_name(env_id)
+    if y.oracle is not None and not have:
+        name = (f"0 = naive ({y.naive}), 100 = the paper's method ({y.paper}) pooled: the oracle "
+                f"({y.oracle}) was not run on these episodes, so the paper-anchored fallback")
+    return Scale(env_id=env_id, naive={r.seed: r.reward for r in naive}, top={r.seed: r.reward for r in top},
+                 oracle=have, name=name)
 
 
 # --------------------------------------------------------------------------------------- statistics
@@ -297,14 +469,141 @@ def mean_metric(results: Sequence[EpisodeResult], key: str) -> float:
     return float(np.mean(vals)) if vals else math.nan
 
 
-def beats(agent: Sequence[EpisodeResult], baseline: Sequence[EpisodeResult], kpi: str,
-          tolerance_pp: float = SLO_TOLERANCE_PP) -> bool:
-    """The protocol's "beats" rule on the same episodes (module docstring)."""
-    a_kpi, b_kpi = mean_metric(agent, kpi), mean_metric(baseline, kpi)
-    a_slo, b_slo = mean_metric(agent, SLO_METRIC), mean_metric(baseline, SLO_METRIC)
-    if not all(math.isfinite(v) for v in (a_kpi, b_kpi, a_slo, b_slo)):
-        return False
-    return a_kpi < b_kpi and a_slo <= b_slo + tolerance_pp
+def slo_tolerance_pp(baseline_slo_pct: float) -> float:
+    """How much higher (percentage points) an agent's SLO violation may be than the baseline's and
+    still count as a win: max(0.05 pp, 10 % of the baseline's violation) (module docstring)."""
+    return max(SLO_TOL_FLOOR_PP, SLO_TOL_REL * max(float(baseline_slo_pct), 0.0))
+
+
+def per_seed_means(results: Sequence[EpisodeResult], key: str) -> dict[int, float]:
+    """Reset seed -> mean of ``key`` (``"reward"`` or a metric) over the runs of that scenario (an agent's
+    training seeds), finite values only."""
+    acc: dict[int, list[float]] = {}
+    for r in results:
+        v = r.reward if key == "reward" else r.metrics.get(key, math.nan)
+        if math.isfinite(v):
+            acc.setdefault(r.seed, []).append(float(v))
+    return {s: float(np.mean(v)) for s, v in acc.items()}
+
+
+def _paired_ci(samples: Sequence[np.ndarray], statistic: Any, seed: int = 0) -> tuple[float, float]:
+    """Percentile CI of ``statistic(*samples, axis=-1)`` resampling the aligned samples together (paired)."""
+    from scipy import stats
+
+    xs = tuple(np.asarray(x, dtype=np.float64) for x in samples)
+    if xs[0].size == 0:
+        return (math.nan, math.nan)
+    point = float(statistic(*xs, axis=-1))
+    if xs[0].size < 2 or all(np.all(x == x[0]) for x in xs):  # nothing to resample: the point estimate
+        return (point, point)
+    res = stats.bootstrap(xs, statistic, paired=True, n_resamples=BOOTSTRAP_REPS, confidence_level=CONFIDENCE,
+                          method="percentile", vectorized=True, batch=500, rng=np.random.default_rng(seed))
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (point, point)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The paired verdict of a policy against a baseline on the same scenarios (module docstring):
+    differences are policy - baseline, per scenario (policy runs averaged over training seeds)."""
+
+    baseline: str
+    kpi: str
+    episodes: int  # scenarios both played
+    kpi_diff: float
+    kpi_ci: tuple[float, float]
+    slo_diff_pp: float
+    slo_ci: tuple[float, float]
+    slo_tolerance_pp: float
+    beats: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"baseline": self.baseline, "kpi": self.kpi, "episodes": self.episodes,
+                "kpi_diff": _json_float(self.kpi_diff), "kpi_diff_ci": [_json_float(v) for v in self.kpi_ci],
+                "slo_diff_pp": _json_float(self.slo_diff_pp), "slo_diff_ci": [_json_float(v) for v in self.slo_ci],
+                "slo_tolerance_pp": _json_float(self.slo_tolerance_pp), "beats": self.beats}
+
+    def text(self, policy: str) -> str:
+        word = "beats" if self.beats else "does not beat"
+        return (f"{policy} {word} {self.baseline}: {self.kpi} {self.kpi_diff:+.4g} [{self.kpi_ci[0]:+.4g}, "
+                f"{self.kpi_ci[1]:+.4g}], SLO violation {self.slo_diff_pp:+.3g} pp [{self.slo_ci[0]:+.3g}, "
+                f"{self.slo_ci[1]:+.3g}] (tolerance {self.slo_tolerance_pp:.3g} pp; {self.episodes} paired episodes)")
+
+
+#: One line stating the rule, for tables and terminal reports.
+BEATS_RULE = ("beats = KPI lower with the paired 95 % bootstrap CI of the difference excluding 0, and SLO "
+              "violation no more than max(0.05 pp, 10 % of the baseline's) above the baseline's, on the same episodes")
+
+
+def paired_verdict(policy: Sequence[EpisodeResult], baseline: Sequence[EpisodeResult], kpi: str,
+                   baseline_name: str = "", seed: int = 0) -> Verdict:
+    """The protocol's "beats" rule (module docstring) with its paired bootstrap CIs."""
+    pk, bk = per_seed_means(policy, kpi), per_seed_means(baseline, kpi)
+    ps, bs = per_seed_means(policy, SLO_METRIC), per_seed_means(baseline, SLO_METRIC)
+    seeds = sorted(set(pk) & set(bk) & set(ps) & set(bs))
+    name = baseline_name or (baseline[0].policy if baseline else "")
+    if not seeds:
+        nan2 = (math.nan, math.nan)
+        return Verdict(name, kpi, 0, math.nan, nan2, math.nan, nan2, math.nan, False)
+    dk = np.array([pk[s] - bk[s] for s in seeds])
+    ds = np.array([ps[s] - bs[s] for s in seeds])
+    b_slo = float(np.mean([bs[s] for s in seeds]))
+    tol = slo_tolerance_pp(b_slo)
+    kci = _paired_ci([dk], _mean_along, seed)
+    sci = _paired_ci([ds], _mean_along, seed)
+    slo_diff = float(np.mean(ds))
+    ok = bool(kci[1] < 0.0 and slo_diff <= tol)
+    return Verdict(name, kpi, len(seeds), float(np.mean(dk)), kci, slo_diff, sci, tol, ok)
+
+
+def beats(agent: Sequence[EpisodeResult], baseline: Sequence[EpisodeResult], kpi: str) -> bool:
+    """The protocol's "beats" rule on the same episodes (:func:`paired_verdict`)."""
+    return paired_verdict(agent, baseline, kpi).beats
+
+
+# ---------------------------------------------------------------------------------- headroom and gap
+def _gap_closed_along(a: np.ndarray, s: np.ndarray, axis: int = -1) -> np.ndarray:
+    ma, ms = np.mean(a, axis=axis), np.mean(s, axis=axis)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (ma - ms) / (100.0 - ms)
+
+
+def headroom(strongest_scores: Mapping[int, float] | Sequence[float], seed: int = 0
+             ) -> tuple[float, tuple[float, float]]:
+    """Oracle minus the strongest baseline on the oracle scale: mean of 100 - S_strongest over the
+    episodes and its bootstrap CI (NaN where the scale has no oracle)."""
+    vals = strongest_scores.values() if isinstance(strongest_scores, Mapping) else strongest_scores
+    x = np.asarray([v for v in vals if math.isfinite(v)], dtype=np.float64)
+    if x.size == 0:
+        return math.nan, (math.nan, math.nan)
+    h = 100.0 - x
+    return float(np.mean(h)), _paired_ci([h], _mean_along, seed)
+
+
+def gap_closed(policy_scores: Mapping[int, float], strongest_scores: Mapping[int, float], seed: int = 0
+               ) -> tuple[float, tuple[float, float]]:
+    """Share of the gap between the strongest baseline and the oracle that a policy closes,
+    (S - S_strongest) / (100 - S_strongest) of the mean scores on the scenarios both played (per-scenario
+    scores: an agent's averaged over its training seeds), with a paired bootstrap CI over scenarios."""
+    seeds = sorted(s for s in set(policy_scores) & set(strongest_scores)
+                   if math.isfinite(policy_scores[s]) and math.isfinite(strongest_scores[s]))
+    if not seeds:
+        return math.nan, (math.nan, math.nan)
+    a = np.array([policy_scores[s] for s in seeds])
+    b = np.array([strongest_scores[s] for s in seeds])
+    point = float(_gap_closed_along(a, b))
+    if not math.isfinite(point):
+        return math.nan, (math.nan, math.nan)
+    return point, _paired_ci([a, b], _gap_closed_along, seed)
+
+
+def seed_scores(results: Sequence[EpisodeResult], scores: Sequence[float]) -> dict[int, float]:
+    """Reset seed -> mean score of that scenario's runs (NaN runs left out)."""
+    acc: dict[int, list[float]] = {}
+    for r, v in zip(results, scores, strict=True):
+        if math.isfinite(v):
+            acc.setdefault(r.seed, []).append(float(v))
+    return {s: float(np.mean(v)) for s, v in acc.items()}
 
 
 # ------------------------------------------------------------------------------------------ records

@@ -268,9 +268,9 @@ def _pins_split(env_kwargs: dict[str, Any]) -> bool:
 
 def _protocol_references(env_id: str) -> dict[str, str] | None:
     """The env id's naive/best references (servegym ids with splits), else None."""
-    from servegym.agents.protocol import REFERENCES
+    from servegym.agents.protocol import checkpoint_references
 
-    return dict(REFERENCES[env_id]) if env_id in REFERENCES else None
+    return checkpoint_references(env_id)
 
 
 def read_run(model_path: Path) -> dict[str, Any] | None:

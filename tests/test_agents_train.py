@@ -99,9 +99,10 @@ def test_saved_model_loads_and_run_files(trained: dict) -> None:
     run_dir = trained["model"].parent
     run = json.loads((run_dir / "run.json").read_text())
     # training adds the protocol's naive/best references (for the validation normalized score) to the baselines
-    from servegym.agents.protocol import REFERENCES
+    from servegym.agents.protocol import checkpoint_references
 
-    refs = [b for b in dict.fromkeys(REFERENCES[trained["env_id"]].values()) if b not in trained["baselines"]]
+    ck = checkpoint_references(trained["env_id"]) or {}
+    refs = [b for b in dict.fromkeys(ck.values()) if b not in trained["baselines"]]
     assert run["env_id"] == trained["env_id"] and run["baselines"] == [*trained["baselines"], *refs]
     assert (run_dir / "model_vecnormalize.npz").is_file() and (run_dir / "best_model.zip").is_file()
     assert list((run_dir / "checkpoints").glob("model_*_steps.zip"))

@@ -26,18 +26,32 @@ from servegym.errors import ConfigError
 GEO = {"config": {"preset": "mini", "geo": {"duration_s": 1.5, "drain_s": 10.0}}}
 PD = {"config": {"scenario": {"horizon_steps": 240}}}  # 4 h: shorter days tie the references
 RECORD_KEYS = {"env", "policy", "split", "episodes", "score_mean", "score_iqm", "score_ci", "kpis"}
+LEADERBOARD_KEYS = {"role", "scale", "slo_violation_pct", "vs_strongest", "gap_closed", "gap_closed_ci"}
 
 
-def test_every_env_id_names_naive_best_and_its_baselines() -> None:
-    for env_id, refs in protocol.REFERENCES.items():
+def test_every_env_id_names_its_yardsticks_among_its_baselines() -> None:
+    for env_id, y in protocol.YARDSTICKS.items():
         fam = family_for(env_id)
-        assert set(refs) == {"naive", "best"} and set(refs.values()) <= set(fam.baselines)
+        refs = protocol.references(env_id)
+        assert {"naive", "paper", "strongest", "best"} <= set(refs) and refs["best"] == refs["paper"] == y.paper
+        assert set(refs) - {"follow"} <= set(protocol.ROLES) | {"best"}
+        assert all(v in fam.baselines or v.split(":")[0] in fam.baselines
+                   for k, v in refs.items() if k != "follow")
+        assert ("follow" in refs) == y.follow and ("oracle" in refs) == (y.oracle is not None)
         names = protocol.policy_names(env_id)
-        assert names[:2] == ["naive", "best"] and set(fam.baselines) <= set(names)
-        assert protocol.resolve_policy(env_id, "best") == refs["best"]
+        assert names[:3] == ["naive", "paper", "strongest"] and set(fam.baselines) <= set(names)
+        assert protocol.resolve_policy(env_id, "best") == y.paper
+        assert protocol.checkpoint_references(env_id) == {"naive": y.naive, "best": y.paper}
+    assert protocol.yardsticks("servegym/PDProvisionResidual-v0").follow
+    assert not protocol.yardsticks("servegym/PDProvision-v0").follow
     assert protocol.resolve_policy("servegym/GeoRoute-v0", "greedy:0.3") == "greedy:0.3"
-    with pytest.raises(ConfigError, match=r"--policy = 'bestest' is unknown .* allowed: naive, best, rr"):
+    with pytest.raises(ConfigError, match=r"--policy = 'bestest' is unknown .* allowed: naive, paper, strongest"):
         protocol.resolve_policy("servegym/GeoRoute-v0", "bestest")
+    with pytest.raises(ConfigError, match="oracle_kind"):
+        protocol.Yardsticks(naive="rr", paper="milp", oracle="x")
+    with pytest.raises(ConfigError, match="is not a baseline of family 'pd'"):
+        protocol.register_yardsticks("servegym/PDProvision-v0", strongest="no-such-policy")
+    assert protocol.yardsticks("servegym/PDProvision-v0").strongest != "no-such-policy"
 
 
 @pytest.mark.parametrize(("env_id", "kwargs"), [
@@ -80,7 +94,7 @@ def test_npu_scores_on_real_episodes_and_references_that_swap(env_id: str) -> No
     assert np.all(np.isnan(ev.scores))
     rec = ev.record()  # JSON has no NaN: undefined statistics are null, the KPIs are still reported
     assert rec["score_mean"] is None and rec["score_iqm"] is None and rec["kpis"]["slo_violation_pct"] is not None
-    assert "no scale: best does not beat naive on these scenarios" in bm.text_summary(ev)
+    assert "no scale: paper does not beat naive on these scenarios" in bm.text_summary(ev)
     if env_id.endswith("Residual-v0"):
         assert all(n.reward == 0.0 for n in ev.naive)
     one = evaluate_policy(env_id, "ideal", episodes=1, env_kwargs=kw, progress=False)
@@ -165,15 +179,51 @@ def test_references_that_swap_on_single_scenarios_keep_the_splits_scale() -> Non
     assert math.isnan(protocol.reference_gap([-362.845], [-362.733]))  # 0.03 % of the return: no scale
 
 
-def test_beats_needs_lower_kpi_at_no_more_slo_violation() -> None:
-    def res(kpi: float, viol: float) -> list[EpisodeResult]:
-        return [EpisodeResult("p", 0, 0.0, 1, {"carbon_g": kpi, "slo_violation_pct": viol})]
+def test_paired_verdict_needs_a_ci_below_zero_and_slo_within_the_scaled_tolerance() -> None:
+    """The one "beats" rule: KPI lower with the paired CI excluding 0, SLO violation no more than
+    max(0.05 pp, 10 % of the baseline's) above the baseline's; agent runs are averaged per scenario."""
+    def res(kpis: list[float], viols: list[float], seeds: list[int] | None = None) -> list[EpisodeResult]:
+        seeds = seeds or list(range(len(kpis)))
+        return [EpisodeResult("p", s, 0.0, 1, {"carbon_g": k, "slo_violation_pct": v})
+                for s, k, v in zip(seeds, kpis, viols, strict=True)]
 
-    base = res(10.0, 1.0)
-    assert protocol.beats(res(9.0, 1.0), base, "carbon_g")
-    assert protocol.beats(res(9.0, 1.0 + protocol.SLO_TOLERANCE_PP), base, "carbon_g")
-    assert not protocol.beats(res(9.0, 1.6), base, "carbon_g")  # bought with SLO violations
-    assert not protocol.beats(res(10.0, 0.0), base, "carbon_g")
+    base = res([10.0, 20.0, 30.0, 40.0], [1.0, 1.0, 1.0, 1.0])
+    assert protocol.slo_tolerance_pp(1.0) == pytest.approx(0.1) and protocol.slo_tolerance_pp(0.0) == 0.05
+    assert protocol.slo_tolerance_pp(50.0) == pytest.approx(5.0)
+    v = protocol.paired_verdict(res([9.0, 19.0, 29.5, 39.0], [1.0, 1.0, 1.1, 1.0]), base, "carbon_g")
+    assert v.beats and v.kpi_ci[1] < 0 and v.episodes == 4 and v.slo_diff_pp == pytest.approx(0.025)
+    assert v.kpi_diff == pytest.approx(-0.875)
+    # lower on average, but one scenario much worse: the paired CI reaches above 0
+    assert not protocol.beats(res([5.0, 15.0, 25.0, 60.0], [1.0] * 4), base, "carbon_g")
+    # bought with SLO violations: 0.2 pp above a 1 % baseline exceeds the 0.1-pp tolerance
+    assert not protocol.beats(res([9.0, 19.0, 29.0, 39.0], [1.2] * 4), base, "carbon_g")
+    # at a 0 % baseline the floor of 0.05 pp applies
+    zero = res([10.0, 20.0], [0.0, 0.0])
+    assert protocol.beats(res([9.0, 18.0], [0.05, 0.05]), zero, "carbon_g")
+    assert not protocol.beats(res([9.0, 18.0], [0.06, 0.06]), zero, "carbon_g")
+    # an agent with two training seeds per scenario: differences are taken per scenario
+    two = res([9.0, 9.2, 19.0, 19.2], [1.0] * 4, seeds=[0, 0, 1, 1])
+    v2 = protocol.paired_verdict(two, base, "carbon_g")
+    assert v2.episodes == 2 and v2.kpi_diff == pytest.approx(-0.9)
+    assert not protocol.beats(res([10.0], [0.0]), res([10.0], [0.0]), "carbon_g")  # a tie is no win
+
+
+def test_oracle_scale_headroom_and_gap_closed_arithmetic() -> None:
+    """Per-episode oracle scale: naive 0 and oracle 100 on every episode; headroom and gap closed."""
+    n, o = [-10.0, -20.0, -40.0], [-5.0, -10.0, -20.0]
+    np.testing.assert_allclose(protocol.oracle_scores(n, n, o), 0.0)
+    np.testing.assert_allclose(protocol.oracle_scores(o, n, o), 100.0)
+    np.testing.assert_allclose(protocol.oracle_scores([-7.5, -10.0, -50.0], n, o), [50.0, 100.0, -50.0])
+    assert np.isnan(protocol.oracle_scores([-1.0], [-10.0], [-10.0]))[0]  # no gap on that episode
+    h, (lo, hi) = protocol.headroom({0: 80.0, 1: 90.0, 2: 70.0})
+    assert h == pytest.approx(20.0) and lo <= h <= hi
+    g, (glo, ghi) = protocol.gap_closed({0: 90.0, 1: 95.0, 2: 85.0}, {0: 80.0, 1: 90.0, 2: 70.0})
+    assert g == pytest.approx(0.5) and glo <= g <= ghi
+    mk = [EpisodeResult("n", s, r, 1) for s, r in enumerate(n)]
+    mo = [EpisodeResult("o", s, r, 1) for s, r in enumerate(o)]
+    pd_id = "servegym/PDProvision-v0"
+    fallback = protocol.make_scale(pd_id, mk, mo, None)
+    assert not fallback.oracle and "paper" in fallback.name
 
 
 def test_cli_json_is_exactly_the_protocol_object(capsys: pytest.CaptureFixture[str]) -> None:
@@ -223,7 +273,7 @@ def test_suite_smoke_two_envs_two_seeds(smoke: tuple[Any, Path]) -> None:
     for f in ("csv", "json", "md", "profiles"):
         assert res.files[f].exists()
     records = json.loads(res.files["json"].read_text())
-    assert all(set(r) == RECORD_KEYS and r["split"] == "test" for r in records)
+    assert all(set(r) >= RECORD_KEYS | LEADERBOARD_KEYS and r["split"] == "test" for r in records)
     assert {r["policy"] for r in records} >= {"agent:maskable-ppo", "rr", "milp", "static-peak"}
     md = res.files["md"].read_text()
     assert "score IQM" in md and "servegym/PDProvision-v0" in md

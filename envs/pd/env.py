@@ -887,6 +887,15 @@ class PDProvisionEnv(gym.Env):
             twin = self._twin = PDProvisionEnv(replace(self.config, action_mode="absolute"))
         return twin
 
+    def follow_action(self) -> NDArray[np.int64]:
+        """The residual mode's zero action [L, L]: no change to the reference's suggestion (what the
+        benchmark's ``follow`` policy plays). ConfigError in the other action modes, which have none."""
+        if self.action_mode != "residual":
+            raise ConfigError(f"follow_action: action_mode = {self.action_mode!r} has no zero action; "
+                              "allowed: 'residual'")
+        lv = int(self.config.residual_levels)
+        return np.array([lv, lv], dtype=np.int64)
+
     def mix_index(self, step: int | None = None) -> int:
         """Index into :attr:`tables` of the length mix of period ``step`` (default: the coming period)."""
         k = min(self._k if step is None else int(step), self.signals.mix_index.size - 1)
