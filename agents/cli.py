@@ -88,6 +88,11 @@ def add_commands(subparsers: Any) -> None:
     sw.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                     help="run on Ray: a local instance, or an existing cluster at ADDRESS")
     sw.add_argument("--out", default="sweep_results.csv", help="results .csv (default) or .parquet")
+    sw_mode = sw.add_mutually_exclusive_group()
+    sw_mode.add_argument("--resume", action="store_true",
+                         help="keep the rows already in --out (or its interrupted run's journal) and run only "
+                              "the missing cells")
+    sw_mode.add_argument("--force", action="store_true", help="replace an existing --out")
     sw.add_argument("--json", action="store_true", help="print per (scenario, policy) means as JSON")
     sw.set_defaults(func=_sweep)
 
@@ -167,9 +172,17 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from servegym.agents.sweep import load_sweep, run_sweep, summary_json, summary_table, write_results
+    from servegym.agents.sweep import (
+        journal_path,
+        load_sweep,
+        results_path,
+        run_sweep_to,
+        summary_json,
+        summary_table,
+    )
 
     from servegym import report
+    from servegym.outputs import Interrupted, interruptible
 
     cfg = load_sweep(args.config)
     if args.out.endswith(".parquet"):
@@ -179,13 +192,22 @@ def _sweep(args: argparse.Namespace) -> int:
             raise ConfigError(f"--out = {args.out!r}: Parquet needs pyarrow (pip install pyarrow); "
                               "or use --out results.csv") from None
     ray_address: str | bool | None = False if args.ray is None else (args.ray or None)
-    df = run_sweep(cfg, workers=args.workers, ray_address=ray_address, progress=not args.json)
-    path = write_results(df, args.out)
+    try:
+        with interruptible():
+            run = run_sweep_to(cfg, args.out, force=args.force, resume=args.resume, workers=args.workers,
+                               ray_address=ray_address, progress=not args.json)
+    except Interrupted as exc:
+        j = journal_path(results_path(args.out))
+        print(f"servegym: interrupted by {exc}: the finished cells are in {j}; run the same command with --resume "
+              "to finish", file=sys.stderr)
+        return exc.exit_code
+    df, path = run.df, run.path
     if args.json:
         print(summary_json(df))
     else:
+        reused = f"; {run.reused} kept from {path.name}" if run.reused else ""
         print(f"{cfg.name}: {len(df)} runs ({len(cfg.policies)} policies x {len(cfg.scenarios)} scenarios x "
-              f"{report.seeds_phrase(cfg.seeds)}); means over seeds:")
+              f"{report.seeds_phrase(cfg.seeds)}{reused}); means over seeds:")
         print(summary_table(df, path))
         print(f"every run: {path}")
     return 0

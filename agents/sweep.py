@@ -22,6 +22,7 @@ importable on every Ray node).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -66,6 +67,8 @@ class SweepConfig:
 
 
 MAX_SWEEP_SEEDS = 10_000
+#: Times Ray reruns a task whose worker process or node died (cells are deterministic).
+RAY_TASK_RETRIES = 3
 
 
 def _seeds(raw: Any) -> tuple[int, ...]:
@@ -188,31 +191,59 @@ def _tidy(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def run_local(tasks: Sequence[dict[str, Any]], workers: int | None = None, progress: bool = True,
-              fn: Any = None, tidy: bool = True) -> Any:
+              fn: Any = None, tidy: bool = True, on_result: Any = None) -> Any:
     """The grid on a ``spawn`` process pool (``workers`` default: CPU count, at most the cell count);
     ``workers=1`` runs the cells in this process (no start-up cost, same results). ``fn`` (a
     module-level function of one task dict; default :func:`run_task`) plays a cell; ``tidy=False``
-    returns its outputs as a list instead of the tidy DataFrame."""
+    returns its outputs as a list instead of the tidy DataFrame; ``on_result(task, output)`` is called
+    as each cell finishes (the journal of a resumable run). On any exception, :class:`Interrupted`
+    included, the pool's workers are terminated before it propagates: no process outlives the run."""
     fn = run_task if fn is None else fn
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from tqdm.auto import tqdm
 
+    from servegym.outputs import ignore_sigint
+
     n = workers or os.cpu_count() or 1
     n = max(1, min(n, len(tasks)))
     rows = []
-    if n == 1:
+    if n == 1 or not tasks:
         for t in tqdm(tasks, desc="sweep (in process)", unit="cell", disable=not progress):
             rows.append(fn(t))
+            if on_result is not None:
+                on_result(t, rows[-1])
         return _tidy(rows) if tidy else rows
-    with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")) as pool, \
-            tqdm(total=len(tasks), desc=f"sweep ({n} processes)", unit="cell", disable=not progress) as bar:
-        futures = [pool.submit(fn, t) for t in tasks]
-        for fut in as_completed(futures):
-            rows.append(fut.result())
-            bar.update(1)
+    pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"), initializer=ignore_sigint)
+    try:
+        with tqdm(total=len(tasks), desc=f"sweep ({n} processes)", unit="cell", disable=not progress) as bar:
+            futures = {pool.submit(fn, t): t for t in tasks}
+            for fut in as_completed(futures):
+                rows.append(fut.result())
+                if on_result is not None:
+                    on_result(futures[fut], rows[-1])
+                bar.update(1)
+    except BaseException:
+        stop_pool(pool)
+        raise
+    pool.shutdown()
     return _tidy(rows) if tidy else rows
+
+
+def stop_pool(pool: Any) -> None:
+    """Cancel a process pool's queued cells and terminate its workers now (a worker mid-episode would
+    otherwise run on, parented to init, after the parent is gone), then reap them."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(5)
+        if p.is_alive():
+            p.kill()
+            p.join(5)
 
 
 def _import_ray() -> Any:
@@ -225,9 +256,12 @@ def _import_ray() -> Any:
 
 
 def run_ray(tasks: Sequence[dict[str, Any]], address: str | None = None, workers: int | None = None,
-            progress: bool = True, fn: Any = None, tidy: bool = True) -> Any:
+            progress: bool = True, fn: Any = None, tidy: bool = True, on_result: Any = None) -> Any:
     """The grid on Ray: a local Ray instance (``address`` None) or an existing cluster (``"auto"`` or
-    ``"ray://host:10001"``). ``workers`` caps the CPUs of a local instance."""
+    ``"ray://host:10001"``). ``workers`` caps the CPUs of a local instance. A task whose worker or node
+    dies is retried by Ray (:data:`RAY_TASK_RETRIES` times; cells are deterministic, so a retried cell
+    gives the same row); ``on_result`` as in :func:`run_local`; on an exception the pending tasks are
+    cancelled."""
     from tqdm.auto import tqdm
 
     ray = _import_ray()
@@ -240,44 +274,162 @@ def run_ray(tasks: Sequence[dict[str, Any]], address: str | None = None, workers
         ray.init(**init)
         started = True
     try:
-        remote = ray.remote(num_cpus=1)(run_task if fn is None else fn)
-        pending = [remote.remote(t) for t in tasks]
+        remote = ray.remote(num_cpus=1, max_retries=RAY_TASK_RETRIES)(run_task if fn is None else fn)
+        refs = {remote.remote(t): t for t in tasks}
+        pending = list(refs)
         rows = []
-        with tqdm(total=len(tasks), desc="sweep (ray)", unit="cell", disable=not progress) as bar:
-            while pending:
-                done, pending = ray.wait(pending, num_returns=1)
-                rows.extend(ray.get(done))
-                bar.update(len(done))
+        try:
+            with tqdm(total=len(tasks), desc="sweep (ray)", unit="cell", disable=not progress) as bar:
+                while pending:
+                    done, pending = ray.wait(pending, num_returns=1)
+                    for ref in done:
+                        rows.append(ray.get(ref))
+                        if on_result is not None:
+                            on_result(refs[ref], rows[-1])
+                    bar.update(len(done))
+        except BaseException:
+            for ref in pending:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+            raise
     finally:
         if started:
             ray.shutdown()
     return _tidy(rows) if tidy else rows
 
 
-def write_results(df: pd.DataFrame, out: str | Path) -> Path:
-    """CSV, or Parquet for a ``.parquet`` path (needs pyarrow or fastparquet)."""
+def results_path(out: str | Path) -> Path:
+    """The results file ``--out`` names: a ``.csv`` (added when there is no suffix) or ``.parquet`` path."""
     p = Path(out)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    if p.suffix == ".parquet":
-        try:
-            df.to_parquet(p, index=False)
-        except ImportError:
-            raise ConfigError(f"--out = {str(out)!r}: Parquet needs pyarrow (pip install pyarrow); "
-                              "or write CSV with --out results.csv") from None
-    elif p.suffix in (".csv", ""):
-        df.to_csv(p if p.suffix else p.with_suffix(".csv"), index=False)
-    else:
+    if p.suffix == "":
+        return p.with_suffix(".csv")
+    if p.suffix not in (".csv", ".parquet"):
         raise ConfigError(f"--out = {str(out)!r}; allowed: a .csv or .parquet path")
     return p
+
+
+def write_results(df: pd.DataFrame, out: str | Path) -> Path:
+    """CSV, or Parquet for a ``.parquet`` path (needs pyarrow or fastparquet), written atomically (a
+    temporary file beside it, then a rename): a reader or a killed run never sees half a file."""
+    from servegym.outputs import write_frame
+
+    p = results_path(out)
+    try:
+        write_frame(df, p)
+    except ImportError:
+        raise ConfigError(f"--out = {str(out)!r}: Parquet needs pyarrow (pip install pyarrow); "
+                          "or write CSV with --out results.csv") from None
+    return p
+
+
+def read_results(path: Path) -> pd.DataFrame:
+    """An earlier run's results file (to resume from)."""
+    try:
+        return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    except (ValueError, OSError, ImportError) as exc:
+        raise ConfigError(f"--out = {str(path)!r} exists but does not read as sweep results "
+                          f"({type(exc).__name__}); pass --force to replace it") from None
+
+
+CELL_KEYS = ("sweep", "scenario", "env_id", "policy", "seed")
+
+
+def cell_key(cell: dict[str, Any]) -> str:
+    """A cell's identity in results and journals: sweep, scenario, env id, policy and seed."""
+    return json.dumps([str(cell["sweep"]), str(cell["scenario"]), str(cell["env_id"]), str(cell["policy"]),
+                       int(cell["seed"])])
+
+
+def config_fingerprint(cfg: SweepConfig) -> str:
+    """A hash of every cell's inputs (env kwargs and agent paths included): a journal of another config is
+    never resumed."""
+    import hashlib
+
+    text = json.dumps(cfg.tasks(), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class SweepRun:
+    """What :func:`run_sweep_to` did: the results, the file, and how many cells it reused."""
+
+    df: pd.DataFrame
+    path: Path
+    reused: int
+    ran: int
+
+
+def journal_path(path: Path) -> Path:
+    """The journal of a sweep writing ``path``: one line per finished cell, removed when the run completes."""
+    return path.with_name(path.name + ".partial.jsonl")
+
+
+def run_sweep_to(cfg: SweepConfig, out: str | Path, *, force: bool = False, resume: bool = False,
+                 workers: int | None = None, ray_address: str | bool | None = False,
+                 progress: bool = True) -> SweepRun:
+    """Run the grid into ``out`` without losing or silently replacing results:
+
+    * ``out`` is locked (``<out>.lock``) for the run: a second sweep on it fails at once (OutputBusy);
+    * an existing ``out`` (or the journal of an interrupted run) is refused unless ``resume`` (keep its
+      rows, run only the missing cells; a results file's cells match by sweep, scenario, env id, policy and
+      seed, a journal only if it is of this very config) or ``force`` (start afresh);
+    * each finished cell is appended to ``<out>.partial.jsonl`` at once, so SIGTERM, SIGINT or a crash lose
+      at most the cells in flight; the results file is written atomically at the end and the journal removed.
+    """
+    from servegym.outputs import Journal, OutputLock, refuse_existing
+
+    path = results_path(out)
+    tasks = cfg.tasks()
+    with OutputLock(path, "--out"):
+        journal = Journal(journal_path(path))
+        if (path.exists() or journal.path.exists()) and not (force or resume):
+            refuse_existing("--out", path, "results" if path.exists() else "an interrupted run's cells "
+                            f"({journal.path.name})")
+        header = config_fingerprint(cfg)
+        done: dict[str, dict[str, Any]] = {}
+        kept: dict[str, Any] = {}
+        if resume and not force:
+            if path.exists():
+                old = read_results(path)
+                missing = [c for c in CELL_KEYS if c not in old.columns]
+                if missing:
+                    raise ConfigError(f"--out = {str(path)!r} has no column(s) {missing}: not sweep results; "
+                                      "pass --force to replace it")
+                done.update({cell_key(r): r for r in old.to_dict("records")})
+            if journal.path.exists():
+                partial = journal.read(header)
+                if partial is None:
+                    raise ConfigError(f"--resume: {journal.path.name} is from another sweep config (its cells "
+                                      "differ); pass --force to discard it and start afresh")
+                kept = partial
+                done.update(partial)
+        todo = [t for t in tasks if cell_key(t) not in done]
+        journal.open(header, keep=kept)
+        try:
+            rows = run_sweep_tasks(todo, workers=workers, ray_address=ray_address, progress=progress,
+                                   on_result=lambda _t, row: journal.add(cell_key(row), row))
+        finally:
+            journal.close()
+        df = _tidy([*done.values(), *rows]) if (done or rows) else pd.DataFrame(columns=list(CELL_KEYS))
+        write_results(df, path)
+        journal.close(remove=True)
+    return SweepRun(df=df, path=path, reused=len(done), ran=len(rows))
 
 
 def run_sweep(cfg: SweepConfig, workers: int | None = None, ray_address: str | bool | None = False,
               progress: bool = True) -> pd.DataFrame:
     """Run every cell: on Ray when ``ray_address`` is not False (None/"" = a local Ray), else locally."""
-    tasks = cfg.tasks()
+    return _tidy(run_sweep_tasks(cfg.tasks(), workers=workers, ray_address=ray_address, progress=progress))
+
+
+def run_sweep_tasks(tasks: Sequence[dict[str, Any]], workers: int | None = None,
+                    ray_address: str | bool | None = False, progress: bool = True,
+                    on_result: Any = None) -> list[dict[str, Any]]:
+    """The rows of ``tasks`` (any order) on Ray or the local pool (:func:`run_sweep`)."""
     if ray_address is not False:
-        return run_ray(tasks, address=ray_address or None, workers=workers, progress=progress)
-    return run_local(tasks, workers=workers, progress=progress)
+        return run_ray(tasks, address=ray_address or None, workers=workers, progress=progress, tidy=False,
+                       on_result=on_result)
+    return run_local(tasks, workers=workers, progress=progress, tidy=False, on_result=on_result)
 
 
 def summary_table(df: pd.DataFrame, out_path: str | Path | None = None, width: int = 120) -> str:

@@ -1,0 +1,315 @@
+"""Writing results so that none is lost or silently replaced: atomic writes, output locks, interruption.
+
+* **Atomic writes.** :func:`atomic_path` yields a temporary name in the destination's own folder (same
+  file system, same suffix, so libraries that pick a format by suffix behave) and moves it over the
+  destination with :func:`os.replace` only when the writer returned without error: a reader, or a run
+  killed mid-write, sees the old file or the new one, never half of one. :func:`write_text`,
+  :func:`write_json` and :func:`write_frame` are the common cases.
+* **Output locks.** :class:`OutputLock` holds ``<output>.lock`` (created with ``O_EXCL``; it holds the
+  owner's pid and host) for as long as a run writes an output. A second run on the same output gets a
+  one-line :class:`OutputBusy` (exit status 2); a lock whose pid is gone on this host (a run killed with
+  SIGKILL, a machine reboot) is reclaimed.
+* **Refusing to overwrite.** :func:`refuse_existing` is the one-line error a run gives when its output
+  exists and neither ``--force`` nor ``--resume`` was passed.
+* **Interruption.** :func:`interruptible` turns SIGTERM (and SIGINT, as Python does already) into
+  :class:`Interrupted` in the main thread, so ``finally`` blocks shut process pools down and the partial
+  results are saved before the process exits with ``128 + signal``.
+* **Journals.** :class:`Journal` appends one JSON line per finished unit of work (a sweep cell, a suite
+  task) and flushes it to disk, so an interrupted run can be resumed from what it finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import signal
+import socket
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from servegym.errors import ConfigError
+
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+#: The largest journal line read back when resuming (a suite task's output is a few kB).
+MAX_JOURNAL_LINE = 16 * 2**20
+
+
+class OutputBusy(ConfigError):
+    """Another live run holds the lock of the output this run would write."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived; ``signum`` says which (the exit status is ``128 + signum``)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+# --------------------------------------------------------------------------- atomic writes
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary path beside ``path`` (same suffix); on normal exit it replaces ``path`` atomically,
+    on an exception it is removed and ``path`` is left as it was. Creates the folder."""
+    dest = Path(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=f".tmp{dest.suffix}", dir=dest.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results get the mode any new file would
+    try:
+        yield tmp
+        _fsync(tmp)
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _fsync(p: Path) -> None:
+    """Flush ``p``'s data to disk before the rename (so a crash after it cannot leave an empty file)."""
+    try:
+        fd = os.open(p, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | os.PathLike[str], obj: Any, **dumps: Any) -> Path:
+    return write_text(path, json.dumps(obj, **{"indent": 2, **dumps}) + "\n")
+
+
+def write_frame(df: Any, path: str | os.PathLike[str]) -> Path:
+    """A pandas DataFrame as CSV, or Parquet for a ``.parquet`` path, atomically (no index)."""
+    p = Path(path)
+    with atomic_path(p) as tmp:
+        if p.suffix == ".parquet":
+            df.to_parquet(tmp, index=False)
+        else:
+            df.to_csv(tmp, index=False)
+    return p
+
+
+def save_figure(fig: Any, path: str | os.PathLike[str], **savefig: Any) -> Path:
+    """``fig.savefig`` atomically (the suffix picks the format, as matplotlib does)."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, **savefig)
+    return Path(path)
+
+
+def save_model(model: Any, path: str | os.PathLike[str]) -> Path:
+    """A stable-baselines3 model's ``save`` atomically (``path`` ends in ``.zip``)."""
+    with atomic_path(path) as tmp:
+        model.save(tmp)
+    return Path(path)
+
+
+# --------------------------------------------------------------------------- overwrite and locks
+def refuse_existing(flag: str, path: str | os.PathLike[str], what: str, resume: bool = True) -> None:
+    """The one-line error when ``path`` (an earlier run's ``what``) exists and the user did not choose."""
+    how = "--resume to continue it or --force to replace it" if resume else "--force to replace it"
+    raise ConfigError(f"{flag} = {str(path)!r} already holds {what}; pass {how} (or choose another {flag})")
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+class OutputLock:
+    """``<path>.lock`` held while a run writes ``path`` (module docstring). Use as a context manager;
+    ``flag`` names the option that chose ``path`` in the error message."""
+
+    def __init__(self, path: str | os.PathLike[str], flag: str = "--out") -> None:
+        self.path = Path(path)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.flag = flag
+        self.held = False
+
+    def _owner(self) -> dict[str, Any] | None:
+        try:
+            with self.lock_path.open("rb") as fh:
+                doc = json.loads(fh.read(4096).decode("utf-8", "replace"))
+            return doc if isinstance(doc, dict) else None
+        except (OSError, ValueError):
+            return None
+
+    def acquire(self) -> OutputLock:
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        me = {"pid": os.getpid(), "host": socket.gethostname()}
+        for _ in range(3):
+            try:
+                fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                owner = self._owner()
+                if owner is None:
+                    # being written this instant by its creator, or torn: the creator's content appears at once
+                    import time
+
+                    time.sleep(0.05)
+                    owner = self._owner()
+                pid = owner.get("pid") if owner else None
+                same_host = owner is not None and owner.get("host") == me["host"]
+                if owner is None or (isinstance(pid, int) and same_host and not _pid_alive(pid)):
+                    with contextlib.suppress(FileNotFoundError):  # a stale lock: its run is gone
+                        self.lock_path.unlink()
+                    continue
+                where = f"pid {pid} on {owner.get('host')}" if owner else "another run"
+                raise OutputBusy(f"{self.flag} = {str(self.path)!r} is being written by another run ({where}; lock "
+                                 f"{self.lock_path.name}); wait for it to finish or choose another {self.flag}") from None
+            with os.fdopen(fd, "w") as fh:
+                json.dump(me, fh)
+            self.held = True
+            return self
+        raise OutputBusy(f"{self.flag} = {str(self.path)!r}: could not take the lock {self.lock_path.name}")
+
+    def release(self) -> None:
+        if self.held:
+            owner = self._owner()
+            if owner is None or owner.get("pid") == os.getpid():
+                with contextlib.suppress(FileNotFoundError):
+                    self.lock_path.unlink()
+            self.held = False
+
+    def __enter__(self) -> OutputLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+# --------------------------------------------------------------------------- interruption
+@contextlib.contextmanager
+def interruptible(on_signal: Callable[[int], None] | None = None) -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT raise :class:`Interrupted` in the main thread (after calling
+    ``on_signal(signum)`` when given; if that returns normally the first time, the signal only sets a flag,
+    and a second signal raises). Outside the main thread this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seen: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        seen.append(signum)
+        if on_signal is not None and len(seen) == 1:
+            on_signal(signum)
+            return
+        raise Interrupted(signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def ignore_sigint() -> None:
+    """Pool-worker initializer: a terminal's Ctrl-C reaches the whole process group; the parent alone
+    decides (it shuts the pool down), so workers do not die mid-write with their own tracebacks."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+# --------------------------------------------------------------------------- journals
+class Journal:
+    """Append-only JSON lines (``{"key": ..., "value": ...}``) of finished work, flushed and fsynced per
+    line; :meth:`read` returns the complete lines (a line torn by a kill is skipped). The first line is a
+    header ``{"header": ...}``; a journal whose header differs from the run's is not resumed."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._fh: Any = None
+
+    def read(self, header: Any) -> dict[str, Any] | None:
+        """key -> value of the finished entries; None when there is no journal or it is another run's."""
+        if not self.path.is_file():
+            return None
+        out: dict[str, Any] = {}
+        with self.path.open("rb") as fh:
+            first = fh.readline(MAX_JOURNAL_LINE)
+            try:
+                head = json.loads(first)
+            except ValueError:
+                return None
+            if not isinstance(head, dict) or head.get("header") != header:
+                return None
+            for line in fh:
+                if len(line) > MAX_JOURNAL_LINE or not line.endswith(b"\n"):
+                    continue
+                try:
+                    doc = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(doc, dict) and isinstance(doc.get("key"), str) and "value" in doc:
+                    out[doc["key"]] = doc["value"]
+        return out
+
+    def open(self, header: Any, keep: dict[str, Any] | None = None) -> Journal:
+        """Start the journal afresh with ``header`` and the already finished entries ``keep``."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(self.path) as tmp, tmp.open("w") as fh:
+            fh.write(json.dumps({"header": header}) + "\n")
+            for k, v in (keep or {}).items():
+                fh.write(json.dumps({"key": k, "value": v}, default=_json_default) + "\n")
+        self._fh = self.path.open("a", encoding="utf-8")
+        return self
+
+    def add(self, key: str, value: Any) -> None:
+        self._fh.write(json.dumps({"key": key, "value": value}, default=_json_default) + "\n")
+        self._fh.flush()
+        try:
+            os.fsync(self._fh.fileno())
+        except OSError as exc:  # pragma: no cover - file systems without fsync
+            if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
+                raise
+
+    def close(self, remove: bool = False) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        if remove:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+
+
+def _json_default(v: Any) -> Any:
+    import numpy as np
+
+    if isinstance(v, (np.integer, np.floating, np.bool_)):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return str(v)
