@@ -506,8 +506,9 @@ class CompareResult:
 def compare(model_name: str = "Llama-3-70B", trace: str = "azure", hours: float = 2.0,
             policies: tuple[str, ...] = ("base", "neuscale", "ideal"), seed: int = 0,
             objective: str = "energy", rate_rpm: float | None = None, quota: dict[str, int] | None = None,
-            osl_accuracy: float = 0.6, progress: bool = False) -> list[CompareResult]:
-    """Run each policy on the same workload and simulator settings (Ideal: the §5.1 oracle bound)."""
+            osl_accuracy: float = 0.6, progress: bool = False, day: int | None = None) -> list[CompareResult]:
+    """Run each policy on the same workload and simulator settings (Ideal: the §5.1 oracle bound); ``day``:
+    the day of the 2024 Azure week (:func:`~servegym.envs.npu.workloads.make_workload`)."""
     from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog
     from servegym.envs.npu.workloads import make_workload
 
@@ -519,7 +520,9 @@ def compare(model_name: str = "Llama-3-70B", trace: str = "azure", hours: float 
     check_range("hours", hours, 5.0 / 60.0, 24.0 * 7)
     cfg = ClusterConfig(model=model_name, objective=objective, quota_chips=quota, osl_accuracy=osl_accuracy,
                         n_candidates=1)  # the policies use only the best fit and the fail-overs
-    wl = make_workload(trace, hours=hours, seed=seed, rate_rpm=rate_rpm)
+    if day is not None and trace in ("azure-2023", "bursty"):
+        raise ConfigError(f"day = {day} is a day of the 2024 Azure trace; allowed: None with trace = {trace}")
+    wl = make_workload(trace, hours=hours, seed=seed, rate_rpm=rate_rpm, day=None if trace == "bursty" else day)
     cat = ConfigCatalog(cfg)
     out: list[CompareResult] = []
     for name in policies:

@@ -114,8 +114,10 @@ def test_safety_layer_is_the_baselines_emergency_function(monkeypatch: pytest.Mo
 
 
 def test_safety_layer_scales_out_a_starved_agent() -> None:
+    # the bursty tiled 2023 hour (10-s peaks 8-10x the mean): every epoch of a starved agent overflows; the 2024
+    # trace's midnight half hour is too calm for that
     def run(layer: bool) -> tuple[list[int], float]:
-        env = make(safety_layer=layer)
+        env = make(safety_layer=layer, trace="azure-2023")
         env.reset(seed=0)
         em, viol = [], 0.0
         for _ in range(env.horizon):

@@ -102,7 +102,12 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
 def _add_compare(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="replay a workload under Base, NeuScale and the Ideal oracle (§5)")
     p.add_argument("--model", default="Llama-3-70B", help="Llama-3-8B | Llama-3-70B | Llama-3.1-405B | DeepSeek-V3-671B, any case (e.g. deepseek-v3-671b) (default: %(default)s)")
-    p.add_argument("--trace", default="azure", help="azure (default), lveval, openthoughts or bursty")
+    p.add_argument("--trace", default="azure",
+                   help="azure (default: the paper's 2024 Azure trace, one day), azure-2023 (the tiled 2023 hour, "
+                        "bursty), lveval, openthoughts or bursty")
+    p.add_argument("--day", type=int, default=None,
+                   help="day of the 2024 Azure week (0-6 from its first midnight; default 3 = Mon 2024-05-13 for "
+                        "coding); not with azure-2023 or bursty")
     p.add_argument("--hours", type=float, default=2.0,
                    help="replay length in hours (default 2; 24 h = 2.4 M Azure requests: ~15 s of CPU)")
     p.add_argument("--policies", default="base,neuscale,ideal", help="comma list of base, neuscale, ideal")
@@ -137,7 +142,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                         f"--rate-rpm {rate:g} x --hours {args.hours:g}", "--max-requests")
     pols = tuple(x.strip() for x in args.policies.split(",") if x.strip())
     res = compare(args.model, args.trace, args.hours, pols, seed=args.seed, objective=args.objective,
-                  rate_rpm=args.rate_rpm, osl_accuracy=args.osl_accuracy, progress=sys.stderr.isatty())
+                  rate_rpm=args.rate_rpm, osl_accuracy=args.osl_accuracy, progress=sys.stderr.isatty(), day=args.day)
     if args.plot_dir:
         plot_compare(res, args.plot_dir, f"{args.model} {args.trace} {args.hours:g} h")
     rows = [r.row() for r in res]

@@ -1,23 +1,23 @@
 """Request streams for the NPU autoscaling simulator (paper Table 4 and §5.3).
 
-The paper replays a 24-hour segment of the week-long Azure 2024 trace; that trace is not available
-here, so the Azure workloads are built from the real Azure 2023 LLM inference traces shipped with
-servegym (``azure-code`` by default, the paper's "coding services"; ``azure-conv`` on request):
-
-* **Timestamps.** The 1-hour 2023 trace's arrivals are binned in 10-s intervals; the counts,
-  normalized to mean 1, give the real short-term burstiness. That hour is tiled over the horizon
-  and multiplied by the diurnal profile :func:`diurnal_profile` and by the mean rate; arrivals are
-  then drawn as a piecewise-constant Poisson process (``rate_schedule_arrivals``) per 10 s.
-* **Diurnal profile (an assumption, documented).** ``1 + 0.45 cos(2π (h − 14) / 24)``, normalized
-  to mean 1 over a day: peak at 14:00, trough at 02:00, peak/trough ratio 2.6. The paper's Figure 17
-  shows a daily period with a similar swing but publishes no numbers. The replay starts at
-  ``start_hour`` (default 0:00).
-* **Rate.** Table 4's mean for Azure, 1667 req/min, by default (the 2023 code trace itself averages
-  154 req/min). ``rate_rpm`` overrides it.
-* **Lengths.** ``azure``: the real (input, output) pairs of the 2023 trace, resampled with
-  replacement (pairs kept together). ``lveval`` / ``openthoughts``: Table 4's lognormal-like presets
-  (``LognormalLengths.preset``) on the same Azure timestamps, at Table 4's mean rates of 41 and 27
-  req/min (the paper scales the rate so that tokens per minute are similar to Azure's).
+* **azure** (default): the paper's own trace, the 2024 one-week Azure LLM inference trace (Table 4 cites it
+  as Stojkovic et al. 2025; 1,667 req/min is its coding trace's mean), replayed as a 24-hour segment of
+  one day (:mod:`servegym.envs.npu.azure2024`: digitized per-minute rate shape, a uniform draw within the
+  plot's per-minute band, Poisson arrivals within a minute, lengths from the digitized token CDFs within
+  Table 4's bounds). ``azure_trace`` = ``azure-code`` (the paper's "coding services") or ``azure-conv``;
+  ``day`` picks the day (default :data:`~servegym.envs.npu.azure2024.DEFAULT_DAY`, Monday 2024-05-13 for
+  coding); ``rate_rpm`` rescales the week's mean (Table 4's 1,667 by default).
+* **azure-2023** (the earlier stand-in, kept as a named bursty scenario): the real Azure 2023 one-hour
+  traces shipped with servegym. The hour's arrivals are binned in 10 s; the counts, normalized to mean 1,
+  are tiled over the horizon and multiplied by the diurnal profile :func:`diurnal_profile`
+  (``1 + 0.45 cos(2π (h − 14) / 24)``, an assumption) and the mean rate; arrivals are a piecewise-constant
+  Poisson process per 10 s; lengths are the trace's real (input, output) pairs, resampled with replacement.
+  Its short-term peaks are 7.7-10.4x the mean of a 30-min window. ``azure`` with an explicit ``segment``
+  (the share of the trace hour whose profile is tiled) is this scenario too: the benchmark env's splits
+  read disjoint segments of the hour (``servegym.splits.TRACE_SEGMENTS``).
+* **lveval** / **openthoughts**: Table 4's lognormal-like length presets (``LognormalLengths.preset``) on
+  the Azure timestamps (the 2024 day's, or the 2023 hour's with ``segment``) at Table 4's mean rates of 41
+  and 27 req/min (the paper scales the rate so that tokens per minute are similar to Azure's).
 * **bursty** (§5.3): 2 hours at 30 req/min with mean input/output 2K/128 tokens, except a 45-minute
   burst from minute 30 to 75 at 80 req/min with mean 100K/5K tokens (lognormal, CV 0.5, clipped to
   [1, 4x mean]; the CV and clip are assumptions).
@@ -47,10 +47,11 @@ BIN_S = 10.0
 DIURNAL_AMPLITUDE = 0.45
 DIURNAL_PEAK_HOUR = 14.0
 
-TABLE4_RATE_RPM: dict[str, float] = {"azure": 1667.0, "lveval": 41.0, "openthoughts": 27.0}
+TABLE4_RATE_RPM: dict[str, float] = {"azure": 1667.0, "azure-2023": 1667.0, "lveval": 41.0, "openthoughts": 27.0}
 """Table 4 mean request rates (requests per minute)."""
 
-WORKLOADS: tuple[str, ...] = ("azure", "lveval", "openthoughts", "bursty")
+WORKLOADS: tuple[str, ...] = ("azure", "azure-2023", "lveval", "openthoughts", "bursty")
+AZURE2024_TRACE = {"azure-code": "coding", "azure-conv": "conversation"}
 BURSTY_BASE_RPM = 30.0
 """Base rate of the synthetic ``bursty`` workload without ``rate_rpm`` (requests per minute)."""
 
@@ -107,31 +108,53 @@ def azure_timestamps(hours: float, rate_rpm: float, rng: np.random.Generator, tr
 
 def make_workload(name: str, hours: float = 24.0, seed: int = 0, rate_rpm: float | None = None,
                   azure_trace: str = "azure-code", start_hour: float = 0.0,
-                  segment: tuple[float, float] = (0.0, 1.0)) -> NPUWorkload:
-    """Build one of :data:`WORKLOADS` (see the module docstring); ``rate_rpm`` overrides Table 4's rate;
-    ``segment`` is the share of the Azure hour whose 10-s profile is tiled (:func:`azure_burst_profile`)."""
+                  segment: tuple[float, float] | None = None, day: int | None = None) -> NPUWorkload:
+    """Build one of :data:`WORKLOADS` (see the module docstring); ``rate_rpm`` overrides Table 4's rate.
+
+    Timestamps: the 2024 trace's ``day`` unless ``segment`` is given (or the workload is ``azure-2023``), in
+    which case the 2023 hour's ``segment`` is tiled (:func:`azure_burst_profile`).
+    """
+    from servegym.envs.npu import azure2024
+
     if name not in WORKLOADS:
         raise ConfigError(f"trace = {name!r} is unknown; allowed: {', '.join(WORKLOADS)}")
-    if azure_trace not in ("azure-code", "azure-conv"):
+    if azure_trace not in AZURE2024_TRACE:
         raise ConfigError(f"azure_trace = {azure_trace!r} is unknown; allowed: azure-code, azure-conv")
     rng = np.random.default_rng(seed)
     if name == "bursty":
         return _bursty(hours, rng, rate_rpm)
     rate = TABLE4_RATE_RPM[name] if rate_rpm is None else float(rate_rpm)
-    arrivals = azure_timestamps(hours, rate, rng, azure_trace, start_hour, segment)
-    if name == "azure":
+    tiled = name == "azure-2023" or segment is not None
+    if tiled and day is not None:
+        raise ConfigError("day is a day of the 2024 trace; allowed: None with segment or azure-2023")
+    seg = (0.0, 1.0) if segment is None else tuple(segment)
+    tr24 = AZURE2024_TRACE[azure_trace]
+    if tiled:
+        arrivals = azure_timestamps(hours, rate, rng, azure_trace, start_hour, seg)  # type: ignore[arg-type]
+        when = f"{azure_trace} 2023 hour's 10-s profile tiled x diurnal"
+        if seg != (0.0, 1.0):
+            when += f" ({seg[0]:.0%}-{seg[1]:.0%} of the hour)"
+    else:
+        d = azure2024.DEFAULT_DAY if day is None else int(day)
+        arrivals = azure2024.arrivals(tr24, d, hours, rate, rng, start_hour)
+        when = f"{azure_trace} 2024 trace, {azure2024.day_label(tr24, d)}"
+    if name in ("azure", "azure-2023") and tiled:
         lengths = EmpiricalLengths.from_trace(azure_trace)
         isl_all, osl_all = lengths.input_tokens, lengths.output_tokens
         max_isl, max_tot = int(isl_all.max()), int((isl_all + osl_all).max())
-        desc = (f"{azure_trace} 2023 (real lengths; 10-s profile tiled x diurnal), {rate:g} req/min mean, "
-                f"{hours:g} h from {start_hour:g}:00")
-        if segment != (0.0, 1.0):
-            desc += f", profile of {segment[0]:.0%}-{segment[1]:.0%} of the trace hour"
+        desc = f"{when} (real 2023 lengths), {rate:g} req/min mean, {hours:g} h from {start_hour:g}:00"
+        req = make_requests(arrivals, lengths, rng)
+    elif name == "azure":
+        isl, osl = azure2024.sample_lengths(tr24, arrivals.size, rng)
+        max_isl, max_tot = azure2024.max_lengths(tr24)
+        desc = (f"{when} (lengths from its token CDFs), {rate:g} req/min week mean, {hours:g} h "
+                f"from {start_hour:g}:00")
+        req = Requests(arrivals, isl, osl)
     else:
         lengths = LognormalLengths.preset(name)
         max_isl, max_tot = int(lengths.isl_max), int(lengths.isl_max + lengths.osl_max)
-        desc = f"{name}-like lengths (Table 4) on {azure_trace} timestamps, {rate:g} req/min mean, {hours:g} h"
-    req = make_requests(arrivals, lengths, rng)
+        desc = f"{name}-like lengths (Table 4) on {when} timestamps, {rate:g} req/min mean, {hours:g} h"
+        req = make_requests(arrivals, lengths, rng)
     return NPUWorkload(name, req, hours * 3600.0, max_isl, max_tot, desc)
 
 
