@@ -109,8 +109,9 @@ def test_coalescing_merges_small_group_only_with_spare_capacity(cat: ConfigCatal
     ctx = _obs(sim, tokens_per_req=tpr)
     groups = pol.groups(ctx, 1, sig)
     assert [g[0] for g in groups] == [big]
-    # no spare capacity in the larger group: no merge
-    sig[1, big] = 2.0 * cap_big / 100.0
+    # no spare capacity in the larger group (1.95 vPods of load: 0.05 spare; exactly 2.0 is a floating-point tie
+    # of the ceiling, which went either way as the step model changed): no merge
+    sig[1, big] = 1.95 * cap_big / 100.0
     pol2 = NeuScalePolicy(slo_aware_merge=False)
     pol2.reset(sim)
     assert [g[0] for g in pol2.groups(ctx, 1, sig)] == [small, big]

@@ -90,11 +90,13 @@ LOAD_GBPS_PER_CHIP = 24.0
 LEVELS = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], dtype=np.int64)
 """Batch levels of the precomputed step tables (clipped to each configuration's max batch)."""
 NB = len(SEQ_BUCKETS)
-STEP_MODELS: tuple[str, ...] = ("paper", "scoring", "legacy")
+STEP_MODELS: tuple[str, ...] = ("paper", "paper-hop", "scoring", "legacy")
 """``ClusterConfig.step_models``: ``paper`` (default) chooses configurations with the selection model (the FLOP/HBM
 roofline of §3.3, :meth:`RooflineParams.selection`) and charges them with the scoring model (the full step cost,
 :class:`RooflineParams`), as the paper chooses with XLA cost analysis and scores with its production simulator
-(§4); ``scoring`` chooses with the scoring model too (the ablation); ``legacy`` uses servegym's single model from
+(§4); ``paper-hop`` is ``paper`` with the earlier scoring model's collectives (a fixed launch cost plus 1 µs per
+torus hop, :meth:`RooflineParams.hop`) instead of ring collectives whose latency grows with the group;
+``scoring`` chooses with the scoring model too (the ablation); ``legacy`` uses servegym's single model from
 before the two-model split (:meth:`RooflineParams.legacy`) for both."""
 
 
@@ -183,6 +185,8 @@ class ClusterConfig:
         """(selection, scoring) step models of ``step_models`` (see :data:`STEP_MODELS`)."""
         if self.step_models == "paper":
             return RooflineParams.selection(), RooflineParams()
+        if self.step_models == "paper-hop":
+            return RooflineParams.selection(), RooflineParams.hop()
         if self.step_models == "scoring":
             return RooflineParams(), RooflineParams()
         return RooflineParams.legacy(), RooflineParams.legacy()

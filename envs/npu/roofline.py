@@ -49,8 +49,8 @@ ring all-reduces of the hidden state; one for a parallel attention+FFN block), 2
 (Pope et al.'s 8BLE/sqrt(n) against 1D's 2BLE bytes, i.e. 4/sqrt(n) of 1D's wire bytes, at twice the
 collectives over half the hops; TP ≥ 4) and, for prefill, weight-gathered (each layer's weights
 all-gathered, independent of the tokens). MoE layers with EP > 1 add a dispatch and a combine all-to-all.
-A collective moving w bytes per chip takes w / (usable links x link BW x eta_ici) + launch cost +
-hops x ``ici_step_latency_s``; the TP group is laid out as the most balanced power-of-two sub-torus of
+A collective moving w bytes per chip takes w / (usable links x link BW x eta_ici) + its ring steps x
+``ici_step_latency_s`` (``collectives = "hop"``: + a launch cost + hops x the per-hop latency); the TP group is laid out as the most balanced power-of-two sub-torus of
 the pod shape and a used axis contributes its two links. Pipeline stages pass activations over one link
 (one more collective). Collectives are not overlapped with compute. ``step_overhead_s`` is added per
 micro-batch.
@@ -81,12 +81,20 @@ Coefficients (``RooflineParams`` defaults) and where they come from (PROVENANCE)
 * ``static_power_frac = 0.35``: TPU v4 measured minimum power 90 W (``data/npu/tpu_prices.md`` §2)
   over its peak-compute power 275 / 1.07 = 257 W (Table 2); the paper's per-component power model
   is not public, so the same fraction is used for all versions.
-* ``collective_launch_s = 37.4 µs``: FITTED -- the one coefficient fitted to a measurement: PaLM 540B decode
-  on 64 TPU v4 chips (NPU-A 4x4x4, TP 64), batch 64, int8 weights, 2,048-token context, takes 28.1 ms per
-  step (Pope et al. 2022, Table 2: 14 % MFU; the abstract's "29ms per token"). Held out: their low-latency
-  prefill (-19 %), batch-512 decode (-17 %) and 76 %-MFU batch-512 prefill (+39 %, our chunked prefill does not
-  overlap collectives) and the cost-latency curve's shape (``calibration/npu.py``, ``npu_calibration.md``).
-  It absorbs every fixed per-collective cost the roofline leaves out (launch, synchronization, unhidden latency).
+* ``ici_step_latency_s`` (ring collectives, the default ``collectives = "ring"``): FITTED -- the one coefficient
+  fitted to a measurement: PaLM 540B decode on 64 TPU v4 chips (NPU-A 4x4x4, TP 64), batch 64, int8 weights,
+  2,048-token context, takes 28.1 ms per step (Pope et al. 2022, Table 2: 14 % MFU; the abstract's "29ms per
+  token"). A ring all-reduce over n chips takes 2(n - 1) steps (reduce-scatter, then all-gather), a ring
+  all-gather or reduce-scatter n - 1, an all-to-all (routed over the torus one dimension at a time) the sum
+  over its sub-torus axes of (length - 1), each step paying this latency (link latency plus the
+  synchronization of the step) besides its share of the bandwidth term; 2D weight-stationary layouts run
+  theirs over axes of about sqrt(n) chips. There is no separate launch cost (``collective_launch_s`` = 0),
+  so a collective's latency grows with the group it spans -- the reason large vPods are ICI-bound for small
+  requests (§2.4). Held out: the other Pope et al. points and the cost-latency curve's shape
+  (``calibration/npu.py``, ``npu_calibration.md``).
+* ``collectives = "hop"`` (:meth:`RooflineParams.hop`, the earlier scoring model): ``collective_launch_s =
+  37.4 µs`` per collective plus ``ici_step_latency_s`` = 1 µs per torus hop, fitted to the same point; its
+  batch-1 decode time falls monotonically with the pod size.
 * ``layer_floor_s = 10.2 µs``: the intercept of a least-squares fit of the measured TPU v6e decode-attention
   times (``attention.csv.gz`` beside the layer profile; 6,741 decode rows, p50): the smallest time a layer's
   attention kernel takes. Caveat: PyTorch/XLA + HF eager attention, one chip.
@@ -96,10 +104,9 @@ Coefficients (``RooflineParams`` defaults) and where they come from (PROVENANCE)
 * ``kv_read_factor = 1``: the v6e decode-attention slope is 3.5x the KV-read roofline, but that measures HF's
   eager attention materializing the GQA expansion of K/V and the scores; production kernels (and Pope et
   al.'s batch-512 decode, which the model matches within 17 % without it) read the cache near the roofline.
-* ``ici_step_latency_s = 1 µs`` per hop, ``eta_ici = 0.8``, ``ici_pj_per_bit = 5.0`` and
-  ``prefill_chunk_tokens = 8192`` are assumptions (typical per-hop link latency and ring-collective
-  efficiency, electrical SerDes energy, vLLM-style chunked prefill), not paper numbers; the per-hop latency
-  and eta_ici enter the fit of ``collective_launch_s``.
+* ``eta_ici = 0.8``, ``ici_pj_per_bit = 5.0`` and ``prefill_chunk_tokens = 8192`` are assumptions (typical
+  ring-collective efficiency, electrical SerDes energy, vLLM-style chunked prefill), not paper numbers;
+  eta_ici enters the fit of the per-step latency.
 * ``weight_bytes = 2``: bf16 weights (paper §5.1); 1 reproduces Pope et al.'s int8 point.
 """
 
@@ -123,6 +130,15 @@ from servegym.envs.npu.catalog import (
 from servegym.errors import ConfigError, check_range
 
 PHASES: tuple[str, ...] = ("prefill", "decode")
+COLLECTIVE_MODELS: tuple[str, ...] = ("ring", "hop")
+"""``ring``: a collective over n chips runs its ring algorithm's steps (all-reduce 2(n-1), all-gather,
+reduce-scatter and all-to-all n-1), each paying ``ici_step_latency_s``; ``hop``: a fixed launch cost plus
+``ici_step_latency_s`` per torus hop (the earlier scoring model)."""
+RING_STEP_LATENCY_S = 3.17e-6
+"""Per-step latency of a ring collective (s), FITTED to Pope et al.'s PaLM 540B decode point
+(``calibration/npu.py``; refit with ``python -m servegym.calibration.npu``)."""
+HOP_LAUNCH_S = 3.74e-5
+"""The hop model's per-collective launch cost (s), fitted to the same point."""
 
 
 @dataclass(frozen=True)
@@ -140,17 +156,20 @@ class RooflineParams:
     hbm_usable_frac: float = 0.9
     static_power_frac: float = 0.35
     ici_pj_per_bit: float = 5.0
-    ici_step_latency_s: float = 1e-6
+    ici_step_latency_s: float = RING_STEP_LATENCY_S
     prefill_chunk_tokens: int = 8192
     ici: bool = True
-    collective_launch_s: float = 3.74e-5
+    collective_launch_s: float = 0.0
     layer_floor_s: float = 1.02e-5
     step_overhead_s: float = 0.0
     layouts: bool = True
     kv_read_factor: float = 1.0
     weight_bytes: float = 2.0
+    collectives: str = "ring"
 
     def __post_init__(self) -> None:
+        if self.collectives not in COLLECTIVE_MODELS:
+            raise ConfigError(f"collectives = {self.collectives!r} is unknown; allowed: {', '.join(COLLECTIVE_MODELS)}")
         for name in ("eta_compute", "eta_memory", "eta_ici", "hbm_usable_frac"):
             check_range(name, getattr(self, name), 0.0, 1.0, low_inclusive=False)
         check_range("static_power_frac", self.static_power_frac, 0.0, 1.0)
@@ -177,7 +196,16 @@ class RooflineParams:
     def legacy(cls) -> RooflineParams:
         """The single model servegym used for both choosing and scoring before the two-model split: the roofline plus
         1D tensor-parallel all-reduces at ICI bandwidth with 1 µs per hop, and nothing else."""
-        return cls(collective_launch_s=0.0, layer_floor_s=0.0, step_overhead_s=0.0, layouts=False)
+        return cls(collective_launch_s=0.0, layer_floor_s=0.0, step_overhead_s=0.0, layouts=False,
+                   collectives="hop", ici_step_latency_s=1e-6)
+
+    @classmethod
+    def hop(cls, **overrides: object) -> RooflineParams:
+        """The earlier scoring model: a collective costs a fixed launch (37.4 µs, fitted to Pope et al.'s decode
+        point) plus 1 µs per torus hop of its sub-torus, so its latency barely grows with the pod size."""
+        base = dict(collectives="hop", collective_launch_s=HOP_LAUNCH_S, ici_step_latency_s=1e-6)
+        base.update(overrides)
+        return cls(**base)  # type: ignore[arg-type]
 
     @property
     def is_selection(self) -> bool:
@@ -453,10 +481,12 @@ def _roof(flops: np.ndarray, nbytes: np.ndarray, peak: np.ndarray, bw: np.ndarra
 
 
 def _collective(wire: np.ndarray, link: np.ndarray, n_coll: float | np.ndarray, hops: np.ndarray,
-                p: RooflineParams) -> np.ndarray:
+                p: RooflineParams, steps: np.ndarray | float | None = None) -> np.ndarray:
     """Time (s) of ``n_coll`` collectives moving ``wire`` bytes per chip in all: bandwidth term plus, per
-    collective, a launch cost and the per-hop latency of its ring(s)."""
-    return wire / link + n_coll * (p.collective_launch_s + hops * p.ici_step_latency_s)
+    collective, a launch cost and a latency term -- ``steps`` ring steps (``collectives = "ring"``) or
+    ``hops`` torus hops (``"hop"``), each ``ici_step_latency_s``."""
+    lat = hops if p.collectives == "hop" or steps is None else steps
+    return wire / link + n_coll * (p.collective_launch_s + lat * p.ici_step_latency_s)
 
 
 def _micro_batch(space: AllocationSpace, a: dict[str, np.ndarray], phase: str, L: float,
@@ -507,7 +537,7 @@ def _micro_batch(space: AllocationSpace, a: dict[str, np.ndarray], phase: str, L
         attn_b_batch = per_req * (L + 1.0) * a["kv_full_layer"] * p.kv_read_factor
         t_batch = _roof(per_req * ctx * a["attn_core_flops"] * tp, attn_b_batch, peak, bw)
         a2a = 2.0 * T * a["q_width"] * B * (tp - 1.0) / tp / tp
-        t_move = _collective(a2a, link, 2.0, a["a2a_hops"], p) if p.ici else zero
+        t_move = _collective(a2a, link, 2.0, a["a2a_hops"], p, a["tp_hops"]) if p.ici else zero
         use = (t_batch + t_move < t_attn) & (tp > 1)
         t_attn = np.where(use, t_batch, t_attn)
         t_kv_comm = np.where(use, t_move, 0.0)
@@ -522,26 +552,33 @@ def _micro_batch(space: AllocationSpace, a: dict[str, np.ndarray], phase: str, L
     ep = a["ep"]
     a2a_wire = np.where(ep > 1, 2.0 * T / ep * m_.active_experts * h * B * (ep - 1.0) / ep, 0.0)
     if p.ici:
-        t_1d = np.where(tp > 1, _collective(wire_1d, link, a["ar_per_layer"], 2.0 * a["tp_hops"], p), 0.0)
+        # ring all-reduce over the TP group: 2(n - 1) steps (reduce-scatter then all-gather)
+        t_1d = np.where(tp > 1, _collective(wire_1d, link, a["ar_per_layer"], 2.0 * a["tp_hops"], p,
+                                            2.0 * (tp - 1.0)), 0.0)
         t_comm, wire = t_1d, wire_1d
         if p.layouts:
             # 2D weight-stationary (Pope et al. §3.2.2): weights split over two axes; the activations an
             # all-gather/reduce-scatter pair moves per chip shrink as 1/sqrt(n) -- Pope's 8BLE/sqrt(n) against
             # 1D's 2BLE, i.e. 4/sqrt(n) of 1D's bytes -- at twice the collectives, each over half the hops
             wire_2d = wire_1d * np.minimum(4.0 / np.sqrt(np.maximum(tp, 1.0)), 1e9)
-            t_2d = np.where(tp >= 4, _collective(wire_2d, link, 2.0 * a["ar_per_layer"], a["tp_hops"], p), np.inf)
+            # (each of the pair runs over one of two axes of about sqrt(n) chips: 2(sqrt(n) - 1) ring steps)
+            steps_2d = 2.0 * (np.sqrt(np.maximum(tp, 1.0)) - 1.0)
+            t_2d = np.where(tp >= 4, _collective(wire_2d, link, 2.0 * a["ar_per_layer"], a["tp_hops"], p, steps_2d),
+                            np.inf)
             use2 = t_2d < t_comm
             t_comm, wire = np.where(use2, t_2d, t_comm), np.where(use2, wire_2d, wire)
             if phase == "prefill":
                 # weight-gathered (Pope et al. §3.2.3): tokens stay on their chip and each layer's weights are
                 # all-gathered instead, independent of the tokens -- the layout of large prefill batches
                 wire_wg = a["lin_w_bytes"] * (tp - 1.0)
-                t_wg = np.where(tp > 1, _collective(wire_wg, link, 2.0, a["tp_hops"], p), np.inf)
+                t_wg = np.where(tp > 1, _collective(wire_wg, link, 2.0, a["tp_hops"], p, tp - 1.0), np.inf)
                 use3 = t_wg < t_comm
                 t_comm, wire = np.where(use3, t_wg, t_comm), np.where(use3, wire_wg, wire)
         # MoE dispatch and combine: two all-to-alls over the EP group
-        t_a2a = np.where(ep > 1, _collective(a2a_wire * a["a2a_hops"], link, 2.0, a["tp_hops"], p), 0.0)
-        t_p2p = np.where(pp > 1, _collective(T * h * B, a["link_bw"], 1.0, np.ones_like(tp), p), 0.0)
+        # all-to-all on the torus: routed one dimension at a time, sum over the axes of (length - 1) steps
+        t_a2a = np.where(ep > 1, _collective(a2a_wire * a["a2a_hops"], link, 2.0, a["tp_hops"], p, a["tp_hops"]),
+                         0.0)
+        t_p2p = np.where(pp > 1, _collective(T * h * B, a["link_bw"], 1.0, np.ones_like(tp), p, 1.0), 0.0)
     else:
         t_comm = t_a2a = t_p2p = zero
         wire = zero
