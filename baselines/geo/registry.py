@@ -1,7 +1,10 @@
 """Geo policies by spec string: ``make_policy("greedy:0.5")``.
 
 Specs (``POLICY_SPECS``): ``rr``, ``ll``, ``greedy:<alpha>`` (alpha in [0, 1]), ``moer``, ``ilp``,
-``iter-ilp``, ``milp``, ``green-llm``. A window scheduler (``ilp``, ``iter-ilp``, ``milp``) may add
+``iter-ilp``, ``milp``, ``green-llm``, and the hindsight references of :mod:`~servegym.baselines.geo.oracle`:
+``oracle`` (the per-episode best of the hindsight candidates; it plays whole scenarios itself, see
+``HindsightOracle.play``) and ``hindsight-milp:<scale>[:<passes>[:stall]]`` (the rolling hindsight MILP with headroom
+scale in (0, 100], 1-10 solves per interval, ``stall`` for its cautious projection; it plays the scenario with true output lengths and fresh snapshots, ``policy.scenario``). A window scheduler (``ilp``, ``iter-ilp``, ``milp``) may add
 ``@measured`` to charge its measured solve time instead of the fitted model
 (:mod:`~servegym.baselines.geo.timing`), e.g. ``milp@measured``.
 
@@ -19,11 +22,13 @@ from servegym.baselines.geo.greedy import MOER, Greedy
 from servegym.baselines.geo.green_llm import GreenLLM
 from servegym.baselines.geo.ilp import IterativeILP, StandardILP
 from servegym.baselines.geo.milp import FacilityMILP
+from servegym.baselines.geo.oracle import ORACLE_PASSES, HindsightMILP, HindsightOracle
 
 from servegym.errors import ConfigError
 
 #: The accepted spec forms (``<alpha>`` a number in [0, 1]; ``@measured`` only on window policies).
-POLICY_SPECS: tuple[str, ...] = ("rr", "ll", "greedy:<alpha>", "moer", "ilp", "iter-ilp", "milp", "green-llm")
+POLICY_SPECS: tuple[str, ...] = ("rr", "ll", "greedy:<alpha>", "moer", "ilp", "iter-ilp", "milp", "green-llm",
+                                 "oracle", "hindsight-milp:<scale>[:<passes>[:stall]]")
 WINDOW_POLICIES = ("ilp", "iter-ilp", "milp")
 #: The paper's Fig. 4a set, in plotting order.
 PAPER_POLICIES: tuple[str, ...] = ("rr", "ll", "greedy:0", "greedy:0.5", "greedy:0.9", "ilp", "iter-ilp", "milp",
@@ -57,6 +62,19 @@ def make_policy(spec: str) -> Any:
         if not hasattr(pol, "decision_mode"):
             pol.decision_mode = "request"
         return pol
+    if s == "oracle":
+        return HindsightOracle()
+    if s.startswith("hindsight-milp:"):
+        parts = s.split(":")[1:]
+        stall = len(parts) == 3 and parts[2] == "stall"
+        try:
+            scale = float(parts[0])
+            passes = int(parts[1]) if len(parts) >= 2 else ORACLE_PASSES
+        except ValueError as exc:
+            raise _bad(spec, "scale must be a number in (0, 100], passes an integer in [1, 10]") from exc
+        if len(parts) > 2 + stall or not 0.0 < scale <= 100.0 or not 1 <= passes <= 10:
+            raise _bad(spec, "hindsight-milp:<scale>[:<passes>[:stall]], scale in (0, 100], passes in [1, 10]")
+        return HindsightMILP(scale, passes=passes, stall=stall)
     if s.startswith("greedy:"):
         try:
             alpha = float(s.split(":", 1)[1])
@@ -69,6 +87,10 @@ def make_policy(spec: str) -> Any:
 
 
 def policy_config(config: Any, policy: Any) -> Any:
-    """``config`` (a ``GeoConfig``) with ``decision_mode`` set to what ``policy`` decides on."""
+    """``config`` (a ``GeoConfig``) with ``decision_mode`` set to what ``policy`` decides on, as the
+    policy plays it (a hindsight policy's ``scenario(config)``: true output lengths, fresh snapshots)."""
+    view = getattr(policy, "scenario", None)
+    if callable(view):
+        config = view(config)
     mode = getattr(policy, "decision_mode", "request")
     return config if config.decision_mode == mode else config.replace(decision_mode=mode)

@@ -507,6 +507,22 @@ class GeoSimulation:
                 return
         self._load_interval()
 
+    def idle_until(self, t_s: float) -> None:
+        """After a complete run, keep the (idle) fleet running and accounted, whole poll intervals, up to
+        ``t_s``. A run ends at the first poll after its last finish, so its drain carbon is rounded up to
+        its own poll period; a run polled every 0.5 s replaying a scenario polled every 5 s calls this with
+        the scenario's next poll time to be charged the drain the scenario's grid charges."""
+        if not self._done:
+            raise ActionError("idle_until() extends a complete run only; run the policy to the end first")
+        while self._k * self._step_s < t_s - 1e-9:
+            t0, t1 = self._k * self._step_s, (self._k + 1) * self._step_s
+            self.pool.advance(t1)
+            stats = self.pool.poll()
+            self._account(t0, t1, stats)
+            self.snapshot = self.provisioner.observe(t1, stats)
+            self._k += 1
+            self._time_s = t1
+
     def _account(self, t0: float, t1: float, stats: Any) -> None:
         dt = t1 - t0
         pool = self.pool
