@@ -20,6 +20,7 @@ This module imports stable-baselines3 (and torch); import it only from training 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.logger import TensorBoardOutputFormat
 from tqdm.auto import tqdm
 
+from servegym.outputs import save_model
+
 
 def tb_writer(logger: Any) -> Any | None:
     """The SummaryWriter of SB3's TensorBoard output, or ``None`` when TensorBoard logging is off."""
@@ -46,6 +49,18 @@ def tb_writer(logger: Any) -> Any | None:
         if isinstance(fmt, TensorBoardOutputFormat):
             return fmt.writer
     return None
+
+
+class StopCallback(BaseCallback):
+    """Ends training at the next step once ``stop`` is set (SIGINT/SIGTERM in ``servegym train``); SB3 then
+    returns from ``learn`` normally and the run is saved."""
+
+    def __init__(self, stop: threading.Event | None) -> None:
+        super().__init__()
+        self.stop = stop
+
+    def _on_step(self) -> bool:
+        return self.stop is None or not self.stop.is_set()
 
 
 class TqdmCallback(BaseCallback):
@@ -144,8 +159,10 @@ class SeededEvalCallback(BaseCallback):
 
     def __init__(self, make_env: Callable[[], gym.Env], family: Family, seeds: Sequence[int],
                  baselines: Sequence[str], eval_freq: int, best_path: Path | None, verbose: int = 0,
-                 strict_baselines: bool = True, references: dict[str, str] | None = None) -> None:
+                 strict_baselines: bool = True, references: dict[str, str] | None = None,
+                 stop: threading.Event | None = None) -> None:
         super().__init__(verbose)
+        self.stop = stop
         self.references = references
         self.best_score = -math.inf
         self.make_env = make_env
@@ -184,7 +201,22 @@ class SeededEvalCallback(BaseCallback):
         return True
 
     def _on_training_end(self) -> None:
+        if self.stop is not None and self.stop.is_set():
+            return  # interrupted: save and exit now; a resumed run evaluates at its next period and at its end
         self.evaluate()
+
+    def resume_from(self, history: Sequence[dict[str, Any]], timesteps: int) -> None:
+        """Continue an interrupted run: its evaluation history, best score and next evaluation step."""
+        self.history = [dict(h) for h in history]
+        for h in self.history:
+            score = h.get("normalized_score")
+            if isinstance(score, (int, float)) and math.isfinite(score):
+                self.best_score = max(self.best_score, float(score))
+            reward = h.get("mean_reward")
+            if isinstance(reward, (int, float)) and math.isfinite(reward):
+                self.best_mean_reward = max(self.best_mean_reward, float(reward))
+        while self._next_eval <= timesteps:
+            self._next_eval += self.eval_freq
 
     def evaluate(self) -> dict[str, float]:
         assert self._env is not None
@@ -231,7 +263,7 @@ class SeededEvalCallback(BaseCallback):
         if improved:
             self.best_mean_reward = max(self.best_mean_reward, summary["mean_reward"])
             if self.best_path is not None:
-                self.model.save(self.best_path)
+                save_model(self.model, self.best_path)
                 if vn is not None:
                     save_obs_stats(vn, self.best_path.with_name(self.best_path.stem + "_vecnormalize.npz"))
         if self.verbose:
@@ -254,16 +286,18 @@ class SeededEvalCallback(BaseCallback):
 
 
 class StatsCheckpointCallback(CheckpointCallback):
-    """SB3's checkpoints, with the VecNormalize observation statistics as a plain-array ``.npz``
-    (``model_vecnormalize_<N>_steps.npz``) instead of SB3's pickle, which loading would have to unpickle."""
+    """SB3's checkpoints (``model_<N>_steps.zip``), written atomically, with the VecNormalize observation
+    statistics as a plain-array ``.npz`` (``model_vecnormalize_<N>_steps.npz``) instead of SB3's pickle,
+    which loading would have to unpickle."""
 
     def __init__(self, save_freq: int, save_path: str, name_prefix: str = "model", verbose: int = 0) -> None:
         super().__init__(save_freq=save_freq, save_path=save_path, name_prefix=name_prefix,
                          save_vecnormalize=False, verbose=verbose)
 
     def _on_step(self) -> bool:
-        ok = super()._on_step()
-        vn = self.model.get_vec_normalize_env()
-        if self.n_calls % self.save_freq == 0 and vn is not None:
-            save_obs_stats(vn, self._checkpoint_path("vecnormalize_", extension="npz"))
-        return ok
+        if self.n_calls % self.save_freq == 0:
+            save_model(self.model, self._checkpoint_path(extension="zip"))
+            vn = self.model.get_vec_normalize_env()
+            if vn is not None:
+                save_obs_stats(vn, self._checkpoint_path("vecnormalize_", extension="npz"))
+        return True

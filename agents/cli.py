@@ -66,6 +66,10 @@ def add_commands(subparsers: Any) -> None:
     tr.add_argument("--device", default="cpu", help="torch device (cpu, cuda, auto)")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
     tr.add_argument("--json", action="store_true", help="print the result as JSON")
+    tr_mode = tr.add_mutually_exclusive_group()
+    tr_mode.add_argument("--resume", action="store_true",
+                         help="continue the run in --out's folder (interrupted, or trained for fewer --timesteps)")
+    tr_mode.add_argument("--force", action="store_true", help="replace a run already in --out's folder")
     tr.set_defaults(func=_train)
 
     ev = subparsers.add_parser("evaluate", help="a saved agent vs the family's baselines on the same seeds",
@@ -128,19 +132,38 @@ def add_commands(subparsers: Any) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
+    import threading
+
     from servegym.agents.train import TrainConfig, train
+
+    from servegym.outputs import interruptible
 
     cfg = TrainConfig(env_id=args.env, algo=args.algo, timesteps=args.timesteps, n_envs=args.n_envs,
                       vec=args.vec, hyperparams=args.hyperparams, seed=args.seed, tb=args.tb or None,
                       out=args.out, env_kwargs=_env_kwargs(args.env_kwargs), eval_freq=args.eval_freq,
                       eval_episodes=args.eval_episodes, baselines=args.baselines,
                       checkpoint_freq=args.checkpoint_freq, progress=not args.no_progress, device=args.device,
-                      verbose=0 if args.json else 1)
-    res = train(cfg)
+                      verbose=0 if args.json else 1, force=args.force, resume=args.resume, lock=True)
+    stop, signals = threading.Event(), []
+
+    def on_signal(signum: int) -> None:  # the first SIGINT/SIGTERM: stop at the next step and save
+        signals.append(signum)
+        stop.set()
+
+    with interruptible(on_signal):
+        res = train(cfg, stop)
+    if not res.complete:
+        import signal
+
+        name = signal.Signals(signals[0]).name if signals else "a stop request"
+        print(f"servegym: interrupted by {name} after {res.timesteps_trained:,} of {res.timesteps:,} steps: the "
+              f"model and {res.run_file.name} are saved in {res.model_path.parent}; continue with the same command "
+              "and --resume", file=sys.stderr)
+        return 128 + (signals[0] if signals else 2)
     out = {"model": str(res.model_path), "best_model": str(res.best_model_path) if res.best_model_path else None,
            "vecnormalize": str(res.vecnormalize_path) if res.vecnormalize_path else None,
            "tensorboard": str(res.tb_dir) if res.tb_dir else None, "run": str(res.run_file),
-           "wall_s": round(res.wall_s, 2), "timesteps_trained": res.timesteps_trained,
+           "wall_s": round(res.wall_s, 2), "timesteps_trained": res.timesteps_trained, "complete": res.complete,
            "final_eval": res.eval_history[-1] if res.eval_history else None}
     if args.json:
         print(json.dumps(out, indent=2))

@@ -174,7 +174,11 @@ def load_sb3_model(path: str | Path, algo_cls: type, observation_space: Any, act
 
 
 def save_obs_stats(vecnormalize: Any, path: str | Path) -> Path:
-    """Write the observation statistics of a ``VecNormalize`` as an ``.npz`` of plain arrays."""
+    """Write the observation statistics of a ``VecNormalize`` as an ``.npz`` of plain arrays, atomically.
+    The counts and the return statistics go in too (``count``, ``ret_*``): acting ignores them, resuming
+    a run (:func:`restore_vecnormalize`) needs them."""
+    from servegym.outputs import atomic_path
+
     p = Path(path)
     arrays: dict[str, np.ndarray] = {
         "norm_obs": np.asarray(bool(vecnormalize.norm_obs)),
@@ -194,9 +198,60 @@ def save_obs_stats(vecnormalize: Any, path: str | Path) -> Path:
     else:
         arrays["mean"] = np.asarray(rms.mean, dtype=np.float64)
         arrays["var"] = np.asarray(rms.var, dtype=np.float64)
-    with open(p, "wb") as fh:
+        arrays["count"] = np.asarray(float(rms.count))
+    if isinstance(rms, dict):
+        for i, k in enumerate(vecnormalize.norm_obs_keys or []):
+            arrays[f"count_{i}"] = np.asarray(float(rms[k].count))
+    ret = getattr(vecnormalize, "ret_rms", None)
+    if ret is not None:
+        arrays["ret_mean"] = np.asarray(ret.mean, dtype=np.float64)
+        arrays["ret_var"] = np.asarray(ret.var, dtype=np.float64)
+        arrays["ret_count"] = np.asarray(float(ret.count))
+    with atomic_path(p) as tmp, open(tmp, "wb") as fh:
         np.savez(fh, **arrays)
     return p
+
+
+def restore_vecnormalize(vecnormalize: Any, path: Path) -> None:
+    """Put the statistics :func:`save_obs_stats` wrote back into a fresh ``VecNormalize`` (resuming a run
+    of one's own: plain arrays, read with ``allow_pickle=False``; shapes must match the env's)."""
+    if not path.is_file():
+        raise ConfigError(f"--resume: {str(path)!r} is missing: the run normalizes observations and its "
+                          "statistics are needed to continue it (or pass --force to train afresh)")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            a = {k: z[k] for k in z.files}
+        rms = vecnormalize.obs_rms
+        if isinstance(rms, dict):
+            for i, k in enumerate(vecnormalize.norm_obs_keys or []):
+                _set_rms(rms[k], a[f"mean_{i}"], a[f"var_{i}"], a.get(f"count_{i}"))
+        elif rms is not None and "mean" in a:
+            _set_rms(rms, a["mean"], a["var"], a.get("count"))
+        if vecnormalize.ret_rms is not None and "ret_mean" in a:
+            _set_rms(vecnormalize.ret_rms, a["ret_mean"], a["ret_var"], a.get("ret_count"))
+    except (KeyError, ValueError, OSError, zipfile.BadZipFile) as exc:
+        raise ConfigError(f"--resume: {str(path)!r} does not hold this run's statistics "
+                          f"({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+def _set_rms(rms: Any, mean: np.ndarray, var: np.ndarray, count: Any) -> None:
+    if np.shape(mean) != np.shape(rms.mean) or np.shape(var) != np.shape(rms.var):
+        raise ValueError(f"shape {np.shape(mean)} instead of {np.shape(rms.mean)}")
+    rms.mean = np.asarray(mean, dtype=np.float64).copy()
+    rms.var = np.asarray(var, dtype=np.float64).copy()
+    if count is not None:
+        rms.count = float(count)
+
+
+def set_parameters(model: Any, path: Path) -> None:
+    """Load a saved run's weights and optimizer state into ``model`` (resuming a run of one's own; tensors
+    only, ``torch.load(weights_only=True)``, nothing in the zip's data entry is decoded)."""
+    try:
+        with _tensors_only():
+            model.set_parameters(str(path), exact_match=True, device=model.device)
+    except Exception as exc:
+        raise ConfigError(f"--resume: {str(path)!r} does not load into this run's model "
+                          f"({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
 class ObsNormalizer:

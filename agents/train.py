@@ -7,7 +7,19 @@ A run directory holds everything a later ``servegym evaluate`` needs::
                                    hyperparameters normalize; never a pickle, see agents/model_io.py)
     best_model.zip (+ _vecnormalize.npz)   best mean evaluation reward on the fixed evaluation seeds
     checkpoints/model_<N>_steps.zip (+ model_vecnormalize_<N>_steps.npz)
-    run.json                       env id, env kwargs, algo, seeds, hyperparameters, evaluation history
+    run.json                       env id, env kwargs, algo, seeds, hyperparameters, evaluation history,
+                                   ``status`` (complete or interrupted) and ``timesteps_trained``
+
+Nothing is lost or silently replaced (:mod:`servegym.outputs`): every file above is written atomically
+(a temporary file beside it, then a rename); a folder that already holds a run is refused unless
+``force`` (train afresh) or ``resume``; ``<out>.zip.lock`` keeps a second run off the same folder. With a
+``stop`` event (the CLI sets it on SIGINT or SIGTERM) training ends at the next step and the model, its
+statistics and ``run.json`` (``status: interrupted``) are saved; ``resume`` continues such a run to its
+``timesteps``: the model's weights and optimizer state, the VecNormalize statistics (observations and
+returns, with their counts), the steps done (learning-rate schedules continue from there) and the
+evaluation history with its best score. A resumed run is a continuation, not a bit-identical replay of an
+uninterrupted one: the rollout in progress at the signal is discarded and the training envs start new
+episodes.
 
 Imports torch and stable-baselines3: the CLI imports this module inside its handler only.
 """
@@ -16,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -59,6 +72,9 @@ class TrainConfig:
     progress: bool = True
     device: str = "cpu"
     verbose: int = 1
+    force: bool = False  # replace a run already in the output folder
+    resume: bool = False  # continue the interrupted (or shorter) run in the output folder
+    lock: bool = False  # hold <out>.zip.lock for the run (the CLI; suite workers run under the suite's lock)
 
     def __post_init__(self) -> None:
         if self.vec not in ("dummy", "subproc"):
@@ -68,6 +84,8 @@ class TrainConfig:
         if self.n_envs is not None:
             check_range("--n-envs", self.n_envs, 1, 256)
         check_range("--eval-episodes", self.eval_episodes, 1)
+        if self.force and self.resume:
+            raise ConfigError("--force and --resume exclude each other; allowed: one of them")
 
 
 @dataclass(frozen=True)
@@ -81,6 +99,9 @@ class TrainResult:
     wall_s: float
     #: steps actually trained: on-policy algorithms round the request up to whole rollouts (n_steps x n_envs)
     timesteps_trained: int = 0
+    #: False when a stop request (SIGINT/SIGTERM in the CLI) ended training early; resume with ``resume=True``
+    complete: bool = True
+    timesteps: int = 0  # the run's target
 
 
 def check_device(device: str) -> None:
@@ -147,8 +168,63 @@ def _json_safe(x: Any) -> Any:
     return repr(x)
 
 
-def train(cfg: TrainConfig) -> TrainResult:
-    """Train, evaluate periodically against the family's baselines, save; see the module docstring."""
+def output_path(cfg: TrainConfig) -> Path:
+    """The final model's path (``--out`` with ``.zip``, default ``runs/<env>_<algo>_s<seed>/model.zip``)."""
+    out = Path(cfg.out) if cfg.out else _default_out(cfg)
+    return out if out.suffix == ".zip" else out.with_suffix(".zip")
+
+
+def train(cfg: TrainConfig, stop: threading.Event | None = None) -> TrainResult:
+    """Train, evaluate periodically against the family's baselines, save; see the module docstring.
+    ``stop``: when set, training ends at the next step and the run is saved as interrupted."""
+    if not cfg.lock:
+        return _train(cfg, stop)
+    from servegym.outputs import OutputLock
+
+    with OutputLock(output_path(cfg), "--out"):
+        return _train(cfg, stop)
+
+
+def _previous_run(cfg: TrainConfig, out: Path) -> dict[str, Any] | None:
+    """The run already in ``out``'s folder: refused without force/resume; with resume, its checked
+    ``run.json`` fields (it must be this run: same env id, algorithm and seed, and not finished)."""
+    from servegym.outputs import refuse_existing
+
+    run_file = out.parent / RUN_FILE
+    if cfg.force or not (out.exists() or run_file.exists()):
+        if cfg.resume:
+            raise ConfigError(f"--resume: --out = {str(out)!r} holds no run to resume; train without --resume")
+        return None
+    if not cfg.resume:
+        refuse_existing("--out", out if out.exists() else run_file, "a trained model")
+    if not (out.is_file() and run_file.is_file()):
+        raise ConfigError(f"--resume: {str(out.parent)!r} needs both {out.name} and {RUN_FILE}; pass --force to "
+                          "train afresh")
+    raw = run_file.read_bytes()[:16 * 2**20]
+    try:
+        run = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise ConfigError(f"--resume: {str(run_file)!r} is not the JSON object servegym train writes") from None
+    if not isinstance(run, dict):
+        raise ConfigError(f"--resume: {str(run_file)!r} is not the JSON object servegym train writes")
+    for key, mine in (("env_id", cfg.env_id), ("algo", algo_class_name(cfg.algo)), ("seed", cfg.seed)):
+        if run.get(key) != mine:
+            raise ConfigError(f"--resume: {RUN_FILE} has {key} = {str(run.get(key))[:60]!r} but this run has "
+                              f"{mine!r}; allowed: the same env, algorithm and seed (or --force)")
+    done = run.get("timesteps_trained")
+    if not (isinstance(done, int) and not isinstance(done, bool) and done >= 0):
+        raise ConfigError(f"--resume: {RUN_FILE} field timesteps_trained = {str(done)[:40]}; allowed: an integer >= 0")
+    hist = run.get("eval_history")
+    run["eval_history"] = [h for h in hist if isinstance(h, dict)] if isinstance(hist, list) else []
+    return run
+
+
+def algo_class_name(algo: str) -> str:
+    """The algorithm name ``run.json`` stores (the spec names are the lower-case CLI names)."""
+    return algo.lower()
+
+
+def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
     t0 = time.perf_counter()
     check_env_id(cfg.env_id)
     family = family_for(cfg.env_id)
@@ -179,15 +255,17 @@ def train(cfg: TrainConfig) -> TrainResult:
         EpisodeMetricsCallback,
         SeededEvalCallback,
         StatsCheckpointCallback,
+        StopCallback,
         TqdmCallback,
     )
-    from servegym.agents.model_io import save_obs_stats
+    from servegym.agents.model_io import restore_vecnormalize, save_obs_stats, set_parameters
     from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
 
-    out = Path(cfg.out) if cfg.out else _default_out(cfg)
-    if out.suffix != ".zip":
-        out = out.with_suffix(".zip")
+    from servegym.outputs import save_model, write_json
+
+    out = output_path(cfg)
+    previous = _previous_run(cfg, out)
     run_dir = out.parent
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -210,6 +288,14 @@ def train(cfg: TrainConfig) -> TrainResult:
     except TypeError as exc:
         venv.close()
         raise ConfigError(f"{hp.source}: bad hyperparameter for {spec.name}: {exc}") from exc
+    done = 0
+    if previous is not None:  # continue: weights + optimizer state, statistics, steps done
+        set_parameters(model, out)
+        vn_prev = model.get_vec_normalize_env()
+        if vn_prev is not None:
+            restore_vecnormalize(vn_prev, vecnormalize_path_for(out))
+        done = int(previous["timesteps_trained"])
+        model.num_timesteps = done
 
     eval_freq = cfg.eval_freq if cfg.eval_freq is not None else max(timesteps // 5, 1)
     eval_seeds = seeds_from(cfg.eval_seed, cfg.eval_episodes)
@@ -222,8 +308,10 @@ def train(cfg: TrainConfig) -> TrainResult:
     evaluator = SeededEvalCallback(make_eval_env, family, eval_seeds, baselines,
                                    eval_freq if eval_freq > 0 else timesteps + 1, best_path,
                                    verbose=cfg.verbose, strict_baselines=cfg.baselines not in (None, "all"),
-                                   references=refs)
-    callbacks: list[Any] = [EpisodeMetricsCallback(family), evaluator]
+                                   references=refs, stop=stop)
+    if previous is not None:
+        evaluator.resume_from(previous["eval_history"], done)
+    callbacks: list[Any] = [StopCallback(stop), EpisodeMetricsCallback(family), evaluator]
     ckpt = cfg.checkpoint_freq if cfg.checkpoint_freq is not None else max(timesteps // 4, 1)
     if ckpt > 0:
         callbacks.append(StatsCheckpointCallback(save_freq=max(ckpt // n_envs, 1),
@@ -233,8 +321,11 @@ def train(cfg: TrainConfig) -> TrainResult:
         callbacks.append(TqdmCallback(timesteps, disable=False))
     tb_name = f"{cfg.env_id.split('/')[-1]}_{spec.name}_s{cfg.seed}"
     try:
-        model.learn(total_timesteps=timesteps, callback=CallbackList(callbacks), tb_log_name=tb_name)
-        model.save(out)
+        if done < timesteps:
+            # resumed: learn the remaining steps; SB3 counts on from num_timesteps (schedules included)
+            model.learn(total_timesteps=timesteps - done, callback=CallbackList(callbacks), tb_log_name=tb_name,
+                        reset_num_timesteps=previous is None)
+        save_model(model, out)
         vn_path: Path | None = None
         vn = model.get_vec_normalize_env()
         if vn is not None:
@@ -242,10 +333,12 @@ def train(cfg: TrainConfig) -> TrainResult:
             save_obs_stats(vn, vn_path)
     finally:
         venv.close()
+    complete = not (stop is not None and stop.is_set()) or int(model.num_timesteps) >= timesteps
     tb_dir = Path(model.logger.get_dir()) if cfg.tb else None
     run = {
         "env_id": cfg.env_id, "algo": spec.name, "env_kwargs": env_kwargs, "timesteps": timesteps,
-        "timesteps_trained": int(model.num_timesteps),
+        "timesteps_trained": int(model.num_timesteps), "status": "complete" if complete else "interrupted",
+        "resumed_at": [*((previous or {}).get("resumed_at") or []), done] if previous is not None else [],
         "n_envs": n_envs, "seed": cfg.seed, "eval_seeds": eval_seeds, "eval_split": eval_split,
         "baselines": baselines, "references": refs,
         "hyperparams_source": hp.source, "hyperparams": asdict(hp), "model": out.name,
@@ -253,11 +346,11 @@ def train(cfg: TrainConfig) -> TrainResult:
         "baseline_eval": {n: [r.row() for r in res] for n, res in evaluator.baseline_results.items()},
     }
     run_file = run_dir / RUN_FILE
-    run_file.write_text(json.dumps(_json_safe(run), indent=2))
+    write_json(run_file, _json_safe(run))
     return TrainResult(model_path=out, best_model_path=best_path if best_path.exists() else None,
                        vecnormalize_path=vn_path, tb_dir=tb_dir, run_file=run_file,
                        eval_history=evaluator.history, wall_s=time.perf_counter() - t0,
-                       timesteps_trained=int(model.num_timesteps))
+                       timesteps_trained=int(model.num_timesteps), complete=complete, timesteps=timesteps)
 
 
 def _pins_split(env_kwargs: dict[str, Any]) -> bool:

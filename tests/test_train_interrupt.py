@@ -1,0 +1,144 @@
+"""``servegym train`` never loses a run: SIGINT/SIGTERM save the model, its statistics and run.json
+(status interrupted); ``--resume`` continues from them (weights, optimizer, VecNormalize statistics with
+their counts, steps done, evaluation history); an existing run is not replaced without ``--force``.
+The signal tests send real signals to real training processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("stable_baselines3")
+
+from servegym.agents.train import TrainConfig, train
+
+from servegym.cli import main
+
+HP = "ppo:\n  n_envs: 1\n  n_steps: 64\n  batch_size: 64\n  n_epochs: 1\n  normalize: true\n  policy_kwargs: {net_arch: [8]}\n"
+
+
+def _cfg(tmp_path: Path, timesteps: int, **kw) -> TrainConfig:
+    hp = tmp_path / "hp.yml"
+    hp.write_text(HP)
+    return TrainConfig(env_id="CartPole-v1", algo="ppo", timesteps=timesteps, hyperparams=str(hp),
+                       out=str(tmp_path / "run" / "model.zip"), tb=None, eval_freq=0, checkpoint_freq=0,
+                       eval_episodes=1, baselines="none", progress=False, verbose=0, **kw)
+
+
+def _weights(path: Path) -> dict[str, np.ndarray]:
+    import zipfile
+
+    import torch
+
+    with zipfile.ZipFile(path) as z, z.open("policy.pth") as fh:
+        import io
+
+        state = torch.load(io.BytesIO(fh.read()), weights_only=True)
+    return {k: v.numpy().copy() for k, v in state.items()}
+
+
+def _stats(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def test_stop_saves_an_interrupted_run_and_resume_restores_it(tmp_path) -> None:
+    stop = threading.Event()
+    stop.set()  # as if SIGTERM came during the first rollout
+    res = train(_cfg(tmp_path, 10_000), stop)
+    assert not res.complete and res.timesteps_trained < 10_000
+    run = json.loads(res.run_file.read_text())
+    assert run["status"] == "interrupted" and run["timesteps_trained"] == res.timesteps_trained
+    saved_w, saved_s = _weights(res.model_path), _stats(res.vecnormalize_path)
+    assert {"count", "ret_mean", "ret_var", "ret_count"} <= set(saved_s)
+    # resuming to the steps already done trains nothing: the saved model is the one that was loaded
+    res2 = train(_cfg(tmp_path, res.timesteps_trained, resume=True))
+    assert res2.complete and res2.timesteps_trained == res.timesteps_trained
+    for k, v in _weights(res2.model_path).items():
+        np.testing.assert_array_equal(v, saved_w[k])
+    for k, v in _stats(res2.vecnormalize_path).items():
+        np.testing.assert_array_equal(v, saved_s[k])
+    run2 = json.loads(res2.run_file.read_text())
+    assert run2["status"] == "complete" and run2["resumed_at"] == [res.timesteps_trained]
+    # and on to more steps: SB3 counts on from the steps done
+    res3 = train(_cfg(tmp_path, res.timesteps_trained + 128, resume=True))
+    assert res3.timesteps_trained >= res.timesteps_trained + 128
+    assert json.loads(res3.run_file.read_text())["resumed_at"] == [res.timesteps_trained] * 2
+
+
+def test_existing_run_is_refused_unless_force_or_resume(tmp_path, capsys) -> None:
+    train(_cfg(tmp_path, 64))
+    hp, out = str(tmp_path / "hp.yml"), str(tmp_path / "run" / "model.zip")
+    args = ["train", "--env", "CartPole-v1", "--algo", "ppo", "--timesteps", "64", "--hyperparams", hp, "--out", out,
+            "--tb", "", "--eval-freq", "0", "--eval-episodes", "1", "--baselines", "none", "--no-progress"]
+    before = (tmp_path / "run" / "model.zip").read_bytes()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "already holds a trained model; pass --resume to continue it or --force" in err
+    assert (tmp_path / "run" / "model.zip").read_bytes() == before
+    assert main([*args, "--force", "--json"]) == 0
+    with pytest.raises(SystemExit) as exc:  # one or the other, as a usage error
+        main([*args, "--resume", "--force"])
+    assert exc.value.code == 2
+    with pytest.raises(Exception, match="holds no run to resume"):
+        train(TrainConfig(**{**_cfg(tmp_path, 64, resume=True).__dict__, "out": str(tmp_path / "empty" / "m.zip")}))
+    # another seed's run in the folder is not resumed as this one
+    with pytest.raises(Exception, match=r"run\.json has seed = '0' but this run has 1"):
+        train(TrainConfig(**{**_cfg(tmp_path, 64, resume=True).__dict__, "seed": 1}))
+
+
+def _wait_for(cond, timeout: float, proc: subprocess.Popen) -> None:
+    t0 = time.monotonic()
+    while not cond():
+        if proc.poll() is not None:
+            raise AssertionError(f"training ended first (exit {proc.returncode}): {proc.stderr.read()[-2000:]}")
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError("timed out")
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_saves_model_and_run_json_then_resume_finishes(tmp_path, sig) -> None:
+    (tmp_path / "hp.yml").write_text(HP)
+    run_dir = tmp_path / "run"
+    args = ["train", "--env", "CartPole-v1", "--algo", "ppo", "--hyperparams", str(tmp_path / "hp.yml"),
+            "--out", str(run_dir / "model.zip"), "--tb", "", "--eval-freq", "0", "--eval-episodes", "1",
+            "--baselines", "none", "--no-progress", "--checkpoint-freq", "256"]
+    code = "import sys; from servegym.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, *args, "--timesteps", "1000000"], start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # a checkpoint on disk: training is under way
+        _wait_for(lambda: any((run_dir / "checkpoints").glob("model_*_steps.zip")), 180, proc)
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)  # a terminal's Ctrl-C reaches the whole group
+        else:
+            proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + sig, err
+    assert f"interrupted by {signal.Signals(sig).name} after" in err and "--resume" in err
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "interrupted" and 256 <= run["timesteps_trained"] < 1_000_000
+    assert (run_dir / "model.zip").is_file() and (run_dir / "model_vecnormalize.npz").is_file()
+    assert not (run_dir / "model.zip.lock").exists()
+    assert not [p for p in run_dir.rglob("*") if ".tmp" in p.name]  # no torn temporary files
+    target = run["timesteps_trained"] + 500
+    done = subprocess.run([sys.executable, "-c", code, *args, "--timesteps", str(target), "--resume", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    final = json.loads((run_dir / "run.json").read_text())
+    assert final["status"] == "complete" and final["timesteps_trained"] >= target
+    assert final["resumed_at"] == [run["timesteps_trained"]]
