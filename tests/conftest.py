@@ -21,3 +21,17 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"raw data folder {SHARED_DATA} not present")
     return SHARED_DATA
+
+
+def wait_for(cond, timeout: float, proc=None) -> None:
+    """Poll ``cond()`` every 0.2 s until it holds; fail on ``timeout`` s or when the subprocess ``proc``
+    ends first (with the tail of its stderr)."""
+    import time
+
+    t0 = time.monotonic()
+    while not cond():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the run ended first (exit {proc.returncode}): {proc.stderr.read()[-2000:]}")
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError("timed out")
+        time.sleep(0.2)

@@ -9,12 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+from conftest import wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -140,16 +140,6 @@ def _session_pids(sid: int) -> list[int]:
     return out
 
 
-def _wait_for(cond, timeout: float, proc: subprocess.Popen | None = None) -> None:
-    t0 = time.monotonic()
-    while not cond():
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the run ended first (exit {proc.returncode}): {proc.stderr.read()[-2000:]}")
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError("timed out")
-        time.sleep(0.2)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_sweep_signal_stops_every_process_and_resume_finishes(tmp_path, sig) -> None:
@@ -161,7 +151,7 @@ def test_sweep_signal_stops_every_process_and_resume_finishes(tmp_path, sig) -> 
     proc = subprocess.Popen(_servegym("sweep", str(cfg), "--workers", "2", "--out", str(out), "--json"),
                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: journal.exists() and journal.read_text().count("\n") >= 2, 240, proc)  # >= 1 cell done
+        wait_for(lambda: journal.exists() and journal.read_text().count("\n") >= 2, 240, proc)  # >= 1 cell done
         if sig == signal.SIGINT:
             os.killpg(proc.pid, sig)
         else:
@@ -172,7 +162,7 @@ def test_sweep_signal_stops_every_process_and_resume_finishes(tmp_path, sig) -> 
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 128 + sig, err
     assert f"interrupted by {signal.Signals(sig).name}" in err and "--resume" in err
-    _wait_for(lambda: not _session_pids(proc.pid), 10)
+    wait_for(lambda: not _session_pids(proc.pid), 10)
     assert not out.exists() and not (tmp_path / "r.csv.lock").exists()
     finished = Journal(journal).read(json.loads(journal.read_text().splitlines()[0])["header"])
     assert finished and len(finished) < 6
@@ -189,7 +179,7 @@ def test_two_sweeps_on_one_output_the_second_is_refused(tmp_path) -> None:
     first = subprocess.Popen(_servegym("sweep", str(cfg), "--workers", "1", "--out", str(out), "--json"),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: (tmp_path / "r.csv.lock").exists(), 120, first)
+        wait_for(lambda: (tmp_path / "r.csv.lock").exists(), 120, first)
         second = subprocess.run(_servegym("sweep", str(cfg), "--workers", "1", "--out", str(out), "--force"),
                                 capture_output=True, text=True, timeout=120)
         overlapped = first.poll() is None

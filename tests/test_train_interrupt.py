@@ -11,11 +11,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import wait_for
 
 pytest.importorskip("stable_baselines3")
 
@@ -96,16 +96,6 @@ def test_existing_run_is_refused_unless_force_or_resume(tmp_path, capsys) -> Non
         train(TrainConfig(**{**_cfg(tmp_path, 64, resume=True).__dict__, "seed": 1}))
 
 
-def _wait_for(cond, timeout: float, proc: subprocess.Popen) -> None:
-    t0 = time.monotonic()
-    while not cond():
-        if proc.poll() is not None:
-            raise AssertionError(f"training ended first (exit {proc.returncode}): {proc.stderr.read()[-2000:]}")
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError("timed out")
-        time.sleep(0.2)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_saves_model_and_run_json_then_resume_finishes(tmp_path, sig) -> None:
@@ -119,7 +109,7 @@ def test_signal_saves_model_and_run_json_then_resume_finishes(tmp_path, sig) -> 
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # a checkpoint on disk: training is under way
-        _wait_for(lambda: any((run_dir / "checkpoints").glob("model_*_steps.zip")), 180, proc)
+        wait_for(lambda: any((run_dir / "checkpoints").glob("model_*_steps.zip")), 180, proc)
         if sig == signal.SIGINT:
             os.killpg(proc.pid, sig)  # a terminal's Ctrl-C reaches the whole group
         else:
