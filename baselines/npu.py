@@ -164,7 +164,7 @@ class NeuScalePolicy:
     name = "neuscale"
 
     def __init__(self, coalesce_below: float = 0.5, coalescing: bool = True, alpha: float = 0.5,
-                 slo_aware_merge: bool = True, max_groups: int | None = None) -> None:
+                 slo_aware_merge: bool = True, max_groups: int | None = None, fit_aware_merge: bool = True) -> None:
         check_range("coalesce_below", coalesce_below, 0.0, None)
         if max_groups is not None:
             check_range("max_groups", max_groups, 1, None)
@@ -174,15 +174,19 @@ class NeuScalePolicy:
         check_range("alpha", alpha, 0.0, 1.0, low_inclusive=False)
         self.coalesce_below = coalesce_below
         self.coalescing = coalescing
+        # with fit_at = "operating": merge only where the absorbing group is not a worse fit (see _not_worse_fit)
+        self.fit_aware_merge = fit_aware_merge
         self.slo_aware_merge = slo_aware_merge
         self.rule = _CountRule(alpha=alpha)
         self.targets: dict[tuple[str, int], dict[int, int]] = {}
         self.merged: list[tuple[str, int, int]] = []
+        self.main: dict[tuple[str, int], int] = {}
 
     def reset(self, sim: NPUCluster) -> None:
         self.sim = sim
         self.rule = _CountRule(alpha=self.rule.alpha, halve_window_s=sim.config.window_s)
         self.targets = {}
+        self.main: dict[tuple[str, int], int] = {}
 
     def groups(self, ctx: Observation, phase: int, signal: np.ndarray) -> list[tuple[int, float, float, int]]:
         """(bucket index, token rate W (tokens/s), per-vPod capacity C (tokens/s), best-fit id, R_peak
@@ -200,20 +204,41 @@ class NeuScalePolicy:
         groups: dict[int, list[float]] = {}
         run: list[int] = []
         prev = None
+        pick = {b: self._pick(ctx, phase, b, float(ctx.rate_peak[phase, b] * tpr[b])) for b in live.tolist()}
         for b in live.tolist():
-            edge = int(ctx.bucket_edges[b])
-            alloc = sim.configs[sim.candidates(ph, edge)[0]].entry.alloc_index
+            alloc = sim.configs[pick[b]].entry.alloc_index
             if prev is not None and alloc != prev[1]:
                 run.append(prev[0])
             prev = (b, alloc)
         if prev is not None:
             run.append(prev[0])
         ends = np.array(run, dtype=np.int64)
+        # a group is its allocation (§3.4: the recommender "compares the new set of vPod allocations with existing
+        # vPod groups to determine if a new group needs to be created"): a run whose allocation an existing group
+        # already holds keeps that group (and its length edge, if it still lies below the next run's top), so a
+        # run boundary moving by a bucket does not recreate the group's vPods
+        sticky: dict[int, tuple[int, int]] = {}
+        if self.sim.config.fit_at == "operating":
+            prev_groups = {sim.configs[c].entry.alloc_index: (int(np.searchsorted(ctx.bucket_edges, k[1])), c)
+                           for k, c in self.main.items() if k[0] == ph}
+            for i, top in enumerate(ends.tolist()):
+                hit = prev_groups.get(sim.configs[pick[top]].entry.alloc_index)
+                nxt = int(ends[i + 1]) if i + 1 < ends.size else NB
+                if hit is not None and top <= hit[0] < nxt:
+                    sticky[top] = hit
+        top_of = {b: sticky.get(t, (t, 0))[0] for b in live.tolist() for t in [int(ends[np.searchsorted(ends, b)])]}
+        # the group's configuration: its top bucket's pick at the group's own forecast demand (the batch the
+        # group runs depends on all the tokens it serves), the top bucket's best fit with fit_at = best-batch; a
+        # kept group keeps its configuration
+        group_w: dict[int, float] = {}
+        for b in live.tolist():
+            group_w[top_of[b]] = group_w.get(top_of[b], 0.0) + float(ctx.rate_peak[phase, b] * tpr[b])
+        kept = {v[0]: v[1] for v in sticky.values()}
+        group_cid = {top: kept.get(top, self._pick(ctx, phase, top, w)) for top, w in group_w.items()}
         members: dict[int, list[tuple[int, float]]] = {}
         for b in live.tolist():
-            top = int(ends[np.searchsorted(ends, b)])
-            edge = int(ctx.bucket_edges[top])
-            cid = sim.candidates(ph, edge)[0]
+            top = top_of[b]
+            cid = group_cid[top]
             cap_b = sim.max_rps(cid, ph, int(ctx.bucket_edges[b]), 1.0)  # tokens/s of one vPod at bucket b
             w = float(signal[phase, b] * tpr[b])
             g = groups.setdefault(top, [0.0, 0.0, cid, 0.0])
@@ -243,7 +268,8 @@ class NeuScalePolicy:
                     wt, ct, cid_t, _rt = groups[t]
                     spare = max(1, math.ceil(wt / ct)) * ct - wt
                     if spare >= w and (not self.slo_aware_merge
-                                       or self._serves_within_slo(phase, int(cid_t), [m for m, _ in members[b]])):
+                                       or self._serves_within_slo(phase, int(cid_t), [m for m, _ in members[b]])) \
+                            and (not self._fit_aware or self._not_worse_fit(phase, b, groups[b], t, groups[t])):
                         groups[t][0] = wt + w
                         groups[t][3] += r
                         members[t].extend(members.pop(b))
@@ -263,6 +289,52 @@ class NeuScalePolicy:
             self.merged.append((ph, int(ctx.bucket_edges[b]), int(ctx.bucket_edges[t])))
         return [(b, v[0], v[1], int(v[2]), v[3]) for b, v in sorted(groups.items())]
 
+    @property
+    def _fit_aware(self) -> bool:
+        return self.fit_aware_merge and self.sim.config.fit_at == "operating"
+
+    def _level(self, cid: int, b: int, per_vpod: float) -> int:
+        """The operating batch level of one vPod of ``cid`` at bucket ``b`` serving ``per_vpod`` tokens/s."""
+        tps = self.sim.tps[cid, b]
+        j = int(np.searchsorted(tps, per_vpod - 1e-12))
+        return min(j, int(self.sim.jmax[cid, b]))
+
+    def _rate(self, cid: int, b: int, w: float, n: int) -> float:
+        """Energy (J/s) or cost (USD/s) beyond the chips' idle draw that ``w`` tokens/s at bucket ``b`` add on ``n``
+        vPods of ``cid``: dynamic power at the operating batch, pro rata of the vPods' busy time."""
+        sim = self.sim
+        if sim.config.objective == "cost":
+            return 0.0
+        j = self._level(cid, b, w / max(n, 1))
+        dyn = max(float(sim.pow[cid, b, j]) - float(sim.cfg_static_w[cid]), 0.0) / float(sim.tps[cid, b, j])
+        return dyn * w
+
+    def _not_worse_fit(self, phase: int, b: int, gb: list[float], t: int, gt: list[float]) -> bool:
+        """Coalescing moves group ``b``'s requests onto group ``t``'s vPods only if that is not a worse fit for them:
+        what they add there (dynamic energy at ``t``'s operating batch; nothing for cost, the chips are held anyway)
+        is no more than what they cost on their own vPods (the static power or chip-hours of those vPods over the
+        epoch plus their dynamic energy). Without it, the cascade folds every group into the largest one."""
+        sim = self.sim
+        w, c, cid_b = gb[0], gb[1], int(gb[2])
+        wt, ct, cid_t = gt[0], gt[1], int(gt[2])
+        n_b = max(1, math.ceil(w / c - 1e-9))
+        n_t = max(1, math.ceil(wt / ct - 1e-9))
+        per_s = sim.cfg_usd_s if sim.config.objective == "cost" else sim.cfg_static_w
+        own = n_b * float(per_s[cid_b]) + self._rate(cid_b, b, w, n_b)
+        moved = self._rate(cid_t, b, w + wt, n_t) - self._rate(cid_t, b, wt, n_t) if wt > 0 else self._rate(
+            cid_t, b, w, n_t)
+        return moved <= own + 1e-12
+
+    def _pick(self, ctx: Observation, phase: int, b: int, w_tokens_s: float) -> int:
+        """Config id for bucket ``b`` at a forecast demand (tokens/s): the operating-point best fit (the window's
+        peak rate, §3.4: "based on the peak load ... observed in the last 30-minute time window"), or the DSE's
+        best fit with ``fit_at = "best-batch"``."""
+        edge = int(ctx.bucket_edges[b])
+        ph = PHASES[phase]
+        if self.sim.config.fit_at == "operating":
+            return self.sim.op_fit(ph, edge, w_tokens_s)
+        return self.sim.candidates(ph, edge)[0]
+
     def _serves_within_slo(self, phase: int, cid: int, buckets: list[int]) -> bool:
         """Whether a vPod of ``cid`` meets every bucket's SLO (TTFT for prefill, TPOT for decode) at its
         max batch, the DSE's own criterion (a group runs at that batch under load, and the TTFT of a
@@ -280,9 +352,11 @@ class NeuScalePolicy:
         wanted: list[tuple[float, tuple[str, int], int]] = []
         keep: set[tuple[str, int]] = set()
         n_merged = len(self.merged)
+        main: dict[tuple[str, int], int] = {}
         for p in (0, 1):
-            for b, w, c, _cid, r_peak in self.groups(ctx, p, signal):
+            for b, w, c, cid_g, r_peak in self.groups(ctx, p, signal):
                 key = (PHASES[p], int(ctx.bucket_edges[b]))
+                main[key] = cid_g
                 n = max(1, math.ceil(w / c - 1e-9))
                 cur = sum(_alive_counts(ctx, key).values())
                 wanted.append((r_peak, key, self.rule.limit(key, n, cur, ctx.time_s)))
@@ -308,7 +382,16 @@ class NeuScalePolicy:
         for _w, key, n in sorted(wanted, key=lambda x: -x[0]):
             tgt: dict[int, int] = {}
             left = n
-            for cid in [sim.candidates(*key)[0], *sim.failovers(*key)]:
+            first = main.get(key, self.main.get(key, sim.candidates(*key)[0]))
+            # a group whose configuration changed keeps its old vPods for this epoch, while the new ones boot
+            # (make before break; they go at the next epoch)
+            old = self.main.get(key)
+            if old is not None and old != first and n > 0:
+                keep_old = _alive_counts(ctx, key).get(old, 0)
+                if keep_old > 0:
+                    tgt[old] = keep_old
+                    budget[sim.configs[old].version] -= keep_old * sim.configs[old].chips
+            for cid in [first, *sim.failovers(*key)]:
                 if left <= 0:
                     break
                 cf = sim.configs[cid]
@@ -319,6 +402,7 @@ class NeuScalePolicy:
                     left -= fit
             targets[key] = tgt
         self.targets = {k: v for k, v in targets.items() if v}
+        self.main = {**{k: v for k, v in self.main.items() if k in keep}, **main}
         return ScalingDecision(targets)
 
 
@@ -338,7 +422,18 @@ class BasePolicy:
         edges = sim.edges
         self.keys = (("prefill", int(edges[np.searchsorted(edges, min(w.max_input_tokens, edges[-1]))])),
                      ("decode", int(edges[np.searchsorted(edges, min(w.max_total_tokens, edges[-1]))])))
-        self.cfg = {k: sim.candidates(*k)[0] for k in self.keys}
+        if sim.config.fit_at == "operating":
+            # the same rule as NeuScale's, for the largest length, "to provision for the peak demand" (§5.1): the
+            # trace's peak 10-s request rate x its mean tokens per request and phase (trace metadata, like the
+            # maximum lengths); one configuration for the whole run
+            req = w.requests
+            n = len(req)
+            peak_rps = (float(np.bincount((req.arrival_s // sim.config.rate_bin_s).astype(np.int64)).max())
+                        / sim.config.rate_bin_s) if n else 0.0
+            mean_tok = (float(req.input_tokens.mean()), float(req.output_tokens.mean())) if n else (1.0, 1.0)
+            self.cfg = {k: sim.op_fit(k[0], k[1], peak_rps * mean_tok[i]) for i, k in enumerate(self.keys)}
+        else:
+            self.cfg = {k: sim.candidates(*k)[0] for k in self.keys}
         self.targets = {}
 
     def decide(self, ctx: Observation) -> ScalingDecision:

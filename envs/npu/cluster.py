@@ -90,6 +90,13 @@ LOAD_GBPS_PER_CHIP = 24.0
 LEVELS = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], dtype=np.int64)
 """Batch levels of the precomputed step tables (clipped to each configuration's max batch)."""
 NB = len(SEQ_BUCKETS)
+FIT_AT: tuple[str, ...] = ("best-batch", "operating")
+"""``ClusterConfig.fit_at``: ``best-batch`` (default) -- the DSE's best fits at their best batch; ``operating`` -- the
+catalog also holds each bucket's best fit at the batch its group runs at a forecast demand, static power and
+collectives included (:mod:`servegym.envs.npu.selection`), NeuScale chooses among those by its window's peak
+demand and Base by the trace's peak for the largest length, and coalescing only moves requests onto a vPod that
+is not a worse fit for them. Not the default: on the focal scenario it makes NeuScale worse (the short-prompt
+groups' picks alternate between near-equal allocations, recreating vPods; ``npu_ablation.md``)."""
 STEP_MODELS: tuple[str, ...] = ("paper", "paper-hop", "scoring", "legacy")
 """``ClusterConfig.step_models``: ``paper`` (default) chooses configurations with the selection model (the FLOP/HBM
 roofline of §3.3, :meth:`RooflineParams.selection`) and charges them with the scoring model (the full step cost,
@@ -138,6 +145,7 @@ class ClusterConfig:
     n_candidates: int = 4
     phase_versions: Mapping[str, Sequence[str]] | None = None
     step_models: str = "paper"
+    fit_at: str = "best-batch"
 
     def __post_init__(self) -> None:
         # one canonical spelling (servegym.names): "llama3-70b" and "Llama-3-70B" are the same cluster
@@ -155,6 +163,8 @@ class ClusterConfig:
         check_range("rate_bin_s", self.rate_bin_s, 1.0, self.epoch_s)
         check_range("osl_accuracy", self.osl_accuracy, 0.0, 1.0)
         check_range("n_candidates", self.n_candidates, 1, 16)
+        if self.fit_at not in FIT_AT:
+            raise ConfigError(f"fit_at = {self.fit_at!r} is unknown; allowed: {', '.join(FIT_AT)}")
         if self.step_models not in STEP_MODELS:
             raise ConfigError(f"step_models = {self.step_models!r} is unknown; allowed: {', '.join(STEP_MODELS)}")
         for name, s in (("check_s", self.check_s), ("epoch_s", self.epoch_s), ("window_s", self.window_s)):
@@ -303,7 +313,7 @@ class ConfigCatalog:
     def key_of(c: ClusterConfig) -> tuple:
         pv = c.phase_versions or {}
         return (c.model, c.objective, float(c.slo_factor), tuple(c.versions), int(c.n_candidates),
-                tuple((ph, tuple(pv[ph])) for ph in PHASES if ph in pv), c.step_models)
+                tuple((ph, tuple(pv[ph])) for ph in PHASES if ph in pv), c.step_models, c.fit_at)
 
     def __init__(self, config: ClusterConfig, table: BestFitTable | None = None,
                  scoring_table: BestFitTable | None = None) -> None:
@@ -378,6 +388,27 @@ class ConfigCatalog:
                                            else e.usd_per_token))
                 self.cand[(ph, s)] = cands
                 self.failover[(ph, s)] = [add(e, ph) for e in fo]
+        # per bucket and demand level: the operating-point pick (None: fall back to the best fit)
+        self.op_cfg: dict[tuple[str, int], np.ndarray] = {}
+        if self.config.fit_at == "operating":
+            from servegym.envs.npu.selection import operating_fits
+
+            sel, sco = self.selection_params, self.scoring_params
+            op_params = (RooflineParams.selection_op(collectives=sco.collectives,
+                                                     ici_step_latency_s=sco.ici_step_latency_s,
+                                                     collective_launch_s=sco.collective_launch_s)
+                         if sel.is_selection else sel)
+            fits = operating_fits(self.model, self.config.objective, self.scoring_table.slo_s, self.edges.tolist(),
+                                  self.config.versions, self.config.phase_versions, op_params, sco)
+            tv = self.table.space.vpods
+            for key, picks in fits.items():
+                for e in picks:
+                    if e is not None and (e.version, e.shape, e.tp, e.pp, e.ep) != (
+                            tv[e.alloc_index].version, tv[e.alloc_index].shape, tv[e.alloc_index].tp,
+                            tv[e.alloc_index].pp, tv[e.alloc_index].ep):
+                        raise ConfigError("operating-point allocations must index the DSE's allocation space")
+                best = self.cand[key][0] if self.cand.get(key) else -1
+                self.op_cfg[key] = np.array([best if e is None else add(e, key[0]) for e in picks], dtype=np.int64)
 
     def _build_tables(self) -> None:
         t = self.table
@@ -548,6 +579,18 @@ class NPUCluster:
         """Config ids of each version's best fit for a bucket, most efficient (SLO-meeting) first."""
         self.group_index(phase, edge)
         return list(self.failover[(phase, int(edge))])
+
+    def op_fit(self, phase: str, edge: int, tokens_per_s: float) -> int:
+        """Config id of the bucket's best fit at the operating point for a forecast demand (tokens/s) -- the
+        allocation with the lowest J/token (or USD/token) at the batch it would run, static power included
+        (:mod:`servegym.envs.npu.selection`); the DSE's best fit with ``fit_at = "best-batch"``."""
+        self.group_index(phase, edge)
+        picks = self.op_cfg.get((phase, int(edge)))
+        if picks is None or picks.size == 0:
+            return self.cand[(phase, int(edge))][0]
+        from servegym.envs.npu.selection import level_index
+
+        return int(picks[level_index(tokens_per_s)])
 
     def max_rps(self, config_id: int, phase: str, edge: int, tokens_per_req: float) -> float:
         """T_pod: the most requests/s one vPod of ``config_id`` serves at its max batch for a bucket."""

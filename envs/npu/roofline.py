@@ -166,6 +166,7 @@ class RooflineParams:
     kv_read_factor: float = 1.0
     weight_bytes: float = 2.0
     collectives: str = "ring"
+    kv_layouts: bool = False
 
     def __post_init__(self) -> None:
         if self.collectives not in COLLECTIVE_MODELS:
@@ -189,6 +190,17 @@ class RooflineParams:
         plain layout (1D weight-stationary, KV sharded by heads, replicated when TP exceeds the KV heads)."""
         base = dict(ici=False, collective_launch_s=0.0, ici_step_latency_s=0.0, layer_floor_s=0.0,
                     step_overhead_s=0.0, layouts=False, ici_pj_per_bit=0.0, kv_read_factor=1.0)
+        base.update(overrides)
+        return cls(**base)  # type: ignore[arg-type]
+
+    @classmethod
+    def selection_op(cls, **overrides: object) -> RooflineParams:
+        """The selection model the operating-point choice uses (:mod:`servegym.envs.npu.selection`): the roofline
+        plus ring collectives and their ICI energy (XLA's cost analysis lists the collectives and their bytes) and
+        the KV cache sharded by batch where cheaper, so an MLA latent is not replicated on every TP chip; still
+        no layer floor, 2D or weight-gathered layouts."""
+        base = dict(ici=True, collective_launch_s=0.0, layer_floor_s=0.0, step_overhead_s=0.0, layouts=False,
+                    kv_layouts=True)
         base.update(overrides)
         return cls(**base)  # type: ignore[arg-type]
 
@@ -529,7 +541,7 @@ def _micro_batch(space: AllocationSpace, a: dict[str, np.ndarray], phase: str, L
     zero = np.zeros_like(T)
     t_attn = _roof(attn_f, attn_b, peak, bw)
     t_kv_comm = zero
-    if phase == "decode" and p.layouts:
+    if phase == "decode" and (p.layouts or p.kv_layouts):
         # KV sharded by batch (Pope et al. §3.3, multiquery): each chip holds and reads the whole KV of
         # ceil(T / tp) requests instead of a (replicated past the KV heads) head shard of all T; queries and
         # attention outputs move by two all-to-alls per layer. Used where it is faster.
