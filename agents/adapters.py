@@ -110,14 +110,25 @@ def _unknown(family: str, name: str, allowed: tuple[str, ...]) -> ConfigError:
     return ConfigError(f"baseline = {name!r} unknown for family {family!r}; allowed: {', '.join(allowed)}")
 
 
-PD_BASELINES = ("min-power", "min-power+lookahead", "static-peak", "threshold-hpa")
+#: ``min-power+forecast`` takes a utilization target: ``min-power+forecast:0.95``; ``oracle`` is the
+#: hindsight DP (servegym.baselines.pd_oracle), the pd ids' 100.
+PD_BASELINES = ("min-power", "min-power+lookahead", "static-peak", "threshold-hpa", "min-power+forecast", "oracle")
 
 
 def _pd_policy(name: str) -> Any:
-    from servegym.baselines.pd import MinPowerPareto, StaticPeak, ThresholdAutoscaler
+    from servegym.baselines.pd import MinPowerForecast, MinPowerPareto, StaticPeak, ThresholdAutoscaler
+    from servegym.baselines.pd_oracle import HindsightOracle
 
+    head, _, arg = name.partition(":")
+    if head == "min-power+forecast" and arg:
+        try:
+            rho = float(arg)
+        except ValueError:
+            raise ConfigError(f"baseline = {name!r}: the utilization target must be a number in (0, 1]") from None
+        return MinPowerForecast(rho_bar=rho)
     makers = {"min-power": lambda: MinPowerPareto(lookahead=0), "min-power+lookahead": lambda: MinPowerPareto(lookahead=1),
-              "static-peak": StaticPeak, "threshold-hpa": ThresholdAutoscaler}
+              "static-peak": StaticPeak, "threshold-hpa": ThresholdAutoscaler, "min-power+forecast": MinPowerForecast,
+              "oracle": HindsightOracle}
     if name not in makers:
         raise _unknown("pd", name, PD_BASELINES)
     return makers[name]()

@@ -139,6 +139,12 @@ def evaluate_policy(env_id: str, policy: str | None = None, model: str | Path | 
         assert policy is not None
         name = protocol.resolve_policy(env_id, policy)
     env = make_split_env(env_id, split, kwargs)
+    if name == protocol.FOLLOW:
+        try:
+            protocol.follow_action(env)  # refused before any episode is played
+        except ConfigError:
+            env.close()
+            raise
     anchor_names = list(dict.fromkeys(roles[r] for r in ANCHOR_ROLES if r in roles))
     n_own = len(acts) if acts else (0 if name in anchor_names else 1)
     with tqdm(total=len(seeds) * (len(anchor_names) + n_own), desc=f"benchmark {env_id.split('/')[-1]} ({split})",
@@ -162,6 +168,48 @@ def evaluate_policy(env_id: str, policy: str | None = None, model: str | Path | 
     scale = protocol.make_scale(env_id, anchors["naive"], anchors["paper"], anchors.get("oracle"))
     return PolicyEvaluation(env_id=env_id, policy=str(label), split=split, results=list(results), anchors=anchors,
                             scale=scale, scores=scale.scores(results), kpi=kpi)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate's validation result in :func:`select_strongest`."""
+
+    policy: str
+    score_mean: float
+    score_ci: tuple[float, float]
+    kpi: float
+    slo_violation_pct: float
+
+
+def select_strongest(env_id: str, candidates: Sequence[str], episodes: int = 10, seed: int = VALIDATION_SEED,
+                     split: str = "validation", env_kwargs: dict[str, Any] | None = None, progress: bool = False
+                     ) -> list[Candidate]:
+    """Every candidate baseline on ``episodes`` episodes of the validation split, scored on the env's
+    scale (the oracle's where it has one), best mean score first: the first is the ``strongest``
+    yardstick. The test split is never read."""
+    if split == "test":
+        raise ConfigError("select_strongest: split = 'test'; allowed: a split other than test (validation)")
+    env = make_split_env(env_id, split, env_kwargs)
+    roles = protocol.yardsticks(env_id).roles()
+    seeds = seeds_from(seed, episodes)
+    try:
+        anchors = run_policy_episodes(env_id, env, list(dict.fromkeys([roles["naive"], roles["paper"],
+                                                                       *([roles["oracle"]] if "oracle" in roles else [])])),
+                                      seeds)
+        runs = run_policy_episodes(env_id, env, [c for c in candidates if c not in anchors], seeds)
+        kpi = protocol.kpi_metric(env)
+    finally:
+        env.close()
+    runs = {**anchors, **runs}
+    scale = protocol.make_scale(env_id, anchors[roles["naive"]], anchors[roles["paper"]],
+                                anchors.get(roles.get("oracle", "")))
+    out = []
+    for c in candidates:
+        sc = scale.scores(runs[c])
+        st = protocol.score_stats(sc)
+        out.append(Candidate(c, st.mean, st.mean_ci, protocol.mean_metric(runs[c], kpi),
+                             protocol.mean_metric(runs[c], protocol.SLO_METRIC)))
+    return sorted(out, key=lambda c: -c.score_mean if math.isfinite(c.score_mean) else math.inf)
 
 
 def text_summary(ev: PolicyEvaluation) -> str:

@@ -117,7 +117,9 @@ seeded by (split, s) as well, so two splits never share arrivals:
   hour
 - ``shift-code``: test days with the held-out azure-code trace (arrival pattern and lengths)
 - ``shift-mooncake``: test days with the held-out Mooncake conversation trace (arrival pattern and
-  lengths)
+  lengths), the peak rate also scaled to the GPU budget by the budget's capacity ratio under Mooncake vs
+  azure-conv lengths (x 0.095 on the default 16-GPU grid; :meth:`split_capacity_scale`): unscaled, the
+  budget cannot serve the day (every policy and the hindsight oracle near 35-90 % violation)
 
 ``split=None`` runs the configured day as is (the illustrative three-trace mix, the pattern of both Azure
 traces, ``ci_start_utc`` and hour 0). A named split draws ``ci_start_utc``, ``start_hour``,
@@ -343,7 +345,8 @@ class PDProvisionEnv(gym.Env):
             self.scenario: dict[str, Any] = {"split": None, "seed": None}
             self._bind_day(cfg.scenario)
         else:
-            day, self.scenario = draw_scenario(cfg.scenario, cfg.split, scenario_rng(cfg.split, 0))
+            day, self.scenario = draw_scenario(cfg.scenario, cfg.split, scenario_rng(cfg.split, 0),
+                                               self.split_capacity_scale())
             self._bind_day(day)
         self.front_slots = self._front_slots()
         lv = 2 * cfg.residual_levels + 1
@@ -383,6 +386,19 @@ class PDProvisionEnv(gym.Env):
         self._mu_list = self.tables.mu.tolist()  # nested lists: fast scalar lookups in the step loop
         # The reference every driver and the observation read: min-power with one period of lookahead.
         self.reference = MinPowerRule(self.tables, cfg.gpu_budget, cfg.pue, lookahead=1, eps=cfg.front_eps)
+
+    def split_capacity_scale(self) -> float:
+        """The peak-rate factor of this env's split: for :data:`~servegym.envs.pd.scenario.CAPACITY_SCALED_SPLITS`
+        the budget's largest capacity under the split trace's lengths over that under azure-conv's (the
+        train trace), from this config's system, action grid and budget; 1 for every other split."""
+        from servegym.envs.pd.scenario import CAPACITY_SCALED_SPLITS, MIX_COMPONENTS, SPLIT_TRACE
+
+        cfg = self.config
+        if cfg.split not in CAPACITY_SCALED_SPLITS:
+            return 1.0
+        tab = mix_tables(np.eye(len(MIX_COMPONENTS)), cfg.system, cfg.max_prefill, cfg.max_decode)
+        cap = [float(tab.grid(m, cfg.gpu_budget).mu.max()) for m in range(len(MIX_COMPONENTS))]
+        return cap[MIX_COMPONENTS.index(SPLIT_TRACE[cfg.split])] / cap[MIX_COMPONENTS.index(SPLIT_TRACE["train"])]
 
     def _front_slots(self) -> int:
         """Slots of the front mode: the largest eps-Pareto front over the day's mixes (split None), or over
@@ -457,7 +473,8 @@ class PDProvisionEnv(gym.Env):
         cfg = self.config
         s = int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
         if cfg.split is not None:
-            day, record = draw_scenario(cfg.scenario, cfg.split, scenario_rng(cfg.split, s))
+            day, record = draw_scenario(cfg.scenario, cfg.split, scenario_rng(cfg.split, s),
+                                        self.split_capacity_scale())
             if day != self.day:
                 self._bind_day(day)
             self.scenario = {**record, "seed": s}
@@ -633,11 +650,7 @@ class PDProvisionEnv(gym.Env):
             self._apply_target(n_p, n_d, t0)
         else:
             self._target = [n_p, n_d]
-        mean_rate = float(self._rates[k])
-        if cfg.arrivals == "poisson":
-            arrived = float(self.np_random.poisson(mean_rate * period))
-        else:
-            arrived = mean_rate * period
+        arrived = self._draw_arrivals(self.np_random, k)
         if cfg.mode == "fluid":
             m = self._fluid_period(k, t0, period, arrived)
         else:
@@ -756,6 +769,26 @@ class PDProvisionEnv(gym.Env):
             "demand_util": min((lam + q / period) / max(mu_tab[n_p][n_d], 1e-9), 10.0),
         }
 
+    def slo_steady(self, lam: float, n_p: NDArray[np.int64], n_d: NDArray[np.int64], mix: int
+                   ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+        """(violation share, mean TTFT s, mean TPOT s) of arrivals at ``lam`` req/s meeting no backlog, for
+        the deployments (n_p, n_d) (arrays of one shape): the steady case of :meth:`_slo_piece` (every
+        arrival sees the same state), vectorized so a planner can price every deployment at once."""
+        cfg = self.config
+        tab = self.tables
+        mu_p, cv_s2 = float(tab.mu_p[mix]), float(tab.cv_s2[mix])
+        a_d, b_d, dec = float(tab.a_d[mix]), float(tab.b_d[mix]), float(tab.decode_tokens[mix])
+        rho = np.minimum(lam / (n_p * mu_p), RHO_K_MAX)
+        mean_res = (1.0 / n_p + cv_s2) / (2.0 * mu_p * (1.0 - rho))  # W / rho: mean wait given waiting
+        slack = cfg.ttft_slo_s - tab.t_p_quantiles_s[mix]
+        p_ttft = np.where(slack <= 0, 1.0, rho[..., None] * np.exp(-np.maximum(slack, 0.0) / mean_res[..., None]))
+        p = p_ttft.mean(axis=-1)
+        lam_i = lam / n_d
+        batch = lam_i * dec * a_d / np.maximum(1.0 - lam_i * dec * b_d, 1e-9)
+        tpot = a_d + b_d * batch
+        viol = np.where(tpot > cfg.tpot_slo_s, 1.0, p)
+        return viol, rho * mean_res + float(tab.t_p_mean_s[mix]), tpot
+
     def _slo_piece(self, q: float, lam: float, mu: float, tau: float, n_p: int, n_d: int, mix: int, mu_p: float,
                    cv_s2: float, a_d: float, b_d: float, dec: float, tpq: NDArray[np.float64]
                    ) -> tuple[float, float, float]:
@@ -766,26 +799,15 @@ class PDProvisionEnv(gym.Env):
         """
         cfg = self.config
         if q <= 0.0 and lam < mu:
-            s_pts = None
-            d = 0.0
-            rate_srv = lam
-        else:
-            s_pts = (np.arange(N_SLO_POINTS) + 0.5) * (tau / N_SLO_POINTS)
-            qs = np.maximum(q + (lam - mu) * s_pts, 0.0)
-            backlogged = qs > 0
-            d = qs / mu
-            rate_srv = np.where(backlogged | (lam >= mu), mu, lam)
+            viol, ttft, tpot = self.slo_steady(lam, np.asarray(n_p), np.asarray(n_d), mix)
+            return float(viol), float(ttft), float(tpot)
+        s_pts = (np.arange(N_SLO_POINTS) + 0.5) * (tau / N_SLO_POINTS)
+        qs = np.maximum(q + (lam - mu) * s_pts, 0.0)
+        backlogged = qs > 0
+        d = qs / mu
+        rate_srv = np.where(backlogged | (lam >= mu), mu, lam)
         rho = np.minimum(np.asarray(rate_srv) / (n_p * mu_p), RHO_K_MAX)
         mean_res = (1.0 / n_p + cv_s2) / (2.0 * mu_p * (1.0 - rho))  # W / rho: mean wait given waiting
-        if s_pts is None:
-            slack = cfg.ttft_slo_s - tpq
-            p_ttft = np.where(slack <= 0, 1.0, rho * np.exp(-np.maximum(slack, 0.0) / mean_res))
-            p = float(p_ttft.mean())
-            lam_i = lam / n_d
-            batch = lam_i * dec * a_d / max(1.0 - lam_i * dec * b_d, 1e-9)
-            tpot = a_d + b_d * batch
-            viol = 1.0 if tpot > cfg.tpot_slo_s else p
-            return viol, float(rho * mean_res) + float(self.tables.t_p_mean_s[mix]), tpot
         slack = cfg.ttft_slo_s - d[:, None] - tpq[None, :]
         p_ttft = np.where(slack <= 0, 1.0, rho[:, None] * np.exp(-np.maximum(slack, 0.0) / mean_res[:, None]))
         p_ttft = p_ttft.mean(axis=1)
@@ -886,6 +908,24 @@ class PDProvisionEnv(gym.Env):
         if twin is None:
             twin = self._twin = PDProvisionEnv(replace(self.config, action_mode="absolute"))
         return twin
+
+    def _draw_arrivals(self, rng: np.random.Generator, k: int) -> float:
+        """Requests arriving in period ``k``: a Poisson count of the scenario's mean rate x period
+        (``arrivals="poisson"``) or the mean itself."""
+        mean = float(self._rates[k]) * self.config.scenario.period_s
+        return float(rng.poisson(mean)) if self.config.arrivals == "poisson" else mean
+
+    def hindsight_arrivals(self) -> NDArray[np.float64]:
+        """The arrival counts of every period left in the episode, exactly as :meth:`step` will draw them
+        (from a copy of the episode's generator; in fluid mode actions never touch it). What a hindsight
+        oracle knows and a policy does not; ConfigError in request mode (the simulator shares the generator)."""
+        import copy
+
+        if self.config.mode != "fluid":
+            raise ConfigError("hindsight_arrivals: mode = 'request' draws request lengths from the same "
+                              "generator, so arrivals depend on the actions; allowed: mode = 'fluid'")
+        rng = copy.deepcopy(self.np_random)
+        return np.array([self._draw_arrivals(rng, k) for k in range(self._k, self._end)], dtype=np.float64)
 
     def follow_action(self) -> NDArray[np.int64]:
         """The residual mode's zero action [L, L]: no change to the reference's suggestion (what the

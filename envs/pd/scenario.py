@@ -344,6 +344,13 @@ SPLIT_RATE_SCALE: tuple[float, float] = (0.85, 1.15)
 #: read disjoint segments of azure-conv (servegym.splits.TRACE_SEGMENTS); the shifts are held-out traces.
 SPLIT_TRACE: dict[str, str] = {"train": "azure-conv", "validation": "azure-conv", "test": "azure-conv",
                                "shift-code": "azure-code", "shift-mooncake": "mooncake"}
+#: Splits whose peak rate is also scaled to the GPU budget: by the ratio of the budget's largest capacity
+#: under the split's lengths to that under the train trace's (azure-conv), so the day loads the budget as
+#: much as a test day does. Mooncake's long prompts cut the 16-GPU budget's largest capacity from 82.6 to
+#: 7.8 req/s (x 0.095), below the drawn peaks of 12-16 req/s: unscaled, every policy and the hindsight
+#: oracle itself violate ~35-90 % of the requests, so the split scored nothing. The budget is not raised
+#: instead because it sets the action space, which a shift must keep (an agent trained on train plays it).
+CAPACITY_SCALED_SPLITS: tuple[str, ...] = ("shift-mooncake",)
 #: Fields a named split draws itself (setting them with a split is a ConfigError).
 SPLIT_FIELDS: tuple[str, ...] = ("ci_start_utc", "start_hour", "pattern_trace", "pattern_segment", "mix_knots")
 
@@ -369,14 +376,16 @@ def _pd_split_days(zone: str, split: str, hours: float):  # -> pd.DatetimeIndex
     return split_days(split, idx[0], idx[-1], window_h=(0.0, 24.0 + float(hours)))
 
 
-def draw_scenario(base: DayScenario, split: str, rng: np.random.Generator) -> tuple[DayScenario, dict]:
+def draw_scenario(base: DayScenario, split: str, rng: np.random.Generator, capacity_scale: float = 1.0
+                  ) -> tuple[DayScenario, dict]:
     """The day of one episode of ``split`` (servegym.splits; the env docstring lists the draws) and its record.
 
     Draws: a grid day of the split from zone ``base.ci_zone``'s series (local time 0 = 00:00 UTC of that
     day, so the CI hour of a period is its local hour in UTC), a local start hour in 0..23, the peak rate
     ``base.peak_rate_rps`` x U(:data:`SPLIT_RATE_SCALE`); the split's trace sets the rate pattern (its
     segment of the trace span for the base splits) and the length mix (that trace only). The trace phase
-    is drawn by the env from the same episode seed.
+    is drawn by the env from the same episode seed. ``capacity_scale`` multiplies the peak rate as well
+    (the env passes the budget's capacity ratio for :data:`CAPACITY_SCALED_SPLITS`, else 1).
     """
     import pandas as pd
 
@@ -385,7 +394,7 @@ def draw_scenario(base: DayScenario, split: str, rng: np.random.Generator) -> tu
     days = _pd_split_days(base.ci_zone, split, base.duration_s / 3600.0)
     day = days[int(rng.integers(days.size))]
     start_hour = int(rng.integers(24))
-    scale = float(rng.uniform(*SPLIT_RATE_SCALE))
+    scale = float(rng.uniform(*SPLIT_RATE_SCALE)) * float(capacity_scale)
     trace = SPLIT_TRACE[split]
     seg = segment(split) if split in ("train", "validation", "test") else (0.0, 1.0)
     shares = tuple(1.0 if c == trace else 0.0 for c in MIX_COMPONENTS)
@@ -394,5 +403,5 @@ def draw_scenario(base: DayScenario, split: str, rng: np.random.Generator) -> tu
                    peak_rate_rps=round(base.peak_rate_rps * scale, 6), pattern_trace=trace, pattern_segment=seg,
                    mix_knots=((0.0, *shares),))
     record = {"split": split, "ci_day": ci_start[:10], "ci_start_utc": ci_start, "start_hour": float(start_hour),
-              "rate_scale": scale, "peak_rate_rps": scen.peak_rate_rps, "trace": trace, "pattern_segment": seg}
+              "rate_scale": scale, "capacity_scale": float(capacity_scale), "peak_rate_rps": scen.peak_rate_rps, "trace": trace, "pattern_segment": seg}
     return scen, record

@@ -51,7 +51,9 @@ FAMILY_SPLITS: dict[str, dict[str, str]] = {
         "validation": "days 21-23, the same draws, azure-conv pattern from 60-80 % of the trace hour",
         "test": "day 24 to the month's end, the same draws, azure-conv pattern from 80-100 % of the trace hour",
         "shift-code": "test days with the held-out azure-code trace (arrival pattern and lengths)",
-        "shift-mooncake": "test days with the held-out Mooncake conversation trace (arrival pattern and lengths)",
+        "shift-mooncake": "test days with the held-out Mooncake conversation trace (arrival pattern and lengths), "
+                          "peak rate scaled to the GPU budget (x the budget's capacity ratio under Mooncake vs "
+                          "azure-conv lengths, 0.095 at 16 GPUs)",
     },
     "npu": {
         "train": "model (one of the four), Azure trace (code or conv), start hour, rate x U[0.7, 1.3] of "
