@@ -27,9 +27,10 @@ GEO_METRICS = (
     MetricSpec("energy_kwh", ("energy_kwh",), label="facility energy (kWh)"),
     MetricSpec("power_w", ("power_w",), label="mean facility power (W)"),
 )
-#: The paper's Fig. 4a set (servegym.baselines.geo.PAPER_POLICIES).
+#: The paper's Fig. 4a set (servegym.baselines.geo.PAPER_POLICIES), then the hindsight oracle
+#: (servegym.baselines.geo.oracle: the per-episode best of its candidate plans; one run per candidate).
 GEO_BASELINES = ("rr", "ll", "greedy:0", "greedy:0.5", "greedy:0.9", "ilp", "iter-ilp", "milp", "green-llm",
-                 "moer")
+                 "moer", "oracle")
 
 
 def geo_return(cfg: Any, sim: Any, summary: dict[str, Any]) -> float:

@@ -642,3 +642,30 @@ def test_residual_envs_copy_mid_episode(env_cls: type) -> None:
         assert (r1, t1) == (r2, t2)
         if t1:
             break
+
+
+def test_compressed_grid_clock_crosses_an_hour_inside_the_serving_window() -> None:
+    """ci_time_scale=120 on the mini preset (30 s = one grid hour): a split starts the clock inside its hour,
+    so the CI changes at a poll time of the serving window; day, hour and arrivals stay scale 1's."""
+    from servegym.envs.geo.env_common import GridClock
+
+    fast = GeoRouteEnv(config={"preset": "mini", "split": "test", "ci_time_scale": 120.0})
+    slow = GeoRouteEnv(config={"preset": "mini", "split": "test"})
+    for seed in range(5):
+        cfg, scen = fast.episode_scenario(seed)
+        cfg1, scen1 = slow.episode_scenario(seed)
+        assert scen["sim_seed"] == scen1["sim_seed"]
+        assert pd.Timestamp(scen1["ci_start"]).minute == 0
+        assert pd.Timestamp(scen["ci_start"]).floor("h") == pd.Timestamp(scen1["ci_start"])
+        clock = GridClock(cfg, 120.0)
+        hours = clock.hour_index(np.arange(0.0, cfg.duration_s, cfg.poll_interval_s))
+        assert hours[0] == 0 and hours[-1] == 1  # one boundary inside the window, on the poll grid
+        t_cross = cfg.poll_interval_s * int(np.argmax(hours > 0))
+        assert clock.hour_index(t_cross - 1e-6) == 0 and clock.hour_index(t_cross) == 1
+
+
+def test_follow_action_is_the_reference_choice() -> None:
+    env = GeoRouteEnv(config={**MINI, "action_mode": "residual", "reference": "moer"})
+    assert env.follow_action() == env.n_dcs
+    with pytest.raises(ConfigError, match="residual"):
+        GeoRouteEnv(config=MINI).follow_action()

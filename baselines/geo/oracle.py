@@ -196,7 +196,7 @@ class HindsightMILP(BasePolicy):
 #: on :func:`oracle_config`), then shipped schedulers that use less information than the oracle has
 #: (played on the scenario as is): a plan that needs less than the oracle knows is one it can play.
 ORACLE_CANDIDATES: tuple[str, ...] = ("hindsight-milp:1:1", "hindsight-milp:3:1", "hindsight-milp:3:3",
-                                      "hindsight-milp:1:3:stall", "moer", "ilp", "milp")
+                                      "hindsight-milp:1:3:stall", "moer", "ilp", "iter-ilp", "milp", "green-llm")
 
 
 def poll_grid_s(config: GeoConfig) -> float:

@@ -175,7 +175,9 @@ class GeoEnvConfig:
             (GeoRouteWindow-v0: a window scheduler only).
         ci_time_scale: CI-clock seconds per simulated second, in [1, 3600] (:class:`GridClock`):
             1 follows the real hourly series in real time; 120 makes a 30 s episode span an hour
-            of grid, so the ranking of DCs changes within episodes.
+            of grid, so the ranking of DCs changes within episodes. Above 1, a split starts the
+            clock inside its hour, at a drawn poll time of the serving window from the next hour
+            boundary (scale 1 keeps whole-hour starts).
         ci_forecast_h: hours of CI forecast in the observation, in [0, 24] (0: none).
         ci_forecast_noise: relative log-normal noise of the forecast per square-root hour of
             lead, in [0, 2] (0: the real series).
@@ -436,11 +438,15 @@ class GridClock:
     The CI clock starts at ``ci_start`` (or the topology's base hour) and runs ``ci_time_scale``
     times faster than simulated time: the CI of DC d at simulated time ``t`` is the real hourly
     series (:meth:`servegym.envs.grid.Topology.ci_matrix`) at hour
-    ``floor(start) + floor(t · ci_time_scale / 3600 s)``, so with the default scale 1 an episode
-    whose simulated time crosses an hour follows the series exactly, and with e.g. 120 a 30 s
-    episode spans an hour of grid (a compressed day: the fleet's seconds, the grid's hours).
-    Carbon is exact when ``3600 / ci_time_scale`` is a multiple of the poll period (CI is charged
-    per poll interval at its start). ``geo.ci_mode = "fixed"`` holds the start hour. Past the
+    ``floor(start) + floor((s0 + t · ci_time_scale) / 3600 s)``, ``s0`` the seconds of the start hour
+    already gone at ``ci_start``, so with the default scale 1 an episode whose simulated time crosses an
+    hour follows the series exactly, and with e.g. 120 a 30 s episode spans an hour of grid (a compressed
+    day: the fleet's seconds, the grid's hours). The splits start such a compressed clock inside its hour
+    (``GeoEnvBase.episode_scenario``), so the boundary falls within the serving window: with whole-hour
+    starts it came at ``t = 3600 / 120 = 30 s``, the end of the mini preset's arrivals, and 120 changed
+    nothing. Carbon is exact when every hour boundary falls on a poll time (CI is charged per poll interval
+    at its start): the splits draw the first boundary at a poll time, and later ones follow when
+    ``3600 / ci_time_scale`` is a multiple of the poll period. ``geo.ci_mode = "fixed"`` holds the start hour. Past the
     series' last hour the CI stays at its last value.
 
     Forecast (``ci_forecast_h = H > 0``): the CI of the next ``H`` clock hours at every DC, with
@@ -459,6 +465,8 @@ class GridClock:
         if start.tzinfo is None:
             start = start.tz_localize("UTC")
         self.start_h = float(start.hour + start.minute / 60.0 + start.second / 3600.0)
+        # seconds of the start hour already gone: the clock's first hour boundary comes that much earlier
+        self.offset_s = float(start.minute * 60 + start.second + start.microsecond / 1e6)
         self.duration_s = float(geo.duration_s)
         self.scale = float(scale)
         self.fixed = geo.ci_mode == "fixed"
@@ -477,7 +485,7 @@ class GridClock:
         t = np.asarray(t_s, dtype=np.float64)
         if self.fixed:
             return np.zeros(t.shape, dtype=np.int64)
-        return np.floor(t * (self.scale / 3600.0)).astype(np.int64)
+        return np.floor((self.offset_s + t * self.scale) / 3600.0).astype(np.int64)
 
     def _row(self, h: int) -> NDArray[np.float64]:
         return self._mat[min(self._pos + h, self._last)]
@@ -635,11 +643,21 @@ class GeoEnvBase(gym.Env):
             rng = scenario_rng(split, s)
             # grid hours the episode's CI clock and forecast run through (arrivals, drain, time scale)
             span_h = math.ceil((cfg.duration_s + cfg.drain_s) * self.config.ci_time_scale / 3600.0)
-            span_h += int(self.config.ci_forecast_h)
+            span_h += int(self.config.ci_forecast_h) + (1 if self.config.ci_time_scale > 1.0 else 0)  # start offset
             days = _split_days(cfg.topology, split, span_h)
             start = days[int(rng.integers(days.size))] + pd.Timedelta(hours=int(rng.integers(24)))
-            ci_start = start.strftime("%Y-%m-%dT%H:%M:%SZ")
             sim_seed = int(rng.integers(0, 2**31 - 1))
+            if self.config.ci_time_scale > 1.0:
+                # A compressed grid clock starts inside its hour, so that an hour boundary (a new CI row,
+                # possibly a new ranking of the DCs) falls at a drawn poll time of the serving window
+                # rather than at its very end (whole-hour starts put it at t = 3600 / scale, past a short
+                # episode); drawn after the arrival seed, so day, hour and arrivals stay those of scale 1.
+                step = cfg.poll_interval_s if cfg.poll_mode == "sync" else cfg.poll_interval_s / self.n_dcs
+                n_polls = max(1, int(cfg.duration_s // step))
+                t_cross = step * int(rng.integers(1, n_polls + 1))
+                offset_s = (-t_cross * self.config.ci_time_scale) % 3600.0
+                start = start + pd.Timedelta(seconds=round(offset_s, 6))
+            ci_start = start.isoformat().replace("+00:00", "Z")
             cfg = cfg.replace(ci_start=ci_start)
         scenario = {"split": split, "seed": s, "ci_start": ci_start, "topology": cfg.topology,
                     "rate_rps": cfg.rate_rps, "poll_interval_s": cfg.poll_interval_s, "sim_seed": sim_seed}

@@ -66,7 +66,7 @@ from servegym.envs.geo.env_common import (
 from servegym.envs.geo.provisioner import Snapshot
 from servegym.envs.geo.reference import ReferencePlanner
 
-from servegym.errors import ActionError
+from servegym.errors import ActionError, ConfigError
 
 #: Per-DC features of the current request, in observation order.
 REQUEST_DC_FEATURES: tuple[str, ...] = ("ttft", "tpot", "carbon", "feasible", "local")
@@ -183,6 +183,13 @@ class GeoRouteEnv(GeoEnvBase):
         if self._ref is not None:
             return np.append(self._mask[self._i], True)
         return self._mask[self._i].copy()
+
+    def follow_action(self) -> int:
+        """The residual mode's "do what the reference does" action, ``D`` (the benchmark's ``follow``
+        policy); the direct mode has none (ConfigError)."""
+        if not self.residual:
+            raise ConfigError("follow_action() needs action_mode = 'residual'; allowed: a residual GeoRoute-v0")
+        return int(self.n_dcs)
 
     # -- internals ------------------------------------------------------------------------------
     def _check_action(self, action: Any) -> int:
