@@ -20,6 +20,7 @@ process pool (default) or on Ray (``--ray``), with a progress bar.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -37,6 +38,7 @@ from servegym.agents.families import EpisodeResult, family_for, run_baseline_epi
 from servegym.agents.rollout import agent_act_fn, play_episode, seeds_from
 
 from servegym.errors import ConfigError
+from servegym.outputs import save_figure, write_frame, write_text
 
 #: First reset seed of the test episodes (any seed works: the split draws the scenario).
 TEST_SEED = 0
@@ -401,7 +403,8 @@ def train_task(task: dict[str, Any]) -> dict[str, Any]:
                       tb=str(Path(task["run_dir"]) / "tb") if task.get("tb") else None, out=str(out),
                       env_kwargs=dict(e.env_kwargs), eval_freq=max(e.timesteps // e.evals, 1),
                       eval_episodes=e.val_episodes, eval_seed=VALIDATION_SEED, eval_split="validation",
-                      baselines=",".join(sorted(set(refs.values()))), checkpoint_freq=0, progress=False, verbose=0)
+                      baselines=",".join(sorted(set(refs.values()))), checkpoint_freq=0, progress=False, verbose=0,
+                      force=True)  # the suite owns run_dir (under its lock); a rerun or retried task starts afresh
     res = train(cfg)
     train_s = time.perf_counter() - t0
     chosen = res.best_model_path or res.model_path
@@ -448,19 +451,8 @@ class SuiteResult:
     entry_runs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir: str | Path = "runs/suite",
-              workers: int | None = None, ray_address: str | bool | None = False, progress: bool = True,
-              env_ids: Sequence[str] | None = None, tb: bool = True) -> SuiteResult:
-    """Train, select and test every env id of ``budget`` and write the leaderboard (module docstring)."""
-    from servegym.agents.sweep import run_local, run_ray
-
-    if budget not in SUITE:
-        raise ConfigError(f"--budget = {budget!r}; allowed: {', '.join(BUDGETS)}")
-    entries = [e for e in SUITE[budget] if env_ids is None or e.env_id in env_ids]
-    if not entries:
-        raise ConfigError(f"--envs = {list(env_ids or [])!r} selects nothing; allowed: "
-                          f"{[e.env_id for e in SUITE[budget]]}")
-    t0 = time.perf_counter()
+def suite_tasks(entries: Sequence[SuiteEntry], run_dir: str | Path, tb: bool) -> list[dict[str, Any]]:
+    """Every task of a suite run: each entry's training seeds, then its baselines' test episodes."""
     tasks: list[dict[str, Any]] = []
     for e in entries:
         for s in range(e.seeds):
@@ -469,22 +461,108 @@ def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir:
             for s in seeds_from(TEST_SEED, e.episodes):
                 tasks.append({"kind": "baseline", "env_id": e.env_id, "env_kwargs": e.env_kwargs, "policy": p,
                               "seed": s})
-    if ray_address is not False:
-        outs = run_ray(tasks, address=ray_address or None, workers=workers, progress=progress, fn=suite_task,
-                       tidy=False)
-    else:
-        outs = run_local(tasks, workers=workers, progress=progress, fn=suite_task, tidy=False)
-    run = {"wall_s": time.perf_counter() - t0, "env_ids": [e.env_id for e in entries],
-           "workers": None if ray_address is not False else (workers or os.cpu_count() or 1)}
-    for e in entries:  # the raw episodes of each id, so later runs of other ids add to one leaderboard
-        save_entry_outputs(e, [o for o in outs if o["env_id"] == e.env_id], budget, Path(out_dir), run)
-    wall_s = float(run["wall_s"])
-    return rebuild_leaderboard(budget, out_dir, wall_s)
+    return tasks
+
+
+def task_key(task: dict[str, Any]) -> str:
+    """A suite task's identity in the run's journal."""
+    if task["kind"] == "train":
+        return json.dumps(["train", task["entry"]["env_id"], int(task["seed"])])
+    return json.dumps(["baseline", task["env_id"], task["policy"], int(task["seed"])])
+
+
+def suite_header(tasks: Sequence[dict[str, Any]]) -> str:
+    """A hash of a run's tasks (entries, seeds, run folder): a journal resumes only the run that wrote it."""
+    return hashlib.sha256(json.dumps(list(tasks), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def suite_journal(budget: str, out_dir: Path) -> Path:
+    """The journal of a suite run in progress: one line per finished task (removed when the run completes)."""
+    return _raw_dir(budget, out_dir) / ".partial.jsonl"
+
+
+def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir: str | Path = "runs/suite",
+              workers: int | None = None, ray_address: str | bool | None = False, progress: bool = True,
+              env_ids: Sequence[str] | None = None, tb: bool = True, force: bool = False) -> SuiteResult:
+    """Train, select and test every env id of ``budget`` and write the leaderboard (module docstring).
+
+    Nothing is lost or silently replaced: the budget's stored runs are locked for the run
+    (``suite_runs/<budget>.lock``; a second suite on them fails at once); an id whose stored run exists is
+    refused unless ``force``; every finished task goes to ``suite_runs/<budget>/.partial.jsonl`` at once, and
+    the same command run again after an interruption (SIGINT, SIGTERM, a crash, a lost Ray node) resumes
+    from it automatically, running only the tasks it lacks (``force`` discards it). Tasks are deterministic,
+    so a resumed run's results equal an uninterrupted one's."""
+    from servegym.agents.sweep import run_local, run_ray
+
+    from servegym.outputs import Journal, OutputLock
+
+    if budget not in SUITE:
+        raise ConfigError(f"--budget = {budget!r}; allowed: {', '.join(BUDGETS)}")
+    entries = [e for e in SUITE[budget] if env_ids is None or e.env_id in env_ids]
+    if not entries:
+        raise ConfigError(f"--envs = {list(env_ids or [])!r} selects nothing; allowed: "
+                          f"{[e.env_id for e in SUITE[budget]]}")
+    out = Path(out_dir)
+    t0 = time.perf_counter()
+    tasks = suite_tasks(entries, run_dir, tb)
+    with OutputLock(_raw_dir(budget, out), "--out-dir"):
+        stored = [e.env_id for e in entries if _entry_path(e, budget, out).exists()]
+        if stored and not force:
+            raise ConfigError(f"--out-dir = {str(out)!r} already holds stored suite runs of {', '.join(stored)} "
+                              f"({_raw_dir(budget, out)}); pass --force to replace them, or --rescore to rebuild "
+                              "the leaderboard from them")
+        journal = Journal(suite_journal(budget, out))
+        header = suite_header(tasks)
+        done: dict[str, Any] = {}
+        if journal.path.exists() and not force:
+            found = journal.read(header)
+            if found is None:
+                raise ConfigError(f"--out-dir: {journal.path} is the journal of an interrupted suite run with other "
+                                  "tasks (budget, --envs or --run-dir differ); run that command again to finish "
+                                  "it, or pass --force to discard it")
+            done = {k: v for k, v in found.items() if k in {task_key(t) for t in tasks}}
+            if progress and done:
+                print(f"resuming: {len(done)} of {len(tasks)} tasks from the interrupted run ({journal.path})")
+        todo = [t for t in tasks if task_key(t) not in done]
+        journal.open(header, keep=done)
+        by_key = dict(done)
+        try:
+            def on_result(task: dict[str, Any], output: dict[str, Any]) -> None:
+                journal.add(task_key(task), output)
+                by_key[task_key(task)] = output
+
+            if todo and ray_address is not False:
+                run_ray(todo, address=ray_address or None, workers=workers, progress=progress, fn=suite_task,
+                        tidy=False, on_result=on_result)
+            elif todo:
+                run_local(todo, workers=workers, progress=progress, fn=suite_task, tidy=False, on_result=on_result)
+        finally:
+            journal.close()
+        # task order, whatever order they finished in; journalled outputs went through JSON, so fresh ones do too
+        outs = [json.loads(json.dumps(by_key[task_key(t)], default=_json_default)) for t in tasks]
+        run = {"wall_s": time.perf_counter() - t0, "env_ids": [e.env_id for e in entries],
+               "workers": None if ray_address is not False else (workers or os.cpu_count() or 1),
+               "resumed_tasks": len(done)}
+        for e in entries:  # the raw episodes of each id, so later runs of other ids add to one leaderboard
+            save_entry_outputs(e, [o for o in outs if o["env_id"] == e.env_id], budget, out, run)
+        journal.close(remove=True)
+        wall_s = float(run["wall_s"])
+        return _rebuild(budget, out, wall_s)
 
 
 def rebuild_leaderboard(budget: str, out_dir: str | Path = RESULTS_DIR, wall_s: float = 0.0) -> SuiteResult:
     """The leaderboard of ``budget`` from its stored raw outputs alone (no training, no episodes played):
-    ``servegym benchmark --suite --rescore``, after a run of some ids or a change of the scoring code."""
+    ``servegym benchmark --suite --rescore``, after a run of some ids or a change of the scoring code.
+    Holds the budget's lock (a suite run writing it makes this fail at once)."""
+    from servegym.outputs import OutputLock
+
+    if budget not in SUITE:
+        raise ConfigError(f"--budget = {budget!r}; allowed: {', '.join(BUDGETS)}")
+    with OutputLock(_raw_dir(budget, Path(out_dir)), "--out-dir"):
+        return _rebuild(budget, out_dir, wall_s)
+
+
+def _rebuild(budget: str, out_dir: str | Path, wall_s: float) -> SuiteResult:
     if budget not in SUITE:
         raise ConfigError(f"--budget = {budget!r}; allowed: {', '.join(BUDGETS)}")
     entries, outs, runs = stored_outputs(budget, Path(out_dir))
@@ -519,13 +597,18 @@ def save_entry_outputs(entry: SuiteEntry, outs: Sequence[dict[str, Any]], budget
     history). The leaderboard is rebuilt from these files, so ``--envs`` runs accumulate, and scores can be
     recomputed from the stored returns without rerunning anything. ``run``: the run's wall time, the ids
     trained together in it and its processes (:attr:`SuiteResult.entry_runs`)."""
-    d = _raw_dir(budget, out_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{entry.env_id.split('/')[-1]}.json"
-    path.write_text(json.dumps({"entry": entry.__dict__, "suite_wall_s": run["wall_s"],
-                                "suite_env_ids": run["env_ids"], "suite_workers": run["workers"], "outputs": list(outs)},
-                               indent=1, default=_json_default) + "\n")
+    from servegym.outputs import write_text
+
+    path = _entry_path(entry, budget, out_dir)
+    write_text(path, json.dumps({"entry": entry.__dict__, "suite_wall_s": run["wall_s"],
+                                 "suite_env_ids": run["env_ids"], "suite_workers": run["workers"],
+                                 "outputs": list(outs)}, indent=1, default=_json_default) + "\n")
     return path
+
+
+def _entry_path(entry: SuiteEntry, budget: str, out_dir: Path) -> Path:
+    """``suite_runs/<budget>/<id>.json``, the stored run of one env id."""
+    return _raw_dir(budget, out_dir) / f"{entry.env_id.split('/')[-1]}.json"
 
 
 def _json_default(v: Any) -> Any:
@@ -688,15 +771,15 @@ def write_leaderboard(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Seq
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = "leaderboard" if budget != "smoke" else "leaderboard_smoke"
     files = {"csv": out_dir / f"{stem}.csv", "json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md"}
-    res.leaderboard.to_csv(files["csv"], index=False)
-    files["json"].write_text(json.dumps(res.records, indent=2) + "\n")
+    write_frame(res.leaderboard, files["csv"])
+    write_text(files["json"], json.dumps(res.records, indent=2) + "\n")
     scores_by_env: dict[str, dict[str, np.ndarray]] = {}
     for e in entries:
         mine = [o for o in outs if o["env_id"] == e.env_id]
         board = env_board(e.env_id, pd.DataFrame([r for o in mine for r in o["rows"]]))
         scores_by_env[e.env_id] = {p: board.scores(p) for p in board.by_policy}
     files["profiles"] = _plot_profiles(scores_by_env, out_dir / f"{stem}_profiles.png")
-    files["md"].write_text(_markdown(res, entries, outs, budget, files))
+    write_text(files["md"], _markdown(res, entries, outs, budget, files))
     return files
 
 
@@ -726,7 +809,7 @@ def _plot_profiles(scores_by_env: dict[str, dict[str, np.ndarray]], path: Path) 
     fig.suptitle("test split: 0 = naive, 100 = oracle (or the paper's method where an id has no oracle; "
                  "leaderboard.md names each panel's scale)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
     return path
 

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from servegym.errors import ConfigError
@@ -83,6 +84,7 @@ def add_commands(subparsers: Any) -> None:
     ev.add_argument("--env-kwargs", metavar="JSON", help="override gym.make keyword arguments")
     ev.add_argument("--out-dir", metavar="DIR", default=None, help="write episodes.csv, summary.csv/.md/.png")
     ev.add_argument("--json", action="store_true", help="print the summary as JSON")
+    ev.add_argument("--force", action="store_true", help="replace an evaluation already in --out-dir")
     ev.set_defaults(func=_evaluate)
 
     sw = subparsers.add_parser("sweep", help="policy x scenario x seed grid on a process pool or Ray",
@@ -128,6 +130,9 @@ def add_commands(subparsers: Any) -> None:
                     help="suite: run the grid on Ray (a local instance, or a cluster at ADDRESS)")
     bm.add_argument("--out-dir", default=None, metavar="DIR", help="suite: results folder (default benchmarks/results)")
     bm.add_argument("--run-dir", default="runs/suite", metavar="DIR", help="suite: models, checkpoints, TensorBoard")
+    bm.add_argument("--force", action="store_true",
+                    help="suite: replace the stored runs of the ids (and discard an interrupted run's journal); "
+                         "without it an interrupted run resumes from its journal")
     bm.set_defaults(func=_benchmark)
 
 
@@ -184,7 +189,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     rep = evaluate_model(args.env, args.model, episodes=args.episodes, baselines=args.baselines, seed=args.seed,
                          out_dir=args.out_dir, algo=args.algo, env_kwargs=_env_kwargs(args.env_kwargs),
-                         progress=not args.json)
+                         progress=not args.json, force=args.force)
     if args.json:
         print(rep.summary.to_json(orient="records", indent=2))
     else:
@@ -251,8 +256,18 @@ def _benchmark(args: argparse.Namespace) -> int:
         else:
             if args.budget == "full":
                 print(bm.budget_cost("full", args.workers or os.cpu_count() or 1), file=sys.stderr)
-            res = bm.run_suite(args.budget, out_dir=args.out_dir or bm.RESULTS_DIR, run_dir=args.run_dir,
-                               workers=args.workers, ray_address=ray_address, progress=not args.json, env_ids=envs)
+            from servegym.outputs import Interrupted, interruptible
+
+            try:
+                with interruptible():
+                    res = bm.run_suite(args.budget, out_dir=args.out_dir or bm.RESULTS_DIR, run_dir=args.run_dir,
+                                       workers=args.workers, ray_address=ray_address, progress=not args.json,
+                                       env_ids=envs, force=args.force)
+            except Interrupted as exc:
+                j = bm.suite_journal(args.budget, Path(args.out_dir or bm.RESULTS_DIR))
+                print(f"servegym: interrupted by {exc}: the finished tasks are in {j}; run the same command again "
+                      "to resume", file=sys.stderr)
+                return exc.exit_code
         if args.json:
             print(json.dumps(res.records, indent=2))
         else:

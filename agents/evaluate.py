@@ -27,6 +27,7 @@ from servegym.agents.families import (
 from servegym.agents.rollout import agent_act_fn, play_episode, seeds_from
 
 from servegym import report
+from servegym.outputs import save_figure, write_frame, write_text
 
 ID_COLUMNS = ("policy", "seed")
 # Anything np.asarray accepts (a list, a pandas column, an array).
@@ -153,7 +154,7 @@ def plot_summary(summary: pd.DataFrame, family: Family, path: Path) -> Path:
     fig.suptitle("agent (red) vs baselines: mean ± 95% CI over the same seeds", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -168,13 +169,18 @@ class EvalReport:
 
 def evaluate_model(env_id: str | None, model_path: str | Path, episodes: int = 5, baselines: str | None = "all",
                    seed: int | None = None, out_dir: str | Path | None = None, algo: str | None = None,
-                   env_kwargs: dict[str, Any] | None = None, progress: bool = True) -> EvalReport:
+                   env_kwargs: dict[str, Any] | None = None, progress: bool = True, force: bool = False) -> EvalReport:
     """Play the saved agent and the family's baselines on seeds ``seed .. seed+episodes-1`` (default:
     the run's evaluation seeds' start); write ``episodes.csv``, ``summary.csv``, ``summary.md`` and
-    ``summary.png`` to ``out_dir`` when given."""
+    ``summary.png`` to ``out_dir`` when given, each atomically; an ``out_dir`` that already holds an
+    evaluation is refused before anything is played, unless ``force``."""
     from servegym.agents.train import EVAL_SEED, check_env_id, load_agent
     from tqdm.auto import tqdm
 
+    if out_dir is not None and (Path(out_dir) / "episodes.csv").exists() and not force:
+        from servegym.outputs import refuse_existing
+
+        refuse_existing("--out-dir", out_dir, "an evaluation (episodes.csv)", resume=False)
     model, norm, run = load_agent(model_path, algo=algo, env_id=env_id, env_kwargs=env_kwargs)
     env_id = env_id or run.get("env_id")
     if env_id is None:
@@ -207,13 +213,11 @@ def evaluate_model(env_id: str | None, model_path: str | Path, episodes: int = 5
     if out_dir is not None:
         d = Path(out_dir)
         d.mkdir(parents=True, exist_ok=True)
-        files["episodes_csv"] = d / "episodes.csv"
-        eps.to_csv(files["episodes_csv"], index=False)
-        files["summary_csv"] = d / "summary.csv"
-        summ.to_csv(files["summary_csv"], index=False)
-        files["summary_md"] = d / "summary.md"
-        files["summary_md"].write_text(f"# {env_id}: agent vs baselines, {report.seeds_phrase(seeds)}\n\n"
-                                       + markdown_table(summ) + "\n"
-                                       + "".join(f"{line}  \n" for line in explanations(summ, family, 10_000)))
+        files["episodes_csv"] = write_frame(eps, d / "episodes.csv")
+        files["summary_csv"] = write_frame(summ, d / "summary.csv")
+        files["summary_md"] = write_text(d / "summary.md",
+                                         f"# {env_id}: agent vs baselines, {report.seeds_phrase(seeds)}\n\n"
+                                         + markdown_table(summ) + "\n"
+                                         + "".join(f"{line}  \n" for line in explanations(summ, family, 10_000)))
         files["plot"] = plot_summary(summ, family, d / "summary.png")
     return EvalReport(episodes=eps, summary=summ, files=files, env_id=env_id)

@@ -476,7 +476,9 @@ def plot_performance_profiles(scores: Mapping[str, Sequence[float]], path: str |
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    from servegym.outputs import save_figure
+
+    save_figure(fig, out, dpi=110)
     plt.close(fig)
     return out
 

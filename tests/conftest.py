@@ -35,3 +35,19 @@ def wait_for(cond, timeout: float, proc=None) -> None:
         if time.monotonic() - t0 > timeout:
             raise AssertionError("timed out")
         time.sleep(0.2)
+
+
+def session_pids(sid: int) -> list[int]:
+    """Processes of the session ``sid`` still alive (zombies excluded), from /proc."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[3]) == sid and fields[0] != "Z":
+            out.append(int(d.name))
+    return out

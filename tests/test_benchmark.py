@@ -362,3 +362,89 @@ def test_full_budget_states_its_cost_for_every_env_id() -> None:
     assert set(bm.FULL_COST_S_PER_SEED) == full
     text = bm.budget_cost("full", workers=2)
     assert all(i.split("/")[-1] in text for i in full) and "CPU-hours" in text
+
+
+def test_suite_refuses_to_replace_stored_runs(smoke: tuple[Any, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    _, tmp = smoke
+    out = tmp / "results"
+    before = (out / "suite_runs" / "smoke" / "PDProvision-v0.json").read_bytes()
+    assert main(["benchmark", "--suite", "--budget", "smoke", "--envs", "servegym/PDProvision-v0", "--out-dir",
+                 str(out), "--run-dir", str(tmp / "other_runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "already holds stored suite runs of servegym/PDProvision-v0" in err
+    assert "pass --force to replace them" in err
+    assert (out / "suite_runs" / "smoke" / "PDProvision-v0.json").read_bytes() == before
+    assert not (tmp / "other_runs").exists()
+
+
+def test_suite_resumes_from_an_interrupted_runs_journal(smoke: tuple[Any, Path],
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A journal holding every task of a run (as a run killed just before writing would leave it): the same
+    run resumes from it, trains nothing, and gives the leaderboard rows of the run that made the outputs."""
+    from servegym.outputs import Journal
+
+    res, tmp = smoke
+    pd_id = "servegym/PDProvision-v0"
+    entry = next(e for e in bm.SUITE["smoke"] if e.env_id == pd_id)
+    stored = json.loads((tmp / "results" / "suite_runs" / "smoke" / "PDProvision-v0.json").read_text())["outputs"]
+    run_dir = tmp / "resume_runs"
+    tasks = bm.suite_tasks([entry], run_dir, tb=False)
+    assert len(tasks) == len(stored)
+    out = tmp / "resumed"
+    j = Journal(bm.suite_journal("smoke", out)).open(bm.suite_header(tasks))
+    for t, o in zip(tasks, stored, strict=True):
+        j.add(bm.task_key(t), o)
+    j.close()
+    r2 = run_suite("smoke", out_dir=out, run_dir=run_dir, workers=1, progress=True, env_ids=[pd_id], tb=False)
+    assert f"resuming: {len(tasks)} of {len(tasks)} tasks" in capsys.readouterr().out
+    assert not run_dir.exists()  # nothing was trained again
+    assert not bm.suite_journal("smoke", out).exists()  # the completed run removed its journal
+    mine = res.leaderboard[res.leaderboard.env == pd_id].reset_index(drop=True).dropna(axis=1, how="all")
+    # the combined board has the other id's columns too (empty for this id)
+    assert r2.leaderboard.drop(columns=list(mine.columns)).isna().all().all()
+    pd.testing.assert_frame_equal(r2.leaderboard[mine.columns].drop(columns=["wall_s"]), mine.drop(columns=["wall_s"]))
+    # a journal of other tasks (another run folder) is not mixed in
+    Journal(bm.suite_journal("smoke", tmp / "third")).open("another run").close()
+    with pytest.raises(ConfigError, match="journal of an interrupted suite run with other tasks"):
+        run_suite("smoke", out_dir=tmp / "third", run_dir=run_dir, workers=1, progress=False, env_ids=[pd_id], tb=False)
+
+
+@pytest.mark.slow
+def test_suite_sigterm_then_same_command_resumes(tmp_path: Path) -> None:
+    """SIGTERM mid-suite: exit 143, no process of the run left, the finished tasks journalled; the same
+    command then resumes and its leaderboard equals an uninterrupted run's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import session_pids, wait_for
+
+    def cmd(out: Path) -> list[str]:
+        return [sys.executable, "-c", "import sys; from servegym.cli import main; sys.exit(main(sys.argv[1:]))",
+                "benchmark", "--suite", "--budget", "smoke", "--envs", "servegym/PDProvision-v0", "--workers", "2",
+                "--out-dir", str(out), "--run-dir", str(tmp_path / "runs")]
+
+    out = tmp_path / "results"
+    journal = bm.suite_journal("smoke", out)
+    proc = subprocess.Popen(cmd(out), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        wait_for(lambda: journal.exists() and journal.read_text().count("\n") >= 2, 300, proc)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, err
+    assert "interrupted by SIGTERM" in err and "run the same command again to resume" in err
+    wait_for(lambda: not session_pids(proc.pid), 10)
+    kept = journal.read_text().count("\n") - 1
+    again = subprocess.run(cmd(out), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert f"resuming: {kept} of" in again.stdout
+    ref = subprocess.run(cmd(tmp_path / "ref"), capture_output=True, text=True, timeout=600)
+    assert ref.returncode == 0, ref.stderr
+    a = pd.read_csv(out / "leaderboard_smoke.csv").drop(columns=["wall_s"])
+    b = pd.read_csv(tmp_path / "ref" / "leaderboard_smoke.csv").drop(columns=["wall_s"])
+    pd.testing.assert_frame_equal(a, b)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import wait_for
+from conftest import session_pids, wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -124,20 +124,6 @@ def _servegym(*args: str) -> list[str]:
     return [sys.executable, "-c", "import sys; from servegym.cli import main; sys.exit(main(sys.argv[1:]))", *args]
 
 
-def _session_pids(sid: int) -> list[int]:
-    """Processes of the session ``sid`` still alive (zombies excluded), from /proc."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[3]) == sid and fields[0] != "Z":
-            out.append(int(d.name))
-    return out
 
 
 @pytest.mark.slow
@@ -162,7 +148,7 @@ def test_sweep_signal_stops_every_process_and_resume_finishes(tmp_path, sig) -> 
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 128 + sig, err
     assert f"interrupted by {signal.Signals(sig).name}" in err and "--resume" in err
-    wait_for(lambda: not _session_pids(proc.pid), 10)
+    wait_for(lambda: not session_pids(proc.pid), 10)
     assert not out.exists() and not (tmp_path / "r.csv.lock").exists()
     finished = Journal(journal).read(json.loads(journal.read_text().splitlines()[0])["header"])
     assert finished and len(finished) < 6

@@ -202,13 +202,14 @@ def verdict(scores: Mapping[str, float], *, higher_is_better: bool, what: str, a
 
 
 def save_png(fig: object, path: str | Path, dpi: int = 110) -> Path:
-    """Lay out ``fig``, write it as a PNG at ``path`` (creating the folder), close it; returns the path."""
+    """Lay out ``fig``, write it as a PNG at ``path`` (creating the folder; atomically), close it; returns the path."""
     import matplotlib.pyplot as plt
 
+    from servegym.outputs import save_figure
+
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()  # type: ignore[attr-defined]
-    fig.savefig(out, dpi=dpi)  # type: ignore[attr-defined]
+    save_figure(fig, out, dpi=dpi)
     plt.close(fig)  # type: ignore[arg-type]
     return out
 
