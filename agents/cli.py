@@ -282,7 +282,7 @@ def _benchmark(args: argparse.Namespace) -> int:
                           "baseline of the env's family")
     from servegym.agents.train import check_env_id
 
-    check_env_id(args.env)
+    args.env = check_env_id(args.env)
     split = None if args.split in ("none", "None") else args.split
     ev = bm.evaluate_policy(args.env, policy=args.policy, model=args.model, split=split, episodes=args.episodes,
                             seed=args.seed, env_kwargs=_env_kwargs(args.env_kwargs), progress=not args.json)

@@ -187,7 +187,7 @@ def evaluate_model(env_id: str | None, model_path: str | Path, episodes: int = 5
         from servegym.errors import ConfigError
 
         raise ConfigError(f"--env is required: no run.json beside {model_path} names the env")
-    check_env_id(env_id)
+    env_id = check_env_id(env_id)
     family = family_for(env_id)
     names = resolve_baselines(family, baselines)
     kwargs = {**run.get("env_kwargs", {}), **(env_kwargs or {})}

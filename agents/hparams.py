@@ -52,15 +52,15 @@ def env_file_name(env_id: str) -> str:
 
 
 def _read_yaml(path: Path | Any) -> Any:
+    """A YAML file's document, read within bounds (:func:`servegym.safe_yaml.load_yaml`)."""
     try:
-        import yaml
+        import yaml  # noqa: F401
     except ImportError as exc:
         raise ConfigError("YAML files (sweep configs, hyperparameters) need pyyaml, a core dependency of servegym: "
                           "pip install pyyaml") from exc
-    try:
-        return yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
+    from servegym.safe_yaml import load_yaml
+
+    return load_yaml(path)
 
 
 def shipped_file(env_id: str) -> Any | None:

@@ -34,7 +34,9 @@ from typing import Any
 import pandas as pd
 from servegym.agents.families import family_accepts, family_for
 
+from servegym.env_ids import check_env_id
 from servegym.errors import ConfigError
+from servegym.file_refs import check_file_refs
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,18 @@ def _seeds(raw: Any) -> tuple[int, ...]:
                       "one, or {start, count})")
 
 
+MAX_NAME_CHARS = 200
+
+
+def _name(raw: Any, where: str) -> str:
+    """A sweep, scenario or policy name: a short string (or number) as given."""
+    if isinstance(raw, bool) or not isinstance(raw, (str, int, float)) or len(str(raw)) > MAX_NAME_CHARS:
+        shown = repr(raw) if len(repr(raw)) <= 60 else repr(raw)[:57] + "..."
+        raise ConfigError(f"{where} = {shown} ({type(raw).__name__}); allowed: a string of at most "
+                          f"{MAX_NAME_CHARS} characters")
+    return str(raw)
+
+
 def parse_sweep(doc: Any, base_dir: Path | None = None, source: str = "sweep config") -> SweepConfig:
     """Validate a sweep document; agent paths are resolved against ``base_dir`` (the config's folder)."""
     if not isinstance(doc, dict):
@@ -107,10 +121,18 @@ def parse_sweep(doc: Any, base_dir: Path | None = None, source: str = "sweep con
         env_id = sc.get("env", default_env)
         if not env_id:
             raise ConfigError(f"{source}: scenarios[{i}] has no env (set env: at the top or in the scenario)")
+        # checked against the registry before Gymnasium sees it: no "module:" prefix is ever imported
+        field_name = f"scenarios[{i}].env" if "env" in sc else "env"
+        env_id = check_env_id(env_id, f"{source}: {field_name}")
         kwargs = sc.get("env_kwargs") or {}
         if not isinstance(kwargs, dict):
             raise ConfigError(f"{source}: scenarios[{i}].env_kwargs must be a mapping")
-        scenarios.append(Scenario(str(sc.get("name", f"s{i}")), str(env_id), dict(kwargs)))
+        # a path in a sweep file must lie in the sweep file's folder (or be shipped data by name)
+        check_file_refs(kwargs, f"{source}: scenarios[{i}].env_kwargs", "a sweep config",
+                        roots=() if base_dir is None else (base_dir,),
+                        fix="put it in the sweep config's folder (or below it)")
+        scenarios.append(Scenario(_name(sc.get("name", f"s{i}"), f"{source}: scenarios[{i}].name"), env_id,
+                                  dict(kwargs)))
     if len({s.name for s in scenarios}) != len(scenarios):
         raise ConfigError(f"{source}: scenario names must be unique")
     raw_p = doc.get("policies")
@@ -128,9 +150,10 @@ def parse_sweep(doc: Any, base_dir: Path | None = None, source: str = "sweep con
                 path = base_dir / path
             if not path.is_file():
                 raise ConfigError(f"{source}: policies[{i}].agent = {str(p['agent'])!r}: no such file")
-            policies.append(PolicyRef(str(p.get("name", path.parent.name or "agent")), str(path)))
+            policies.append(PolicyRef(_name(p.get("name", path.parent.name or "agent"), f"{source}: policies[{i}].name"),
+                                      str(path)))
         elif isinstance(p, str):
-            policies.append(PolicyRef(p))
+            policies.append(PolicyRef(_name(p, f"{source}: policies[{i}]")))
         else:
             raise ConfigError(f"{source}: policies[{i}] = {p!r}; allowed: a baseline name or {{agent: PATH}}")
     if len({p.name for p in policies}) != len(policies):
@@ -141,7 +164,7 @@ def parse_sweep(doc: Any, base_dir: Path | None = None, source: str = "sweep con
             if p.agent_path is None and (fam.run_baseline is None or not family_accepts(fam, p.name)):
                 raise ConfigError(f"{source}: policy {p.name!r} is not a baseline of {sc.env_id} "
                                   f"(family {fam.name}); allowed: {', '.join(fam.baselines) or 'agents only'}")
-    return SweepConfig(str(doc.get("name", "sweep")), tuple(scenarios), tuple(policies), _seeds(doc.get("seeds", [0])))
+    return SweepConfig(_name(doc.get("name", "sweep"), f"{source}: name"), tuple(scenarios), tuple(policies), _seeds(doc.get("seeds", [0])))
 
 
 def load_sweep(path: str | Path) -> SweepConfig:

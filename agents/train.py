@@ -40,10 +40,10 @@ from servegym.agents.algos import algo_class, check_algo
 from servegym.agents.families import family_for, resolve_baselines
 from servegym.agents.hparams import Hyperparams, load_hyperparams, materialize, merge_kwargs
 from servegym.agents.rollout import has_action_masks, seeds_from
+from servegym.agents.run_file import RUN_FILE
 
 from servegym.errors import ConfigError, check_range
 
-RUN_FILE = "run.json"
 # Evaluation seeds start here by default, away from the training seeds (seed, seed+1, ... per env).
 EVAL_SEED = 1000
 
@@ -123,14 +123,12 @@ def check_device(device: str) -> None:
         raise ConfigError(f"--device = {device!r}; allowed: cpu, cuda, cuda:N, mps, auto")
 
 
-def check_env_id(env_id: str) -> None:
-    """A one-line error naming the registered servegym ids when ``env_id`` is unknown."""
-    import servegym  # noqa: F401  (registers the ids)
+def check_env_id(env_id: str, source: str = "--env") -> str:
+    """The registered id ``env_id`` names, or a one-line error (:func:`servegym.env_ids.check_env_id`: no
+    ``module:`` prefix is ever imported)."""
+    from servegym.env_ids import check_env_id as check
 
-    if env_id not in gym.registry:
-        ours = sorted(k for k in gym.registry if k.startswith("servegym/"))
-        raise ConfigError(f"--env = {env_id!r} is not a registered env id; allowed: {', '.join(ours) or '(none yet)'}"
-                          " or any other Gymnasium id")
+    return check(env_id, source)
 
 
 def make_monitored_env(env_id: str, env_kwargs: dict[str, Any]) -> gym.Env:
@@ -226,7 +224,10 @@ def algo_class_name(algo: str) -> str:
 
 def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
     t0 = time.perf_counter()
-    check_env_id(cfg.env_id)
+    if check_env_id(cfg.env_id) != cfg.env_id:  # a "servegym:" prefix: train under the registered id
+        from dataclasses import replace
+
+        cfg = replace(cfg, env_id=check_env_id(cfg.env_id))
     family = family_for(cfg.env_id)
     hp: Hyperparams = load_hyperparams(cfg.env_id, cfg.algo, cfg.hyperparams)
     env_kwargs = {**hp.env_kwargs, **cfg.env_kwargs}
@@ -366,13 +367,12 @@ def _protocol_references(env_id: str) -> dict[str, str] | None:
     return checkpoint_references(env_id)
 
 
-def read_run(model_path: Path) -> dict[str, Any] | None:
-    """The ``run.json`` of a saved model (its folder, or the parent for checkpoints)."""
-    for d in (model_path.parent, model_path.parent.parent):
-        f = d / RUN_FILE
-        if f.is_file():
-            return json.loads(f.read_text())
-    return None
+def read_run(model_path: Path, user_kwargs: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The checked ``run.json`` of a saved model (its folder, or the parent for checkpoints): see
+    :mod:`servegym.agents.run_file`; ``user_kwargs`` are the env kwargs the user gave."""
+    from servegym.agents.run_file import read_run as read
+
+    return read(model_path, user_kwargs)
 
 
 def load_agent(model_path: str | Path, algo: str | None = None, env_id: str | None = None,
@@ -385,7 +385,9 @@ def load_agent(model_path: str | Path, algo: str | None = None, env_id: str | No
     p = Path(model_path)
     if not p.is_file():
         raise ConfigError(f"--model = {str(model_path)!r}: no such file")
-    run = read_run(p) or {}
+    if env_id:
+        env_id = check_env_id(env_id)
+    run = read_run(p, env_kwargs) or {}
     algo = algo or run.get("algo")
     if algo is None:
         raise ConfigError(f"--algo is required: no {RUN_FILE} beside {p} says which algorithm saved it")
@@ -394,7 +396,7 @@ def load_agent(model_path: str | Path, algo: str | None = None, env_id: str | No
     env_id = env_id or run.get("env_id")
     if env_id is None:
         raise ConfigError(f"--env is required: no {RUN_FILE} beside {p} names the env")
-    check_env_id(env_id)
+    env_id = check_env_id(env_id)
     cls = algo_class(algo)
     env = gym.make(env_id, **{**(run.get("env_kwargs") or {}), **(env_kwargs or {})})
     try:

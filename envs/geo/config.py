@@ -30,6 +30,8 @@ from typing import Any
 
 from servegym.errors import (
     MAX_EXPECTED_REQUESTS,
+    MAX_REQUEST_CEILING,
+    WEEK_S,
     ConfigError,
     check_field_types,
     check_range,
@@ -141,15 +143,22 @@ class GeoConfig:
         if self.max_num_seqs is not None:
             check_range("max_num_seqs", self.max_num_seqs, 1, 4096)
         check_range("rate_rps", self.rate_rps, 0.0, None, low_inclusive=False)
-        check_range("duration_s", self.duration_s, 0.0, None, low_inclusive=False)
-        check_range("drain_s", self.drain_s, 0.0, None)
-        check_range("max_expected_requests", self.max_expected_requests, 1, None)
+        # Simulated time: a week of arrivals and a day of drain (the paper's runs are 200 s; a request
+        # finishes in seconds to minutes), so a mistyped exponent fails here instead of in reset().
+        check_range("duration_s", self.duration_s, 0.0, WEEK_S, low_inclusive=False)
+        check_range("drain_s", self.drain_s, 0.0, 86_400.0)
+        check_range("max_expected_requests", self.max_expected_requests, 1, MAX_REQUEST_CEILING)
+        check_range("window_max_requests", self.window_max_requests, 1, 1_000_000)
+        if self.kv_capacity_tokens is not None:  # the largest calibrated pool holds ~1M tokens
+            check_range("kv_capacity_tokens", self.kv_capacity_tokens, 1, 1_000_000_000)
         if self.trace is None:
             check_request_count(self.rate_rps * self.duration_s, self.max_expected_requests,
                                 f"rate_rps = {self.rate_rps:g} x duration_s = {self.duration_s:g}")
-        check_range("trace_time_scale", self.trace_time_scale, 0.0, None, low_inclusive=False)
-        check_range("ttft_slo_s", self.ttft_slo_s, 0.0, None, low_inclusive=False)
-        check_range("tpot_slo_s", self.tpot_slo_s, 0.0, None, low_inclusive=False)
+        # at most a 1-h trace replayed over ~6 weeks
+        check_range("trace_time_scale", self.trace_time_scale, 0.0, 1000.0, low_inclusive=False)
+        # SLO budgets: an hour to the first token and a minute per output token are far past any SLO
+        check_range("ttft_slo_s", self.ttft_slo_s, 0.0, 3600.0, low_inclusive=False)
+        check_range("tpot_slo_s", self.tpot_slo_s, 0.0, 60.0, low_inclusive=False)
         check_range("poll_interval_s", self.poll_interval_s, 1e-3, 3600.0)
         check_range("window_s", self.window_s, 1e-4, 60.0)
         check_range("host_power_w", self.host_power_w, 0.0, 1e5)

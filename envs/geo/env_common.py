@@ -107,6 +107,8 @@ PUE_MAX = 3.0
 
 #: Reward modes (``GeoEnvConfig.reward``).
 REWARD_MODES = ("dense", "poll")
+#: Upper bound of ``max_steps`` (routing decisions per episode).
+MAX_STEPS = 1_000_000_000
 #: Action modes (``GeoEnvConfig.action_mode``).
 ACTION_MODES = ("direct", "residual")
 
@@ -252,9 +254,11 @@ class GeoEnvConfig:
             check_range(name, float(v), 0.0, None)
             if math.isinf(v):
                 raise ConfigError(f"{name} = {v!r} is out of range; allowed: [0, inf)")
+        # steps are routing decisions: 10^9 is more than a week of the paper's highest load
         if self.max_steps is not None and (isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int)
-                                           or self.max_steps < 1):
-            raise ConfigError(f"max_steps = {self.max_steps!r} is out of range; allowed: None or an integer >= 1")
+                                           or not 1 <= self.max_steps <= MAX_STEPS):
+            raise ConfigError(f"max_steps = {self.max_steps!r} is out of range; allowed: None or an integer in "
+                              f"[1, {MAX_STEPS:,}]")
         if self.split is not None and self.geo.get("ci_start") is not None:
             raise ConfigError(f"geo.ci_start = {self.geo['ci_start']!r} is drawn by split = {self.split!r}; "
                               "allowed: no geo.ci_start, or split = None for a fixed start")
@@ -629,8 +633,16 @@ class GeoEnvBase(gym.Env):
         self.scenario: dict[str, Any] = {}  # what reset drew (module docstring, "Splits")
         self._tracker: EpisodeTracker | None = None
         self._episode_over = True
+        if self.config.split is not None:  # a split with no start day for this span fails here, not at reset
+            _split_days(self.geo_config.topology, self.config.split, self._span_h())
 
     # -- episode plumbing ------------------------------------------------------------------
+    def _span_h(self) -> int:
+        """Grid hours an episode's CI clock and forecast run through (arrivals, drain, time scale)."""
+        cfg = self.geo_config
+        span_h = math.ceil((cfg.duration_s + cfg.drain_s) * self.config.ci_time_scale / 3600.0)
+        return span_h + int(self.config.ci_forecast_h) + (1 if self.config.ci_time_scale > 1.0 else 0)  # start offset
+
     def episode_scenario(self, seed: int | None) -> tuple[GeoConfig, dict[str, Any]]:
         """The GeoConfig and ``scenario`` record that ``reset(seed=seed)`` runs (module docstring, "Splits");
         given a seed, nothing changes. Baselines that decide outside the env loop run on exactly this scenario."""
@@ -641,10 +653,7 @@ class GeoEnvBase(gym.Env):
             sim_seed, ci_start = s, cfg.ci_start
         else:
             rng = scenario_rng(split, s)
-            # grid hours the episode's CI clock and forecast run through (arrivals, drain, time scale)
-            span_h = math.ceil((cfg.duration_s + cfg.drain_s) * self.config.ci_time_scale / 3600.0)
-            span_h += int(self.config.ci_forecast_h) + (1 if self.config.ci_time_scale > 1.0 else 0)  # start offset
-            days = _split_days(cfg.topology, split, span_h)
+            days = _split_days(cfg.topology, split, self._span_h())
             start = days[int(rng.integers(days.size))] + pd.Timedelta(hours=int(rng.integers(24)))
             sim_seed = int(rng.integers(0, 2**31 - 1))
             if self.config.ci_time_scale > 1.0:

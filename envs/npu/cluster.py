@@ -76,9 +76,11 @@ from servegym.envs.npu.dse import SEQ_BUCKETS, BestFit, BestFitTable, check_vers
 from servegym.envs.npu.roofline import PHASES, RooflineParams, evaluate, space_for, weight_bytes_per_chip
 from servegym.envs.npu.workloads import NPUWorkload
 
-from servegym.errors import ActionError, ConfigError, check_range
+from servegym.errors import WEEK_S, ActionError, ConfigError, check_range
 from servegym.names import resolve
 
+#: Most chips a version's quota may hold (the paper's cluster has hundreds; a quota is a count of chips).
+MAX_QUOTA_CHIPS = 1_000_000
 CREATE_S: tuple[float, float] = (73.0, 108.0)
 """Table 3: create a vPod instance, 73-108 s (drawn uniformly)."""
 DELETE_S = 15.0
@@ -155,11 +157,13 @@ class ClusterConfig:
         if isinstance(self.quota_chips, Mapping):
             object.__setattr__(self, "quota_chips", {resolve(v, VERSIONS, "quota_chips key"): q
                                                      for v, q in self.quota_chips.items()})
-        check_range("slo_factor", self.slo_factor, 1.0, None)
+        check_range("slo_factor", self.slo_factor, 1.0, 1000.0)
+        # §4's loop runs 5-s sub-steps, 60-s checks, 5-min epochs over a 30-min window: a day per epoch and a
+        # week per window are far beyond it and keep the per-epoch sub-step count bounded
         check_range("substep_s", self.substep_s, 0.5, 60.0)
-        check_range("check_s", self.check_s, self.substep_s, None)
-        check_range("epoch_s", self.epoch_s, self.check_s, None)
-        check_range("window_s", self.window_s, self.epoch_s, None)
+        check_range("check_s", self.check_s, self.substep_s, 3600.0)
+        check_range("epoch_s", self.epoch_s, self.check_s, 86_400.0)
+        check_range("window_s", self.window_s, self.epoch_s, WEEK_S)
         check_range("rate_bin_s", self.rate_bin_s, 1.0, self.epoch_s)
         check_range("osl_accuracy", self.osl_accuracy, 0.0, 1.0)
         check_range("n_candidates", self.n_candidates, 1, 16)
@@ -180,7 +184,7 @@ class ClusterConfig:
             if v not in VERSIONS:
                 raise ConfigError(f"quota_chips key {v!r} is unknown; allowed: {', '.join(VERSIONS)}")
             if q is not None:
-                check_range(f"quota_chips[{v}]", q, 0, None)
+                check_range(f"quota_chips[{v}]", q, 0, MAX_QUOTA_CHIPS)
         if self.phase_versions is not None:
             if not isinstance(self.phase_versions, Mapping):
                 raise ConfigError(f"phase_versions = {self.phase_versions!r}; allowed: None or a mapping "

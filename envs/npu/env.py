@@ -208,6 +208,7 @@ from servegym.envs.npu.workloads import (
 
 from servegym.errors import (
     MAX_EXPECTED_REQUESTS,
+    MAX_REQUEST_CEILING,
     ActionError,
     ConfigError,
     check_field_types,
@@ -336,7 +337,7 @@ class NPUEnvConfig:
         if self.rate_rpm is not None:
             check_range("rate_rpm", self.rate_rpm, 0.0, None, low_inclusive=False)
         check_range("start_hour", self.start_hour, 0.0, 24.0)
-        check_range("max_expected_requests", self.max_expected_requests, 1, None)
+        check_range("max_expected_requests", self.max_expected_requests, 1, MAX_REQUEST_CEILING)
         rate = self.rate_rpm if self.rate_rpm is not None else TABLE4_RATE_RPM.get(self.trace, BURSTY_BASE_RPM)
         check_request_count(rate * 60.0 * self.hours, self.max_expected_requests,
                             f"rate_rpm = {rate:g} x hours = {self.hours:g}")

@@ -156,6 +156,7 @@ from servegym.envs.pd.tables import MixTables, mix_tables
 
 from servegym.errors import (
     MAX_EXPECTED_REQUESTS,
+    MAX_REQUEST_CEILING,
     ActionError,
     ConfigError,
     check_field_types,
@@ -257,8 +258,9 @@ class PDEnvConfig:
         check_range("max_decode", self.max_decode, 1, 511)
         check_range("startup_delay_s", self.startup_delay_s, 0.0, 86_400.0)
         check_range("pue", self.pue, 1.0, 3.0)
-        check_range("ttft_slo_s", self.ttft_slo_s, 0.0, None, low_inclusive=False)
-        check_range("tpot_slo_s", self.tpot_slo_s, 0.0, None, low_inclusive=False)
+        # SLO targets: an hour to the first token and a minute per output token are far past any SLO
+        check_range("ttft_slo_s", self.ttft_slo_s, 0.0, 3600.0, low_inclusive=False)
+        check_range("tpot_slo_s", self.tpot_slo_s, 0.0, 60.0, low_inclusive=False)
         for name in ("objective_weight", "slo_weight", "cap_weight", "backlog_weight"):
             check_range(name, getattr(self, name), 0.0, 1e6)
         if self.action_mode not in ACTION_MODES:
@@ -270,12 +272,14 @@ class PDEnvConfig:
         check_range("backlog_limit_s", self.backlog_limit_s, 0.0, 86_400.0, low_inclusive=False)
         if self.termination_penalty is not None:
             check_range("termination_penalty", self.termination_penalty, 0.0, 1e9)
+        if len(self.curriculum) > 1000:
+            raise ConfigError(f"curriculum has {len(self.curriculum)} stages; allowed: at most 1000")
         for i, stage in enumerate(self.curriculum):
             if len(stage) != 2 or any(isinstance(x, bool) or int(x) != x for x in stage):
                 raise ConfigError(f"curriculum[{i}] = {stage!r}; allowed: (episode_steps, episodes) integers")
             check_range(f"curriculum[{i}] episode_steps", stage[0], 1, 100_000)
             check_range(f"curriculum[{i}] episodes", stage[1], 0, 10**9)
-        check_range("max_expected_requests", self.max_expected_requests, 1, None)
+        check_range("max_expected_requests", self.max_expected_requests, 1, MAX_REQUEST_CEILING)
         if self.mode == "request":
             sc = self.scenario
             check_request_count(sc.peak_rate_rps * sc.duration_s, self.max_expected_requests,
@@ -373,6 +377,7 @@ class PDProvisionEnv(gym.Env):
         self._episodes = 0  # resets of this instance (the curriculum stage follows it)
         self._reset_state(0, np.zeros(self.signals.base_rate_rps.size))
         self._set_episode(0, self.signals.base_rate_rps.size, 0)
+        self._was_reset = False  # step() before the first reset() is refused (the state above is a placeholder)
         self._step_bound = self.per_step_reward_bound()
         self._update_reference()
 
@@ -487,6 +492,7 @@ class PDProvisionEnv(gym.Env):
         phase = int(self.np_random.integers(n_phase)) if sc.random_phase else 0
         rates = self.signals.rates(sc.burstiness, phase, sc.trace_stretch)
         self._reset_state(phase, rates)
+        self._was_reset = True
         self.scenario["phase"] = phase
         n = self.signals.base_rate_rps.size
         stage = self._pinned_stage(options)
@@ -639,6 +645,8 @@ class PDProvisionEnv(gym.Env):
 
     # ----------------------------------------------------------------------------------------------- step
     def step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
+        if not self._was_reset:
+            raise ActionError("step() called before reset(); call reset() first")
         if self._done or self._k >= self._end:
             raise ActionError("step() called after the episode ended (terminated or truncated); call reset() first")
         n_p, n_d, adjusted = self._check_action(action)

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from servegym.errors import ConfigError, check_field_types, check_range, known_overrides
+from servegym.errors import MONTH_S, ConfigError, check_field_types, check_range, known_overrides
 
 #: Length-mix components, in the column order of ``mix_knots``.
 MIX_COMPONENTS: tuple[str, ...] = ("azure-code", "azure-conv", "mooncake")
@@ -111,6 +111,12 @@ class DayScenario:
         if int(self.horizon_steps) != self.horizon_steps:
             raise ConfigError(f"scenario.horizon_steps = {self.horizon_steps!r}; allowed: integer in [1, 100000]")
         check_range("scenario.horizon_steps", self.horizon_steps, 1, 100_000)
+        # a month of simulated time per episode (the paper provisions one day): the split's calendar days and
+        # the CI series are searched for the whole span at reset
+        if self.period_s * self.horizon_steps > MONTH_S:
+            raise ConfigError(f"scenario.period_s x scenario.horizon_steps = {self.period_s:g} s x "
+                              f"{self.horizon_steps} = {self.period_s * self.horizon_steps:.4g} s is out of range; "
+                              f"allowed: <= {MONTH_S:g} s (31 days)")
         check_range("scenario.peak_rate_rps", self.peak_rate_rps, 0.0, 10_000.0, low_inclusive=False)
         check_range("scenario.burstiness", self.burstiness, 0.0, 1.0)
         if isinstance(self.trace_stretch, bool) or int(self.trace_stretch) != self.trace_stretch:
@@ -120,6 +126,9 @@ class DayScenario:
         if max(self.diurnal) <= 0:
             raise ConfigError("scenario.diurnal: all multipliers are 0; allowed: at least one > 0")
         _check_hourly("scenario.price_usd_per_kwh", self.price_usd_per_kwh, 0.0, 100.0)
+        for name, rows, most in (("mix_knots", self.mix_knots, 1440), ("dr_events", self.dr_events, 1000)):
+            if len(rows) > most:  # hours of a day: one knot per minute, events of at least ~1.5 min
+                raise ConfigError(f"scenario.{name} has {len(rows)} rows; allowed: at most {most}")
         if len(self.mix_knots) < 1:
             raise ConfigError("scenario.mix_knots is empty; allowed: >= 1 row (hour, w_code, w_conv, w_mooncake)")
         for i, row in enumerate(self.mix_knots):

@@ -97,13 +97,30 @@ def build_parser() -> argparse.ArgumentParser:
         description="Energy-, carbon- and cost-aware LLM serving environments and baselines.",
     )
     parser.add_argument("--version", action="version", version=f"servegym {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the full traceback of an unexpected error (accepted anywhere on the line)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_commands(subparsers)
     return parser
 
 
+def _unexpected(exc: BaseException) -> str:
+    """One line for an error servegym did not anticipate: its type and the start of its message."""
+    text = " ".join(str(exc).split())
+    if len(text) > 200:
+        text = text[:200] + "..."
+    return (f"servegym: unexpected error: {type(exc).__name__}{': ' + text if text else ''} "
+            "(rerun with --debug for the traceback, and please report it)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand. Every error a user can cause is one line on stderr and exit status 2; anything
+    else is one line pointing to ``--debug`` (which shows the traceback) and exit status 1."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # --debug is accepted anywhere on the line (not only before the subcommand), as users add it last
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
@@ -114,11 +131,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_shared_options(args)
         return int(func(args) or 0)
     except (ServegymError, OSError) as exc:  # OSError: a file or folder the user named
-        print(f"servegym: error: {exc}", file=sys.stderr)
+        if debug:
+            raise
+        print("servegym: error: " + " ".join(str(exc).splitlines()), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("servegym: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if debug:
+            raise
+        print(_unexpected(exc), file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -85,6 +85,15 @@ def known_overrides(overrides: Mapping[str, Any] | None, config_cls: type, what:
 #: rate is 16.8M). Each config raises it explicitly
 #: with its ``max_expected_requests`` field (the CLIs with ``--max-requests``).
 MAX_EXPECTED_REQUESTS = 20_000_000
+#: The highest a config's ``max_expected_requests`` may be raised: 10x the default, ~30 GB of the geo
+#: simulator's per-request arrays (and more than a week of NPUAutoscale-v0's Azure trace at 10x Table 4's rate).
+MAX_REQUEST_CEILING = 200_000_000
+
+# Upper bounds of simulated time shared by the families, s. Each is far beyond what the papers simulate
+# (geo: 200-s runs; pd: one day; npu: one day), so real use never meets them, and they keep a mistyped
+# exponent from making reset() allocate or loop for hours.
+WEEK_S = 7 * 86_400.0
+MONTH_S = 31 * 86_400.0
 
 
 def check_request_count(expected: float, ceiling: int, what: str, override: str = "max_expected_requests") -> None:
