@@ -21,13 +21,16 @@ ALGO_NAMES = ("ppo", "maskable-ppo", "a2c", "dqn", "sac", "td3")
 def _env_kwargs(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
+    shown = repr(text) if len(text) <= 80 else repr(text[:77]) + "..."
     try:
         val = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"--env-kwargs = {text!r} is not JSON ({exc.msg}); allowed: a JSON object, "
+        raise ConfigError(f"--env-kwargs = {shown} is not JSON ({exc.msg}); allowed: a JSON object, "
                           "e.g. '{\"config\": {\"preset\": \"mini\"}}'") from None
+    except RecursionError:
+        raise ConfigError(f"--env-kwargs = {shown} is nested too deeply; allowed: a JSON object") from None
     if not isinstance(val, dict):
-        raise ConfigError(f"--env-kwargs = {text!r}; allowed: a JSON object")
+        raise ConfigError(f"--env-kwargs = {shown}; allowed: a JSON object")
     return val
 
 

@@ -98,6 +98,11 @@ def load_hyperparams(env_id: str, algo: str, path: str | Path | None = None) -> 
         raw = _section(_read_yaml(p), env_id, algo, str(p))
         if raw is None:
             raise ConfigError(f"--hyperparams = {str(path)!r} has no section for algo {algo!r}")
+        from servegym.file_refs import check_file_refs
+
+        for key in ("env_kwargs", "train_env_kwargs"):  # files it names lie in its folder, like a sweep's
+            check_file_refs(raw.get(key), f"{p}: {key}", "a hyperparameter file", roots=(p.parent,),
+                            fix="put it in the hyperparameter file's folder (or below it)")
         source = str(p)
     else:
         f = shipped_file(env_id)

@@ -240,3 +240,22 @@ def test_sweep_file_paths_must_stay_in_its_folder(tmp_path: Path) -> None:
 def test_sweep_names_are_short_strings() -> None:
     with pytest.raises(ConfigError, match=r"sweep\.yml: name = \[\[1, 2\]\] \(list\)"):
         parse_sweep({"name": [[1, 2]], "env": PD, "policies": ["min-power"]}, source="sweep.yml")
+
+
+def test_hyperparameter_file_paths_must_stay_in_its_folder(tmp_path: Path) -> None:
+    from servegym.agents.hparams import load_hyperparams
+
+    hp = tmp_path / "hp.yml"
+    hp.write_text("ppo:\n  n_steps: 64\n  env_kwargs: {geo: {trace: /etc/shadow}}\n")
+    with pytest.raises(ConfigError, match=r"hp\.yml: env_kwargs\.geo\.trace = '/etc/shadow' names a file"):
+        load_hyperparams("servegym/GeoRoute-v0", "ppo", hp)
+    hp.write_text(f"ppo:\n  n_steps: 64\n  env_kwargs: {{geo: {{trace: {tmp_path / 'mine.csv'}}}}}\n")
+    assert load_hyperparams("servegym/GeoRoute-v0", "ppo", hp).env_kwargs["geo"]["trace"] == str(tmp_path / "mine.csv")
+
+
+def test_env_kwargs_on_the_command_line_are_bounded(capsys) -> None:
+    from servegym.cli import main
+
+    assert main(["train", "--env", PD, "--env-kwargs", "[" * 100_000]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "nested too deeply" in err and len(err) < 300 and len(err.splitlines()) == 1
