@@ -1,0 +1,224 @@
+"""Crafted and fuzzed user files against servegym's trust boundary (sweep YAML, a model folder's run.json,
+env ids, config durations).
+
+Usage: ``nice -n 10 .venv/bin/python benchmarks/input_fuzz.py [--mutations 2000] [--seed 0]`` (about 3 min
+on a shared 2-core machine; not in CI).
+
+Part 1 runs each crafted input through the real ``servegym`` command in a subprocess, in a fresh folder
+that also holds ``pwnmod.py`` (which would create ``PWNED`` if imported) and a file of secret text, and
+records the exit status, the number of output lines, whether a traceback, the secret or the marker
+appeared, and the wall time. Part 2 mutates a valid sweep file and a valid run.json ``--mutations`` times
+each (seeded byte-level flips, insertions of YAML/JSON syntax, deletions, duplications) and parses every
+mutant in process (:func:`servegym.safe_yaml.parse_yaml` + :func:`servegym.agents.sweep.parse_sweep`,
+:func:`servegym.agents.run_file.parse_run_file`): each must parse or raise a one-line ConfigError; anything
+else is counted as a failure. Writes ``benchmarks/results/input_fuzz.json`` and ``input_fuzz.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parent / "results"
+SECRET = "SECRET-CONTENT-0xC0FFEE"
+PWNMOD = "import pathlib\npathlib.Path(__file__).with_name('PWNED').write_text('ran')\n"
+PD = "servegym/PDProvision-v0"
+
+
+def _bomb() -> str:
+    levels = ['&a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    levels += [f"&{n} [" + ", ".join([f"*{p}"] * 9) + "]" for p, n in zip("abcdefgh", "bcdefghi", strict=True)]
+    return "[" + ", ".join(levels) + "]"
+
+
+def _run_json(doc: Any) -> bytes:
+    return doc if isinstance(doc, bytes) else (doc if isinstance(doc, str) else json.dumps(doc)).encode()
+
+
+def cases() -> list[dict[str, Any]]:
+    """(name, files to write, argv) of every crafted input; ``{secret}`` in a file is the secret's path."""
+    ev = ["evaluate", "--model", "m/model.zip"]
+    sw = ["sweep", "s.yml", "--workers", "1", "--out", "r.csv"]
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, files: dict[str, bytes | str], argv: list[str]) -> None:
+        out.append({"name": name, "files": files, "argv": argv})
+
+    for mod in ("pwnmod", "this"):
+        add(f"sweep env '{mod}:Evil-v0'", {"s.yml": f'env: "{mod}:Evil-v0"\npolicies: [min-power]\n'}, sw)
+    add("run.json env_id 'pwnmod:Evil-v0'", {"m/run.json": _run_json({"env_id": "pwnmod:Evil-v0", "algo": "ppo"})},
+        ev)
+    add("--env 'pwnmod:Evil-v0'", {}, ["train", "--env", "pwnmod:Evil-v0", "--timesteps", "8"])
+    for key in ("trace", "profile"):
+        add(f"run.json geo.{key} = the secret file's path",
+            {"m/run.json": _run_json({"env_id": "servegym/GeoRoute-v0", "algo": "ppo",
+                                      "env_kwargs": {"geo": {key: "{secret}"}}})}, ev)
+    add("sweep geo.trace = /etc/shadow", {"s.yml": "env: servegym/GeoRoute-v0\npolicies: [rr]\nscenarios: "
+                                                   "[{name: a, env_kwargs: {geo: {trace: /etc/shadow}}}]\n"}, sw)
+    for name, text in (("invalid JSON", '{"env_id": '), ("a JSON list", "[1, 2]"), ("binary", b"\xff\xfe\x00\x01"),
+                       ("JSON nested 100,000 deep", "[" * 100_000 + "]" * 100_000),
+                       ("algo of the wrong type", '{"algo": 3}')):
+        add(f"run.json: {name}", {"m/run.json": _run_json(text)}, ev)
+    add("sweep YAML: binary", {"s.yml": b"\x00\xff\xfe" + bytes(range(256))}, sw)
+    add("sweep YAML: nested 5,000 deep", {"s.yml": "env: " + "[" * 5000 + "]" * 5000 + "\n"}, sw)
+    add("sweep YAML: billion laughs in name", {"s.yml": f"name: {_bomb()}\nenv: {PD}\npolicies: [min-power]\n"}, sw)
+    add("sweep YAML: billion laughs in env_kwargs",
+        {"s.yml": f"env: {PD}\nscenarios: [{{name: s, env_kwargs: {{junk: {_bomb()}}}}}]\npolicies: [min-power]\n"},
+        sw)
+    add("sweep YAML: !!python tag", {"s.yml": "env: !!python/object/apply:os.system ['touch PWNED']\n"}, sw)
+    bm = ["benchmark", "--env", "servegym/GeoRoute-v0", "--policy", "naive", "--episodes", "1", "--env-kwargs"]
+    add("geo drain_s = 1e18", {}, [*bm, '{"config": {"geo": {"drain_s": 1e18}}}'])
+    add("geo duration_s = 1e12", {}, [*bm, '{"config": {"geo": {"duration_s": 1e12}}}'])
+    add("pd 100,000 periods of 1 h", {}, ["benchmark", "--env", PD, "--policy", "naive", "--episodes", "1",
+                                          "--env-kwargs", '{"config": {"scenario": {"horizon_steps": 100000, '
+                                                          '"period_s": 3600, "mix_block_s": 3600}}}'])
+    add("--env-kwargs nested 100,000 deep", {}, ["train", "--env", PD, "--env-kwargs", "[" * 100_000])
+    return out
+
+
+def run_case(case: dict[str, Any]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        (root / "pwnmod.py").write_text(PWNMOD)
+        secret = root / "secret.csv"
+        secret.write_text(SECRET + "\n")
+        (root / "m").mkdir()
+        (root / "m" / "model.zip").write_bytes(b"not a zip: run.json is read first")
+        for name, data in case["files"].items():
+            raw = data if isinstance(data, bytes) else data.encode()
+            (root / name).write_bytes(raw.replace(b"{secret}", str(secret).encode()))
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "servegym.cli", *case["argv"]], cwd=root, capture_output=True,
+                              text=True, timeout=600)
+        wall = time.perf_counter() - t0
+        text = "\n".join(line for line in (proc.stderr + proc.stdout).splitlines()
+                         if line.strip() and not line.startswith("sweep (in process)"))
+        return {"case": case["name"], "exit": proc.returncode, "lines": len(text.splitlines()),
+                "traceback": "Traceback" in text, "secret_shown": SECRET in text or "root:" in text,
+                "imported": (root / "PWNED").exists(), "wall_s": round(wall, 2),
+                "message": text[:300]}
+
+
+# --------------------------------------------------------------------------- mutation fuzzing
+
+SYNTAX = ["&a ", "*a", "[", "]", "{", "}", ":", "- ", "!!python/object:os.system ", "\n  ", '"', "'", "#", "|",
+          ">", "?", ",", "\x00", "\xff", "pwnmod:", "/etc/shadow", "1e308", "-1", "null", "true", "~"]
+
+
+def mutate(text: str, rng: random.Random) -> str:
+    s = text
+    for _ in range(rng.randint(1, 6)):
+        i = rng.randrange(len(s) + 1)
+        op = rng.random()
+        if op < 0.4:
+            s = s[:i] + rng.choice(SYNTAX) + s[i:]
+        elif op < 0.6:
+            s = s[:i] + s[i + rng.randint(1, 8):]
+        elif op < 0.8 and s:
+            j = rng.randrange(len(s))
+            s = s[:j] + chr(rng.randrange(1, 0x2FF)) + s[j + 1:]
+        else:
+            k = rng.randint(1, 40)
+            s = s[:i] + s[i:i + k] * rng.randint(2, 20) + s[i:]
+    return s
+
+
+def fuzz(kind: str, n: int, seed: int, tmp: Path) -> dict[str, Any]:
+    from servegym.agents.run_file import parse_run_file
+    from servegym.agents.sweep import parse_sweep
+
+    from servegym.errors import ConfigError
+    from servegym.safe_yaml import parse_yaml
+
+    rng = random.Random(f"{kind}-{seed}")
+    if kind == "sweep":
+        base = (f"name: demo\nenv: {PD}\nscenarios:\n  - {{name: short, env_kwargs: {{config: {{scenario: "
+                "{horizon_steps: 24}}}}\n  - {name: carbon, env_kwargs: {config: {objective: carbon}}}\n"
+                "policies: [min-power, static-peak]\nseeds: {start: 0, count: 3}\n")
+    else:
+        base = json.dumps({"env_id": PD, "algo": "ppo", "env_kwargs": {"config": {"scenario": {"horizon_steps": 24}}},
+                           "eval_seeds": [1000, 1001], "hyperparams": {"policy": "MlpPolicy"}, "seed": 0})
+    counts = {"parsed": 0, "config_error": 0, "multi_line_error": 0, "other_exception": 0}
+    others: list[str] = []
+    worst = 0.0
+    f = tmp / "run.json"
+    for _ in range(n):
+        text = mutate(base, rng)
+        t0 = time.perf_counter()
+        try:
+            if kind == "sweep":
+                parse_sweep(parse_yaml(text, "s.yml"), base_dir=tmp, source="s.yml")
+            else:
+                f.write_bytes(text.encode("utf-8", "surrogatepass"))
+                parse_run_file(f)
+            counts["parsed"] += 1
+        except ConfigError as exc:
+            counts["config_error" if len(str(exc).splitlines()) == 1 else "multi_line_error"] += 1
+        except Exception as exc:  # what the boundary must never let through
+            counts["other_exception"] += 1
+            if len(others) < 5:
+                others.append(f"{type(exc).__name__}: {str(exc)[:120]}")
+        worst = max(worst, time.perf_counter() - t0)
+    return {"kind": kind, "mutations": n, **counts, "max_s_per_input": round(worst, 4), "examples": others}
+
+
+def write_report(rows: list[dict[str, Any]], fz: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    meta = {"date": now, "python": platform.python_version(), "machine": platform.machine(),
+            "mutations": args.mutations, "seed": args.seed}
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "input_fuzz.json").write_text(json.dumps({"meta": meta, "crafted": rows, "fuzz": fz}, indent=2) + "\n")
+    ok = sum(r["exit"] == 2 and r["lines"] == 1 and not (r["traceback"] or r["secret_shown"] or r["imported"])
+             for r in rows)
+    lines = ["# Input fuzzing: crafted and mutated user files", "",
+             f"Report {now}, Python {meta['python']}, {meta['machine']}. Produced by `benchmarks/input_fuzz.py` "
+             f"(seed {args.seed}). Each crafted input ran as a real `servegym` subprocess in a folder holding "
+             "`pwnmod.py` (creates `PWNED` if imported) and a file of secret text; wall times include the "
+             "interpreter's start on a shared 2-core machine.", "",
+             f"**{ok} of {len(rows)} crafted inputs** gave exit status 2 and one line, with no traceback, no "
+             "secret shown and nothing imported.", "",
+             "| input | exit | lines | traceback | secret shown | imported | wall s | message |",
+             "|---|---:|---:|---|---|---|---:|---|"]
+    for r in rows:
+        msg = r["message"].replace("|", "\\|").replace("\n", " ")
+        msg = msg if len(msg) <= 160 else msg[:157] + "..."
+        lines.append(f"| {r['case']} | {r['exit']} | {r['lines']} | {r['traceback']} | {r['secret_shown']} | "
+                     f"{r['imported']} | {r['wall_s']:.1f} | {msg} |")
+    lines += ["", "Mutation fuzzing (in process; each mutant must parse or raise a one-line ConfigError):", "",
+              "| file | mutants | parsed | one-line ConfigError | multi-line error | other exception | "
+              "slowest input s |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for f in fz:
+        lines.append(f"| {f['kind']} | {f['mutations']:,} | {f['parsed']:,} | {f['config_error']:,} | "
+                     f"{f['multi_line_error']} | {f['other_exception']} | {f['max_s_per_input']:.3f} |")
+        lines += [f"  - {f['kind']}: {e}" for e in f["examples"]]
+    (OUT / "input_fuzz.md").write_text("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mutations", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    rows = []
+    for c in cases():
+        rows.append(run_case(c))
+        print(f"{rows[-1]['case']}: exit {rows[-1]['exit']}, {rows[-1]['lines']} line(s), {rows[-1]['wall_s']} s",
+              flush=True)
+    with tempfile.TemporaryDirectory() as d:
+        fz = [fuzz(kind, args.mutations, args.seed, Path(d)) for kind in ("sweep", "run.json")]
+    for f in fz:
+        print(f)
+    write_report(rows, fz, args)
+
+
+if __name__ == "__main__":
+    main()
