@@ -597,8 +597,6 @@ def save_entry_outputs(entry: SuiteEntry, outs: Sequence[dict[str, Any]], budget
     history). The leaderboard is rebuilt from these files, so ``--envs`` runs accumulate, and scores can be
     recomputed from the stored returns without rerunning anything. ``run``: the run's wall time, the ids
     trained together in it and its processes (:attr:`SuiteResult.entry_runs`)."""
-    from servegym.outputs import write_text
-
     path = _entry_path(entry, budget, out_dir)
     write_text(path, json.dumps({"entry": entry.__dict__, "suite_wall_s": run["wall_s"],
                                  "suite_env_ids": run["env_ids"], "suite_workers": run["workers"],
@@ -609,6 +607,38 @@ def save_entry_outputs(entry: SuiteEntry, outs: Sequence[dict[str, Any]], budget
 def _entry_path(entry: SuiteEntry, budget: str, out_dir: Path) -> Path:
     """``suite_runs/<budget>/<id>.json``, the stored run of one env id."""
     return _raw_dir(budget, out_dir) / f"{entry.env_id.split('/')[-1]}.json"
+
+
+def fill_missing_baselines(budget: str, out_dir: str | Path = RESULTS_DIR, env_ids: Sequence[str] | None = None,
+                           workers: int | None = 1, progress: bool = False) -> dict[str, list[str]]:
+    """Play, on the stored test seeds, every leaderboard policy (:func:`suite_policies`: e.g. a yardstick
+    added since the run) that the stored runs of ``budget`` lack, and add its episodes to the stored
+    file: no training, the agents' stored episodes untouched. ``servegym benchmark --suite --rescore
+    --fill-baselines``. Returns env id -> the policies added."""
+    from servegym.agents.sweep import run_local
+
+    from servegym.outputs import OutputLock
+
+    if budget not in SUITE:
+        raise ConfigError(f"--budget = {budget!r}; allowed: {', '.join(BUDGETS)}")
+    added: dict[str, list[str]] = {}
+    with OutputLock(_raw_dir(budget, Path(out_dir)), "--out-dir"):
+        entries, outs, runs = stored_outputs(budget, Path(out_dir))
+        for e in entries:
+            if env_ids is not None and e.env_id not in env_ids:
+                continue
+            mine = [o for o in outs if o["env_id"] == e.env_id]
+            have = {r["policy"] for o in mine for r in o["rows"]}
+            missing = [p for p in suite_policies(e) if p not in have]
+            if not missing:
+                continue
+            tasks = [{"kind": "baseline", "env_id": e.env_id, "env_kwargs": e.env_kwargs, "policy": p, "seed": s}
+                     for p in missing for s in seeds_from(TEST_SEED, e.episodes)]
+            new = run_local(tasks, workers=workers, progress=progress, fn=suite_task, tidy=False)
+            new = [json.loads(json.dumps(o, default=_json_default)) for o in new]
+            save_entry_outputs(e, [*mine, *new], budget, Path(out_dir), runs[e.env_id])
+            added[e.env_id] = missing
+    return added
 
 
 def _json_default(v: Any) -> Any:
@@ -710,8 +740,9 @@ def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]]
             agent = p.startswith("agent:")
             role = "agent" if agent else role_of.get(p, "baseline")
             verdict = None if p == strongest else protocol.paired_verdict(res, strong_res, kpi, strongest)
+            # the share of the gap is the agents' figure (and follow's, the agent that only copies)
             closed, closed_ci = (protocol.gap_closed(protocol.seed_scores(res, scores), strong_by_seed)
-                                 if board.scale.oracle and p != strongest else (math.nan, (math.nan, math.nan)))
+                                 if board.scale.oracle and role in ("agent", "follow") else (math.nan, (math.nan, math.nan)))
             slo = protocol.mean_metric(res, protocol.SLO_METRIC)
             rec = protocol.benchmark_record(e.env_id, p, "test", res, scores)
             rec.update(role=role, scale=board.scale.name, slo_violation_pct=protocol._json_float(slo),

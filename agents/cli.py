@@ -107,13 +107,13 @@ def add_commands(subparsers: Any) -> None:
 
     bm = subparsers.add_parser(
         "benchmark", help="an agent or baseline under the benchmark protocol, or the leaderboard suite",
-        description="Normalized score 100 (R - R_naive) / mean(R_best - R_naive) per episode of a split (0 = "
-                    "naive, 100 = the paper's best method on average), IQM and mean with 95%% bootstrap CIs, "
-                    "and the domain KPIs. "
+        description="Normalized score per episode of a split: 0 = naive, 100 = the hindsight oracle on the same "
+                    "scenario (ids without an oracle: 100 = the paper's method on average, stated in the output), "
+                    "IQM and mean with 95%% bootstrap CIs, the domain KPIs, the headroom and paired verdicts. "
                     "--suite trains every env id and writes benchmarks/results/leaderboard.{md,csv,json}.")
     bm.add_argument("--env", default=None, help="env id, e.g. servegym/GeoRoute-v0")
     who = bm.add_mutually_exclusive_group()
-    who.add_argument("--policy", metavar="NAME", help="naive, best or a baseline of the env's family")
+    who.add_argument("--policy", metavar="NAME", help="a role (naive, paper, strongest, follow, oracle; best = paper) or a baseline of the env's family")
     who.add_argument("--model", metavar="PATH", nargs="+",
                      help="model .zip(s) saved by servegym train; several (one per training seed) are pooled")
     bm.add_argument("--split", default="test",
@@ -128,6 +128,9 @@ def add_commands(subparsers: Any) -> None:
     bm.add_argument("--envs", default=None, help="suite: a comma list of env ids (default: all)")
     bm.add_argument("--rescore", action="store_true",
                     help="suite: rebuild the leaderboard from the stored runs (suite_runs/<budget>/) without training")
+    bm.add_argument("--fill-baselines", action="store_true",
+                    help="with --rescore: first play the leaderboard baselines the stored runs lack (e.g. a new "
+                         "oracle or strongest baseline) on the stored test seeds, no training")
     bm.add_argument("--workers", type=_positive("--workers"), default=None, help="suite: processes (default: CPUs)")
     bm.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                     help="suite: run the grid on Ray (a local instance, or a cluster at ADDRESS)")
@@ -197,6 +200,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         print(rep.summary.to_json(orient="records", indent=2))
     else:
         sys.stdout.write(text_report(rep.summary, family_for(rep.env_id or args.env), rep.files.get("summary_md")))
+        sys.stdout.write("".join(f"  {line}\n" for line in rep.verdicts))
         for name, path in rep.files.items():
             print(f"{name}: {path}")
     return 0
@@ -254,7 +258,12 @@ def _benchmark(args: argparse.Namespace) -> int:
                               "quick|full] [--envs IDS] [--workers N] [--ray [ADDRESS]]")
         envs = [e.strip() for e in args.envs.split(",")] if args.envs else None
         ray_address: str | bool | None = False if args.ray is None else (args.ray or None)
+        if args.fill_baselines and not args.rescore:
+            raise ConfigError("--fill-baselines needs --rescore; allowed: --suite --rescore --fill-baselines")
         if args.rescore:
+            if args.fill_baselines:
+                bm.fill_missing_baselines(args.budget, args.out_dir or bm.RESULTS_DIR, env_ids=envs,
+                                          workers=args.workers or 1, progress=not args.json)
             res = bm.rebuild_leaderboard(args.budget, args.out_dir or bm.RESULTS_DIR)
         else:
             if args.budget == "full":
@@ -281,8 +290,8 @@ def _benchmark(args: argparse.Namespace) -> int:
     if args.env is None:
         raise ConfigError("--env is required (or --suite); allowed: a servegym env id, e.g. servegym/GeoRoute-v0")
     if args.policy is None and args.model is None:
-        raise ConfigError("one of --policy NAME or --model PATH is required; allowed policies: naive, best or a "
-                          "baseline of the env's family")
+        raise ConfigError("one of --policy NAME or --model PATH is required; allowed policies: naive, paper, "
+                          "strongest, follow, oracle (where the id has them), best or a baseline of the env's family")
     from servegym.agents.train import check_env_id
 
     args.env = check_env_id(args.env)

@@ -165,6 +165,8 @@ class EvalReport:
     summary: pd.DataFrame
     files: dict[str, Path]
     env_id: str | None = None
+    #: the agent's paired verdict against each baseline (the protocol's "beats" rule), one line each
+    verdicts: tuple[str, ...] = ()
 
 
 def evaluate_model(env_id: str | None, model_path: str | Path, episodes: int = 5, baselines: str | None = "all",
@@ -202,8 +204,10 @@ def evaluate_model(env_id: str | None, model_path: str | Path, episodes: int = 5
             results.append(play_episode(env, act, s, "agent", family.metrics))
             bar.update(1)
         strict = baselines not in (None, "all")
-        for res in run_baseline_episodes(family, env, names, seeds, strict=strict, progress=bar).values():
+        by_baseline = run_baseline_episodes(family, env, names, seeds, strict=strict, progress=bar)
+        for res in by_baseline.values():
             results += res
+        verdicts = _verdicts(env, [r for r in results if r.policy == "agent"], by_baseline)
     finally:
         bar.close()
         env.close()
@@ -218,6 +222,19 @@ def evaluate_model(env_id: str | None, model_path: str | Path, episodes: int = 5
         files["summary_md"] = write_text(d / "summary.md",
                                          f"# {env_id}: agent vs baselines, {report.seeds_phrase(seeds)}\n\n"
                                          + markdown_table(summ) + "\n"
-                                         + "".join(f"{line}  \n" for line in explanations(summ, family, 10_000)))
+                                         + "".join(f"{line}  \n" for line in explanations(summ, family, 10_000))
+                                         + "".join(f"{line}  \n" for line in verdicts))
         files["plot"] = plot_summary(summ, family, d / "summary.png")
-    return EvalReport(episodes=eps, summary=summ, files=files, env_id=env_id)
+    return EvalReport(episodes=eps, summary=summ, files=files, env_id=env_id, verdicts=verdicts)
+
+
+def _verdicts(env: gym.Env, agent: list[EpisodeResult], baselines: dict[str, list[EpisodeResult]]) -> tuple[str, ...]:
+    """The agent's paired verdict against every baseline (:func:`servegym.agents.protocol.paired_verdict`,
+    the one rule the leaderboard uses), then the rule itself; nothing for an env without a KPI."""
+    from servegym.agents import protocol
+
+    kpi = protocol.kpi_metric(env)
+    if not agent or kpi not in agent[0].metrics:
+        return ()
+    lines = [protocol.paired_verdict(agent, res, kpi, name).text("agent") for name, res in baselines.items()]
+    return (*lines, f"({protocol.BEATS_RULE})") if lines else ()

@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,19 +25,13 @@ from servegym.agents import protocol
 from servegym.agents.rollout import seeds_from
 
 import servegym  # noqa: F401  (registers the ids)
+from servegym.outputs import write_text
 
 ENV = "servegym/PDProvision-v0"
 RESIDUAL = "servegym/PDProvisionResidual-v0"
 RHO_GRID = (0.80, 0.85, 0.90, 0.95, 0.97, 0.99)
 OTHERS = ("min-power", "min-power+lookahead", "static-peak", "threshold-hpa")
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def relaxed_returns(split: str, seeds: list[int]) -> dict[int, float]:
@@ -160,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     report["wall_s"] = time.perf_counter() - t0
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(out.with_suffix(".json"), json.dumps(report, indent=1, default=float) + "\n")
-    _write_atomic(out.with_suffix(".md"), markdown(report))
+    write_text(out.with_suffix(".json"), json.dumps(report, indent=1, default=float) + "\n")
+    write_text(out.with_suffix(".md"), markdown(report))
     print(markdown(report))
     return 0
 

@@ -128,6 +128,11 @@ def test_evaluate_writes_table_and_plot(trained: dict, capsys) -> None:
     assert eps.groupby("policy")["seed"].apply(sorted).map(tuple).nunique() == 1
     assert (out / "summary.md").read_text().count("\n|") >= 3
     assert (out / "summary.png").stat().st_size > 5000
+    # the agent's paired verdict against each baseline, by the protocol's one rule
+    from servegym.agents.protocol import BEATS_RULE
+
+    md = (out / "summary.md").read_text()
+    assert BEATS_RULE in md and all(f"beat {b}: " in md for b in trained["baselines"])
 
 
 def _sweep_config(trained: dict, path: Path) -> Path:

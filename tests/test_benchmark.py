@@ -327,6 +327,38 @@ def test_suite_stores_each_ids_episodes_and_accumulates_runs(smoke: tuple[Any, P
     assert {o["env_id"] for o in outs} == {"servegym/PDProvision-v0"}
 
 
+def test_fill_baselines_adds_missing_yardsticks_without_training(smoke: tuple[Any, Path]) -> None:
+    """A yardstick the stored runs lack (here: the pd oracle's rows removed) is played on the stored test
+    seeds and added to the stored file; the agents' episodes stay as they were and the rebuilt board is
+    the same as before."""
+    res, tmp = smoke
+    out = tmp / "results"
+    path = out / "suite_runs" / "smoke" / "PDProvision-v0.json"
+    data = json.loads(path.read_text())
+    before = [r for o in data["outputs"] for r in o["rows"] if r["policy"] == "oracle"]
+    assert len(before) == 2
+    data["outputs"] = [o for o in data["outputs"] if o["rows"][0]["policy"] != "oracle"]
+    path.write_text(json.dumps(data))
+    board = bm.rebuild_leaderboard("smoke", out).leaderboard
+    pd_rows = board[board.env == "servegym/PDProvision-v0"]
+    assert "oracle" not in set(pd_rows.policy) and "NO ORACLE" not in pd_rows.scale.iloc[0]
+    assert "was not run on these episodes" in pd_rows.scale.iloc[0]  # the fallback, stated
+    assert main(["benchmark", "--suite", "--budget", "smoke", "--fill-baselines", "--out-dir", str(out)]) == 2
+    assert main(["benchmark", "--suite", "--budget", "smoke", "--rescore", "--fill-baselines", "--envs",
+                 "servegym/PDProvision-v0", "--out-dir", str(out), "--json"]) == 0
+    data2 = json.loads(path.read_text())
+    after = [r for o in data2["outputs"] for r in o["rows"] if r["policy"] == "oracle"]
+    assert after == before
+    agents = [r for o in data2["outputs"] if o["kind"] == "train" for r in o["rows"]]
+    assert agents == [r for o in data["outputs"] if o["kind"] == "train" for r in o["rows"]]
+    assert bm.fill_missing_baselines("smoke", out) == {}  # nothing left to add
+    rebuilt = bm.rebuild_leaderboard("smoke", out).leaderboard
+    cols = ["policy", "score_mean", "score_iqm", "beats_strongest"]
+    old = res.leaderboard[res.leaderboard.env == "servegym/PDProvision-v0"][cols].reset_index(drop=True)
+    new = rebuilt[rebuilt.env == "servegym/PDProvision-v0"][cols]
+    pd.testing.assert_frame_equal(new.set_index("policy").loc[old.policy].reset_index(), old)
+
+
 def test_reward_only_vecnormalize_statistics_round_trip(tmp_path) -> None:
     """GeoRoute-v0's hyperparameters normalize the reward only (norm_obs false): its VecNormalize has no
     observation statistics, and saving the best checkpoint must not fail on them (it did)."""
