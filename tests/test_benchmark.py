@@ -249,8 +249,7 @@ def test_cli_json_is_exactly_the_protocol_object(capsys: pytest.CaptureFixture[s
 @pytest.mark.parametrize(("argv", "message"), [
     (["benchmark", "--env", "servegym/PDProvision-v0", "--policy", "oracle2"], "--policy = 'oracle2' is unknown"),
     (["benchmark", "--env", "servegym/PDProvision-v0", "--policy", "follow"], "--policy = 'follow' is unknown"),
-    (["benchmark", "--env", "servegym/GeoRoute-v0", "--policy", "follow"],
-     "--policy = 'follow' needs a residual action mode"),
+    (["benchmark", "--env", "servegym/GeoRoute-v0", "--policy", "follow"], "residual"),
     (["benchmark", "--env", "servegym/PDProvision-v0", "--policy", "best", "--split", "shift-geo"],
      "split = 'shift-geo' is not allowed"),
     (["benchmark", "--suite", "--env", "servegym/PDProvision-v0"], "cannot be combined with --suite"),
