@@ -26,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from servegym.errors import ConfigError
+from servegym.errors import ConfigError, shown
 
 # Keys the trainer consumes itself; the rest are algorithm constructor arguments.
 TRAINER_KEYS = ("n_envs", "n_timesteps", "policy", "normalize", "env_kwargs", "train_env_kwargs", "policy_kwargs")
@@ -122,7 +122,7 @@ def parse_section(raw: dict[str, Any], source: str) -> Hyperparams:
     elif normalize is False or normalize is None:
         normalize = None
     elif not isinstance(normalize, dict):
-        raise ConfigError(f"{source}: normalize = {normalize!r}; allowed: true, false or a mapping")
+        raise ConfigError(f"{source}: normalize = {shown(normalize)}; allowed: true, false or a mapping")
 
     def _int(key: str) -> int | None:
         v = raw.pop(key, None)
@@ -131,9 +131,9 @@ def parse_section(raw: dict[str, Any], source: str) -> Hyperparams:
         try:
             iv = int(float(v))
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{source}: {key} = {v!r}; allowed: a positive integer") from exc
+            raise ConfigError(f"{source}: {key} = {shown(v)}; allowed: a positive integer") from exc
         if iv < 1:
-            raise ConfigError(f"{source}: {key} = {v!r}; allowed: >= 1")
+            raise ConfigError(f"{source}: {key} = {shown(v)}; allowed: >= 1")
         return iv
 
     n_envs = _int("n_envs")
@@ -144,7 +144,7 @@ def parse_section(raw: dict[str, Any], source: str) -> Hyperparams:
     for key, val in (("env_kwargs", env_kwargs), ("train_env_kwargs", train_env_kwargs),
                      ("policy_kwargs", policy_kwargs)):
         if not isinstance(val, dict):
-            raise ConfigError(f"{source}: {key} must be a mapping, got {val!r}")
+            raise ConfigError(f"{source}: {key} must be a mapping, got {shown(val)}")
     return Hyperparams(policy=str(raw.pop("policy", "MlpPolicy")), n_envs=n_envs, n_timesteps=n_timesteps,
                        normalize=normalize, env_kwargs=dict(env_kwargs), train_env_kwargs=dict(train_env_kwargs),
                        policy_kwargs=dict(policy_kwargs),
@@ -160,7 +160,7 @@ def materialize(hp: Hyperparams) -> tuple[dict[str, Any], dict[str, Any]]:
     if isinstance(pk.get("activation_fn"), str):
         name = pk["activation_fn"].lower().removeprefix("nn.")
         if name not in acts:
-            raise ConfigError(f"{hp.source}: policy_kwargs.activation_fn = {pk['activation_fn']!r}; "
+            raise ConfigError(f"{hp.source}: policy_kwargs.activation_fn = {shown(pk['activation_fn'])}; "
                               f"allowed: {', '.join(acts)}")
         pk["activation_fn"] = acts[name]
     ak = dict(hp.algo_kwargs)
@@ -174,7 +174,7 @@ def materialize(hp: Hyperparams) -> tuple[dict[str, Any], dict[str, Any]]:
                 try:
                     ak[key] = float(v)
                 except ValueError as exc:
-                    raise ConfigError(f"{hp.source}: {key} = {v!r}; allowed: a number or lin_<number>") from exc
+                    raise ConfigError(f"{hp.source}: {key} = {shown(v)}; allowed: a number or lin_<number>") from exc
     return ak, pk
 
 

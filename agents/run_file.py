@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from servegym.errors import ConfigError
+from servegym.errors import ConfigError, shown
 
 RUN_FILE = "run.json"
 #: Largest run.json read (a quick run's is ~20 kB: its evaluation history and baseline rows).
@@ -81,10 +81,6 @@ FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def _shown(value: Any) -> str:
-    r = repr(value)
-    return r if len(r) <= 60 else r[:57] + "..."
-
 
 def find_run_file(model_path: Path) -> Path | None:
     """The ``run.json`` of a saved model: in its folder, or the parent for checkpoints."""
@@ -118,7 +114,7 @@ def parse_run_file(path: Path, user_kwargs: Mapping[str, Any] | None = None) -> 
             continue
         v = doc[name]
         if not check(v):
-            raise ConfigError(f"{where}: {name} = {_shown(v)} ({type(v).__name__}) is not allowed; allowed: {allowed}")
+            raise ConfigError(f"{where}: {name} = {shown(v)} ({type(v).__name__}) is not allowed; allowed: {allowed}")
         out[name] = v
     if "env_id" in out:
         from servegym.env_ids import check_env_id
@@ -128,7 +124,7 @@ def parse_run_file(path: Path, user_kwargs: Mapping[str, Any] | None = None) -> 
         from servegym.agents.algos import ALGOS
 
         if out["algo"] not in ALGOS:
-            raise ConfigError(f"{where}: algo = {_shown(out['algo'])} is unknown; allowed: {', '.join(ALGOS)}")
+            raise ConfigError(f"{where}: algo = {shown(out['algo'])} is unknown; allowed: {', '.join(ALGOS)}")
     if "env_kwargs" in out:
         from servegym.file_refs import check_file_refs
 

@@ -35,7 +35,7 @@ import pandas as pd
 from servegym.agents.families import family_accepts, family_for
 
 from servegym.env_ids import check_env_id
-from servegym.errors import ConfigError
+from servegym.errors import ConfigError, shown
 from servegym.file_refs import check_file_refs
 
 
@@ -80,7 +80,7 @@ def _seeds(raw: Any) -> tuple[int, ...]:
     if isinstance(raw, dict):
         start, count = raw.get("start", 0), raw.get("count", 1)
         if not (is_int(start) and is_int(count)) or start < 0 or not 1 <= count <= MAX_SWEEP_SEEDS:
-            raise ConfigError(f"seeds = {raw!r}; allowed: start an integer >= 0, count an integer in "
+            raise ConfigError(f"seeds = {shown(raw)}; allowed: start an integer >= 0, count an integer in "
                               f"[1, {MAX_SWEEP_SEEDS}]")
         return tuple(range(start, start + count))
     if is_int(raw) and raw >= 0:
@@ -97,8 +97,7 @@ MAX_NAME_CHARS = 200
 def _name(raw: Any, where: str) -> str:
     """A sweep, scenario or policy name: a short string (or number) as given."""
     if isinstance(raw, bool) or not isinstance(raw, (str, int, float)) or len(str(raw)) > MAX_NAME_CHARS:
-        shown = repr(raw) if len(repr(raw)) <= 60 else repr(raw)[:57] + "..."
-        raise ConfigError(f"{where} = {shown} ({type(raw).__name__}); allowed: a string of at most "
+        raise ConfigError(f"{where} = {shown(raw)} ({type(raw).__name__}); allowed: a string of at most "
                           f"{MAX_NAME_CHARS} characters")
     return str(raw)
 
@@ -144,18 +143,18 @@ def parse_sweep(doc: Any, base_dir: Path | None = None, source: str = "sweep con
             p = {"agent": p[len("agent:"):]}
         if isinstance(p, dict):
             if "agent" not in p:
-                raise ConfigError(f"{source}: policies[{i}] = {p!r}; allowed: a baseline name or {{agent: PATH}}")
+                raise ConfigError(f"{source}: policies[{i}] = {shown(p)}; allowed: a baseline name or {{agent: PATH}}")
             path = Path(str(p["agent"]))
             if not path.is_absolute() and base_dir is not None and not path.exists():
                 path = base_dir / path
             if not path.is_file():
-                raise ConfigError(f"{source}: policies[{i}].agent = {str(p['agent'])!r}: no such file")
+                raise ConfigError(f"{source}: policies[{i}].agent = {shown(str(p['agent']))}: no such file")
             policies.append(PolicyRef(_name(p.get("name", path.parent.name or "agent"), f"{source}: policies[{i}].name"),
                                       str(path)))
         elif isinstance(p, str):
             policies.append(PolicyRef(_name(p, f"{source}: policies[{i}]")))
         else:
-            raise ConfigError(f"{source}: policies[{i}] = {p!r}; allowed: a baseline name or {{agent: PATH}}")
+            raise ConfigError(f"{source}: policies[{i}] = {shown(p)}; allowed: a baseline name or {{agent: PATH}}")
     if len({p.name for p in policies}) != len(policies):
         raise ConfigError(f"{source}: policy names must be unique (give agents a name:)")
     for sc in scenarios:

@@ -12,15 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from servegym.errors import ConfigError
+from servegym.errors import ConfigError, shown
 
 #: Longest env id accepted (the registered ones are under 40 characters).
 MAX_ID_CHARS = 200
 
-
-def _shown(value: Any) -> str:
-    r = repr(value)
-    return r if len(r) <= 80 else r[:77] + "..."
 
 
 def servegym_ids() -> list[str]:
@@ -38,13 +34,13 @@ def check_env_id(env_id: Any, source: str = "--env") -> str:
 
     allowed = f"allowed: {', '.join(servegym_ids())} or another id already registered with Gymnasium"
     if not isinstance(env_id, str) or not env_id or len(env_id) > MAX_ID_CHARS:
-        raise ConfigError(f"{source} = {_shown(env_id)} is not an env id; {allowed}")
+        raise ConfigError(f"{source} = {shown(env_id)} is not an env id; {allowed}")
     if ":" in env_id:
         module, _, rest = env_id.partition(":")
         if module != "servegym":
-            raise ConfigError(f"{source} = {_shown(env_id)} names a module to import ({_shown(module)}); servegym "
+            raise ConfigError(f"{source} = {shown(env_id)} names a module to import ({shown(module)}); servegym "
                               f"never imports code named in an env id; {allowed}")
         env_id = rest
     if env_id not in gym.registry:
-        raise ConfigError(f"{source} = {_shown(env_id)} is not a registered env id; {allowed}")
+        raise ConfigError(f"{source} = {shown(env_id)} is not a registered env id; {allowed}")
     return env_id

@@ -49,6 +49,13 @@ class TraceFormatError(ServegymError):
         self.field = field
 
 
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters: how an error quotes a value taken from a user's file
+    (escaped by ``repr``, never the whole of a large value)."""
+    r = repr(value)
+    return r if len(r) <= limit else r[:limit - 3] + "..."
+
+
 def check_range(name: str, value: float, low: float | None = None, high: float | None = None,
                 *, low_inclusive: bool = True, high_inclusive: bool = True) -> None:
     """Raise :class:`ConfigError` unless ``low <= value <= high`` (bounds optional, inclusivity per side)."""

@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from servegym.errors import ConfigError
+from servegym.errors import ConfigError, shown
 
 #: Suffixes that make a string a file name even without a folder in it.
 DATA_SUFFIXES = frozenset({".csv", ".gz", ".json", ".jsonl", ".npz", ".npy", ".txt", ".parquet", ".yml", ".yaml",
@@ -63,10 +63,6 @@ def names_a_file(text: str) -> bool:
     except (OSError, ValueError):
         return True
 
-
-def _shown(value: Any) -> str:
-    r = repr(value)
-    return r if len(r) <= 80 else r[:77] + "..."
 
 
 def _example(keys: list[str]) -> str:
@@ -118,5 +114,5 @@ def check_file_refs(kwargs: Any, where: str, origin: str, *, user_values: Any = 
             if not under:
                 name = ".".join(keys).replace(".[", "[")
                 how = fix or f"name it on the command line: --env-kwargs '{_example(keys)}'"
-                raise ConfigError(f"{name} = {_shown(v)} names a file, and {origin} may name only shipped data "
+                raise ConfigError(f"{name} = {shown(v)} names a file, and {origin} may name only shipped data "
                                   f"(traces and profiles by name); to read a file of your own, {how}")
