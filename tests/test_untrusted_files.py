@@ -259,3 +259,14 @@ def test_env_kwargs_on_the_command_line_are_bounded(capsys) -> None:
     assert main(["train", "--env", PD, "--env-kwargs", "[" * 100_000]) == 2
     err = capsys.readouterr().err.strip()
     assert "nested too deeply" in err and len(err) < 300 and len(err.splitlines()) == 1
+
+
+def test_bare_names_are_files_only_under_keys_that_take_files(tmp_path: Path, monkeypatch) -> None:
+    from servegym.file_refs import check_file_refs
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "shadow").write_text(SECRET)
+    (tmp_path / "energy").write_text("a file that happens to share a config value's name")
+    with pytest.raises(ConfigError, match=r"env_kwargs\.geo\.trace = 'shadow' names a file"):
+        check_file_refs({"geo": {"trace": "shadow"}}, "run.json: env_kwargs", "a model folder's run.json")
+    check_file_refs({"config": {"objective": "energy", "trace": "azure-code"}}, "run.json: env_kwargs", "x")

@@ -22,6 +22,8 @@ from servegym.errors import ConfigError, shown
 #: Suffixes that make a string a file name even without a folder in it.
 DATA_SUFFIXES = frozenset({".csv", ".gz", ".json", ".jsonl", ".npz", ".npy", ".txt", ".parquet", ".yml", ".yaml",
                            ".pkl", ".pickle", ".zip", ".pt", ".pth", ".tsv", ".log", ".db"})
+#: Config keys whose bare-name values are looked up as files when no shipped data has that name.
+PATH_KEYS = frozenset({"trace", "profile", "path", "file", "dir", "predictor", "osl_predictor"})
 #: Deepest nesting walked (env kwargs nest 2-3 levels; deeper is refused rather than walked).
 MAX_DEPTH = 32
 
@@ -50,14 +52,25 @@ def _is_under(path: Path, root: Path) -> bool:
     return True
 
 
-def names_a_file(text: str) -> bool:
-    """Whether ``text``, used as a config value, would be read as a file path."""
+def _path_key(key: str | None) -> bool:
+    """Whether a config key takes a file (``trace``, ``profile``, ``*_path``, ...); None: any key."""
+    if key is None:
+        return True
+    k = key.lower()
+    return k in PATH_KEYS or k.endswith(("_path", "_file", "_dir", "_trace", "_profile"))
+
+
+def names_a_file(text: str, key: str | None = None) -> bool:
+    """Whether ``text``, the value of config key ``key``, would be read as a file path: it has a folder or
+    a data suffix in it, or (for a key that takes files) it names a file in the working folder."""
     if text in shipped_names():
         return False
     if "/" in text or "\\" in text or os.sep in text or text.startswith(("~", ".")) or "\0" in text:
         return True
     if Path(text).suffix.lower() in DATA_SUFFIXES:
         return True
+    if not _path_key(key):  # e.g. objective: "energy" beside a file called energy: not a file reference
+        return False
     try:
         return os.path.lexists(text)  # a bare name of a file in the working folder
     except (OSError, ValueError):
@@ -106,7 +119,7 @@ def check_file_refs(kwargs: Any, where: str, origin: str, *, user_values: Any = 
             stack.extend((val, [*keys, str(k)]) for k, val in v.items())
         elif isinstance(v, (list, tuple)):
             stack.extend((val, [*keys, f"[{i}]"]) for i, val in enumerate(v))
-        elif isinstance(v, str) and v not in typed and names_a_file(v):
+        elif isinstance(v, str) and v not in typed and names_a_file(v, keys[-1]):
             try:
                 under = any(_is_under(Path(v).expanduser(), r) for r in allowed_roots)
             except (ValueError, OSError, RuntimeError):
