@@ -37,6 +37,10 @@ Readings of §3.4 that fix earlier artefacts (both policies):
   released in the same epoch. Holding it under the ÷2-per-window rule kept it in the length-to-group
   map, so it went on splitting traffic (and batch size) off the group that was meant to absorb it.
   Groups that only lost their traffic still shrink by at most ÷2 per window.
+* **Make before break.** A group that leaves the length-to-group map (coalesced, or its lengths now served by
+  a group keyed at another edge) keeps its vPods until the group that takes its lengths has a ready vPod;
+  releasing it first left the phase with no ready group while the new vPods booted (about 2 min), and the
+  queue that built up set off emergency scale-outs (17-140 decode vPods on the focal scenario).
 * **A group only absorbs requests it serves within their SLO.** Coalescing needs "sufficient spare
   capacity to absorb all its requests", and "NeuScale prioritizes SLO guarantees" (§5.2); a merge is
   therefore taken only if the absorbing group's vPod meets the SLO (TTFT for prefill, TPOT for decode)
@@ -228,13 +232,12 @@ class NeuScalePolicy:
                     sticky[top] = hit
         top_of = {b: sticky.get(t, (t, 0))[0] for b in live.tolist() for t in [int(ends[np.searchsorted(ends, b)])]}
         # the group's configuration: its top bucket's pick at the group's own forecast demand (the batch the
-        # group runs depends on all the tokens it serves), the top bucket's best fit with fit_at = best-batch; a
-        # kept group keeps its configuration
+        # group runs depends on all the tokens it serves), the top bucket's best fit with fit_at = best-batch (a
+        # kept group keeps its key; its configuration follows its demand)
         group_w: dict[int, float] = {}
         for b in live.tolist():
             group_w[top_of[b]] = group_w.get(top_of[b], 0.0) + float(ctx.rate_peak[phase, b] * tpr[b])
-        kept = {v[0]: v[1] for v in sticky.values()}
-        group_cid = {top: kept.get(top, self._pick(ctx, phase, top, w)) for top, w in group_w.items()}
+        group_cid = {top: self._pick(ctx, phase, top, w) for top, w in group_w.items()}
         members: dict[int, list[tuple[int, float]]] = {}
         for b in live.tolist():
             top = top_of[b]
@@ -366,12 +369,23 @@ class NeuScalePolicy:
         # traffic off the absorbing group, the underutilization coalescing exists to remove); groups that
         # merely lost their traffic shrink under the ÷2-per-window limit, then go
         merged_now = {(ph, e) for ph, e, _t in self.merged[n_merged:]} - keep
+        # ... once the group that now takes its lengths can serve: while that group has no ready vPod (it is new,
+        # or booting) a group leaving the map keeps its vPods and its traffic for one more epoch (make before
+        # break; releasing it first left the phase without a ready group, and the queue that built up while the
+        # new vPods booted set off emergency scale-outs of up to 140 vPods on the focal scenario)
         for key in list(self.targets):
             if key not in keep:
                 cur = sum(_alive_counts(ctx, key).values())
-                n_left = 0 if key in merged_now else self.rule.limit(key, 0, cur, ctx.time_s)
-                if key in merged_now:
-                    self.rule.ref.pop(key, None)
+                p = PHASES.index(key[0])
+                succ = sorted(e for ph, e in keep if ph == key[0])
+                heir = next((e for e in succ if e >= key[1]), succ[-1] if succ else None)
+                heir_ready = heir is None or ctx.ready[p, int(np.searchsorted(ctx.bucket_edges, heir))] > 0
+                if not heir_ready:
+                    n_left = cur
+                else:
+                    n_left = 0 if key in merged_now else self.rule.limit(key, 0, cur, ctx.time_s)
+                    if key in merged_now:
+                        self.rule.ref.pop(key, None)
                 wanted.append((0.0, key, n_left))
         # quota: highest-R_peak (req/s) groups first; best fit, then fail-over versions; the rest is evicted
         budget = dict(ctx.quota_left)

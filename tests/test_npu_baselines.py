@@ -367,3 +367,15 @@ def test_coalescing_never_moves_requests_onto_a_vpod_that_misses_their_slo() -> 
     s_aware = run_policy(NPUCluster(cfg, w, seed=0, catalog=c405), NeuScalePolicy())
     s_blind = run_policy(NPUCluster(cfg, w, seed=0, catalog=c405), NeuScalePolicy(slo_aware_merge=False))
     assert s_aware["ttft_violation_pct"] < s_blind["ttft_violation_pct"] - 20.0
+
+
+@pytest.mark.slow
+def test_group_leaving_the_map_waits_for_its_heir_to_be_ready() -> None:
+    """Make before break: on the focal scenario (DeepSeek-V3-671B, the 2024 Azure weekday, 24 h) NeuScale's decode
+    group moves between length edges; releasing the old group before the new one had a ready vPod queued the whole
+    phase and set off emergency scale-outs to 17-140 vPods. With the old group kept until its heir can serve, the
+    decode pool never holds more than a few vPods."""
+    cfg = ClusterConfig(model="DeepSeek-V3-671B", n_candidates=1)
+    sim = NPUCluster(cfg, make_workload("azure", hours=24.0, seed=0))
+    run_policy(sim, NeuScalePolicy())
+    assert sim.decomposition()["totals"]["decode"]["vpods_max"] <= 4
