@@ -170,7 +170,8 @@ seeds the simulator (routing, creation times): same seed, same episode.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -265,9 +266,34 @@ RESIDUAL_STEPS: tuple[int, ...] = (0, 1, -1, 2, -2)
 BASELINES: tuple[str, ...] = ("base", "neuscale", "ideal")
 """Policies :meth:`NPUAutoscaleEnv.run_baseline` runs on the env's episode (servegym.baselines.npu)."""
 
-_CATALOGS: dict[tuple, ConfigCatalog] = {}
-_WORKLOADS: dict[tuple, NPUWorkload] = {}
-_CACHE_MAX = 4
+class _LRU(OrderedDict):
+    """A least-recently-used cache of at most ``cap`` entries; the oldest is dropped *before* a new one is
+    built, so the process never holds ``cap + 1`` of them."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__()
+        self.cap = cap
+
+    def get_or_make(self, key: Any, make: Callable[[], Any]) -> Any:
+        if key in self:
+            self.move_to_end(key)
+            return self[key]
+        while self and len(self) >= self.cap:
+            self.popitem(last=False)
+        self[key] = value = make()
+        return value
+
+
+#: Per-process caches shared by every env instance. Measured on 24-h NPUAutoscale-v0 episodes of the default
+#: train split (benchmarks/results/npu_memory.md): a configuration catalog is ~40-60 MB per model and takes
+#: 2-9 s to build, a 24-h workload ~70 MB (arrival, input and output arrays of ~2.6 M requests) and ~1-3 s.
+#: Catalogs: one per model of the default split (4), so resets never rebuild one. Workloads: the current
+#: episode's and one more (every reset of a named split draws a new one, so a longer cache only held memory:
+#: 4 cached workloads were ~280 MB of the 1 GB the process reached).
+CATALOG_CACHE_MAX = 4
+WORKLOAD_CACHE_MAX = 2
+_CATALOGS: _LRU = _LRU(CATALOG_CACHE_MAX)
+_WORKLOADS: _LRU = _LRU(WORKLOAD_CACHE_MAX)
 
 
 @dataclass(frozen=True)
@@ -422,34 +448,21 @@ class NPUEnvConfig:
 
 
 def _catalog(cc: ClusterConfig) -> ConfigCatalog:
-    key = ConfigCatalog.key_of(cc)
-    if key not in _CATALOGS:
-        if len(_CATALOGS) >= _CACHE_MAX:
-            _CATALOGS.pop(next(iter(_CATALOGS)))
-        _CATALOGS[key] = ConfigCatalog(cc)
-    return _CATALOGS[key]
+    return _CATALOGS.get_or_make(ConfigCatalog.key_of(cc), lambda: ConfigCatalog(cc))
 
 
 def _workload(cfg: NPUEnvConfig, seed: int) -> NPUWorkload:
     key = (cfg.trace, float(cfg.hours), int(seed), cfg.rate_rpm, float(cfg.start_hour))
-    if key not in _WORKLOADS:
-        if len(_WORKLOADS) >= _CACHE_MAX:
-            _WORKLOADS.pop(next(iter(_WORKLOADS)))
-        _WORKLOADS[key] = make_workload(cfg.trace, hours=cfg.hours, seed=int(seed), rate_rpm=cfg.rate_rpm,
-                                        start_hour=cfg.start_hour)
-    return _WORKLOADS[key]
+    return _WORKLOADS.get_or_make(key, lambda: make_workload(cfg.trace, hours=cfg.hours, seed=int(seed),
+                                                             rate_rpm=cfg.rate_rpm, start_hour=cfg.start_hour))
 
 
 def _split_workload(sc: dict[str, Any], hours: float) -> NPUWorkload:
     key = ("split", sc["trace"], sc["azure_trace"], tuple(sc["segment"]), float(hours), sc["workload_seed"],
            sc["rate_rpm"], sc["start_hour"])
-    if key not in _WORKLOADS:
-        if len(_WORKLOADS) >= _CACHE_MAX:
-            _WORKLOADS.pop(next(iter(_WORKLOADS)))
-        _WORKLOADS[key] = make_workload(sc["trace"], hours=hours, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"],
-                                        azure_trace=sc["azure_trace"], start_hour=sc["start_hour"],
-                                        segment=tuple(sc["segment"]))
-    return _WORKLOADS[key]
+    return _WORKLOADS.get_or_make(key, lambda: make_workload(
+        sc["trace"], hours=hours, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"], azure_trace=sc["azure_trace"],
+        start_hour=sc["start_hour"], segment=tuple(sc["segment"])))
 
 
 def split_groups(edges: NDArray[np.int64], per_phase: int, hours: float) -> list[list[int]]:

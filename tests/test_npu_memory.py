@@ -1,0 +1,47 @@
+"""NPUAutoscale-v0's per-process caches are bounded (least recently used first out), and an evicted workload
+rebuilt later is the same episode (benchmarks/results/npu_memory.md has the memory figures)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from servegym.envs.npu import env as npu_env
+
+import servegym  # noqa: F401  (registers the ids)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cap=st.integers(1, 5), keys=st.lists(st.integers(0, 7), max_size=40))
+def test_lru_is_bounded_and_drops_the_least_recently_used(cap: int, keys: list[int]) -> None:
+    cache = npu_env._LRU(cap)
+    model: list[int] = []  # most recent last
+    built: list[int] = []
+    for k in keys:
+        assert cache.get_or_make(k, lambda k=k: built.append(k) or k * 10) == k * 10
+        if k in model:
+            model.remove(k)
+        else:
+            assert built[-1] == k  # made only when absent
+        model.append(k)
+        model = model[-cap:]
+        assert list(cache) == model and len(cache) <= cap
+
+
+def test_caches_have_their_stated_bounds() -> None:
+    assert npu_env._CATALOGS.cap == npu_env.CATALOG_CACHE_MAX == 4
+    assert npu_env._WORKLOADS.cap == npu_env.WORKLOAD_CACHE_MAX == 2
+
+
+@pytest.mark.slow
+def test_resets_keep_at_most_two_workloads_and_an_evicted_one_replays_identically() -> None:
+    env = gym.make("servegym/NPUAutoscale-v0", config={"hours": 1.0})
+    first, _ = env.reset(seed=0)
+    for seed in (1, 2, 3):
+        env.reset(seed=seed)
+        assert len(npu_env._WORKLOADS) <= 2 and len(npu_env._CATALOGS) <= 4
+    again, _ = env.reset(seed=0)  # its workload was evicted and is built again
+    np.testing.assert_array_equal(first, again)
+    env.close()
