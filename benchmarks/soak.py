@@ -12,6 +12,13 @@ the interval's steps/s; rewards are checked finite throughout. Writes ``benchmar
 envs can be soaked in separate sessions), and a run in progress saves its rows at every sample to
 ``results/.soak_<env>.partial.json``: ``--collect`` writes the report from those if a run had to be stopped,
 marking it incomplete.
+
+``--npu-memory EPISODES`` measures NPUAutoscale-v0's memory per episode instead (``npu_memory.{json,md,png}``):
+in fresh processes, resident memory after every episode (``gc`` run first) of full 24-h episodes, and, with
+tracemalloc on, the traced Python heap and its largest allocation sites over the same resets (those episodes
+stop after ``--npu-trace-steps`` steps: tracemalloc makes stepping ~10x slower, and the caches under test fill
+at reset). Each measurement runs twice: with the workload cache of 4 that the env had (before) and with the
+env's current bound (after), so the figure shows what the bound saves.
 """
 
 from __future__ import annotations
@@ -184,6 +191,111 @@ def _plot(results: list[dict[str, Any]]) -> None:
     plt.close(fig)
 
 
+def npu_memory(episodes: int, steps: int | None, trace: bool, workload_cache: int | None, queue: Any) -> None:
+    """Per-episode memory of NPUAutoscale-v0 (default config: 24-h episodes of the train split), put on
+    ``queue``; ``steps`` caps each episode's steps, ``workload_cache`` overrides the workload cache's bound."""
+    import gc
+    import tracemalloc
+
+    from servegym.envs.npu import env as npu_env
+
+    if workload_cache is not None:
+        npu_env._WORKLOADS.cap = workload_cache
+    if trace:
+        tracemalloc.start(1)
+    env = _make("npu")
+    rows = []
+    t0 = time.perf_counter()
+    for ep in range(episodes):
+        t_ep = time.perf_counter()
+        env.reset(seed=ep)
+        n, done = 0, False
+        while not done and (steps is None or n < steps):
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            n, done = n + 1, terminated or truncated
+        gc.collect()
+        row = {"episode": ep, "steps": n, "wall_s": time.perf_counter() - t_ep, "rss_mb": rss_mb(),
+               "catalogs": len(npu_env._CATALOGS), "workloads": len(npu_env._WORKLOADS),
+               "model": env.unwrapped.cluster_config.model}
+        if trace:
+            row["traced_mb"] = tracemalloc.get_traced_memory()[0] / 2**20
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    top = []
+    if trace:
+        root = str(Path(__file__).resolve().parents[1]) + "/"
+        for st in tracemalloc.take_snapshot().statistics("lineno")[:6]:
+            frame = st.traceback[0]
+            where = frame.filename.split("site-packages/")[-1].split(root)[-1]
+            top.append({"site": f"{where}:{frame.lineno}", "mb": st.size / 2**20, "blocks": st.count})
+    env.close()
+    queue.put({"episodes": episodes, "steps_cap": steps, "trace": trace, "wall_s": time.perf_counter() - t0,
+               "workload_cache": npu_env._WORKLOADS.cap, "catalog_cache": npu_env._CATALOGS.cap,
+               "rows": rows, "top": top})
+
+
+def run_npu_memory(episodes: int, trace_steps: int) -> None:
+    """Four fresh processes: RSS over full episodes and tracemalloc over capped ones, each before (workload
+    cache 4) and after (the env's bound); writes npu_memory.{json,md,png}."""
+    ctx = mp.get_context("spawn")
+    runs = []
+    for trace, steps in ((False, None), (True, trace_steps)):
+        for label, cache in (("before (workload cache 4)", 4), ("after (the env's bound)", None)):
+            q = ctx.Queue()
+            p = ctx.Process(target=npu_memory, args=(episodes, steps, trace, cache, q))
+            p.start()
+            res = q.get()
+            p.join()
+            runs.append({"label": label, **res})
+            date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+            (OUT / "npu_memory.json").write_text(json.dumps({"date": date, "runs": runs}, indent=1) + "\n")
+            _npu_memory_report(runs)
+
+
+def _npu_memory_report(runs: list[dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = ["# NPUAutoscale-v0 memory per episode", "",
+             f"`benchmarks/soak.py --npu-memory {runs[0]['episodes']}` on {when} ({os.cpu_count()} CPUs shared with "
+             "other jobs, niced): default config (24-h episodes of the train split, uniform random actions, reset "
+             "seeds 0, 1, ...), each run in a fresh process; memory read after `gc` at each episode's end.", "",
+             "| run | measure | episodes (steps each) | catalog / workload cache bound | ep 0 MB | ep 4 | ep 9 "
+             "| last | max | last 5: min-max |", "|---|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in runs:
+        key = "traced_mb" if r["trace"] else "rss_mb"
+        v = [row[key] for row in r["rows"]]
+        cells = [f"{v[i]:.0f}" if i < len(v) else "-" for i in (0, 4, 9)]
+        steps = "full" if r["steps_cap"] is None else f"<= {r['steps_cap']}"
+        lines.append(f"| {r['label']} | {'tracemalloc heap' if r['trace'] else 'RSS'} | {len(v)} ({steps}) | "
+                     f"{r['catalog_cache']} / {r['workload_cache']} | {' | '.join(cells)} | {v[-1]:.0f} | "
+                     f"{max(v):.0f} | {min(v[-5:]):.0f}-{max(v[-5:]):.0f} |")
+    for r in (r for r in runs if r["trace"] and r["top"]):
+        lines += ["", f"Largest allocation sites at the end, {r['label']}:", ""]
+        lines += [f"- `{t['site']}`: {t['mb']:.1f} MB ({t['blocks']:,} blocks)" for t in r["top"]]
+    lines += ["", "![memory per episode](npu_memory.png)", ""]
+    (OUT / "npu_memory.md").write_text("\n".join(lines))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, trace in zip(axes, (False, True), strict=True):
+        key = "traced_mb" if trace else "rss_mb"
+        for r in (r for r in runs if r["trace"] == trace):
+            ax.plot([row["episode"] for row in r["rows"]], [row[key] for row in r["rows"]], marker="o", ms=3,
+                    label=r["label"])
+        ax.set_xlabel("episode")
+        ax.set_ylabel("traced Python heap (MB)" if trace else "resident memory (MB)")
+        ax.set_title("tracemalloc (episodes capped)" if trace else "RSS, full 24-h episodes", fontsize=10)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(OUT / "npu_memory.png", dpi=110)
+    plt.close(fig)
+
+
 def _ordered(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(runs, key=lambda r: ("geo", "pd", "npu").index(r["family"]))
 
@@ -195,9 +307,15 @@ def main() -> None:
     ap.add_argument("--npu-episodes", type=int, default=10, help="24-h episodes (288 steps each)")
     ap.add_argument("--sample", type=int, default=0, help="steps between samples (default: 1/100 of the run)")
     ap.add_argument("--only", default="geo,pd,npu")
+    ap.add_argument("--npu-memory", type=int, default=0, metavar="EPISODES",
+                    help="measure NPUAutoscale-v0's memory per episode instead (module docstring)")
+    ap.add_argument("--npu-trace-steps", type=int, default=12, help="steps per episode of the tracemalloc runs")
     ap.add_argument("--collect", action="store_true",
                     help="write the report from the partial rows of stopped runs of --only (no new run)")
     args = ap.parse_args()
+    if args.npu_memory:
+        run_npu_memory(args.npu_memory, args.npu_trace_steps)
+        return
     only = args.only.split(",")
     kept: list[dict[str, Any]] = []
     if (OUT / "soak.json").is_file():
