@@ -235,14 +235,16 @@ def text_summary(ev: PolicyEvaluation) -> str:
         shown = ", ".join(f"{key} {k[key]:.4g}" for key in (ev.kpi, protocol.SLO_METRIC) if key in k)
         tag = f"{who} ({roles[who]})" if who in roles else who
         lines.append(f"  {tag:>32}: {shown}")
+    me = ev.policy if ev.policy.startswith("agent:") else protocol.resolve_policy(ev.env_id, ev.policy)
     if ev.scale.oracle and "strongest" in ev.anchors:
         strong = protocol.seed_scores(ev.anchors["strongest"], ev.scale.scores(ev.anchors["strongest"]))
         h, (lo, hi) = protocol.headroom(strong)
         lines.append(f"  headroom (oracle - strongest {roles['strongest']}): {_f(h)} [{_f(lo)}, {_f(hi)}]")
-        g, (glo, ghi) = protocol.gap_closed(protocol.seed_scores(ev.results, ev.scores), strong)
-        lines.append(f"  share of the strongest-to-oracle gap closed: {g:.3g} [{glo:.3g}, {ghi:.3g}]")
+        if me not in (roles["strongest"], roles.get("oracle")):
+            g, (glo, ghi) = protocol.gap_closed(protocol.seed_scores(ev.results, ev.scores), strong)
+            lines.append(f"  share of the strongest-to-oracle gap closed: {g:.3g} [{glo:.3g}, {ghi:.3g}]")
     for who in ("naive", "paper", "strongest"):
-        if who in ev.anchors and roles[who] != ev.policy:
+        if who in ev.anchors and roles[who] != me:
             v = protocol.paired_verdict(ev.results, ev.anchors[who], ev.kpi, f"{who} ({roles[who]})")
             lines.append("  " + v.text(ev.policy))
     lines.append(f"  ({protocol.BEATS_RULE})")

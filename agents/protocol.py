@@ -42,6 +42,7 @@ carbon or cost; npu energy or cost) and of the SLO violation (%) averaged per sc
 training seeds) and a paired bootstrap over scenarios: the agent *beats* the baseline when its KPI is
 lower with the 95 % CI of the difference excluding 0, **and** its mean SLO violation exceeds the
 baseline's by no more than ``max(0.05 pp, 10 % of the baseline's violation)`` (:func:`slo_tolerance_pp`).
+One paired episode has no CI and is never a win.
 
 **Statistics** (Agarwal et al., "Deep RL at the Edge of the Statistical Precipice", NeurIPS 2021, with
 its ``rliable`` library): IQM and mean of the normalized scores with 95 % stratified-bootstrap
@@ -572,7 +573,8 @@ def paired_verdict(policy: Sequence[EpisodeResult], baseline: Sequence[EpisodeRe
     kci = _paired_ci([dk], _mean_along, seed)
     sci = _paired_ci([ds], _mean_along, seed)
     slo_diff = float(np.mean(ds))
-    ok = bool(kci[1] < 0.0 and slo_diff <= tol)
+    # one paired episode has no CI: nothing is shown to exclude 0
+    ok = bool(len(seeds) >= 2 and kci[1] < 0.0 and slo_diff <= tol)
     return Verdict(name, kpi, len(seeds), float(np.mean(dk)), kci, slo_diff, sci, tol, ok)
 
 

@@ -216,6 +216,7 @@ def test_paired_verdict_needs_a_ci_below_zero_and_slo_within_the_scaled_toleranc
     v2 = protocol.paired_verdict(two, base, "carbon_g")
     assert v2.episodes == 2 and v2.kpi_diff == pytest.approx(-0.9)
     assert not protocol.beats(res([10.0], [0.0]), res([10.0], [0.0]), "carbon_g")  # a tie is no win
+    assert not protocol.beats(res([5.0], [0.0]), res([10.0], [0.0]), "carbon_g")  # one episode: no CI, no win
 
 
 def test_oracle_scale_headroom_and_gap_closed_arithmetic() -> None:
