@@ -782,20 +782,28 @@ class PDProvisionEnv(gym.Env):
         """(violation share, mean TTFT s, mean TPOT s) of arrivals at ``lam`` req/s meeting no backlog, for
         the deployments (n_p, n_d) (arrays of one shape): the steady case of :meth:`_slo_piece` (every
         arrival sees the same state), vectorized so a planner can price every deployment at once."""
-        cfg = self.config
         tab = self.tables
-        mu_p, cv_s2 = float(tab.mu_p[mix]), float(tab.cv_s2[mix])
-        a_d, b_d, dec = float(tab.a_d[mix]), float(tab.b_d[mix]), float(tab.decode_tokens[mix])
-        rho = np.minimum(lam / (n_p * mu_p), RHO_K_MAX)
+        return self._steady(lam, n_p, n_d, float(tab.mu_p[mix]), float(tab.cv_s2[mix]), float(tab.a_d[mix]),
+                            float(tab.b_d[mix]), float(tab.decode_tokens[mix]), tab.t_p_quantiles_s[mix],
+                            float(tab.t_p_mean_s[mix]))
+
+    def _steady(self, lam: float, n_p: Any, n_d: Any, mu_p: float, cv_s2: float, a_d: float, b_d: float,
+                dec: float, tpq: NDArray[np.float64], t_p_mean: float) -> tuple[Any, Any, Any]:
+        """:meth:`slo_steady` on the mix's scalars; ``n_p``/``n_d`` ints (one deployment, the step's path)
+        or arrays (every deployment, the planner's)."""
+        cfg = self.config
+        vec = not isinstance(n_p, int)  # scalars take Python's max and a conditional (the step's hot path)
+        rho = np.minimum(lam / (n_p * mu_p), RHO_K_MAX) if vec else min(lam / (n_p * mu_p), RHO_K_MAX)
         mean_res = (1.0 / n_p + cv_s2) / (2.0 * mu_p * (1.0 - rho))  # W / rho: mean wait given waiting
-        slack = cfg.ttft_slo_s - tab.t_p_quantiles_s[mix]
-        p_ttft = np.where(slack <= 0, 1.0, rho[..., None] * np.exp(-np.maximum(slack, 0.0) / mean_res[..., None]))
-        p = p_ttft.mean(axis=-1)
+        slack = cfg.ttft_slo_s - tpq
+        rho_c, res_c = (rho[..., None], mean_res[..., None]) if vec else (rho, mean_res)
+        p = np.where(slack <= 0, 1.0, rho_c * np.exp(-np.maximum(slack, 0.0) / res_c)).mean(axis=-1)
         lam_i = lam / n_d
-        batch = lam_i * dec * a_d / np.maximum(1.0 - lam_i * dec * b_d, 1e-9)
+        den = 1.0 - lam_i * dec * b_d
+        batch = lam_i * dec * a_d / (np.maximum(den, 1e-9) if vec else max(den, 1e-9))
         tpot = a_d + b_d * batch
-        viol = np.where(tpot > cfg.tpot_slo_s, 1.0, p)
-        return viol, rho * mean_res + float(tab.t_p_mean_s[mix]), tpot
+        viol = np.where(tpot > cfg.tpot_slo_s, 1.0, p) if vec else (1.0 if tpot > cfg.tpot_slo_s else p)
+        return viol, rho * mean_res + t_p_mean, tpot
 
     def _slo_piece(self, q: float, lam: float, mu: float, tau: float, n_p: int, n_d: int, mix: int, mu_p: float,
                    cv_s2: float, a_d: float, b_d: float, dec: float, tpq: NDArray[np.float64]
@@ -807,7 +815,8 @@ class PDProvisionEnv(gym.Env):
         """
         cfg = self.config
         if q <= 0.0 and lam < mu:
-            viol, ttft, tpot = self.slo_steady(lam, np.asarray(n_p), np.asarray(n_d), mix)
+            viol, ttft, tpot = self._steady(lam, n_p, n_d, mu_p, cv_s2, a_d, b_d, dec, tpq,
+                                            float(self.tables.t_p_mean_s[mix]))
             return float(viol), float(ttft), float(tpot)
         s_pts = (np.arange(N_SLO_POINTS) + 0.5) * (tau / N_SLO_POINTS)
         qs = np.maximum(q + (lam - mu) * s_pts, 0.0)
