@@ -219,6 +219,23 @@ def test_paired_verdict_needs_a_ci_below_zero_and_slo_within_the_scaled_toleranc
     assert not protocol.beats(res([5.0], [0.0]), res([10.0], [0.0]), "carbon_g")  # one episode: no CI, no win
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 100.0), st.floats(0.0, 100.0), st.floats(0.0, 5.0), st.floats(0.0, 5.0)),
+                min_size=1, max_size=8))
+def test_paired_verdict_invariants(eps: list[tuple[float, float, float, float]]) -> None:
+    """Never both ways round; never a win without a lower mean KPI, with one episode, or at an SLO
+    violation above the tolerance; the tolerance never below 0.05 pp."""
+    a = [EpisodeResult("a", i, 0.0, 1, {"carbon_g": k, "slo_violation_pct": v}) for i, (k, _, v, _) in enumerate(eps)]
+    b = [EpisodeResult("b", i, 0.0, 1, {"carbon_g": k, "slo_violation_pct": v}) for i, (_, k, _, v) in enumerate(eps)]
+    ab, ba = protocol.paired_verdict(a, b, "carbon_g"), protocol.paired_verdict(b, a, "carbon_g")
+    assert not (ab.beats and ba.beats)
+    if ab.beats:
+        assert ab.kpi_diff < 0 and ab.kpi_ci[1] < 0 and len(eps) >= 2
+        assert ab.slo_diff_pp <= ab.slo_tolerance_pp
+    assert ab.slo_tolerance_pp >= protocol.SLO_TOL_FLOOR_PP
+    assert ab.kpi_ci[0] <= ab.kpi_diff + 1e-9 and ab.kpi_diff <= ab.kpi_ci[1] + 1e-9
+
+
 def test_oracle_scale_headroom_and_gap_closed_arithmetic() -> None:
     """Per-episode oracle scale: naive 0 and oracle 100 on every episode; headroom and gap closed."""
     n, o = [-10.0, -20.0, -40.0], [-5.0, -10.0, -20.0]
