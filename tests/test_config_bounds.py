@@ -95,6 +95,19 @@ def test_geo_durations_are_accepted_only_within_bounds(duration: float, drain: f
     assert ok
 
 
+@settings(max_examples=40, deadline=None)
+@given(period=st.floats(1.0, 3600.0), horizon=st.integers(1, 100_000))
+def test_pd_episode_span_is_accepted_only_within_a_month(period: float, horizon: int) -> None:
+    from servegym.envs.pd.scenario import DayScenario
+
+    try:
+        DayScenario(period_s=period, horizon_steps=horizon, mix_block_s=max(900.0, period))
+    except ConfigError as exc:
+        assert period * horizon > MONTH_S and "scenario.period_s x scenario.horizon_steps" in str(exc), exc
+        return
+    assert period * horizon <= MONTH_S
+
+
 def test_a_split_without_room_for_the_episode_fails_at_construction() -> None:
     # a week of arrivals at 3600 grid seconds per simulated second is 69 years of CI clock: no start day
     with pytest.raises(ConfigError, match="has no start day"):
