@@ -140,3 +140,17 @@ def test_unexpected_errors_are_one_line_pointing_to_debug(tmp_path, monkeypatch,
                    "traceback, and please report it)")
     with pytest.raises(ZeroDivisionError):
         main(["sweep", str(tmp_path / "s.yml"), "--debug"])
+
+
+def test_a_user_error_raised_on_a_ray_worker_is_one_line(capsys) -> None:
+    # Ray re-raises a worker's error as RayTaskError(<its type>), whose message holds the worker's traceback;
+    # the CLI prints the worker's own one-line message
+    rx = pytest.importorskip("ray.exceptions")
+    from servegym.cli import _cause
+
+    worker = ConfigError("unknown config key(s) ['foo']; allowed: [...]")
+    wrapped = rx.RayTaskError("run_task", "Traceback (most recent call last):\n  File x\nConfigError: ...",
+                              worker).as_instanceof_cause()
+    assert isinstance(wrapped, ConfigError) and len(str(wrapped).splitlines()) > 1
+    assert _cause(wrapped) is worker
+    assert _cause(worker) is worker

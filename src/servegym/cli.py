@@ -105,6 +105,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _cause(exc: BaseException) -> BaseException:
+    """The error a worker raised, for an error that wraps it: Ray's ``RayTaskError`` (which subclasses the
+    worker's error type) holds it in ``cause`` and puts the worker's traceback in its own message."""
+    for _ in range(5):
+        inner = getattr(exc, "cause", None)
+        if not isinstance(inner, BaseException) or inner is exc:
+            break
+        exc = inner
+    return exc
+
+
 def _unexpected(exc: BaseException) -> str:
     """One line for an error servegym did not anticipate: its type and the start of its message."""
     text = " ".join(str(exc).split())
@@ -133,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ServegymError, OSError) as exc:  # OSError: a file or folder the user named
         if debug:
             raise
-        print("servegym: error: " + " ".join(str(exc).splitlines()), file=sys.stderr)
+        print("servegym: error: " + " ".join(str(_cause(exc)).splitlines()), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("servegym: interrupted", file=sys.stderr)
@@ -141,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if debug:
             raise
-        print(_unexpected(exc), file=sys.stderr)
+        print(_unexpected(_cause(exc)), file=sys.stderr)
         return 1
 
 
