@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from servegym.errors import MAX_EXPECTED_REQUESTS
+from servegym.errors import MAX_EXPECTED_REQUESTS, MAX_REQUEST_CEILING, WEEK_S
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -31,9 +31,9 @@ def _bench_geo(args: argparse.Namespace) -> int:
 
     from servegym.errors import check_range, check_request_count
 
-    check_range("--sim-seconds", args.sim_seconds, 0.0, None, low_inclusive=False)
+    check_range("--sim-seconds", args.sim_seconds, 0.0, WEEK_S, low_inclusive=False)
     check_range("--rate", args.rate, 0.0, None, low_inclusive=False)
-    check_range("--max-requests", args.max_requests, 1, None)
+    check_range("--max-requests", args.max_requests, 1, MAX_REQUEST_CEILING)
     check_request_count(args.rate * args.sim_seconds, args.max_requests,
                         f"--rate {args.rate:g} x --sim-seconds {args.sim_seconds:g}", "--max-requests")
     out = speed_bench(args.preset, args.rate, args.sim_seconds, model=args.model, policy=args.policy, seed=args.seed,

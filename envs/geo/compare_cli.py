@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from servegym.errors import MAX_EXPECTED_REQUESTS
+from servegym.errors import MAX_EXPECTED_REQUESTS, MAX_REQUEST_CEILING, WEEK_S
 
 DEFAULT_PRESET = "paper"
 DEFAULT_SIM_SECONDS = 30.0
@@ -76,16 +76,17 @@ def _compare(args: argparse.Namespace) -> int:
     from servegym.errors import ConfigError, check_range, check_request_count
     from servegym.report import seeds_phrase, wrap
 
-    check_range("--sim-seconds", args.sim_seconds, 0.0, None, low_inclusive=False)
+    check_range("--sim-seconds", args.sim_seconds, 0.0, WEEK_S, low_inclusive=False)
     check_range("--seeds", args.seeds, 1, MAX_SEEDS)
-    check_range("--max-requests", args.max_requests, 1, None)
+    check_range("--max-requests", args.max_requests, 1, MAX_REQUEST_CEILING)
     from servegym.envs.geo.config import PAPER_MODELS
 
     args.model = PAPER_MODELS.resolve(args.model)  # shown in its canonical spelling from here on
     if args.rate is not None:
         check_range("--rate", args.rate, 0.0, None, low_inclusive=False)
     # The ceiling is checked here, naming the flags; the config then carries the same ceiling.
-    over: dict = {"duration_s": float(args.sim_seconds), "osl_mode": args.osl, "max_expected_requests": 2**62}
+    # (the preset is built for 1 s first, so that the run's length is set only once the ceiling is checked)
+    over: dict = {"duration_s": 1.0, "osl_mode": args.osl}
     rate_desc = f"--rate {args.rate:g}" if args.rate is not None else f"--load {args.load}"
     if args.rate is not None:
         check_request_count(args.rate * args.sim_seconds, args.max_requests,
@@ -97,7 +98,7 @@ def _compare(args: argparse.Namespace) -> int:
         cfg = preset(args.preset, model=args.model, load=args.load, **over)
     check_request_count(cfg.rate_rps * cfg.duration_s, args.max_requests,
                         f"{rate_desc} ({cfg.rate_rps:g} req/s) x --sim-seconds {args.sim_seconds:g}", "--max-requests")
-    cfg = cfg.replace(max_expected_requests=args.max_requests)
+    cfg = cfg.replace(duration_s=float(args.sim_seconds), max_expected_requests=args.max_requests)
     policies = [s for s in args.policies.split(",") if s.strip()]
     out_dir = Path(args.out_dir)
     try:  # fail before the runs, not after them

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from servegym import report
-from servegym.errors import MAX_EXPECTED_REQUESTS
+from servegym.errors import MAX_EXPECTED_REQUESTS, MAX_REQUEST_CEILING
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -136,7 +136,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from servegym.errors import check_range, check_request_count
 
     check_range("--hours", args.hours, 5.0 / 60.0, 24.0 * 7)
-    check_range("--max-requests", args.max_requests, 1, None)
+    check_range("--max-requests", args.max_requests, 1, MAX_REQUEST_CEILING)
     if args.rate_rpm is not None:
         check_range("--rate-rpm", args.rate_rpm, 0.0, None, low_inclusive=False)
     rate = args.rate_rpm if args.rate_rpm is not None else TABLE4_RATE_RPM.get(args.trace, BURSTY_BASE_RPM)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from servegym.envs.pd.workload_moments import WORKLOAD_SPECS
 
-from servegym.errors import MAX_EXPECTED_REQUESTS
+from servegym.errors import MAX_EXPECTED_REQUESTS, MAX_REQUEST_CEILING
 
 
 def add_sim_commands(sub: Any) -> None:
@@ -92,7 +92,7 @@ def _simulate(args: argparse.Namespace) -> int:
     from servegym.errors import ConfigError, check_range, check_request_count
 
     n_p, n_d = parse_deployment(args.deployment)
-    check_range("--max-requests", args.max_requests, 1, None)
+    check_range("--max-requests", args.max_requests, 1, MAX_REQUEST_CEILING)
     check_range("--duration", args.duration, 1.0, 30 * 86_400.0)
     check_range("--warmup", args.warmup, 0.0, 30 * 86_400.0)
     system = paper_system().with_serving(kv_tokens=kv_tokens_reading(args.kv_tokens), reserve_tokens=args.reserve)
