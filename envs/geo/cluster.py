@@ -36,6 +36,7 @@ request's TTFT/TPOT is known. ``carbon_with_drain_g`` adds the drain's carbon.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -107,6 +108,27 @@ def _make_requests(config: GeoConfig, n_regions: int, rng: np.random.Generator) 
         ks = isl_s <= config.max_input_tokens
         isl_s, osl_s = isl_s[ks], osl_s[ks]
     return reqs, float(np.mean(isl_s)), float(np.mean(osl_s))
+
+
+def _fixed_ci(fixed: NDArray[np.float64], t_s: float) -> NDArray[np.float64]:
+    """The CI clock of ``ci_mode="fixed"``: the same per-DC intensities (g/kWh) at every time ``t_s``."""
+    return fixed
+
+
+class _HourlyCI:
+    """The CI clock of the hourly modes: per-DC intensities (g/kWh) of the grid hour ``t_s`` falls in, counted
+    from ``start``, cached per hour. A class rather than a closure so that a simulation pickles."""
+
+    def __init__(self, topo: Any, start: pd.Timestamp) -> None:
+        self.topo = topo
+        self.start = start
+        self.cache: dict[int, NDArray[np.float64]] = {}
+
+    def __call__(self, t_s: float) -> NDArray[np.float64]:
+        h = int(t_s // 3600.0)
+        if h not in self.cache:
+            self.cache[h] = np.asarray(self.topo.ci(self.start + pd.Timedelta(hours=h)), dtype=np.float64)
+        return self.cache[h]
 
 
 class GeoSimulation:
@@ -257,16 +279,8 @@ class GeoSimulation:
         if self.config.ci_mode == "fixed":
             fixed = np.asarray(topo.ci(start), dtype=np.float64)
             fixed.flags.writeable = False
-            return lambda t_s: fixed
-        cache: dict[int, NDArray[np.float64]] = {}
-
-        def hourly(t_s: float) -> NDArray[np.float64]:
-            h = int(t_s // 3600.0)
-            if h not in cache:
-                cache[h] = np.asarray(topo.ci(start + pd.Timedelta(hours=h)), dtype=np.float64)
-            return cache[h]
-
-        return hourly
+            return functools.partial(_fixed_ci, fixed)
+        return _HourlyCI(topo, start)
 
     def _build_windows(self) -> None:
         """Per scheduler, windows of ``window_s`` from their first request, closing early at
@@ -344,6 +358,11 @@ class GeoSimulation:
             self._group_est = (g, self.estimator.estimate(snap, self._isl[r], self._osl_est[r], self._origin[r]))
         return self._group_est[1]
 
+    def _group_rows(self, g: _Group, snap: Snapshot, sl: slice) -> Estimates:
+        """The estimates of ``g``'s requests ``sl`` (a context's ``estimate_fn``: a bound method, not a
+        closure, so a simulation in the middle of a run pickles)."""
+        return self._group_estimates(g, snap).rows(sl)
+
     def _context(self, g: _Group, sl: slice, time_s: float) -> DecisionContext:
         rows = g.rows[sl]
         self._token += 1
@@ -355,7 +374,7 @@ class GeoSimulation:
             arrival_s=self._arrival[idx], decision_s=g.decision_s[sl], input_tokens=self._isl[idx],
             osl_estimate=self._osl_est[idx],
             output_tokens=self._osl[idx] if self.config.osl_mode == "oracle" else None,
-            snapshot=self.snapshot, dispatched=self._dispatched_view(), estimate_fn=lambda: self._group_estimates(g, snap).rows(sl),
+            snapshot=self.snapshot, dispatched=self._dispatched_view(), estimate_fn=functools.partial(self._group_rows, g, snap, sl),
             dc_names=self.dc_names, token=self._token, estimator=self.estimator,
         )
         self._outstanding = ctx

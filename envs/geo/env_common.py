@@ -87,7 +87,14 @@ from servegym.envs.geo.cluster import GeoSimulation
 from servegym.envs.geo.config import LOADS, PAPER_MODELS, PRESETS, GeoConfig, preset
 from servegym.envs.geo.provisioner import Snapshot
 
-from servegym.errors import ActionError, ConfigError, check_field_types, check_range, known_overrides
+from servegym.errors import (
+    ActionError,
+    ConfigError,
+    check_field_types,
+    check_keywords,
+    check_range,
+    known_overrides,
+)
 from servegym.splits import check_split, scenario_rng, split_days
 
 #: ``shift-load``: arrival rate multiplier.
@@ -619,6 +626,7 @@ class GeoEnvBase(gym.Env):
     def __init__(self, config: GeoEnvConfig | dict[str, Any] | None = None, render_mode: str | None = None,
                  **overrides: Any) -> None:
         super().__init__()
+        check_keywords(type(self).__name__, overrides, GeoEnvConfig)
         self.config = resolve_config(config, overrides)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(f"render_mode = {render_mode!r} is not allowed; allowed: None, 'ansi', 'rgb_array'")

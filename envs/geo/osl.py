@@ -39,6 +39,7 @@ arguments ``(isl, model, app)``: ``isl`` an array of prompt lengths (tokens, >= 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -303,7 +304,7 @@ class OSLPredictor:
     def bind(self, model: str, app: str) -> Callable[[NDArray[np.int64]], NDArray[np.float64]]:
         """``isl -> predicted OSL`` for one (model, app), e.g. ``GeoSimulation(osl_predictor=...)``."""
         self._encode(np.ones(1), model, app)  # validate now rather than inside a run
-        return lambda isl: self.predict_osl(isl, model, app)
+        return functools.partial(self.predict_osl, model=model, app=app)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ interval is decided the interval is applied and the next one loaded.
   ``Box(-1, 1, (GeoRoute-v0's size + 1,))``. An idle agent sees the snapshot block, its time
   features and zeros.
 - **Action** (per agent): GeoRoute-v0's (``Discrete(D)`` or ``Discrete(D + 1)``);
-  ``infos[agent]["action_mask"]`` carries GeoRoute-v0's mask for it (all ones when idle).
+  ``infos[agent]["action_mask"]`` carries GeoRoute-v0's mask for it (all ones when idle) as int8, the
+  dtype ``Space.sample(mask)`` and PettingZoo's API tests require (``action_masks(agent)`` gives it as bool).
 - **Reward**: a deciding agent gets its decision's dense credit; the poll settlements (and, in
   ``reward="poll"``, the measured cost) are shared equally by all agents (the fleet's cost is
   common). The sum over agents and steps equals GeoRoute-v0's return identity:
@@ -205,7 +206,7 @@ class GeoRouteParallelEnv(ParallelEnv):
         return obs
 
     def _infos(self, info: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        return {a: {**info, "region": self.region_names[r], "action_mask": self.action_masks(a)}
+        return {a: {**info, "region": self.region_names[r], "action_mask": self.action_masks(a).astype(np.int8)}
                 for r, a in enumerate(self.possible_agents) if a in self.agents}
 
 

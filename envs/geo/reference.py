@@ -28,6 +28,7 @@ baseline policy itself (:mod:`servegym.baselines.geo`, one model, two drivers) o
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -67,7 +68,7 @@ def sub_context(ctx: DecisionContext, rows: NDArray[np.int64], dispatched: NDArr
         arrival_s=ctx.arrival_s[rows], decision_s=ctx.decision_s[rows], input_tokens=ctx.input_tokens[rows],
         osl_estimate=ctx.osl_estimate[rows],
         output_tokens=None if ctx.output_tokens is None else ctx.output_tokens[rows],
-        snapshot=ctx.snapshot, dispatched=disp, estimate_fn=lambda: est.rows(rows), dc_names=ctx.dc_names,
+        snapshot=ctx.snapshot, dispatched=disp, estimate_fn=functools.partial(est.rows, rows), dc_names=ctx.dc_names,
         token=0, estimator=ctx.estimator,
     )
 

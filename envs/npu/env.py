@@ -172,7 +172,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -213,11 +213,13 @@ from servegym.errors import (
     ActionError,
     ConfigError,
     check_field_types,
+    check_keywords,
     check_range,
     check_request_count,
     known_overrides,
     resolve_config,
 )
+from servegym.render import BLUE, GREEN, GREY, LIGHT_BLUE, LIGHT_ORANGE, ORANGE, RED, Bar, render_bars
 from servegym.splits import TRACE_SEGMENTS, check_split, scenario_rng, segment
 
 SPLIT_MODELS: tuple[str, ...] = tuple(MODELS)
@@ -504,18 +506,30 @@ def choose_groups(workload: NPUWorkload, edges: NDArray[np.int64], per_phase: in
     return out
 
 
+@dataclass
+class _Replay:
+    """The current episode as its inputs: ``reset``'s seed and options, the state of ``np_random`` right after
+    seeding (a dict of numpy's bit generator), and the actions stepped since, in order."""
+
+    seed: int | None
+    options: dict[str, Any] | None
+    rng_state: dict[str, Any]
+    actions: list[NDArray[Any]] = field(default_factory=list)
+
+
 class NPUAutoscaleEnv(gym.Env):
     """Per-epoch autoscaling of NPU vPod groups (see the module docstring)."""
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012 (gymnasium API)
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}  # noqa: RUF012 (gymnasium API)
 
     def __init__(self, config: NPUEnvConfig | Mapping[str, Any] | None = None, render_mode: str | None = None,
                  **overrides: Any) -> None:
         super().__init__()
         # gym.make(id, key=value) updates the config like config={key: value} (as the geo envs do).
+        check_keywords(type(self).__name__, overrides, NPUEnvConfig)
         self.config = resolve_config(config, overrides, NPUEnvConfig)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ConfigError(f"render_mode = {render_mode!r}; allowed: None, 'ansi'")
+            raise ConfigError(f"render_mode = {render_mode!r}; allowed: None, 'ansi', 'rgb_array'")
         self.render_mode = render_mode
         cfg = self.config
         self.levels = np.array(cfg.count_levels, dtype=np.int64)
@@ -556,6 +570,7 @@ class NPUAutoscaleEnv(gym.Env):
         self._ref_counts = np.zeros(len(self.groups))  # reference's target vPods per env group
         self._base_flows: dict[str, NDArray[np.float64]] | None = None  # reward_mode "base": Base per epoch
         self._base_key: tuple | None = None
+        self._replay: _Replay | None = None  # how to rebuild the current episode (see __getstate__)
 
     # ------------------------------------------------------------------------------------------ config
     @classmethod
@@ -712,6 +727,13 @@ class NPUAutoscaleEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[NDArray[np.float32], dict[str, Any]]:
         super().reset(seed=seed)
+        self._replay = _Replay(seed, None if options is None else dict(options),
+                               dict(self.np_random.bit_generator.state))
+        return self._start_episode(seed, options)
+
+    def _start_episode(self, seed: int | None, options: dict[str, Any] | None
+                       ) -> tuple[NDArray[np.float32], dict[str, Any]]:
+        """The body of :meth:`reset` after its generator is seeded (unpickling replays it)."""
         cfg = self.config
         if cfg.split is None:
             if cfg.workload_seed is None:
@@ -1028,6 +1050,37 @@ class NPUAutoscaleEnv(gym.Env):
 
     # ------------------------------------------------------------------------------------------ step
     def step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
+        out = self._step(action)
+        if self._replay is not None:  # a step that raised changed nothing and is not recorded
+            self._replay.actions.append(np.array(action, copy=True))
+        return out
+
+    # ------------------------------------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickle holds: the config, the render mode, the spec and the episode's replay record (its
+        reset seed and options, the generator's state after seeding, the actions since), a few kB instead
+        of the hundreds of MB of workload, catalog and per-request simulator state (a 24-h episode of Azure
+        at Table 4's rate has about 3M requests). Unpickling rebuilds the env from the config and replays
+        the episode (the dynamics are deterministic given these), so it costs the steps taken so far."""
+        return {"config": self.config, "render_mode": self.render_mode, "spec": self.spec,
+                "np_random_seed": getattr(self, "_np_random_seed", None), "replay": self._replay}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["config"], render_mode=state["render_mode"])  # type: ignore[misc]
+        self.spec = state["spec"]
+        replay: _Replay | None = state["replay"]
+        if replay is None:
+            return
+        bitgen = getattr(np.random, replay.rng_state["bit_generator"])()
+        bitgen.state = replay.rng_state
+        self._np_random = np.random.Generator(bitgen)
+        self._np_random_seed = state["np_random_seed"]
+        self._replay = _Replay(replay.seed, replay.options, replay.rng_state)
+        self._start_episode(replay.seed, replay.options)
+        for a in replay.actions:
+            self.step(a)
+
+    def _step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
         sim = self.sim
         if sim is None:
             raise ActionError("step() called before reset()")
@@ -1299,7 +1352,9 @@ class NPUAutoscaleEnv(gym.Env):
         return out
 
     # ------------------------------------------------------------------------------------------ render
-    def render(self) -> str | None:
+    def render(self) -> str | NDArray[np.uint8] | None:
+        if self.render_mode == "rgb_array":
+            return self._render_rgb()
         if self.render_mode != "ansi":
             return None
         sim, ctx = self.sim, self.last_ctx
@@ -1315,3 +1370,24 @@ class NPUAutoscaleEnv(gym.Env):
                          f"{int(ctx.alive[p, b]):>5} {int(ctx.ready[p, b]):>5} {int(ctx.queue[p, b]):>6} "
                          f"{ctx.util[p, b]:>5.2f}")
         return "\n".join(lines) + "\n"
+
+    def _render_rgb(self) -> NDArray[np.uint8] | None:
+        """A 96-px-high RGB picture of what the agent observes (None before ``reset()``): per env group (prefill
+        blue, decode orange) ready vPods with booting ones stacked on top and the reference's target as a
+        tick, all / the largest count level; then per group the utilization (green) and log1p(queue) / 10
+        (red); then last epoch's SLO satisfaction (green) and the episode's progress (grey)."""
+        if self.last_ctx is None:
+            return None
+        obs = self._obs(self.last_ctx)
+        at = {name: float(v) for name, v in zip(self.obs_fields, obs, strict=True)}
+        bars = []
+        for g, (ph, edge) in enumerate(self.groups):
+            key = f"{ph}[{edge}]"
+            ready, alive = at[f"{key}.ready/max_level"], at[f"{key}.alive/max_level"]
+            bars.append(Bar(ready, BLUE if self.group_phase[g] == 0 else ORANGE, max(alive - ready, 0.0),
+                            LIGHT_BLUE if self.group_phase[g] == 0 else LIGHT_ORANGE,
+                            at[f"{key}.reference_target/max_level"]))
+        bars += [Bar(at[f"{ph}[{edge}].util"], GREEN) for ph, edge in self.groups]
+        bars += [Bar(at[f"{ph}[{edge}].log1p_queue/10"], RED) for ph, edge in self.groups]
+        bars += [Bar(at["slo_satisfaction_last"], GREEN), Bar(at["episode_progress"], GREY)]
+        return render_bars(bars)

@@ -160,11 +160,13 @@ from servegym.errors import (
     ActionError,
     ConfigError,
     check_field_types,
+    check_keywords,
     check_range,
     check_request_count,
     known_overrides,
     resolve_config,
 )
+from servegym.render import BLUE, GREEN, GREY, LIGHT_BLUE, LIGHT_ORANGE, ORANGE, PURPLE, RED, Bar, render_bars
 from servegym.splits import check_split, scenario_rng, scenario_seed
 
 OBJECTIVES = ("energy", "carbon", "cost")
@@ -324,12 +326,13 @@ def _ramp(p0: float, slope: float, cap: float, x: float) -> float:
 class PDProvisionEnv(gym.Env):
     """Provisioning of prefill/decode instances over a day (see the module docstring)."""
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012 (gymnasium API)
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}  # noqa: RUF012 (gymnasium API)
 
     def __init__(self, config: PDEnvConfig | dict[str, Any] | None = None, render_mode: str | None = None,
                  action_mode: str | None = None, **overrides: Any) -> None:
         super().__init__()
         # gym.make(id, key=value) updates the config like config={key: value} (as the geo envs do).
+        check_keywords(type(self).__name__, overrides, PDEnvConfig, ("config", "render_mode", "action_mode"))
         cfg = resolve_config(config, overrides, PDEnvConfig)
         if action_mode is not None:  # the registered mode ids pass it; a config that says otherwise is an error
             asked = config.get("action_mode") if isinstance(config, dict) else (
@@ -340,7 +343,7 @@ class PDProvisionEnv(gym.Env):
             cfg = replace(cfg, action_mode=action_mode)
         self.config = cfg
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ConfigError(f"render_mode = {render_mode!r}; allowed: None, 'ansi'")
+            raise ConfigError(f"render_mode = {render_mode!r}; allowed: None, 'ansi', 'rgb_array'")
         self.render_mode = render_mode
         cfg = self.config
         self.action_mode = cfg.action_mode
@@ -1032,7 +1035,9 @@ class PDProvisionEnv(gym.Env):
                 *self._last_util, self._backlog / self.backlog_limit, pos / slots, front.size / self.front_slots,
                 (self._end - self._k) / max(self._end - self._start, 1))
 
-    def render(self) -> str | None:
+    def render(self) -> str | NDArray[np.uint8] | None:
+        if self.render_mode == "rgb_array":
+            return self._render_rgb()
         if self.render_mode != "ansi":
             return None
         i = self._last_info
@@ -1042,3 +1047,25 @@ class PDProvisionEnv(gym.Env):
                 f"power={i.get('power_w', 0.0):.0f} W cap={i.get('cap_w', i.get('next_cap_w', 0.0)):.0f} W "
                 f"slo_viol={i.get('slo_violation_pct', 0.0):.2f}%")
         return line
+
+    def _render_rgb(self) -> NDArray[np.uint8]:
+        """A 96 x 132 RGB picture: prefill and decode instances (active, starting stacked on top, the reference's
+        count as a tick), arrival rate / peak (capacity as a tick), backlog / limit, facility power / the
+        budget's (power cap as a tick), grid CI / 1000 g/kWh, price / the day's max and last SLO violation share."""
+        cfg = self.config
+        k = min(self._k, self.signals.base_rate_rps.size - 1)
+        mix = int(self.signals.mix_index[k])
+        n_p, n_d = self._active
+        peak = cfg.scenario.peak_rate_rps
+        mp, md = cfg.max_prefill, cfg.max_decode
+        return render_bars([
+            Bar(n_p / mp, BLUE, len(self._pending[0]) / mp, LIGHT_BLUE, self._ref.n_p / mp),
+            Bar(n_d / md, ORANGE, len(self._pending[1]) / md, LIGHT_ORANGE, self._ref.n_d / md),
+            Bar(self._hist[0] / peak, GREEN, marker=self._mu_list[mix][n_p][n_d] / peak),
+            Bar(self._backlog / self.backlog_limit, RED),
+            Bar(self._last_power_w / self._budget_power_w, PURPLE,
+                marker=float(self.signals.cap_w[k]) / self._budget_power_w),
+            Bar(float(self.signals.ci_g_per_kwh[k]) / 1000.0, GREY),
+            Bar(float(self.signals.price_usd_per_kwh[k]) / self._max_price, GREY),
+            Bar(self._last_viol, RED),
+        ])

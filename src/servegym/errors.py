@@ -28,6 +28,13 @@ class ConfigError(ServegymError):
     """An invalid configuration value: the message names the field and the allowed range."""
 
 
+class UnexpectedKeywordError(ConfigError, TypeError):
+    """An unknown keyword argument to an env constructor. It is also a ``TypeError`` whose message starts with
+    Python's own wording (``Env.__init__() got an unexpected keyword argument 'frameskip'``): RL clients probe
+    optional arguments that way and fall back only on that error (SB3's ``make_vec_env`` passes
+    ``render_mode``, TorchRL's ``GymEnv`` passes ``frameskip``)."""
+
+
 class ActionError(ServegymError):
     """An action outside the environment's action space or not allowed in this state."""
 
@@ -70,6 +77,18 @@ def check_range(name: str, value: float, low: float | None = None, high: float |
         lb = "[" if low_inclusive and low is not None else "("
         hb = "]" if high_inclusive and high is not None else ")"
         raise ConfigError(f"{name} = {value!r} is out of range; allowed: {lb}{lo}, {hi}{hb}")
+
+
+def check_keywords(owner: str, keywords: Mapping[str, Any], config_cls: type,
+                   named: tuple[str, ...] = ("config", "render_mode")) -> None:
+    """Raise :class:`UnexpectedKeywordError` if a keyword argument given to ``owner``'s constructor is neither
+    one of its ``named`` parameters nor a field of ``config_cls`` (the envs take config keys as keywords)."""
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = sorted(set(keywords) - fields)
+    if unknown:
+        also = f" (and {', '.join(repr(k) for k in unknown[1:])})" if len(unknown) > 1 else ""
+        raise UnexpectedKeywordError(f"{owner}.__init__() got an unexpected keyword argument {unknown[0]!r}{also}; "
+                                     f"allowed: {', '.join([*named, *sorted(fields - set(named))])}")
 
 
 def known_overrides(overrides: Mapping[str, Any] | None, config_cls: type, what: str = "config key") -> dict[str, Any]:
