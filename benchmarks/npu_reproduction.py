@@ -36,8 +36,9 @@ PAPER = {"energy_efficiency": 1.13, "cost_efficiency": 1.43, "slo_satisfaction":
 NOTES_HEADING = "## What this shows"
 STEP_MODEL_TEXT = {
     "paper": "configurations chosen with the selection model, the FLOP/HBM roofline of §3.3, and charged with the "
-             "scoring model: ICI collectives with launch and hop costs, layer floors, layouts; Ideal is the scoring "
-             "model's best fit",
+             "scoring model: ring ICI collectives whose latency grows with the group, layer floors, layouts; Ideal is "
+             "the scoring model's best fit",
+    "paper-hop": "as paper, with the earlier scoring model's collectives (a 37.4-µs launch plus 1 µs per torus hop)",
     "scoring": "configurations chosen and charged with the scoring model (the ablation)",
     "legacy": "servegym's single model from before the two-model split, used to choose and to charge: roofline plus 1D "
               "all-reduces at ICI bandwidth",
@@ -341,8 +342,8 @@ def write_md(path: str, rows: list[dict], rat: list[dict], args: argparse.Namesp
              f"--step-models {args.step_models}{' --scoring-ablation' if args.scoring_ablation else ''} "
              f"--out {args.out}`", "",
              f"Step models: `{args.step_models}` ({STEP_MODEL_TEXT[args.step_models]}).", "",
-             f"Replays of {args.hours:g} h from {args.start_hour:g}:00 (Azure 2023 timestamps, diurnal profile; "
-             "see `envs/npu/workloads.py`), seed 0, 60 % OSL-prediction accuracy, unlimited quota. "
+             f"Replays of {args.hours:g} h from {args.start_hour:g}:00 (the 2024 Azure trace's default weekday; "
+             "see `envs/npu/workloads.py`; runs recorded before it used the tiled 2023 hour), seed 0, 60 % OSL-prediction accuracy, unlimited quota. "
              "Two accountings: `energy_efficiency` / `cost_efficiency` = tokens / J and tokens / USD of the "
              "whole pool (idle, booting and deleting vPods included); `_busy` = request-attributed (only the "
              "steps that served requests, at the batch they actually ran), the way the paper's per-request "

@@ -1,0 +1,81 @@
+"""The output-length accuracy sweep of the NPU paper's Figure 27 on its focal scenario (DeepSeekV3-671B, Azure):
+NeuScale with the output-length prediction right 20-100 % of the time (§5.1: a wrong prediction routes the
+request to a random group whose length is no shorter than its current one; §3.4: re-estimates and migrations),
+against Base (one group: the prediction does not matter to it). The paper (§5.6): the benefits hold across
+accuracies; mis-predictions and migrations cost little.
+
+Usage: ``nice .venv/bin/python benchmarks/npu_osl_accuracy.py [--hours 24]`` (about 2 CPU-min at 24 h).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from npu_failover import start_report  # the sibling script (benchmarks/ is on sys.path when run as a script)
+from servegym.baselines.npu import make_policy, run_policy
+from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog, NPUCluster
+from servegym.envs.npu.workloads import make_workload
+
+from servegym.outputs import save_figure
+
+MODEL = "DeepSeek-V3-671B"
+ACCURACIES = (0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hours", type=float, default=24.0)
+    ap.add_argument("--out", default="benchmarks/results")
+    args = ap.parse_args()
+    t0 = time.process_time()
+    wl = make_workload("azure", hours=args.hours, seed=0)
+    cat = None
+    rows = []
+    base = None
+    for acc in ACCURACIES:
+        cfg = ClusterConfig(model=MODEL, n_candidates=1, osl_accuracy=acc)
+        cat = cat or ConfigCatalog(cfg)
+        if base is None:
+            base = run_policy(NPUCluster(cfg, wl, seed=0, catalog=cat), make_policy("base"))
+        sim = NPUCluster(cfg, wl, seed=0, catalog=cat)
+        s = run_policy(sim, make_policy("neuscale"))
+        rows.append({"acc": acc, **s, "migrations": sim.n_migrations})
+        print(acc, round(s["energy_efficiency"] / base["energy_efficiency"], 3), round(s["slo_violation_pct"], 2),
+              sim.n_migrations, flush=True)
+    cpu = time.process_time() - t0
+    L = ["# Output-length prediction accuracy (Figure 27): DeepSeekV3-671B, Azure 2024 weekday", "",
+         f"Command: `nice .venv/bin/python benchmarks/npu_osl_accuracy.py --hours {args.hours:g}` ({cpu:.0f} CPU-s). "
+         "Energy objective; ratios over Base (one group, which the prediction does not affect): Base "
+         f"{base['energy_efficiency']:.3f} tokens/J whole pool, {base['energy_efficiency_busy']:.3f} busy, "
+         f"SLO violation {base['slo_violation_pct']:.2f} %.", "",
+         "| accuracy | NS/Base energy (pool) | (busy) | NS/Base cost (pool) | NS SLO viol. % | TPOT % | migrations |",
+         "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        L.append(f"| {r['acc']:.0%} | {r['energy_efficiency'] / base['energy_efficiency']:.3f} | "
+                 f"{r['energy_efficiency_busy'] / base['energy_efficiency_busy']:.3f} | "
+                 f"{r['cost_efficiency'] / base['cost_efficiency']:.3f} | {r['slo_violation_pct']:.2f} | "
+                 f"{r['tpot_violation_pct']:.2f} | {r['migrations']:,} |")
+    md, fig, ax = start_report(args.out, "npu_osl_accuracy", L)
+    x = [100 * r["acc"] for r in rows]
+    ax[0].plot(x, [r["energy_efficiency"] / base["energy_efficiency"] for r in rows], "o-", label="whole pool")
+    ax[0].plot(x, [r["energy_efficiency_busy"] / base["energy_efficiency_busy"] for r in rows], "s--", label="busy")
+    ax[0].axhline(1.0, color="gray", lw=0.8)
+    ax[0].set_ylabel("NeuScale / Base energy efficiency")
+    ax[0].legend(fontsize=8)
+    ax[1].plot(x, [r["slo_violation_pct"] for r in rows], "o-", label="NeuScale")
+    ax[1].axhline(base["slo_violation_pct"], color="C1", ls="--", label="Base")
+    ax[1].set_ylabel("SLO violation (%)")
+    ax[1].legend(fontsize=8)
+    for a in ax:
+        a.set_xlabel("output-length prediction accuracy (%)")
+        a.grid(alpha=0.3)
+    fig.suptitle(f"DeepSeekV3-671B, Azure 2024 weekday, {args.hours:g} h (Figure 27 setting)", fontsize=9)
+    fig.tight_layout()
+    png = save_figure(fig, os.path.join(args.out, "npu_osl_accuracy.png"), dpi=110)
+    print(md, png)
+
+
+if __name__ == "__main__":
+    main()
