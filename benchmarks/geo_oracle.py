@@ -10,7 +10,8 @@ oracle candidate won each episode, and the oracle's CPU seconds per episode (all
 which in the hindsight MILPs' solves). ``--select`` first picks the strongest non-learned baseline of
 each id on the validation split (mean return over the episodes; every family baseline but the oracle).
 
-Usage: python benchmarks/geo_oracle.py [--episodes 10] [--select-episodes 10] [--out benchmarks/results/geo_oracle]
+Usage: python benchmarks/geo_oracle.py [--episodes 10] [--select-episodes 10] [--selection JSON] [--only LABELS]
+[--out benchmarks/results/geo_oracle]
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ VARIANTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("shift-load", "shift-load", {}),
     ("shift-stale", "shift-stale", {}),
     ("shift-topology", "shift-topology", {}),
-    ("test, load high", "test", {"load": "high"}),
-    ("test, ci_time_scale 120", "test", {"ci_time_scale": 120.0}),
+    ("test load=high", "test", {"load": "high"}),
+    ("test ci_time_scale=120", "test", {"ci_time_scale": 120.0}),
 )
 PAPER, NAIVE, MOER = "milp", "rr", "moer"
 REPS = 2000
@@ -224,17 +225,36 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--episodes", type=int, default=10)
     ap.add_argument("--select-episodes", type=int, default=10)
-    ap.add_argument("--only", default=None, help="comma list of variant labels to run (default: all)")
+    ap.add_argument("--only", default=None, help="';'-separated variant labels to run (default: all)")
+    ap.add_argument("--selection", default=None, help="JSON of an earlier --select run to reuse")
+    ap.add_argument("--env", default=None, help="one env id only (default: both)")
+    ap.add_argument("--merge", nargs="+", default=None, help="combine the JSON results of earlier partial runs")
     ap.add_argument("--out", default="benchmarks/results/geo_oracle")
     args = ap.parse_args(argv)
     if not 1 <= args.episodes <= 1000 or not 1 <= args.select_episodes <= 1000:
         print("geo_oracle: --episodes and --select-episodes must be in [1, 1000]", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    selection = select_strongest(args.select_episodes)
-    only = None if args.only is None else {s.strip() for s in args.only.split(",")}
+    if args.merge is not None:
+        parts = [json.loads(Path(p).read_text()) for p in args.merge]
+        order = {(e, lab): i for i, (e, lab) in enumerate((e, v[0]) for e in CONFIGS for v in VARIANTS)}
+        variants = sorted((v for p in parts for v in p["variants"]), key=lambda v: order[(v["env"], v["label"])])
+        result = {"episodes": parts[0]["episodes"], "selection": parts[0]["selection"], "variants": variants,
+                  "wall_s": max(p["wall_s"] for p in parts)}
+        out = Path(args.out)
+        _write_atomic(out.with_suffix(".json"), json.dumps(result, indent=1, default=float) + "\n")
+        _write_atomic(out.with_suffix(".md"), markdown(result))
+        print(markdown(result))
+        return 0
+    if args.selection is not None:
+        selection = json.loads(Path(args.selection).read_text())
+    else:
+        selection = select_strongest(args.select_episodes)
+    only = None if args.only is None else {s.strip() for s in args.only.split(";")}
     variants = []
     for env_id in CONFIGS:
+        if args.env is not None and env_id != args.env:
+            continue
         for label, split, extra in VARIANTS:
             if only is not None and label not in only:
                 continue

@@ -653,7 +653,7 @@ def test_compressed_grid_clock_crosses_an_hour_inside_the_serving_window() -> No
     slow = GeoRouteEnv(config={"preset": "mini", "split": "test"})
     for seed in range(5):
         cfg, scen = fast.episode_scenario(seed)
-        cfg1, scen1 = slow.episode_scenario(seed)
+        _, scen1 = slow.episode_scenario(seed)
         assert scen["sim_seed"] == scen1["sim_seed"]
         assert pd.Timestamp(scen1["ci_start"]).minute == 0
         assert pd.Timestamp(scen["ci_start"]).floor("h") == pd.Timestamp(scen1["ci_start"])
