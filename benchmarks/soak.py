@@ -14,11 +14,13 @@ envs can be soaked in separate sessions), and a run in progress saves its rows a
 marking it incomplete.
 
 ``--npu-memory EPISODES`` measures NPUAutoscale-v0's memory per episode instead (``npu_memory.{json,md,png}``):
-in fresh processes, resident memory after every episode (``gc`` run first) of full 24-h episodes, and, with
-tracemalloc on, the traced Python heap and its largest allocation sites over the same resets (those episodes
-stop after ``--npu-trace-steps`` steps: tracemalloc makes stepping ~10x slower, and the caches under test fill
-at reset). Each measurement runs twice: with the workload cache of 4 that the env had (before) and with the
-env's current bound (after), so the figure shows what the bound saves.
+in fresh processes, resident memory after every episode (``gc`` run first), and, with tracemalloc on, the
+traced Python heap and its largest allocation sites. Every episode is reset on a full 24-h day of the train
+split (its workload and the drawn model's catalog, the caches under test, are built at reset) and stops after
+``--npu-steps`` steps (default 24 = the first 2 h; 0 = the whole day, ~30-130 s per episode on the shared
+machine, too slow for 20 episodes x 4 runs; traced episodes ``--npu-trace-steps``, default 6: tracemalloc
+makes stepping several times slower). Each measurement runs twice: with the caches as they were (4 workloads,
+every visited bucket's step metrics kept by each model's catalog: before) and with the env's bounds (after).
 """
 
 from __future__ import annotations
@@ -191,16 +193,19 @@ def _plot(results: list[dict[str, Any]]) -> None:
     plt.close(fig)
 
 
-def npu_memory(episodes: int, steps: int | None, trace: bool, workload_cache: int | None, queue: Any) -> None:
+def npu_memory(episodes: int, steps: int | None, trace: bool, before: bool, queue: Any) -> None:
     """Per-episode memory of NPUAutoscale-v0 (default config: 24-h episodes of the train split), put on
-    ``queue``; ``steps`` caps each episode's steps, ``workload_cache`` overrides the workload cache's bound."""
+    ``queue``; ``steps`` caps each episode's steps; ``before``: the caches as they were (4 workloads, every
+    bucket's step metrics kept) instead of the env's bounds."""
     import gc
     import tracemalloc
 
+    from servegym.envs.npu import dse
     from servegym.envs.npu import env as npu_env
 
-    if workload_cache is not None:
-        npu_env._WORKLOADS.cap = workload_cache
+    if before:
+        npu_env._WORKLOADS.cap = 4
+        dse.METRICS_CACHE_MAX = 10**9
     if trace:
         tracemalloc.start(1)
     env = _make("npu")
@@ -231,22 +236,26 @@ def npu_memory(episodes: int, steps: int | None, trace: bool, workload_cache: in
     env.close()
     queue.put({"episodes": episodes, "steps_cap": steps, "trace": trace, "wall_s": time.perf_counter() - t0,
                "workload_cache": npu_env._WORKLOADS.cap, "catalog_cache": npu_env._CATALOGS.cap,
+               "metrics_cache": "all" if before else dse.METRICS_CACHE_MAX,
                "rows": rows, "top": top})
 
 
-def run_npu_memory(episodes: int, trace_steps: int) -> None:
-    """Four fresh processes: RSS over full episodes and tracemalloc over capped ones, each before (workload
-    cache 4) and after (the env's bound); writes npu_memory.{json,md,png}."""
+def run_npu_memory(episodes: int, steps: int | None, trace_steps: int | None, only: str | None = None) -> None:
+    """Fresh processes: RSS (episodes of ``steps`` steps) and tracemalloc (``trace_steps``), each before and after
+    the bounds; ``only`` = ``rss`` or ``trace`` runs one kind and keeps the other's runs from npu_memory.json.
+    Writes npu_memory.{json,md,png} after every run."""
     ctx = mp.get_context("spawn")
-    runs = []
-    for trace, steps in ((False, None), (True, trace_steps)):
-        for label, cache in (("before (workload cache 4)", 4), ("after (the env's bound)", None)):
+    runs: list[dict[str, Any]] = []
+    if only and (OUT / "npu_memory.json").is_file():
+        runs = [r for r in json.loads((OUT / "npu_memory.json").read_text())["runs"] if r["trace"] != (only == "trace")]
+    for trace in [t for t in (False, True) if only is None or t == (only == "trace")]:
+        for label, before in (("before (4 workloads, all step metrics)", True), ("after (the bounds)", False)):
             q = ctx.Queue()
-            p = ctx.Process(target=npu_memory, args=(episodes, steps, trace, cache, q))
+            p = ctx.Process(target=npu_memory, args=(episodes, trace_steps if trace else steps, trace, before, q))
             p.start()
             res = q.get()
             p.join()
-            runs.append({"label": label, **res})
+            runs = sorted([*runs, {"label": label, **res}], key=lambda r: (r["trace"], not r["label"].startswith("b")))
             date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
             (OUT / "npu_memory.json").write_text(json.dumps({"date": date, "runs": runs}, indent=1) + "\n")
             _npu_memory_report(runs)
@@ -261,9 +270,11 @@ def _npu_memory_report(runs: list[dict[str, Any]]) -> None:
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = ["# NPUAutoscale-v0 memory per episode", "",
              f"`benchmarks/soak.py --npu-memory {runs[0]['episodes']}` on {when} ({os.cpu_count()} CPUs shared with "
-             "other jobs, niced): default config (24-h episodes of the train split, uniform random actions, reset "
-             "seeds 0, 1, ...), each run in a fresh process; memory read after `gc` at each episode's end.", "",
-             "| run | measure | episodes (steps each) | catalog / workload cache bound | ep 0 MB | ep 4 | ep 9 "
+             "other jobs, niced): default config (24-h days of the train split, uniform random actions, reset "
+             "seeds 0, 1, ...; each episode stops after the steps in the table: its day's workload and its model's "
+             "catalog are built at reset), each run in a fresh process; memory read after `gc` at each episode's "
+             "end.", "",
+             "| run | measure | episodes (steps each) | catalogs / workloads / step metrics kept | ep 0 MB | ep 4 | ep 9 "
              "| last | max | last 5: min-max |", "|---|---|---|---|---:|---:|---:|---:|---:|---|"]
     for r in runs:
         key = "traced_mb" if r["trace"] else "rss_mb"
@@ -271,7 +282,8 @@ def _npu_memory_report(runs: list[dict[str, Any]]) -> None:
         cells = [f"{v[i]:.0f}" if i < len(v) else "-" for i in (0, 4, 9)]
         steps = "full" if r["steps_cap"] is None else f"<= {r['steps_cap']}"
         lines.append(f"| {r['label']} | {'tracemalloc heap' if r['trace'] else 'RSS'} | {len(v)} ({steps}) | "
-                     f"{r['catalog_cache']} / {r['workload_cache']} | {' | '.join(cells)} | {v[-1]:.0f} | "
+                     f"{r['catalog_cache']} / {r['workload_cache']} / {r.get('metrics_cache', '?')} per catalog | "
+                     f"{' | '.join(cells)} | {v[-1]:.0f} | "
                      f"{max(v):.0f} | {min(v[-5:]):.0f}-{max(v[-5:]):.0f} |")
     for r in (r for r in runs if r["trace"] and r["top"]):
         lines += ["", f"Largest allocation sites at the end, {r['label']}:", ""]
@@ -286,7 +298,7 @@ def _npu_memory_report(runs: list[dict[str, Any]]) -> None:
                     label=r["label"])
         ax.set_xlabel("episode")
         ax.set_ylabel("traced Python heap (MB)" if trace else "resident memory (MB)")
-        ax.set_title("tracemalloc (episodes capped)" if trace else "RSS, full 24-h episodes", fontsize=10)
+        ax.set_title("tracemalloc" if trace else "resident memory (RSS)", fontsize=10)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         if ax.lines:
@@ -309,12 +321,14 @@ def main() -> None:
     ap.add_argument("--only", default="geo,pd,npu")
     ap.add_argument("--npu-memory", type=int, default=0, metavar="EPISODES",
                     help="measure NPUAutoscale-v0's memory per episode instead (module docstring)")
-    ap.add_argument("--npu-trace-steps", type=int, default=12, help="steps per episode of the tracemalloc runs")
+    ap.add_argument("--npu-steps", type=int, default=24, help="--npu-memory: steps per episode (0: whole days)")
+    ap.add_argument("--npu-trace-steps", type=int, default=6, help="--npu-memory: steps per traced episode")
+    ap.add_argument("--npu-only", choices=("rss", "trace"), default=None, help="--npu-memory: one kind of run")
     ap.add_argument("--collect", action="store_true",
                     help="write the report from the partial rows of stopped runs of --only (no new run)")
     args = ap.parse_args()
     if args.npu_memory:
-        run_npu_memory(args.npu_memory, args.npu_trace_steps)
+        run_npu_memory(args.npu_memory, args.npu_steps or None, args.npu_trace_steps or None, args.npu_only)
         return
     only = args.only.split(",")
     kept: list[dict[str, Any]] = []

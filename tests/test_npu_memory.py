@@ -45,3 +45,17 @@ def test_resets_keep_at_most_two_workloads_and_an_evicted_one_replays_identicall
     again, _ = env.reset(seed=0)  # its workload was evicted and is built again
     np.testing.assert_array_equal(first, again)
     env.close()
+
+
+def test_dse_keeps_pareto_fronts_not_every_buckets_step_metrics() -> None:
+    """A table keeps at most METRICS_CACHE_MAX step metrics however many buckets are queried; the kept
+    fronts equal fronts computed afresh (from metrics that were evicted and rebuilt)."""
+    from servegym.envs.npu import dse
+
+    table = dse.run_dse("Llama-3-8B", seq_lens=[512, 1024, 4096, 32768], batches=[1, 4, 16, 64])
+    fronts = {(ph, s): table.pareto(ph, s) for ph in ("prefill", "decode") for s in (512, 1024, 4096, 32768)}
+    assert len(table._cache) <= dse.METRICS_CACHE_MAX < len(fronts)
+    fresh = dse.run_dse("Llama-3-8B", seq_lens=[512, 1024, 4096, 32768], batches=[1, 4, 16, 64])
+    for (ph, s), front in fronts.items():
+        assert front and front == fresh._front(fresh._key(ph, s), fresh.objective, None)
+        assert table.pareto(ph, s) == front  # from the kept fronts

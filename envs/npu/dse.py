@@ -20,8 +20,10 @@ vPod at any batch.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import numpy as np
 from servegym.envs.npu.catalog import VERSIONS, ModelSpec, VPod, model
@@ -97,6 +99,12 @@ def pareto_mask(latency: np.ndarray, cost: np.ndarray) -> np.ndarray:
     return keep[np.asarray(inv).ravel()].reshape(np.shape(latency))
 
 
+#: Step metrics kept per table: each is ~10 float arrays of allocations x batches (tens of MB for the large
+#: models), and a table filled one per (phase, bucket) as episodes visited new buckets, which kept NPUAutoscale-v0's
+#: memory rising (benchmarks/results/npu_memory.md). The Pareto fronts derived from them are kept instead.
+METRICS_CACHE_MAX = 2
+
+
 @dataclass(frozen=True)
 class BestFit:
     """One entry of the best-fit table: an allocation and batch for a (phase, bucket).
@@ -153,14 +161,19 @@ class BestFitTable:
     slo_s: dict[tuple[str, int], float]
     best: dict[tuple[str, int], BestFit]
     per_version: dict[tuple[str, int, str], BestFit]
-    _cache: dict[tuple[str, int], StepMetrics] = field(default_factory=dict, repr=False)
+    _cache: OrderedDict[tuple[str, int], StepMetrics] = field(default_factory=OrderedDict, repr=False)
+    _fronts: dict[tuple[Any, ...], tuple[BestFit, ...]] = field(default_factory=dict, repr=False)
 
     def metrics(self, phase: str, seq_len: int) -> StepMetrics:
-        """Step metrics (allocations x batches) of a bucket, cached."""
+        """Step metrics (allocations x batches) of a bucket; the last :data:`METRICS_CACHE_MAX` are kept."""
         key = (check_phase(phase), bucket_for(seq_len, self.buckets))
-        if key not in self._cache:
-            self._cache[key] = evaluate(self.space, key[0], key[1], self.batches)
-        return self._cache[key]
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        while self._cache and len(self._cache) >= METRICS_CACHE_MAX:
+            self._cache.popitem(last=False)
+        self._cache[key] = sm = evaluate(self.space, key[0], key[1], self.batches)
+        return sm
 
     def _key(self, phase: str, seq_len: float) -> tuple[str, int]:
         check_phase(phase)
@@ -223,6 +236,12 @@ class BestFitTable:
         sorted by latency; with ``versions``, the front of those chip versions' allocations only."""
         key = self._key(phase, seq_len)
         obj = _check_objective(objective or self.objective)
+        fkey = (key, obj, None if versions is None else tuple(check_versions("versions", versions)))
+        if fkey not in self._fronts:  # the fronts are kept (a few kB each), the metrics behind them are not
+            self._fronts[fkey] = tuple(self._front(key, obj, versions))
+        return list(self._fronts[fkey])
+
+    def _front(self, key: tuple[str, int], obj: str, versions: Iterable[str] | None) -> list[BestFit]:
         sm = self.metrics(*key)
         ok = sm.feasible
         if versions is not None:

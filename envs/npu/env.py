@@ -286,12 +286,14 @@ class _LRU(OrderedDict):
         return value
 
 
-#: Per-process caches shared by every env instance. Measured on 24-h NPUAutoscale-v0 episodes of the default
-#: train split (benchmarks/results/npu_memory.md): a configuration catalog is ~40-60 MB per model and takes
-#: 2-9 s to build, a 24-h workload ~70 MB (arrival, input and output arrays of ~2.6 M requests) and ~1-3 s.
-#: Catalogs: one per model of the default split (4), so resets never rebuild one. Workloads: the current
-#: episode's and one more (every reset of a named split draws a new one, so a longer cache only held memory:
-#: 4 cached workloads were ~280 MB of the 1 GB the process reached).
+#: Per-process caches shared by every env instance. Measured on NPUAutoscale-v0's default train split
+#: (benchmarks/results/npu_memory.md): a model's configuration catalog takes 2-9 s to build, a 24-h workload
+#: ~70 MB (arrival, input and output arrays of ~2.6 M requests) and ~1-3 s. Catalogs: one per model of the
+#: default split (4), so resets never rebuild one (each keeps its Pareto fronts, not the step metrics behind
+#: them: servegym.envs.npu.dse.METRICS_CACHE_MAX). Workloads: the current episode's and one more (every reset
+#: of a named split draws a new one, so a longer cache only held memory). With 4 workloads and every step
+#: metric kept, resident memory rose from 461 to 1,270 MB over 20 episodes; with these bounds it stays
+#: within 505-594 MB over the last 10.
 CATALOG_CACHE_MAX = 4
 WORKLOAD_CACHE_MAX = 2
 _CATALOGS: _LRU = _LRU(CATALOG_CACHE_MAX)
