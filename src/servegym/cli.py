@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "servegym.envs.pd.cli",
     "servegym.envs.npu.cli",
     "servegym.agents.cli",
+    "servegym.agents.dataset",
 )
 
 
