@@ -2,12 +2,64 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+#: Folders of the working tree a test session may write to: caches of the tools themselves.
+_TREE_SKIP = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis"}
+#: Generated outputs: a test must not rewrite these either (a changed file here is a test's doing).
+_OUTPUT_DIRS = ("benchmarks/results",)
+
+
+def _tree() -> dict[str, float]:
+    """Every file of the working tree (tool caches and the venv excluded) -> its mtime."""
+    out: dict[str, float] = {}
+    for root, dirs, files in os.walk(REPO_ROOT):
+        dirs[:] = [d for d in dirs if d not in _TREE_SKIP and not d.endswith(".egg-info")]
+        for f in files:
+            path = os.path.join(root, f)
+            try:
+                out[os.path.relpath(path, REPO_ROOT)] = os.stat(path).st_mtime
+            except OSError:
+                continue
+    return out
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # the controlling process only (pytest-xdist workers skip)
+        session.config._servegym_tree = _tree()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the session if a test wrote into the working tree: a new file anywhere, or a changed file under
+    benchmarks/results (tests write only to tmp folders; each test runs in its own, see _run_in_tmp)."""
+    before = getattr(session.config, "_servegym_tree", None)
+    if before is None:
+        return
+    after = _tree()
+    bad = sorted(set(after) - set(before))
+    bad += sorted(p for p in set(after) & set(before)
+                  if after[p] != before[p] and p.startswith(_OUTPUT_DIRS))
+    if bad:
+        shown = ", ".join(bad[:10]) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        msg = (f"tests wrote into the working tree (they must write only to tmp folders): {shown} "
+               "(a file you created yourself during the run shows here too)")
+        if reporter is not None:
+            reporter.write_line(f"ERROR: {msg}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(autouse=True)
+def _run_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs in its own temporary folder, so relative default paths (``runs/tb``, ``runs/suite``,
+    ``servegym-results``) land there and never in the working tree."""
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture(scope="session")

@@ -201,10 +201,13 @@ def test_action_mask_observation_wrapper(env_id: str) -> None:
 @pytest.mark.parametrize("env_id", IDS)
 def test_sb3_check_env_and_make_vec_env(env_id: str) -> None:
     """make_vec_env(id) as SB3 documents it: it asks for rgb_array rendering, which every id supports."""
+    from gymnasium.utils.env_checker import check_env as gym_check_env
     from stable_baselines3.common.env_checker import check_env
     from stable_baselines3.common.env_util import make_vec_env
 
-    check_env(gym.make(env_id, **small(env_id)).unwrapped, warn=True)
+    made = gym.make(env_id, **small(env_id))
+    gym_check_env(made.unwrapped)  # with a spec: every declared render mode too
+    check_env(made.unwrapped, warn=True)
     venv = make_vec_env(env_id, n_envs=2, seed=3, env_kwargs=small(env_id))
     try:
         assert venv.get_attr("render_mode") == ["rgb_array", "rgb_array"]

@@ -40,7 +40,14 @@ def test_entry_point_is_a_gymnasium_env(entry) -> None:
     assert issubclass(getattr(importlib.import_module(module), cls), gym.Env)
 
 
-@pytest.mark.parametrize("env_id", IDS)
+#: The npu ids' defaults draw a model per seed (a catalog each) and a 24-h episode per reset (the residual id
+#: also replays Base's): 30 and 210 CPU-s of checker resets, so they run with the slow tests. The fast suite
+#: checks every id on its smallest scenario (tests/test_clients.py) and the npu env's own modes.
+HEAVY_DEFAULTS = {"servegym/NPUAutoscale-v0", "servegym/NPUAutoscaleResidual-v0"}
+
+
+@pytest.mark.parametrize("env_id", [pytest.param(i, marks=pytest.mark.slow) if i in HEAVY_DEFAULTS else i
+                                    for i in IDS])
 def test_every_id_makes_and_passes_the_checkers(env_id: str) -> None:
     """The registered defaults, through gym.make with the module prefix (what a user types)."""
     from stable_baselines3.common.env_checker import check_env as sb3_check_env
