@@ -26,6 +26,7 @@ VALID: dict[str, list[str]] = {
     "train": ["--env", "servegym/PDProvision-v0", "--timesteps", "8"],
     "evaluate": ["--model", "no-such-model.zip"],
     "sweep": ["no-such-sweep.yml"],
+    "dataset": ["--env", "servegym/PDProvision-v0", "--policy", "naive", "--episodes", "1"],
 }
 
 

@@ -114,11 +114,14 @@ def test_never_overwrites_without_force(strongest, monkeypatch: pytest.MonkeyPat
 
 def test_follow_records_on_the_residual_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env_id = "servegym/PDProvisionResidual-v0"
-    rec = record_dataset(env_id, policy="follow", episodes=1, split="validation", out=tmp_path)
+    rec = record_dataset(env_id, policy="follow", episodes=1, split="validation", out=tmp_path, score=True)
     ds = _load(tmp_path, rec.dataset_id, monkeypatch)
     assert rec.dataset_id == "servegym/pdprovisionresidual-v0/follow-validation-v0"
     lv = gym.make(env_id).unwrapped.config.residual_levels
     assert (next(ds.iterate_episodes()).actions == lv).all()
+    # --score: on the oracle scale, the reference's own choices sit between naive (0) and the oracle (100)
+    (ep,) = json.loads(ds.storage.metadata["servegym_episodes"])
+    assert 0 < ep["score"] < 100 and "oracle" in ds.storage.metadata["servegym_scale"]
 
 
 @pytest.mark.parametrize("policy", ["static-peak", "strongest"])
