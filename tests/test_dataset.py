@@ -139,3 +139,20 @@ def test_bad_inputs_one_line(tmp_path: Path) -> None:
         record_dataset(PD, episodes=1, out=tmp_path)
     with pytest.raises(ConfigError, match="unknown"):
         record_dataset(PD, policy="nope", episodes=1, out=tmp_path)
+
+
+def test_saved_agent_is_recorded_with_its_own_actions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model folder as servegym train leaves it (model.zip + run.json), loaded by the safe loader: the
+    recorded actions are the agent's deterministic choices on the recorded observations."""
+    sb3 = pytest.importorskip("stable_baselines3", reason="saved agents need the rl extra (stable-baselines3)")
+    d = tmp_path / "run"
+    d.mkdir()
+    model = sb3.PPO("MlpPolicy", gym.make(PD), n_steps=16, batch_size=16, seed=0, device="cpu",
+                    policy_kwargs={"net_arch": [8]})
+    model.save(d / "model.zip")
+    (d / "run.json").write_text(json.dumps({"env_id": PD, "algo": "ppo", "env_kwargs": {}}))
+    rec = record_dataset(PD, model=str(d / "model.zip"), episodes=1, split="test", out=tmp_path / "ds")
+    assert rec.dataset_id == "servegym/pdprovision-v0/agent-ppo-test-v0" and rec.steps > 0
+    ep = next(_load(tmp_path / "ds", rec.dataset_id, monkeypatch).iterate_episodes())
+    expected, _ = model.predict(ep.observations[:-1], deterministic=True)
+    np.testing.assert_array_equal(ep.actions, expected)
