@@ -200,16 +200,18 @@ def _scores(env_id: str, env: gym.Env, seeds: list[int], results: list[Any]) -> 
 
 def record_dataset(env_id: str, policy: str | None = None, model: str | None = None, episodes: int = 10,
                    split: str | None = DEFAULT_SPLIT, seed: int = 0, out: str | os.PathLike[str] | None = None,
-                   force: bool = False, env_kwargs: dict[str, Any] | None = None, score: bool = False
-                   ) -> DatasetRecord:
+                   force: bool = False, env_kwargs: dict[str, Any] | None = None, score: bool = False,
+                   progress: bool = False) -> DatasetRecord:
     """Record ``episodes`` seeded episodes of ``policy`` (or the saved agent ``model``) on ``split`` of
     ``env_id`` as a Minari dataset under ``out`` (default: Minari's root); see the module docstring.
     ``score``: also play the id's scale anchors (naive, paper's method, oracle) on the same seeds, unrecorded,
-    and store each episode's normalized score (:func:`servegym.agents.protocol.make_scale`)."""
+    and store each episode's normalized score (:func:`servegym.agents.protocol.make_scale`). ``progress``:
+    a progress bar over the episodes on stderr."""
     from servegym.agents import protocol
     from servegym.agents.benchmark import make_split_env
     from servegym.agents.families import family_for
     from servegym.agents.rollout import seeds_from
+    from tqdm.auto import tqdm
 
     minari = minari_module()
     if (policy is None) == (model is None):
@@ -239,13 +241,15 @@ def record_dataset(env_id: str, policy: str | None = None, model: str | None = N
         counter = _StepCounter(collector)  # outside the collector, so the stored env spec is the env's own
         t0 = time.perf_counter()
         results = []
-        for s in seeds:
-            before = counter.steps
-            res = run(counter, s)
-            if counter.steps - before != res.length:  # the runner did not play the recorded env
-                raise ConfigError(f"--policy = {label!r} did not step the env it was recorded on; allowed: "
-                                  f"{', '.join(recordable_policies(env_id, env))}, or --model PATH")
-            results.append(res)
+        with tqdm(seeds, desc=f"dataset {label} on {env_id.split('/')[-1]} ({split})", unit="episode",
+                  disable=not progress) as bar:
+            for s in bar:
+                before = counter.steps
+                res = run(counter, s)
+                if counter.steps - before != res.length:  # the runner did not play the recorded env
+                    raise ConfigError(f"--policy = {label!r} did not step the env it was recorded on; allowed: "
+                                      f"{', '.join(recordable_policies(env_id, env))}, or --model PATH")
+                results.append(res)
         scores, scale_name = _scores(env_id, env, seeds, results) if score else (None, "")
         root.mkdir(parents=True, exist_ok=True)
         tmp_root = Path(tempfile.mkdtemp(prefix=".servegym-dataset-", dir=root))
@@ -310,7 +314,7 @@ def _dataset(args: argparse.Namespace) -> int:
 
     rec = record_dataset(args.env, policy=args.policy, model=args.model, episodes=args.episodes, split=args.split,
                          seed=args.seed, out=args.out, force=args.force, env_kwargs=_env_kwargs(args.env_kwargs),
-                         score=args.score)
+                         score=args.score, progress=True)
     if args.json:
         print(json.dumps({"dataset_id": rec.dataset_id, "path": str(rec.path), "episodes": rec.episodes,
                           "steps": rec.steps, "wall_s": round(rec.wall_s, 3), "kpi": rec.kpi,
