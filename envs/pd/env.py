@@ -143,6 +143,7 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 from servegym.envs.pd.catalog import PDSystem, paper_system
+from servegym.envs.pd.fluid import fluid_periods, steady_slo
 from servegym.envs.pd.pareto import DEFAULT_RHO_BAR, max_capacity_under_power, min_power_deployment
 from servegym.envs.pd.provisioning import MinPowerRule, Suggestion
 from servegym.envs.pd.scenario import (
@@ -174,8 +175,6 @@ MODES = ("fluid", "request")
 ACTION_MODES = ("absolute", "residual", "front")
 ARRIVALS = ("poisson", "mean")
 RATE_HISTORY = 4
-N_SLO_POINTS = 16
-RHO_K_MAX = 0.9
 
 #: Observation entries in order, with their scaling.
 OBS_FIELDS: tuple[str, ...] = (
@@ -316,11 +315,6 @@ class PDEnvConfig:
                 raise ConfigError(f"curriculum = {cur!r}; allowed: a list of (episode_steps, episodes) pairs")
             overrides["curriculum"] = tuple(tuple(stage) for stage in cur)
         return cls(**overrides)
-
-
-def _ramp(p0: float, slope: float, cap: float, x: float) -> float:
-    v = p0 + slope * x
-    return cap if v > cap else v
 
 
 class PDProvisionEnv(gym.Env):
@@ -648,24 +642,40 @@ class PDProvisionEnv(gym.Env):
 
     # ----------------------------------------------------------------------------------------------- step
     def step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
+        n_p, n_d, adjusted = self._decode(action)
+        arrived = self._begin_period(n_p, n_d)
+        m = fluid_periods([self], [arrived])[0] if self.config.mode == "fluid" else self._request_period(arrived)
+        return self._finish_step(n_p, n_d, adjusted, arrived, m)
+
+    # A step in three parts (the vector env runs the same ones, its fluid periods in one batch): decode the
+    # action, apply it and draw the arrivals; run the period; reward, reference, info and observation.
+    def _decode(self, action: Any) -> tuple[int, int, bool]:
+        """The action's target (n_P, n_D, adjusted); ActionError before reset, after the end or if invalid."""
         if not self._was_reset:
             raise ActionError("step() called before reset(); call reset() first")
         if self._done or self._k >= self._end:
             raise ActionError("step() called after the episode ended (terminated or truncated); call reset() first")
-        n_p, n_d, adjusted = self._check_action(action)
+        return self._check_action(action)
+
+    def _begin_period(self, n_p: int, n_d: int) -> float:
+        """Apply the target (n_P, n_D) and draw the period's arrivals (returned, requests)."""
+        k = self._k
+        if self.config.mode == "fluid":
+            self._apply_target(n_p, n_d, float(self.signals.time_s[k]))
+        else:
+            self._target = [n_p, n_d]
+        return self._draw_arrivals(self.np_random, k)
+
+    def _request_period(self, arrived: float) -> dict[str, Any]:
+        k = self._k
+        return self._request_step(k, float(self.signals.time_s[k]), self.config.scenario.period_s, arrived)
+
+    def _finish_step(self, n_p: int, n_d: int, adjusted: bool, arrived: float, m: dict[str, Any]
+                     ) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
+        """Reward, termination, the next reference, info and observation of the period ``m`` just run."""
         cfg = self.config
         period = cfg.scenario.period_s
         k = self._k
-        t0 = float(self.signals.time_s[k])
-        if cfg.mode == "fluid":
-            self._apply_target(n_p, n_d, t0)
-        else:
-            self._target = [n_p, n_d]
-        arrived = self._draw_arrivals(self.np_random, k)
-        if cfg.mode == "fluid":
-            m = self._fluid_period(k, t0, period, arrived)
-        else:
-            m = self._request_step(k, t0, period, arrived)
         energy_kwh = m["energy_j"] / 3.6e6
         cap_w = float(self.signals.cap_w[k])
         ci = float(self.signals.ci_g_per_kwh[k])
@@ -710,134 +720,15 @@ class PDProvisionEnv(gym.Env):
         self._ref, self._ref_power = self.reference.suggest(
             self._hist[0], forecast, self._backlog, int(self.signals.mix_index[k]), float(self.signals.cap_w[k]))
 
-    def _fluid_period(self, k: int, t0: float, period: float, arrived: float) -> dict[str, Any]:
-        """Advance the fluid model over one period (see the module docstring)."""
-        cfg = self.config
-        tab = self.tables
-        mix = int(self.signals.mix_index[k])
-        mu_p, mu_dmax = float(tab.mu_p[mix]), float(tab.mu_d_max[mix])
-        a_d, b_d, dec = float(tab.a_d[mix]), float(tab.b_d[mix]), float(tab.decode_tokens[mix])
-        cv_s2 = float(tab.cv_s2[mix])
-        tpq = tab.t_p_quantiles_s[mix]
-        mu_tab = self._mu_list[mix]
-        lam = arrived / period
-        t1 = t0 + period
-        events = sorted({t for pool in self._pending for t in pool if t0 < t < t1})
-        bounds = [t0, *events, t1]
-        q = self._backlog
-        served = energy = excess = 0.0
-        viol_sum = ttft_sum = tpot_sum = batch_w = 0.0
-        cap_w = float(self.signals.cap_w[k])
-        pue = cfg.pue
-        mu = 0.0
-        rp, rd = self._ramp_p, self._ramp_d
-        for i in range(len(bounds) - 1):
-            self._activate(bounds[i])
-            n_p, n_d = self._active
-            tau = bounds[i + 1] - bounds[i]
-            if tau <= 0:
-                continue
-            mu = mu_tab[n_p][n_d]
-            idle = (len(self._pending[0]) + len(self._pending[1])) * self._idle_w
-            # busy: time in this piece spent serving at mu (backlog present), the rest at lam
-            if lam >= mu:
-                busy = tau
-                q_end = q + (lam - mu) * tau
-            else:
-                busy = min(tau, q / (mu - lam))
-                q_end = max(0.0, q - (mu - lam) * tau)
-            s_busy, s_free = mu, lam
-            p_busy = (n_p * _ramp(*rp, s_busy / (n_p * mu_p)) + n_d * _ramp(*rd, s_busy / (n_d * mu_dmax)) + idle)
-            p_free = (n_p * _ramp(*rp, s_free / (n_p * mu_p)) + n_d * _ramp(*rd, s_free / (n_d * mu_dmax)) + idle)
-            energy += (p_busy * busy + p_free * (tau - busy)) * pue
-            excess += max(0.0, p_busy * pue - cap_w) * busy + max(0.0, p_free * pue - cap_w) * (tau - busy)
-            served += lam * tau + q - q_end
-            # SLO of this piece's arrivals: fluid delay q(s)/mu, then prefill wait + t_P tail
-            w = lam * tau  # arrivals in this piece
-            if w > 0:
-                v, ttft, tpot = self._slo_piece(q, lam, mu, tau, n_p, n_d, mix, mu_p, cv_s2, a_d, b_d, dec, tpq)
-                viol_sum += w * v
-                ttft_sum += w * ttft
-                tpot_sum += w * tpot
-                batch_w += w
-            q = q_end
-        self._activate(t1)
-        self._backlog = q
-        self._arrived += arrived
-        self._served += served
-        n_p, n_d = self._active
-        return {
-            "power_w": energy / period,
-            "it_power_w": energy / period / pue,
-            "energy_j": energy,
-            "cap_excess_kwh": excess / 3.6e6,
-            "served": served,
-            "slo_violation": viol_sum / batch_w if batch_w > 0 else 0.0,
-            "ttft_s": ttft_sum / batch_w if batch_w > 0 else float(tab.t_p_mean_s[mix]),
-            "tpot_s": tpot_sum / batch_w if batch_w > 0 else a_d,
-            "prefill_util": min(served / period / (n_p * mu_p), 10.0),
-            "decode_util": min(served / period / (n_d * mu_dmax), 10.0),
-            "demand_util": min((lam + q / period) / max(mu_tab[n_p][n_d], 1e-9), 10.0),
-        }
-
     def slo_steady(self, lam: float, n_p: NDArray[np.int64], n_d: NDArray[np.int64], mix: int
                    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
         """(violation share, mean TTFT s, mean TPOT s) of arrivals at ``lam`` req/s meeting no backlog, for
-        the deployments (n_p, n_d) (arrays of one shape): the steady case of :meth:`_slo_piece` (every
+        the deployments (n_p, n_d) (arrays of one shape): the steady case of :func:`~servegym.envs.pd.fluid.fluid_periods` (every
         arrival sees the same state), vectorized so a planner can price every deployment at once."""
         tab = self.tables
-        return self._steady(lam, n_p, n_d, float(tab.mu_p[mix]), float(tab.cv_s2[mix]), float(tab.a_d[mix]),
-                            float(tab.b_d[mix]), float(tab.decode_tokens[mix]), tab.t_p_quantiles_s[mix],
-                            float(tab.t_p_mean_s[mix]))
-
-    def _steady(self, lam: float, n_p: Any, n_d: Any, mu_p: float, cv_s2: float, a_d: float, b_d: float,
-                dec: float, tpq: NDArray[np.float64], t_p_mean: float) -> tuple[Any, Any, Any]:
-        """:meth:`slo_steady` on the mix's scalars; ``n_p``/``n_d`` ints (one deployment, the step's path)
-        or arrays (every deployment, the planner's)."""
-        cfg = self.config
-        vec = not isinstance(n_p, int)  # scalars take Python's max and a conditional (the step's hot path)
-        rho = np.minimum(lam / (n_p * mu_p), RHO_K_MAX) if vec else min(lam / (n_p * mu_p), RHO_K_MAX)
-        mean_res = (1.0 / n_p + cv_s2) / (2.0 * mu_p * (1.0 - rho))  # W / rho: mean wait given waiting
-        slack = cfg.ttft_slo_s - tpq
-        rho_c, res_c = (rho[..., None], mean_res[..., None]) if vec else (rho, mean_res)
-        p = np.where(slack <= 0, 1.0, rho_c * np.exp(-np.maximum(slack, 0.0) / res_c)).mean(axis=-1)
-        lam_i = lam / n_d
-        den = 1.0 - lam_i * dec * b_d
-        batch = lam_i * dec * a_d / (np.maximum(den, 1e-9) if vec else max(den, 1e-9))
-        tpot = a_d + b_d * batch
-        viol = np.where(tpot > cfg.tpot_slo_s, 1.0, p) if vec else (1.0 if tpot > cfg.tpot_slo_s else p)
-        return viol, rho * mean_res + t_p_mean, tpot
-
-    def _slo_piece(self, q: float, lam: float, mu: float, tau: float, n_p: int, n_d: int, mix: int, mu_p: float,
-                   cv_s2: float, a_d: float, b_d: float, dec: float, tpq: NDArray[np.float64]
-                   ) -> tuple[float, float, float]:
-        """(violation share, mean TTFT s, mean TPOT s) of arrivals spread evenly over a piece of ``tau`` s.
-
-        Without a backlog in the piece every arrival sees the same state, so one evaluation suffices;
-        otherwise arrivals are taken at N_SLO_POINTS instants (the backlog is linear in time).
-        """
-        cfg = self.config
-        if q <= 0.0 and lam < mu:
-            viol, ttft, tpot = self._steady(lam, n_p, n_d, mu_p, cv_s2, a_d, b_d, dec, tpq,
-                                            float(self.tables.t_p_mean_s[mix]))
-            return float(viol), float(ttft), float(tpot)
-        s_pts = (np.arange(N_SLO_POINTS) + 0.5) * (tau / N_SLO_POINTS)
-        qs = np.maximum(q + (lam - mu) * s_pts, 0.0)
-        backlogged = qs > 0
-        d = qs / mu
-        rate_srv = np.where(backlogged | (lam >= mu), mu, lam)
-        rho = np.minimum(np.asarray(rate_srv) / (n_p * mu_p), RHO_K_MAX)
-        mean_res = (1.0 / n_p + cv_s2) / (2.0 * mu_p * (1.0 - rho))  # W / rho: mean wait given waiting
-        slack = cfg.ttft_slo_s - d[:, None] - tpq[None, :]
-        p_ttft = np.where(slack <= 0, 1.0, rho[:, None] * np.exp(-np.maximum(slack, 0.0) / mean_res[:, None]))
-        p_ttft = p_ttft.mean(axis=1)
-        lam_i = rate_srv / n_d
-        batch_lit = lam_i * dec * a_d / np.maximum(1.0 - lam_i * dec * b_d, 1e-9)
-        batch = np.where(rate_srv >= mu, float(self.tables.batch[mix, n_p, n_d]), batch_lit)
-        tpot_a = a_d + b_d * batch
-        viol_a = np.where(tpot_a > cfg.tpot_slo_s, 1.0, p_ttft)
-        ttft_a = d + rho * mean_res + float(self.tables.t_p_mean_s[mix])
-        return float(viol_a.mean()), float(ttft_a.mean()), float(tpot_a.mean())
+        return steady_slo(lam, n_p, n_d, float(tab.mu_p[mix]), float(tab.cv_s2[mix]), float(tab.a_d[mix]),
+                          float(tab.b_d[mix]), float(tab.decode_tokens[mix]), tab.t_p_quantiles_s[mix],
+                          float(tab.t_p_mean_s[mix]), self.config.ttft_slo_s, self.config.tpot_slo_s)
 
     # ------------------------------------------------------------------------------------ request mode
     def _start_simulator(self) -> None:

@@ -22,6 +22,9 @@ class EnvSpecEntry:
     entry_point: str
     max_episode_steps: int | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
+    #: ``"module:Class"`` of a native VectorEnv that ``gym.make_vec(id, num_envs=N,
+    #: vectorization_mode="vector_entry_point")`` builds (None: only the sync/async modes)
+    vector_entry_point: str | None = None
 
 
 #: ``max_episode_steps`` of each id (gym.make wraps the env in a TimeLimit of this many steps). Episodes end by
@@ -40,6 +43,8 @@ GEO_ROUTE_MAX_STEPS = 1_300_000
 GEO_WINDOW_MAX_STEPS = 13_000
 PD_MAX_STEPS = 1440
 NPU_MAX_STEPS = 288
+#: pd's native vector env: N scenarios stepped in one numpy batch (servegym.envs.pd.vector)
+PD_VECTOR = "servegym.envs.pd.vector:PDVectorEnv"
 
 # Each family adds its ids here; tests/test_registration.py makes every one of them.
 ENV_SPECS: tuple[EnvSpecEntry, ...] = (
@@ -48,12 +53,13 @@ ENV_SPECS: tuple[EnvSpecEntry, ...] = (
     EnvSpecEntry("servegym/GeoRouteWindow-v0", "servegym.envs.geo.env_window:GeoRouteWindowEnv",
                  GEO_WINDOW_MAX_STEPS),
     # pd: one step per provisioning period; the env truncates at the scenario horizon itself
-    EnvSpecEntry("servegym/PDProvision-v0", "servegym.envs.pd.env:PDProvisionEnv", PD_MAX_STEPS),
+    EnvSpecEntry("servegym/PDProvision-v0", "servegym.envs.pd.env:PDProvisionEnv", PD_MAX_STEPS,
+                 vector_entry_point=PD_VECTOR),
     # pd action modes: the same env driven by a change around min-power+lookahead, or by a front slot
     EnvSpecEntry("servegym/PDProvisionResidual-v0", "servegym.envs.pd.env:PDProvisionEnv", PD_MAX_STEPS,
-                 kwargs={"action_mode": "residual"}),
+                 kwargs={"action_mode": "residual"}, vector_entry_point=PD_VECTOR),
     EnvSpecEntry("servegym/PDProvisionFront-v0", "servegym.envs.pd.env:PDProvisionEnv", PD_MAX_STEPS,
-                 kwargs={"action_mode": "front"}),
+                 kwargs={"action_mode": "front"}, vector_entry_point=PD_VECTOR),
     # npu: one step per 5-min epoch; the env truncates at its horizon (config "hours", 24 h) itself
     EnvSpecEntry("servegym/NPUAutoscale-v0", "servegym.envs.npu.env:NPUAutoscaleEnv", NPU_MAX_STEPS),
     # npu learnable mode: per-group changes around NeuScale's decision, reward relative to Base
@@ -75,5 +81,6 @@ def register_envs() -> list[str]:
             entry_point=entry.entry_point,
             max_episode_steps=entry.max_episode_steps,
             kwargs=dict(entry.kwargs),
+            vector_entry_point=entry.vector_entry_point,
         )
     return [entry.id for entry in ENV_SPECS]
