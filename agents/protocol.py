@@ -138,7 +138,12 @@ _PD = Yardsticks(naive="static-peak", paper="min-power+lookahead", oracle="oracl
                                 "1000-1009): min-power+forecast at rho_bar 0.97 (tuned over 0.80-0.99 on the "
                                 "same days) 97.1 [95.7, 98.4], the paper's min-power+lookahead 82.8 "
                                 "(benchmarks/results/pd_yardsticks.md)")
-_NPU = Yardsticks(naive="base", paper="neuscale")
+# npu: the paper's Ideal (NeuScale §5.1) on the episode's own requests: a relaxation, since no pool can serve every
+# token at its best fit's full-batch energy with no idle, booting or partly filled vPods
+_NPU = Yardsticks(naive="base", paper="neuscale", oracle="ideal", oracle_kind="relaxation",
+                  oracle_knows="every request's true input and output length in advance; serves each token on its "
+                               "length bucket's best-fit vPod at a full batch with no idle, booting or deleting vPods, "
+                               "no queueing and no SLO misses (servegym.baselines.npu.ideal_metrics)")
 
 #: Env id -> its yardsticks (module docstring). Families plug in their oracle and strongest baseline
 #: with :func:`register_yardsticks`.
