@@ -5,8 +5,10 @@ For each action mode (the three pd ids) and N in 1, 16, 256: the single env step
 ``PDProvisionEnv``, reset when an episode ends), ``gym.make_vec(id, N, vectorization_mode="sync")`` and
 ``gym.make_vec(id, N, vectorization_mode="vector_entry_point")`` (:class:`servegym.envs.pd.vector.PDVectorEnv`)
 each stepped until they have made about S env steps (at least 4 vector steps), all with the same fixed
-action. Env steps per CPU-second of this process (``time.process_time``; the machine is shared, so CPU time
-is the steadier figure), best of R runs, all in one process so that the ratios compare like with like.
+action, from one reset before the timed runs (episodes that end are reset inside them: the single env's
+loop and the vector envs' next-step autoreset). Env steps per CPU-second of this process
+(``time.process_time``; the machine is shared, so CPU time is the steadier figure), best of R runs, all in
+one process so that the ratios compare like with like.
 ``--write`` writes ``benchmarks/results/pd_vector_speed.md`` (temp file + rename).
 """
 
@@ -53,9 +55,9 @@ def _cpu_rate(fn: Callable[[], int], repeats: int) -> float:
 def _single(env_id: str, steps: int) -> Callable[[], int]:
     env = gym.make(env_id).unwrapped
     act = _action(env)
+    env.reset(seed=0)
 
     def run() -> int:
-        env.reset(seed=0)
         for i in range(steps):
             _, _, term, trunc, _ = env.step(act)
             if term or trunc:
@@ -72,9 +74,9 @@ def _vector(env_id: str, n: int, steps: int, mode: str) -> tuple[Callable[[], in
     one = gym.make(env_id).unwrapped
     acts = np.stack([np.asarray(_action(one))] * n)
     iters = max(4, steps // n)
+    venv.reset(seed=0)
 
     def run() -> int:
-        venv.reset(seed=0)
         for _ in range(iters):
             venv.step(acts)
         return iters * n

@@ -116,6 +116,11 @@ def test_reset_mask_pickle_and_errors() -> None:
     acts = venv.action_space.sample()
     a, b = venv.step(acts), twin.step(acts)
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    one = PDVectorEnv(1, max_episode_steps=1, **SMALL)  # a step where every env resets (none is stepped)
+    one.reset(seed=4)
+    assert one.step(np.array([[6, 3]]))[3].all()
+    obs, rew, term, trunc, _ = one.step(np.array([[6, 3]]))
+    assert rew[0] == 0.0 and not (term[0] or trunc[0])
     with pytest.raises(TypeError):
         PDVectorEnv(2, no_such_option=1)
     with pytest.raises(ConfigError):

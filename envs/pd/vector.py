@@ -61,6 +61,7 @@ class PDVectorEnv(VectorEnv):
         self.max_episode_steps = int(max_episode_steps) if max_episode_steps and max_episode_steps > 0 else None
         self._elapsed = np.zeros(self.num_envs, dtype=np.int64)
         self._autoreset = np.zeros(self.num_envs, dtype=np.bool_)
+        self._all = np.ones(self.num_envs, dtype=np.bool_)
         self._obs = np.zeros(self.observation_space.shape, dtype=np.float32)
         #: each env's info of the last step or reset (the dicts the batched infos were built from)
         self.last_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
@@ -102,7 +103,9 @@ class PDVectorEnv(VectorEnv):
         stepping = [i for i in range(self.num_envs) if not self._autoreset[i]]
         decoded = {i: self.envs[i]._decode(acts[i]) for i in stepping}
         begun = {i: self.envs[i]._begin_period(*decoded[i][:2]) for i in stepping}
-        if self.config.mode == "fluid":
+        if not stepping:  # every env resets this step
+            periods: dict[int, dict[str, Any]] = {}
+        elif self.config.mode == "fluid":
             periods = dict(zip(stepping, fluid_periods([self.envs[i] for i in stepping],
                                                        [begun[i] for i in stepping]), strict=True))
         else:
@@ -133,8 +136,12 @@ class PDVectorEnv(VectorEnv):
         for key in dict.fromkeys(k for _, info in present for k in info):
             rows = [(i, info[key]) for i, info in present if key in info]
             first = rows[0][1]
-            mask = np.zeros(self.num_envs, dtype=np.bool_)
-            mask[[i for i, _ in rows]] = True
+            full = len(rows) == self.num_envs  # the common case: every env stepped and reports the key
+            if full:
+                mask = self._all.copy()  # a copy per key, as _add_info gives (np.ones costs 4x more)
+            else:
+                mask = np.zeros(self.num_envs, dtype=np.bool_)
+                mask[[i for i, _ in rows]] = True
             if isinstance(first, dict):
                 sub: list[dict[str, Any] | None] = [None] * self.num_envs
                 for i, v in rows:
@@ -142,6 +149,9 @@ class PDVectorEnv(VectorEnv):
                 out[key] = self._batch_infos(sub)
             else:
                 if type(first) in (int, float, bool) or issubclass(type(first), np.number):
+                    if full and all(type(v) is type(first) for _, v in rows):  # one conversion, same values
+                        out[key], out[f"_{key}"] = np.array([v for _, v in rows], dtype=type(first)), mask
+                        continue
                     arr = np.zeros(self.num_envs, dtype=type(first))
                 elif isinstance(first, np.ndarray):
                     arr = np.zeros((self.num_envs, *first.shape), dtype=first.dtype)
