@@ -49,7 +49,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         shown = ", ".join(bad[:10]) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         msg = (f"tests wrote into the working tree (they must write only to tmp folders): {shown} "
-               "(a file you created yourself during the run shows here too)")
+               "(a file you or a git pull created during the run shows here too)")
         if reporter is not None:
             reporter.write_line(f"ERROR: {msg}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
