@@ -115,7 +115,9 @@ def fluid_periods(envs: Sequence[PDProvisionEnv], arrived: Sequence[float]) -> l
     requests; updates each env's instances, backlog and totals and returns its period metrics (the keys
     :meth:`PDProvisionEnv.step` reads). All envs share one config (the vector env's)."""
     n = len(envs)
-    vec = n > 1
+    if n == 1:
+        return [_one_period(envs[0], arrived[0])]
+    vec = True
     cfg = envs[0].config
     period = cfg.scenario.period_s
     pue = cfg.pue
@@ -179,25 +181,78 @@ def fluid_periods(envs: Sequence[PDProvisionEnv], arrived: Sequence[float]) -> l
     out = []
     for i, e in enumerate(envs):
         e._activate(bounds[i][-1])
-        e._backlog = q[i]
-        e._arrived += arrived[i]
-        e._served += served[i]
-        tab, mix, bw = tabs[i], mixes[i], w_sum[i]
-        p, d = e._active
-        out.append({
-            "power_w": energy[i] / period,
-            "it_power_w": energy[i] / period / pue,
-            "energy_j": energy[i],
-            "cap_excess_kwh": excess[i] / 3.6e6,
-            "served": served[i],
-            "slo_violation": viol_sum[i] / bw if bw > 0 else 0.0,
-            "ttft_s": ttft_sum[i] / bw if bw > 0 else float(tab.t_p_mean_s[mix]),
-            "tpot_s": tpot_sum[i] / bw if bw > 0 else float(tab.a_d[mix]),
-            "prefill_util": min(served[i] / period / (p * mu_p[i]), 10.0),
-            "decode_util": min(served[i] / period / (d * mu_dmax[i]), 10.0),
-            "demand_util": min((lam[i] + q[i] / period) / max(e._mu_list[mix][p][d], 1e-9), 10.0),
-        })
+        out.append(_close_period(e, mixes[i], arrived[i], q[i], energy[i], excess[i], served[i], viol_sum[i],
+                                 ttft_sum[i], tpot_sum[i], w_sum[i], mu_p[i], mu_dmax[i]))
     return out
+
+
+def _close_period(e: PDProvisionEnv, mix: int, arrived: float, q: float, energy: float, excess: float,
+                  served: float, viol_sum: float, ttft_sum: float, tpot_sum: float, w_sum: float, mu_p: float,
+                  mu_dmax: float) -> dict[str, Any]:
+    """Store the period's end state in ``e`` and return its metrics (arrival-weighted SLO means)."""
+    cfg = e.config
+    period, pue = cfg.scenario.period_s, cfg.pue
+    e._backlog = q
+    e._arrived += arrived
+    e._served += served
+    tab = e.tables
+    p, d = e._active
+    return {
+        "power_w": energy / period,
+        "it_power_w": energy / period / pue,
+        "energy_j": energy,
+        "cap_excess_kwh": excess / 3.6e6,
+        "served": served,
+        "slo_violation": viol_sum / w_sum if w_sum > 0 else 0.0,
+        "ttft_s": ttft_sum / w_sum if w_sum > 0 else float(tab.t_p_mean_s[mix]),
+        "tpot_s": tpot_sum / w_sum if w_sum > 0 else float(tab.a_d[mix]),
+        "prefill_util": min(served / period / (p * mu_p), 10.0),
+        "decode_util": min(served / period / (d * mu_dmax), 10.0),
+        "demand_util": min((arrived / period + q / period) / max(e._mu_list[mix][p][d], 1e-9), 10.0),
+    }
+
+
+def _one_period(e: PDProvisionEnv, arrived: float) -> dict[str, Any]:
+    """:func:`fluid_periods` of one env on Python scalars, without the per-env lists (the single step's path;
+    the same piece and SLO formulas)."""
+    cfg = e.config
+    period, pue = cfg.scenario.period_s, cfg.pue
+    k = e._k
+    mix = int(e.signals.mix_index[k])
+    tab = e.tables
+    mu_p, mu_dmax = float(tab.mu_p[mix]), float(tab.mu_d_max[mix])
+    lam = arrived / period
+    t0 = float(e.signals.time_s[k])
+    t1 = t0 + period
+    cap = float(e.signals.cap_w[k])
+    events = sorted({t for pool in e._pending for t in pool if t0 < t < t1})
+    bounds = [t0, *events, t1]
+    q = e._backlog
+    served = energy = excess = viol_sum = ttft_sum = tpot_sum = w_sum = 0.0
+    for j in range(len(bounds) - 1):
+        e._activate(bounds[j])
+        tau = bounds[j + 1] - bounds[j]
+        if tau <= 0:
+            continue
+        n_p, n_d = e._active
+        mu = e._mu_list[mix][n_p][n_d]
+        idle = (len(e._pending[0]) + len(e._pending[1])) * e._idle_w
+        q_end, en, ex, srv = _piece(q, lam, mu, tau, n_p, n_d, idle, mu_p, mu_dmax, e._ramp_p, e._ramp_d, pue,
+                                    cap, False)
+        energy += en
+        excess += ex
+        served += srv
+        w = lam * tau  # arrivals in this piece
+        if w > 0:
+            v, ttft, tpot = _slo([e], [0], [mix], {"q": q, "lam": lam}, mu, tau, n_p, n_d, False)
+            viol_sum += w * v[0]
+            ttft_sum += w * ttft[0]
+            tpot_sum += w * tpot[0]
+            w_sum += w
+        q = q_end
+    e._activate(t1)
+    return _close_period(e, mix, arrived, q, energy, excess, served, viol_sum, ttft_sum, tpot_sum, w_sum, mu_p,
+                         mu_dmax)
 
 
 def _slo(envs: Sequence[PDProvisionEnv], rows: list[int], mixes: list[int], cols: dict[str, Any], mu: Any,
@@ -206,6 +261,17 @@ def _slo(envs: Sequence[PDProvisionEnv], rows: list[int], mixes: list[int], cols
     the piece holds no backlog, else the N_SLO_POINTS one (rows with no arrivals get values never read)."""
     cfg = envs[0].config
     slos = (cfg.ttft_slo_s, cfg.tpot_slo_s)
+    if not vec:  # one row of Python scalars: the single env's step, without the per-row bookkeeping below
+        tab, mx = envs[rows[0]].tables, mixes[rows[0]]
+        args = (float(tab.mu_p[mx]), float(tab.cv_s2[mx]), float(tab.a_d[mx]), float(tab.b_d[mx]),
+                float(tab.decode_tokens[mx]))
+        tpq, t_p_mean = tab.t_p_quantiles_s[mx], float(tab.t_p_mean_s[mx])
+        if cols["q"] <= 0.0 and cols["lam"] < mu:
+            res = steady_slo(cols["lam"], n_p, n_d, *args, tpq, t_p_mean, *slos)
+        else:
+            res = backlogged_slo(cols["q"], cols["lam"], mu, tau, n_p, n_d, *args, tpq, t_p_mean,
+                                 float(tab.batch[mx, n_p, n_d]), *slos)
+        return [float(res[0])], [float(res[1])], [float(res[2])]
     m = len(rows)
     tabs = [envs[i].tables for i in rows]
     mix = [mixes[i] for i in rows]
