@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from servegym.agents import benchmark as bm
 from servegym.agents import protocol
 from servegym.agents.rollout import seeds_from
@@ -53,17 +54,24 @@ def test_table(episodes: int, strongest: str, kwargs: dict[str, Any]) -> dict[st
     scale = protocol.make_scale(ENV, runs[y.naive], runs[y.paper], runs["ideal"])
     rscale = protocol.make_scale(RESIDUAL, rruns["base"], rruns["base"], rruns["ideal"])
     rows = []
+    strong_by_seed = protocol.seed_scores(runs[strongest], scale.scores(runs[strongest]))
+    head, head_ci = protocol.headroom(strong_by_seed)
+    margin = np.array([o.reward - n.reward for o, n in zip(runs["ideal"], runs[y.naive], strict=True)])
+    m_ci = protocol._paired_ci([margin], protocol._mean_along)
     for role, name, res, sc in (("naive", y.naive, runs[y.naive], scale), ("paper", y.paper, runs[y.paper], scale),
                                 ("strongest", strongest, runs[strongest], scale),
                                 ("follow", "follow (residual id)", rruns["follow"], rscale),
                                 ("oracle", "ideal", runs["ideal"], scale)):
         st = protocol.score_stats(sc.scores(res))
-        rows.append({"role": role, "policy": name, "score_mean": st.mean, "score_ci": list(st.mean_ci),
+        rows.append({"role": role, "policy": name, "scores": [float(x) for x in sc.scores(res)],
+                     "score_mean": st.mean, "score_ci": list(st.mean_ci),
                      "iqm": st.iqm, "energy_mj": protocol.mean_metric(res, "energy_j") / 1e6,
                      "kpi": protocol.mean_metric(res, kpi),
                      "slo_violation_pct": protocol.mean_metric(res, protocol.SLO_METRIC)})
     below = sum(p.reward < b.reward for p, b in zip(runs[y.paper], runs[y.naive], strict=True))
     return {"episodes": episodes, "seeds": seeds, "kpi": kpi, "scale": scale.name, "rows": rows,
+            "headroom": head, "headroom_ci": list(head_ci), "oracle_minus_naive_return": float(margin.mean()),
+            "oracle_minus_naive_ci": list(m_ci),
             "paper_below_naive": int(below),
             "returns": {n: [r.reward for r in runs[n]] for n in (y.naive, y.paper, "ideal")}}
 
@@ -88,6 +96,10 @@ def markdown(report: dict[str, Any]) -> str:
                      f"| {c['kpi']:.4g} | {c['slo_violation_pct']:.3f} |")
     lines += ["", f"Strongest: **{report['strongest']}**.", "",
               f"## test ({t['episodes']} episodes, seeds {t['seeds'][0]}-{t['seeds'][-1]})", "",
+              f"Oracle - naive return {t['oracle_minus_naive_return']:.1f} [{t['oracle_minus_naive_ci'][0]:.1f}, "
+              f"{t['oracle_minus_naive_ci'][1]:.1f}]; headroom (oracle - strongest) {_f(t['headroom'])} "
+              f"[{_f(t['headroom_ci'][0])}, {_f(t['headroom_ci'][1])}] (on a relaxation: an upper bound on the "
+              "reachable headroom).", "",
               "| role | policy | score mean [95% CI] | IQM | energy MJ | SLO viol. % |", "|---|---|---|---|---|---|"]
     for r in t["rows"]:
         lines.append(f"| {r['role']} | {r['policy']} | {_f(r['score_mean'])} [{_f(r['score_ci'][0])}, "
