@@ -294,10 +294,24 @@ def test_osl_refit_is_bit_identical(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_default_refit_reproduces_the_shipped_weights_bit_for_bit(tmp_path) -> None:
-    """``servegym calibrate osl`` with the defaults (seed 0, every row, 30 epochs) rebuilds the shipped files
-    byte for byte (float64 numpy throughout; same numpy/OpenBLAS build; ~100 s on one core)."""
+def test_default_refit_reproduces_the_shipped_weights(tmp_path) -> None:
+    """``servegym calibrate osl`` with the defaults (seed 0, every row, 30 epochs) rebuilds the shipped
+    predictor. Byte for byte on the numpy/OpenBLAS build that made the shipped files (float64 numpy
+    throughout); another build drifts in the last bits over 30 epochs (seen with numpy 2.4.6: held-out
+    accuracies moved by <= 0.1 pp), so there the refit must agree on every held-out figure within 0.5 pp
+    and the same weight shapes. Run-to-run identity on one build is ``test_osl_refit_is_bit_identical``."""
     from servegym.calibration.osl import default_out_dir
 
     assert main(["calibrate", "osl", "--out", str(tmp_path), "--json"]) == 0
-    assert _tree_digest(tmp_path) == _tree_digest(default_out_dir())
+    if _tree_digest(tmp_path) == _tree_digest(default_out_dir()):
+        return
+    ours = json.loads((tmp_path / "osl_mlp.json").read_text())
+    shipped = json.loads((default_out_dir() / "osl_mlp.json").read_text())
+    assert ours["metrics_test"].keys() == shipped["metrics_test"].keys()
+    for app, m in shipped["metrics_test"].items():
+        assert ours["metrics_test"][app]["n"] == m["n"]
+        for key in ("exact", "adjacent", "coverage_p10_p90", "below_p50"):
+            assert abs(ours["metrics_test"][app][key] - m[key]) <= 0.005, (app, key)
+    with np.load(tmp_path / "osl_mlp.npz") as a, np.load(default_out_dir() / "osl_mlp.npz") as b:
+        assert sorted(a.files) == sorted(b.files)
+        assert all(a[k].shape == b[k].shape for k in a.files)
