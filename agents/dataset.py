@@ -47,9 +47,13 @@ MAX_EPISODES = 100_000
 def minari_module() -> Any:
     """The ``minari`` module, or a one-line ConfigError saying how to install it."""
     try:
+        # minari's DataCollector records episodes through jax.tree_util (minari's "create" extra); without
+        # it recording fails deep inside minari, so it is checked here with the same one-line hint.
+        import jax.tree_util  # noqa: F401
         import minari
     except ImportError:
-        raise ConfigError('servegym dataset needs minari; install it with: pip install "servegym[offline]"') from None
+        raise ConfigError('servegym dataset needs minari with jax; install it with: '
+                          'pip install "servegym[offline]"') from None
     return minari
 
 

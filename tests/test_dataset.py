@@ -12,6 +12,8 @@ import pytest
 minari = pytest.importorskip(
     "minari", reason="minari is not installed: the offline-dataset tests need the optional extra "
                      "(pip install \"servegym[offline]\"); nothing else depends on it")
+pytest.importorskip("jax", reason="jax is not installed: minari records episodes through jax.tree_util "
+                                  "(pip install \"servegym[offline]\" brings it)")
 
 from servegym.agents import protocol  # noqa: E402
 from servegym.agents.adapters import PD_METRICS  # noqa: E402
