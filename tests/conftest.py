@@ -89,6 +89,29 @@ def wait_for(cond, timeout: float, proc=None) -> None:
         time.sleep(0.2)
 
 
+def interrupt_when(cmd: list[str], ready, timeout: float, sig: int) -> tuple[int, str]:
+    """Start ``cmd`` in a session of its own, wait until ``ready()`` holds (see :func:`wait_for`), send ``sig``
+    (SIGINT to the whole process group, as a terminal's Ctrl-C does; any other signal to the process alone),
+    and return its exit status and stderr. Whatever happens, nothing of the run is left alive."""
+    import os
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(ready, timeout, proc)
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    wait_for(lambda: not session_pids(proc.pid), 10)
+    return proc.returncode, err
+
+
 def session_pids(sid: int) -> list[int]:
     """Processes of the session ``sid`` still alive (zombies excluded), from /proc."""
     out = []

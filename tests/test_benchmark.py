@@ -462,12 +462,11 @@ def test_suite_resumes_from_an_interrupted_runs_journal(smoke: tuple[Any, Path],
 def test_suite_sigterm_then_same_command_resumes(tmp_path: Path) -> None:
     """SIGTERM mid-suite: exit 143, no process of the run left, the finished tasks journalled; the same
     command then resumes and its leaderboard equals an uninterrupted run's."""
-    import os
     import signal
     import subprocess
     import sys
 
-    from conftest import session_pids, wait_for
+    from conftest import interrupt_when
 
     def cmd(out: Path) -> list[str]:
         return [sys.executable, "-c", "import sys; from servegym.cli import main; sys.exit(main(sys.argv[1:]))",
@@ -476,18 +475,10 @@ def test_suite_sigterm_then_same_command_resumes(tmp_path: Path) -> None:
 
     out = tmp_path / "results"
     journal = bm.suite_journal("smoke", out)
-    proc = subprocess.Popen(cmd(out), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        wait_for(lambda: journal.exists() and journal.read_text().count("\n") >= 2, 300, proc)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 143, err
+    rc, err = interrupt_when(cmd(out), lambda: journal.exists() and journal.read_text().count("\n") >= 2, 300,
+                             signal.SIGTERM)
+    assert rc == 143, err
     assert "interrupted by SIGTERM" in err and "run the same command again to resume" in err
-    wait_for(lambda: not session_pids(proc.pid), 10)
     kept = journal.read_text().count("\n") - 1
     again = subprocess.run(cmd(out), capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import session_pids, wait_for
+from conftest import interrupt_when, wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -134,21 +134,11 @@ def test_sweep_signal_stops_every_process_and_resume_finishes(tmp_path, sig) -> 
     exactly the rows of an uninterrupted run. SIGINT goes to the whole process group, as a terminal's Ctrl-C."""
     cfg, out = _sweep_file(tmp_path, horizon=720, seeds=[0, 1, 2]), tmp_path / "r.csv"
     journal = tmp_path / "r.csv.partial.jsonl"
-    proc = subprocess.Popen(_servegym("sweep", str(cfg), "--workers", "2", "--out", str(out), "--json"),
-                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: journal.exists() and journal.read_text().count("\n") >= 2, 240, proc)  # >= 1 cell done
-        if sig == signal.SIGINT:
-            os.killpg(proc.pid, sig)
-        else:
-            proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 128 + sig, err
+    code, err = interrupt_when(_servegym("sweep", str(cfg), "--workers", "2", "--out", str(out), "--json"),
+                               lambda: journal.exists() and journal.read_text().count("\n") >= 2,  # >= 1 cell done
+                               240, sig)
+    assert code == 128 + sig, err
     assert f"interrupted by {signal.Signals(sig).name}" in err and "--resume" in err
-    wait_for(lambda: not session_pids(proc.pid), 10)
     assert not out.exists() and not (tmp_path / "r.csv.lock").exists()
     finished = Journal(journal).read(json.loads(journal.read_text().splitlines()[0])["header"])
     assert finished and len(finished) < 6

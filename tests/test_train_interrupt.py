@@ -6,7 +6,6 @@ The signal tests send real signals to real training processes."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import wait_for
+from conftest import interrupt_when
 
 pytest.importorskip("stable_baselines3")
 
@@ -105,20 +104,10 @@ def test_signal_saves_model_and_run_json_then_resume_finishes(tmp_path, sig) -> 
             "--out", str(run_dir / "model.zip"), "--tb", "", "--eval-freq", "0", "--eval-episodes", "1",
             "--baselines", "none", "--no-progress", "--checkpoint-freq", "256"]
     code = "import sys; from servegym.cli import main; sys.exit(main(sys.argv[1:]))"
-    proc = subprocess.Popen([sys.executable, "-c", code, *args, "--timesteps", "1000000"], start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        # a checkpoint on disk: training is under way
-        wait_for(lambda: any((run_dir / "checkpoints").glob("model_*_steps.zip")), 180, proc)
-        if sig == signal.SIGINT:
-            os.killpg(proc.pid, sig)  # a terminal's Ctrl-C reaches the whole group
-        else:
-            proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 128 + sig, err
+    # ready once a checkpoint is on disk: training is under way
+    rc, err = interrupt_when([sys.executable, "-c", code, *args, "--timesteps", "1000000"],
+                             lambda: any((run_dir / "checkpoints").glob("model_*_steps.zip")), 180, sig)
+    assert rc == 128 + sig, err
     assert f"interrupted by {signal.Signals(sig).name} after" in err and "--resume" in err
     run = json.loads((run_dir / "run.json").read_text())
     assert run["status"] == "interrupted" and 256 <= run["timesteps_trained"] < 1_000_000
