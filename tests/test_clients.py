@@ -354,6 +354,32 @@ def _zoo_ids() -> list[str]:
 ZOO_CONF = Path(__file__).resolve().parents[1] / "benchmarks" / "rl_zoo3" / "ppo.yml"
 
 
+def _zoo_policy_kwargs(text: str) -> dict[str, Any]:
+    """rl-zoo3's ``"dict(net_arch=[64, 64])"`` as a mapping, read as literals (rl-zoo3 itself evaluates it)."""
+    import ast
+
+    call = ast.parse(text, mode="eval").body
+    assert isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "dict", text
+    return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg is not None}
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_rl_zoo3_conf_has_every_id_with_the_shipped_ppo_settings(env_id: str) -> None:
+    """benchmarks/rl_zoo3/ppo.yml has an entry for every id, equal to the ppo section servegym train uses
+    (train-only env kwargs aside: rl-zoo3 has no such key, the file's header says how to pass them)."""
+    import yaml
+    from servegym.agents.hparams import load_hyperparams, parse_section
+
+    entry = yaml.safe_load(ZOO_CONF.read_text()).get(env_id)
+    assert isinstance(entry, dict), f"{env_id} has no entry in {ZOO_CONF.name}"
+    entry["policy_kwargs"] = _zoo_policy_kwargs(entry["policy_kwargs"])
+    zoo = parse_section(entry, "rl-zoo3")
+    ours = load_hyperparams(env_id, "ppo")
+    assert ours.source != "defaults"
+    for name in ("policy", "n_envs", "n_timesteps", "normalize", "env_kwargs", "policy_kwargs", "algo_kwargs"):
+        assert getattr(zoo, name) == getattr(ours, name), (env_id, name)
+
+
 @pytest.mark.slow  # two fresh interpreters (train, enjoy) per id, about 25 CPU-s
 @pytest.mark.parametrize("env_id", _zoo_ids())
 def test_rl_zoo3_train_and_enjoy(env_id: str, tmp_path: Path) -> None:
