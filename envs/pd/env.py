@@ -17,8 +17,11 @@ target (n_P, n_D) that the same dynamics then apply). Registered ids: ``servegym
 * ``"residual"`` ``MultiDiscrete([2L + 1, 2L + 1])`` (L = ``residual_levels``, default 2): per pool a change
   i - L of the **reference**, the min-power deployment with one period of lookahead that
   :class:`servegym.baselines.pd.MinPowerPareto` (``lookahead=1``) picks from the same ``info``
-  (:class:`servegym.envs.pd.provisioning.MinPowerRule`, shared code). Action [L, L] follows the reference
-  exactly. Counts are clipped to [1, pool max] and then fitted to the budget as below (``action_adjusted``);
+  (:class:`servegym.envs.pd.provisioning.MinPowerRule`, shared code), or with ``reference =
+  "min-power+forecast:RHO"`` the deployment :class:`servegym.baselines.pd.MinPowerForecast` (``rho_bar`` RHO)
+  picks, sized for the forecast maximum over the start-up horizon (the pd ids' strongest baseline is
+  ``min-power+forecast:0.97``, so its zero action plays that baseline). Action [L, L] follows the reference
+  exactly. The reference also fills the observation's suggestion entries in every mode. Counts are clipped to [1, pool max] and then fitted to the budget as below (``action_adjusted``);
   :meth:`action_masks` masks the changes that leave [1, min(pool max, gpu_budget - 1)].
 * ``"front"`` ``Discrete(front_slots)``: slot i is the i-th deployment (capacity ascending) of the coming
   mix's epsilon-Pareto front (capacity vs power at capacity, ``front_eps`` = 3 %, App. C) within the budget;
@@ -145,7 +148,7 @@ from numpy.typing import NDArray
 from servegym.envs.pd.catalog import PDSystem, paper_system
 from servegym.envs.pd.fluid import fluid_periods, steady_slo
 from servegym.envs.pd.pareto import DEFAULT_RHO_BAR, max_capacity_under_power, min_power_deployment
-from servegym.envs.pd.provisioning import MinPowerRule, Suggestion
+from servegym.envs.pd.provisioning import MinPowerRule, Suggestion, parse_reference
 from servegym.envs.pd.scenario import (
     DayScenario,
     DaySignals,
@@ -231,6 +234,8 @@ class PDEnvConfig:
     termination_penalty: float | None = None  # charged on termination; None: remaining periods x step bound
     action_mode: str = "absolute"  # "absolute" (n_P, n_D) targets, "residual" or "front" (module docstring)
     residual_levels: int = 2  # residual mode: per-pool change in {-L..L} around the reference
+    # the rule every mode's observation reads and the residual mode acts around (module docstring)
+    reference: str = "min-power+lookahead"
     front_eps: float = 0.03  # front mode: epsilon of the Pareto front (the paper's App. C value)
     curriculum: tuple[tuple[int, int], ...] = ()  # (episode_steps, episodes) stages; () = full horizon
     random_start: bool = False  # episodes shorter than the scenario start at a uniformly drawn period
@@ -270,6 +275,7 @@ class PDEnvConfig:
             raise ConfigError(f"residual_levels = {self.residual_levels!r}; allowed: an integer in [1, 8]")
         check_range("residual_levels", self.residual_levels, 1, 8)
         check_range("front_eps", self.front_eps, 0.0, 1.0, low_inclusive=False)
+        parse_reference(self.reference)
         check_range("backlog_limit_s", self.backlog_limit_s, 0.0, 86_400.0, low_inclusive=False)
         if self.termination_penalty is not None:
             check_range("termination_penalty", self.termination_penalty, 0.0, 1e9)
@@ -386,8 +392,11 @@ class PDProvisionEnv(gym.Env):
         self.tables: MixTables = mix_tables(self.signals.mix_weights, cfg.system, cfg.max_prefill, cfg.max_decode)
         self._max_price = max(float(np.max(self.signals.price_usd_per_kwh)), 1e-9)
         self._mu_list = self.tables.mu.tolist()  # nested lists: fast scalar lookups in the step loop
-        # The reference every driver and the observation read: min-power with one period of lookahead.
-        self.reference = MinPowerRule(self.tables, cfg.gpu_budget, cfg.pue, lookahead=1, eps=cfg.front_eps)
+        # The reference every driver and the observation read: min-power with one period of lookahead, or
+        # sized for the forecast maximum over the start-up horizon (config ``reference``).
+        self._ref_horizon, rho = parse_reference(cfg.reference)
+        self.reference = MinPowerRule(self.tables, cfg.gpu_budget, cfg.pue, rho_bar=rho, lookahead=1,
+                                      eps=cfg.front_eps)
 
     def split_capacity_scale(self) -> float:
         """The peak-rate factor of this env's split: for :data:`~servegym.envs.pd.scenario.CAPACITY_SCALED_SPLITS`
@@ -713,9 +722,15 @@ class PDProvisionEnv(gym.Env):
         return self._obs(), float(reward), terminated, truncated, info
 
     def _update_reference(self) -> None:
-        """The reference suggestion for the coming period (what MinPowerPareto(lookahead=1) would choose)."""
+        """The reference suggestion for the coming period: what MinPowerPareto(lookahead=1) would choose, or
+        with ``reference = "min-power+forecast[:RHO]"`` what MinPowerForecast(RHO) would (the forecast maximum
+        over the start-up horizon, ``info["forecast_max_rps"]``)."""
         k = min(self._k, self.signals.base_rate_rps.size - 1)
-        forecast = float(self._rates[self._k]) if self._k < self._end else 0.0  # forecast_rates(1), as info has it
+        if self._ref_horizon:
+            fc = self.forecast_rates(self._lookahead)
+            forecast = float(fc.max()) if fc.size else 0.0
+        else:
+            forecast = float(self._rates[self._k]) if self._k < self._end else 0.0  # forecast_rates(1), as info has it
         self._ref: Suggestion
         self._ref, self._ref_power = self.reference.suggest(
             self._hist[0], forecast, self._backlog, int(self.signals.mix_index[k]), float(self.signals.cap_w[k]))
@@ -846,6 +861,19 @@ class PDProvisionEnv(gym.Env):
                               "allowed: 'residual'")
         lv = int(self.config.residual_levels)
         return np.array([lv, lv], dtype=np.int64)
+
+    def reference_action(self) -> NDArray[np.int64]:
+        """The action of this env's mode that plays the reference's suggestion for the coming period (a
+        teacher for behaviour cloning): ``residual`` the zero action [L, L]; ``absolute`` the suggested
+        (n_P, n_D); ``front`` the first slot whose front point has at least the suggestion's capacity (the
+        observation's ``front_index_suggested``; the front holds the suggestion only up to ``front_eps``)."""
+        if self.action_mode == "residual":
+            return self.follow_action()
+        if self.action_mode == "absolute":
+            return np.array([self._ref.n_p, self._ref.n_d], dtype=np.int64)
+        front = self._front_rows(self._ref.mix)
+        mu = self.reference.mix_cache(self._ref.mix).grid.mu[front]
+        return np.array(min(int(np.searchsorted(mu, self._ref.capacity_rps)), front.size - 1), dtype=np.int64)
 
     def mix_index(self, step: int | None = None) -> int:
         """Index into :attr:`tables` of the length mix of period ``step`` (default: the coming period)."""

@@ -103,6 +103,37 @@ def check_rule(rho_bar: float, lookahead: int, drain_s: float | None) -> None:
         check_range("drain_s", drain_s, 0.0, None, low_inclusive=False)
 
 
+#: The references the environment's ``reference`` config key names: the paper's rule with one period of
+#: lookahead (the default), or the rule sized for the forecast maximum over the start-up horizon at a
+#: utilization target (``"min-power+forecast:0.97"``; :class:`servegym.baselines.pd.MinPowerForecast`).
+REFERENCE_PAPER = "min-power+lookahead"
+REFERENCE_FORECAST = "min-power+forecast"
+
+
+def parse_reference(name: str) -> tuple[bool, float]:
+    """(sizes for the start-up horizon's forecast maximum, rho_bar) of a ``reference`` name, or a ConfigError
+    naming the allowed forms: ``"min-power+lookahead"``, ``"min-power+forecast"`` (rho_bar 0.85) or
+    ``"min-power+forecast:RHO"`` with RHO in (0, 1]."""
+    allowed = (f"allowed: {REFERENCE_PAPER!r}, {REFERENCE_FORECAST!r} or '{REFERENCE_FORECAST}:RHO' "
+               "with RHO in (0, 1]")
+    if not isinstance(name, str) or len(name) > 64:
+        raise ConfigError(f"reference = {str(name)[:64]!r}; {allowed}")
+    if name == REFERENCE_PAPER:
+        return False, DEFAULT_RHO_BAR
+    head, sep, arg = name.partition(":")
+    if head != REFERENCE_FORECAST:
+        raise ConfigError(f"reference = {name!r}; {allowed}")
+    if not sep:
+        return True, DEFAULT_RHO_BAR
+    try:
+        rho = float(arg)
+    except ValueError:
+        raise ConfigError(f"reference = {name!r}; {allowed}") from None
+    if not 0.0 < rho <= 1.0:  # also refuses nan
+        raise ConfigError(f"reference = {name!r}: RHO = {arg}; {allowed}")
+    return True, rho
+
+
 class MinPowerRule:
     """Minimum-power deployment for lambda / rho_bar under the coming mix (module docstring).
 
