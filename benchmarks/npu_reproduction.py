@@ -343,7 +343,7 @@ def write_md(path: str, rows: list[dict], rat: list[dict], args: argparse.Namesp
              f"--out {args.out}`", "",
              f"Step models: `{args.step_models}` ({STEP_MODEL_TEXT[args.step_models]}).", "",
              f"Replays of {args.hours:g} h from {args.start_hour:g}:00 (the 2024 Azure trace's default weekday; "
-             "see `envs/npu/workloads.py`; runs recorded before it used the tiled 2023 hour), seed 0, 60 % OSL-prediction accuracy, unlimited quota. "
+             "see `envs/npu/sim/workloads.py`; runs recorded before it used the tiled 2023 hour), seed 0, 60 % OSL-prediction accuracy, unlimited quota. "
              "Two accountings: `energy_efficiency` / `cost_efficiency` = tokens / J and tokens / USD of the "
              "whole pool (idle, booting and deleting vPods included); `_busy` = request-attributed (only the "
              "steps that served requests, at the batch they actually ran), the way the paper's per-request "

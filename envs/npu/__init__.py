@@ -1,7 +1,12 @@
-"""Heterogeneous NPU autoscaling (NeuScale, ``papers/heterogeneous-npu-autoscaling.md``).
+"""Heterogeneous NPU autoscaling (NeuScale, ``papers/heterogeneous-npu-autoscaling.md``), in three layers.
 
-* :mod:`~servegym.envs.npu.catalog`: NPU-A/B/C/D (Table 2) with TPU prices, model layer shapes, :class:`VPod`.
-* :mod:`~servegym.envs.npu.roofline`: analytical roofline of one serving step, vectorized over
-  allocations x batches (replaces the paper's XLA cost-analysis pass and NPU simulator).
-* :mod:`~servegym.envs.npu.dse`: the Pareto set and best-fit vPod table per (phase, sequence-length bucket).
+* :mod:`servegym.envs.npu.sim`: the model -- chips and models, roofline, DSE, workloads and the cluster
+  simulator with its decision points; it imports nothing from the layers below.
+* The Gymnasium env: :mod:`~servegym.envs.npu.env` (``NPUAutoscaleEnv``), built from
+  :mod:`~servegym.envs.npu.env_config` (config, scenarios, splits), :mod:`~servegym.envs.npu.actions`,
+  :mod:`~servegym.envs.npu.observations` and :mod:`~servegym.envs.npu.rewards`.
+* Reports and commands: :mod:`~servegym.envs.npu.cli`, :mod:`~servegym.envs.npu.dse_plot`.
+
+The old module names ``catalog``, ``roofline``, ``dse``, ``selection``, ``workloads``, ``azure2024`` and
+``cluster`` still import (each is the ``sim`` module itself).
 """

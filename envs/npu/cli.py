@@ -35,7 +35,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 def _cmd_dse(args: argparse.Namespace) -> int:
     import sys
 
-    from servegym.envs.npu.dse import PHASES, run_dse
+    from servegym.envs.npu.sim.dse import PHASES, run_dse
 
     phases = PHASES if args.phase is None else (args.phase,)
     table = run_dse(args.model, objective=args.objective, phases=phases, slo_factor=args.slo_factor,
@@ -78,7 +78,7 @@ def _print_table(headers: list[str], rows: list[list[str]]) -> None:
 def _cmd_catalog(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from servegym.envs.npu.catalog import CHIPS, MODELS
+    from servegym.envs.npu.sim.catalog import CHIPS, MODELS
 
     chips = [asdict(c) for c in CHIPS.values()]
     models = [dict(asdict(m), total_params=m.total_params) for m in MODELS.values()]
@@ -96,7 +96,7 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------- npu compare
-# (cluster simulator + the paper's policies; owned with envs/npu/cluster.py and baselines/npu.py)
+# (cluster simulator + the paper's policies; owned with envs/npu/sim/cluster.py and baselines/npu.py)
 
 
 def _add_compare(sub: argparse._SubParsersAction) -> None:
@@ -128,10 +128,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     import sys
 
     from servegym.baselines.npu import compare, plot_compare
-    from servegym.envs.npu.catalog import MODELS
+    from servegym.envs.npu.sim.catalog import MODELS
 
     args.model = MODELS.resolve(args.model)  # shown in its canonical spelling from here on
-    from servegym.envs.npu.workloads import BURSTY_BASE_RPM, TABLE4_RATE_RPM
+    from servegym.envs.npu.sim.workloads import BURSTY_BASE_RPM, TABLE4_RATE_RPM
 
     from servegym.errors import check_range, check_request_count
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from servegym.envs.npu.catalog import VERSIONS
-from servegym.envs.npu.dse import BestFitTable
+from servegym.envs.npu.sim.catalog import VERSIONS
+from servegym.envs.npu.sim.dse import BestFitTable
 
 from servegym import report
 

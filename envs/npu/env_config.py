@@ -1,0 +1,200 @@
+"""Configuration of :class:`~servegym.envs.npu.env.NPUAutoscaleEnv`: :class:`NPUEnvConfig` and the env's named constants
+(count levels, action and reward modes, the residual steps, the baselines it runs)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from servegym.envs.npu.scenarios import SPLIT_FIELDS, SPLIT_MODELS
+from servegym.envs.npu.sim.catalog import MODELS, VERSIONS
+from servegym.envs.npu.sim.cluster import (
+    ClusterConfig,
+)
+from servegym.envs.npu.sim.dse import OBJECTIVES
+from servegym.envs.npu.sim.workloads import (
+    BURSTY_BASE_RPM,
+    TABLE4_RATE_RPM,
+    WORKLOADS,
+)
+
+from servegym.errors import (
+    MAX_EXPECTED_REQUESTS,
+    MAX_REQUEST_CEILING,
+    ConfigError,
+    check_field_types,
+    check_range,
+    check_request_count,
+    known_overrides,
+)
+from servegym.splits import check_split
+
+DEFAULT_COUNT_LEVELS: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+"""vPod count targets an action can pick per group (roughly geometric, so one dimension spans 0-64)."""
+WARM_WINDOW_S = 600.0
+"""The initial deployment is sized on the first 10 minutes of arrivals (as the baselines' warm start)."""
+LOG_MAX_TOKENS = math.log1p(float(1 << 20))
+
+ACTION_MODES: tuple[str, ...] = ("absolute", "residual")
+"""``action_mode`` values: absolute per-group targets (the original mode), or changes around NeuScale's decision."""
+REWARD_MODES: tuple[str, ...] = ("oracle", "base")
+"""``reward_mode`` values: objective per the Ideal oracle's mean epoch (the original), or relative to Base per epoch."""
+RESIDUAL_STEPS: tuple[int, ...] = (0, 1, -1, 2, -2)
+"""Count-level change of a residual action value (value 0 = follow the reference, so all-zero reproduces it)."""
+
+BASELINES: tuple[str, ...] = ("base", "neuscale", "ideal")
+"""Policies :meth:`NPUAutoscaleEnv.run_baseline` runs on the env's episode (servegym.baselines.npu)."""
+
+
+@dataclass(frozen=True)
+class NPUEnvConfig:
+    """Configuration of :class:`NPUAutoscaleEnv` (units in names; see the module docstring).
+
+    ``quota_chips``: chips per version (absent/None = unlimited); ``versions``: chip versions the DSE
+    may use; ``phase_versions``: chip versions each phase may use, e.g. ``{"prefill": ["NPU-D"],
+    "decode": ["NPU-C"]}`` (None = all of ``versions``; see :class:`ClusterConfig`); ``n_candidates``: Pareto candidates per group (the action's configuration choices besides
+    the per-version fail-overs).
+    """
+
+    model: str = "Llama-3-70B"
+    trace: str = "azure"  # one of servegym.envs.npu.sim.workloads.WORKLOADS
+    hours: float = 24.0  # episode length; a whole number of epochs
+    rate_rpm: float | None = None  # None: Table 4's mean rate for the trace
+    start_hour: float = 0.0  # hour of day (UTC) of the first epoch
+    workload_seed: int | None = 0  # None: drawn from the reset seed
+    objective: str = "energy"  # "energy" (J) or "cost" (USD): DSE best fits and reward
+    slo_factor: float = 5.0  # §2.4: SLO = 5x the single-request latency on NPU-C/D
+    osl_accuracy: float = 0.6  # output-length prediction accuracy of the router (§5.1)
+    quota_chips: Mapping[str, int] | None = None
+    versions: tuple[str, ...] = VERSIONS
+    phase_versions: Mapping[str, tuple[str, ...]] | None = None
+    n_candidates: int = 4
+    groups_per_phase: int = 4
+    count_levels: tuple[int, ...] = DEFAULT_COUNT_LEVELS
+    objective_weight: float = 1.0  # reward per unit of normalized energy/cost (1 = oracle's mean epoch)
+    slo_penalty: float = 50.0  # reward per unit of SLO misses per arrived request (see the module docstring)
+    warm_start: bool = True  # provision groups for the first 10 min of arrivals at t = 0 (else empty)
+    strict_masks: bool = False  # True: a masked action raises ActionError instead of being adjusted
+    # Ceiling on the expected requests of an episode (rate x hours; the workload is built up front):
+    # set it higher explicitly for a larger run.
+    max_expected_requests: int = MAX_EXPECTED_REQUESTS
+    split: str | None = "train"  # benchmark split reset() draws the scenario from (module docstring); None: fixed
+    split_models: tuple[str, ...] = SPLIT_MODELS  # models a named split draws from (uniformly)
+    action_mode: str = "absolute"  # one of ACTION_MODES (see the module docstring)
+    residual_options: bool = False  # residual mode: also choose each group's configuration (default: best fit)
+    reward_mode: str = "oracle"  # one of REWARD_MODES: normalize by the oracle, or relative to Base per epoch
+    safety_layer: bool | None = None  # emergency scale-out between epochs (None: on in residual mode only)
+    max_group_vpods: int = 1024  # cap on any simulator group's vPod target (bounds the reward)
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        object.__setattr__(self, "model", MODELS.resolve(self.model))  # canonical spelling (servegym.names)
+        check_split("npu", self.split)
+        if isinstance(self.split_models, str) or not self.split_models:
+            raise ConfigError(f"split_models = {self.split_models!r}; allowed: a non-empty sequence of {list(MODELS)}")
+        try:  # canonical spellings
+            object.__setattr__(self, "split_models", tuple(MODELS.resolve(m) for m in self.split_models))
+        except ConfigError as exc:
+            raise ConfigError(f"split_models = {self.split_models!r}: {exc}") from None
+        if self.split is not None:
+            default = NPUEnvConfig.__dataclass_fields__
+            for name in SPLIT_FIELDS:
+                if getattr(self, name) != default[name].default:
+                    raise ConfigError(f"{name} = {getattr(self, name)!r} is drawn by split = {self.split!r}; "
+                                      "allowed: the default, or split = None for a fixed scenario"
+                                      + (" (or pin the model with split_models)" if name == "model" else ""))
+        if self.trace not in WORKLOADS:
+            raise ConfigError(f"trace = {self.trace!r} is unknown; allowed: {', '.join(WORKLOADS)}")
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"objective = {self.objective!r} is unknown; allowed: {', '.join(OBJECTIVES)}")
+        check_range("hours", self.hours, 5.0 / 60.0, 24.0 * 7)
+        if abs(self.hours * 12.0 - round(self.hours * 12.0)) > 1e-9:
+            raise ConfigError(f"hours = {self.hours!r} must be a whole number of 5-min epochs (a multiple of 1/12)")
+        if self.rate_rpm is not None:
+            check_range("rate_rpm", self.rate_rpm, 0.0, None, low_inclusive=False)
+        check_range("start_hour", self.start_hour, 0.0, 24.0)
+        check_range("max_expected_requests", self.max_expected_requests, 1, MAX_REQUEST_CEILING)
+        rate = self.rate_rpm if self.rate_rpm is not None else TABLE4_RATE_RPM.get(self.trace, BURSTY_BASE_RPM)
+        check_request_count(rate * 60.0 * self.hours, self.max_expected_requests,
+                            f"rate_rpm = {rate:g} x hours = {self.hours:g}")
+        if self.workload_seed is not None and (isinstance(self.workload_seed, bool)
+                                               or int(self.workload_seed) != self.workload_seed
+                                               or self.workload_seed < 0):
+            raise ConfigError(f"workload_seed = {self.workload_seed!r}; allowed: None or an integer >= 0")
+        for name in ("n_candidates", "groups_per_phase"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or int(v) != v:
+                raise ConfigError(f"{name} = {v!r}; allowed: an integer")
+        check_range("groups_per_phase", self.groups_per_phase, 1, 16)
+        lv = self.count_levels
+        if (not lv or any(isinstance(x, bool) or int(x) != x for x in lv) or list(lv) != sorted(set(lv))
+                or lv[0] < 0 or lv[-1] > 4096 or max(lv) < 1):
+            raise ConfigError(f"count_levels = {lv!r}; allowed: strictly increasing integers in [0, 4096] "
+                              "with at least one positive level")
+        check_range("objective_weight", self.objective_weight, 0.0, None)
+        check_range("slo_penalty", self.slo_penalty, 0.0, None)
+        if self.action_mode not in ACTION_MODES:
+            raise ConfigError(f"action_mode = {self.action_mode!r} is unknown; allowed: {', '.join(ACTION_MODES)}")
+        if self.reward_mode not in REWARD_MODES:
+            raise ConfigError(f"reward_mode = {self.reward_mode!r} is unknown; allowed: {', '.join(REWARD_MODES)}")
+        for name in ("residual_options",):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ConfigError(f"{name} = {getattr(self, name)!r}; allowed: true or false")
+        if self.action_mode == "residual" and not self.warm_start:
+            raise ConfigError("warm_start = False needs action_mode = 'absolute': the residual mode follows "
+                              "NeuScale, which starts from its warm start (run_policy)")
+        if self.safety_layer is not None and not isinstance(self.safety_layer, (bool, np.bool_)):
+            raise ConfigError(f"safety_layer = {self.safety_layer!r}; allowed: null (on in residual mode), true "
+                              "or false")
+        mg = self.max_group_vpods
+        if isinstance(mg, bool) or not isinstance(mg, (int, np.integer)) or not max(lv) <= mg <= 100_000:
+            raise ConfigError(f"max_group_vpods = {mg!r}; allowed: an integer in [max(count_levels) = {max(lv)}, "
+                              "100000]")
+        self.cluster_config()  # validates model, slo_factor, osl_accuracy, quota, versions, phase_versions,
+        # n_candidates
+
+    def cluster_config(self, model: str | None = None) -> ClusterConfig:
+        """The simulator settings of this env (5-min epochs, 60-s checks, 5-s sub-steps) for ``model``
+        (default: the ``model`` field)."""
+        return ClusterConfig(model=self.model if model is None else model, objective=self.objective, slo_factor=self.slo_factor,
+                             osl_accuracy=self.osl_accuracy,
+                             quota_chips=None if self.quota_chips is None else dict(self.quota_chips),
+                             versions=tuple(self.versions), n_candidates=int(self.n_candidates),
+                             phase_versions=self.phase_versions)
+
+    @property
+    def horizon_epochs(self) -> int:
+        return round(self.hours * 12.0)
+
+    @property
+    def uses_safety_layer(self) -> bool:
+        """Whether the emergency scale-out layer runs between the agent's epochs (``safety_layer``; None:
+        on in residual mode, off in absolute mode, which keeps that mode's original dynamics)."""
+        return bool(self.action_mode == "residual" if self.safety_layer is None else self.safety_layer)
+
+    @classmethod
+    def from_dict(cls, overrides: Mapping[str, Any] | None) -> NPUEnvConfig:
+        """Defaults updated by ``overrides`` (unknown keys raise :class:`ConfigError`)."""
+        d = known_overrides(overrides, cls)
+        for k in ("versions", "count_levels", "split_models"):
+            if k in d and not isinstance(d[k], str):
+                try:
+                    d[k] = tuple(d[k])
+                except TypeError as exc:
+                    raise ConfigError(f"{k} = {d[k]!r}; allowed: a sequence") from exc
+        if d.get("quota_chips") is not None and not isinstance(d["quota_chips"], Mapping):
+            raise ConfigError(f"quota_chips = {d['quota_chips']!r}; allowed: None or a mapping version -> chips")
+        pv = d.get("phase_versions")
+        if pv is not None:
+            if not isinstance(pv, Mapping):
+                raise ConfigError(f"phase_versions = {pv!r}; allowed: None or a mapping phase -> chip versions")
+            # lists (JSON) become tuples; a bare string stays one so ClusterConfig rejects it by name
+            try:
+                d["phase_versions"] = {k: v if isinstance(v, str) else tuple(v) for k, v in pv.items()}
+            except TypeError as exc:
+                raise ConfigError(f"phase_versions = {pv!r}; allowed: a mapping phase -> a sequence of "
+                                  "chip versions") from exc
+        return cls(**d)

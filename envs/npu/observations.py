@@ -1,0 +1,160 @@
+"""Observations of :class:`~servegym.envs.npu.env.NPUAutoscaleEnv`: the flat observation vector and its field names, the
+state keys of ``info``, and rendering. A mixin of the env (module docstring there: "Observation")."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from servegym.envs.npu.env_config import (
+    LOG_MAX_TOKENS,
+)
+from servegym.envs.npu.sim.catalog import VERSIONS
+from servegym.envs.npu.sim.cluster import (
+    NB,
+    Observation,
+)
+from servegym.envs.npu.sim.roofline import PHASES
+
+from servegym.render import BLUE, GREEN, GREY, LIGHT_BLUE, LIGHT_ORANGE, ORANGE, RED, Bar, render_bars
+
+
+class ObservationsMixin:
+    """Observation and render methods of :class:`~servegym.envs.npu.env.NPUAutoscaleEnv`."""
+
+    def _obs_fields(self) -> list[str]:
+        names: list[str] = []
+        per_group = ["rate_recent/mean_rate", "rate_peak/mean_rate", "length_share", "log_tokens_per_req",
+                     "alive/max_level", "ready/max_level", *[f"alive_{v}/max_level" for v in VERSIONS],
+                     "option/(n_options-1)", "util", "log1p_queue/10", "log1p_peak_queue/10",
+                     "reference_target/max_level", "vpod_rate/mean_rate"]
+        for f in per_group:
+            for ph, edge in self.groups:
+                names.append(f"{ph}[{edge}].{f}")
+        names += ["slo_recent_prefill", "slo_recent_decode", "slo_satisfaction_last", "slo_miss_share_last",
+                  *[f"quota_left_{v}/quota" for v in VERSIONS], "sin_hour", "cos_hour", "episode_progress"]
+        return names
+
+    def _state_info(self) -> dict[str, Any]:
+        sim = self.sim
+        assert sim is not None and self.last_ctx is not None
+        per_v = dict.fromkeys(VERSIONS, 0)
+        n = 0
+        for cnt in self.last_ctx.counts.values():
+            for cid, k in cnt.items():
+                per_v[self.catalog.configs[cid].version] += k
+                n += k
+        held = sim.held_chips()
+        return {"time_s": float(sim.now), "epoch": self._t, "vpods": n, "vpods_per_version": per_v,
+                "chips": float(sum(held.values())), "energy_j": 0.0, "cost_usd": 0.0, "tokens": 0.0,
+                "slo_violation_pct": 0.0, "slo_misses": 0.0, "power_w": 0.0, "arrived": 0, "finished": 0,
+                "tokens_per_j": 0.0,
+                "tokens_per_usd": 0.0, "action_adjusted": False, "emergency_scaleouts": 0}
+
+    # ------------------------------------------------------------------------------------------ obs
+    def _obs(self, ctx: Observation) -> NDArray[np.float32]:
+        G = len(self.groups)
+        maxl = float(self.levels[-1])
+        rr = np.zeros(G)
+        rp = np.zeros(G)
+        tpr = np.zeros(G)
+        for g, (p, lo, hi) in enumerate(self._ranges):
+            rr[g] = ctx.rate_recent[p, lo:hi].sum()
+            rp[g] = ctx.rate_peak[p, lo:hi].sum()
+            w = ctx.rate_peak[p, lo:hi]
+            tpr[g] = float((w * ctx.tokens_per_req[p, lo:hi]).sum() / w.sum()) if w.sum() > 0 else 0.0
+        share = np.zeros(G)
+        for p in (0, 1):
+            sel = self.group_phase == p
+            tot = rr[sel].sum()
+            if tot > 0:
+                share[sel] = rr[sel] / tot
+        gp = self.group_phase
+        gb = np.array(self.group_bucket)
+        util = ctx.util[gp, gb].copy()
+        sim = self.sim
+        if sim is not None and sim.d_g.size:
+            # the simulator's util is the prefill fluid's busy share; for decode, batch-slot occupancy
+            act = np.bincount(sim.d_g[sim.d_active], minlength=2 * NB).reshape(2, NB)
+            dec = gp == 1
+            slots = ctx.slots[1, gb[dec]]
+            util[dec] = np.where(slots > 0, np.minimum(act[1, gb[dec]] / np.maximum(slots, 1e-9), 1.0), 0.0)
+        per_v = np.zeros((len(VERSIONS), G))
+        for g, key in enumerate(self.groups):
+            for cid, k in ctx.counts.get(key, {}).items():
+                per_v[VERSIONS.index(self.catalog.configs[cid].version), g] += k
+        quota = self.sim.quota if self.sim is not None else {}
+        q_left = [1.0 if math.isinf(quota[v]) else (ctx.quota_left[v] / quota[v] if quota[v] > 0 else 0.0)
+                  for v in VERSIONS]
+        hour = (ctx.time_s / 3600.0 + float(self.scenario.get("start_hour", self.config.start_hour))) % 24.0
+        parts = [
+            rr / self._mean_rate, rp / self._mean_rate, share, np.log1p(tpr) / LOG_MAX_TOKENS,
+            ctx.alive[gp, gb] / maxl, ctx.ready[gp, gb] / maxl, per_v.ravel() / maxl,
+            self._option / max(self.n_options - 1, 1), util,
+            np.log1p(ctx.queue[gp, gb]) / 10.0, np.log1p(ctx.peak_queue[gp, gb]) / 10.0,
+            self._ref_counts / maxl, self._vpod_rate(tpr) / self._mean_rate,
+            ctx.slo_recent, [self._last["slo_satisfaction"], self._last["slo_miss_share"]], q_left,
+            [math.sin(2 * math.pi * hour / 24.0), math.cos(2 * math.pi * hour / 24.0), self._t / self.horizon],
+        ]
+        obs = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in parts])
+        return np.clip(obs, -1.0, 10.0).astype(np.float32)
+
+    def _vpod_rate(self, tpr: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Per env group: requests/s one vPod of its configuration serves at its max batch (T_pod of
+        §3.4) at the group's bucket and the window's tokens per request ``tpr`` (0 with no traffic)."""
+        sim = self.sim
+        out = np.zeros(len(self.groups))
+        if sim is None:
+            return out
+        for g in range(len(self.groups)):
+            if tpr[g] <= 0:
+                continue
+            opt = int(self._option[g])
+            if self.residual:  # the reference's configuration (best fit) unless the agent chose one
+                opt = opt - 1 if opt > 0 else 0
+            cid, b = self.options[g][opt], self.group_bucket[g]
+            out[g] = float(sim.tps[cid, b, sim.jmax[cid, b]]) / tpr[g]
+        return out
+
+    # ------------------------------------------------------------------------------------------ render
+    def render(self) -> str | NDArray[np.uint8] | None:
+        if self.render_mode == "rgb_array":
+            return self._render_rgb()
+        if self.render_mode != "ansi":
+            return None
+        sim, ctx = self.sim, self.last_ctx
+        if sim is None or ctx is None:
+            return "NPUAutoscale-v0 (not reset)\n"
+        lines = [f"t = {sim.now / 3600.0:5.2f} h  epoch {self._t}/{self.horizon}  {self.cluster_config.model} on "
+                 f"{self.workload.name}  slo(last epoch) {self._last['slo_satisfaction']:.3f}"]
+        lines.append(f"{'group':>16} {'config':>28} {'alive':>5} {'ready':>5} {'queue':>6} {'util':>5}")
+        for g, key in enumerate(self.groups):
+            p, b = PHASES.index(key[0]), self.group_bucket[g]
+            cid = self.options[g][int(self._option[g])]
+            lines.append(f"{key[0] + ' <=' + str(key[1]):>16} {self.catalog.configs[cid].label:>28} "
+                         f"{int(ctx.alive[p, b]):>5} {int(ctx.ready[p, b]):>5} {int(ctx.queue[p, b]):>6} "
+                         f"{ctx.util[p, b]:>5.2f}")
+        return "\n".join(lines) + "\n"
+
+    def _render_rgb(self) -> NDArray[np.uint8] | None:
+        """A 96-px-high RGB picture of what the agent observes (None before ``reset()``): per env group (prefill
+        blue, decode orange) ready vPods with booting ones stacked on top and the reference's target as a
+        tick, all / the largest count level; then per group the utilization (green) and log1p(queue) / 10
+        (red); then last epoch's SLO satisfaction (green) and the episode's progress (grey)."""
+        if self.last_ctx is None:
+            return None
+        obs = self._obs(self.last_ctx)
+        at = {name: float(v) for name, v in zip(self.obs_fields, obs, strict=True)}
+        bars = []
+        for g, (ph, edge) in enumerate(self.groups):
+            key = f"{ph}[{edge}]"
+            ready, alive = at[f"{key}.ready/max_level"], at[f"{key}.alive/max_level"]
+            bars.append(Bar(ready, BLUE if self.group_phase[g] == 0 else ORANGE, max(alive - ready, 0.0),
+                            LIGHT_BLUE if self.group_phase[g] == 0 else LIGHT_ORANGE,
+                            at[f"{key}.reference_target/max_level"]))
+        bars += [Bar(at[f"{ph}[{edge}].util"], GREEN) for ph, edge in self.groups]
+        bars += [Bar(at[f"{ph}[{edge}].log1p_queue/10"], RED) for ph, edge in self.groups]
+        bars += [Bar(at["slo_satisfaction_last"], GREEN), Bar(at["episode_progress"], GREY)]
+        return render_bars(bars)

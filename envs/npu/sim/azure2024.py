@@ -1,0 +1,152 @@
+"""The NPU paper's Azure trace: the 2024 one-week Azure LLM inference trace (Stojkovic et al., "DynamoLLM",
+HPCA 2025), replayed as 24-hour segments (paper §5.1: "we replay a 24-hour segment", Figure 17).
+
+Data (``servegym/envs/data/azure2024/``, CC-BY 4.0, PROVENANCE.md there): the per-minute invocation
+rate of the coding and conversation traces (one digitized point per about 7.2 min, with the band of the
+drawn line) and the input/output token CDFs, digitized from the dataset's own analysis notebook. Table 4's
+1,667 req/min is the coding trace's 16,803,691 requests over 7 days, so its mean rate *is* this series'.
+
+Replay (stated processes, not in the data):
+
+* **Rate.** Minute m's rate is drawn uniformly between the band's low and high edge, both linearly
+  interpolated at m (the band is the spread of the about seven per-minute values one plot column
+  holds), times ``rate_rpm`` / the week's mean of the band midpoints (so ``rate_rpm`` = Table 4's
+  1,667 replays the trace at its own level; a weekday's mean is above it, a weekend day's below).
+* **Within a minute:** Poisson arrivals at that minute's rate (the plots resolve nothing finer).
+* **Lengths:** input and output independently by inverse-CDF sampling of the digitized CDFs (linear
+  between points; below the first point, Table 4's minimum of 1 token), clipped to Table 4's
+  maxima for coding (7,691 input, 3,500 output tokens). The output CDF rises within the plot's first
+  pixels (about 11 tokens each), so short outputs are resolved only to that step; the realized
+  means are stated by :func:`length_means` (coding: input about 2,49x, output about 2x; Table 4: 2,556 / 23).
+* **Days.** ``day`` counts from the trace's first midnight (coding: Fri 2024-05-10; conversation: Sun
+  2024-05-12). :data:`SPLIT_DAYS` gives the benchmark splits: weekdays for train, validation and test,
+  the weekend as a shift.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+from servegym.envs.workload import Requests
+
+from servegym.errors import ConfigError, check_range
+
+TRACES: tuple[str, ...] = ("coding", "conversation")
+FIRST_DAY = {"coding": "2024-05-10", "conversation": "2024-05-12"}
+N_DAYS = 7
+TABLE4_MAX = {"coding": (7691, 3500)}
+"""Table 4's maximum input and output tokens (Azure, the coding trace); conversation has no Table 4 row."""
+
+SPLIT_DAYS: dict[str, dict[str, tuple[int, ...]]] = {
+    # coding: Fri 10, Sat 11, Sun 12, Mon 13, Tue 14, Wed 15, Thu 16 May 2024
+    "coding": {"train": (3, 4, 5), "validation": (6,), "test": (0,), "weekend": (1, 2)},
+    # conversation: Sun 12, Mon 13, Tue 14, Wed 15, Thu 16, Fri 17, Sat 18 May 2024
+    "conversation": {"train": (1, 2, 3), "validation": (4,), "test": (5,), "weekend": (0, 6)},
+}
+"""Days (from the trace's first midnight) of each split: three weekdays train, one validation, one test;
+the two weekend days are the shift (lower, flatter load)."""
+
+DEFAULT_DAY = 3
+"""The day a fixed scenario replays (coding: Monday 2024-05-13, the first of the training weekdays)."""
+
+
+def _read(name: str) -> pd.DataFrame:
+    blob = resources.files("servegym.envs.data").joinpath("azure2024", name).read_bytes()
+    return pd.read_csv(io.StringIO(gzip.decompress(blob).decode()))
+
+
+@lru_cache(maxsize=1)
+def _rates() -> dict[str, np.ndarray]:
+    df = _read("rate.csv.gz")
+    return {t: df[df.trace == t][["minute", "rate_low", "rate_mid", "rate_high"]].to_numpy(float) for t in TRACES}
+
+
+@lru_cache(maxsize=1)
+def _cdfs() -> dict[tuple[str, str], np.ndarray]:
+    df = _read("lengths_cdf.csv.gz")
+    return {(t, k): df[(df.trace == t) & (df.kind == k)][["tokens", "cdf"]].to_numpy(float)
+            for t in TRACES for k in ("input", "output")}
+
+
+def _check_trace(trace: str) -> str:
+    if trace not in TRACES:
+        raise ConfigError(f"azure2024 trace = {trace!r} is unknown; allowed: {', '.join(TRACES)}")
+    return trace
+
+
+def week_mean_rpm(trace: str = "coding") -> float:
+    """Mean of the band midpoints over the week (req/min): the level ``rate_rpm`` rescales."""
+    r = _rates()[_check_trace(trace)]
+    return float(r[:, 2].mean())
+
+
+def minute_band(trace: str, minutes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The band (low, high) of the invocation rate (req/min) at ``minutes`` since the trace start."""
+    r = _rates()[_check_trace(trace)]
+    m = np.clip(minutes, r[0, 0], r[-1, 0])
+    return np.interp(m, r[:, 0], r[:, 1]), np.interp(m, r[:, 0], r[:, 3])
+
+
+def arrivals(trace: str, day: int, hours: float, rate_rpm: float, rng: np.random.Generator,
+             start_hour: float = 0.0) -> np.ndarray:
+    """Arrival times (s) of ``hours`` from ``start_hour`` of ``day`` (module docstring, "Rate")."""
+    check_range("day", day, 0, N_DAYS - 1)
+    check_range("hours", hours, 0.0, 24.0 * N_DAYS, low_inclusive=False)
+    check_range("start_hour", start_hour, 0.0, 24.0)
+    check_range("rate_rpm", rate_rpm, 0.0, None, low_inclusive=False)
+    n_min = int(np.ceil(hours * 60.0))
+    m = day * 1440.0 + start_hour * 60.0 + np.arange(n_min) + 0.5
+    m = np.where(m >= N_DAYS * 1440.0, m - N_DAYS * 1440.0, m)  # past the week's end: wrap to its start
+    lo, hi = minute_band(trace, m)
+    rpm = rng.uniform(lo, hi) * (rate_rpm / week_mean_rpm(trace))
+    counts = rng.poisson(rpm)
+    t = (np.repeat(np.arange(n_min, dtype=float), counts) + rng.uniform(0.0, 1.0, int(counts.sum()))) * 60.0
+    t.sort()
+    return t[t < hours * 3600.0]
+
+
+def sample_lengths(trace: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(input, output) tokens of ``n`` requests (module docstring, "Lengths"); independent draws."""
+    out = []
+    for kind, cap in zip(("input", "output"), TABLE4_MAX.get(_check_trace(trace), (None, None)), strict=True):
+        c = _cdfs()[(trace, kind)]
+        u = rng.uniform(0.0, 1.0, n)
+        tok = np.interp(u, c[:, 1], c[:, 0], left=1.0)
+        tok = np.maximum(np.rint(tok), 1.0)
+        if cap is not None:
+            tok = np.minimum(tok, cap)
+        out.append(tok.astype(np.int64))
+    return out[0], out[1]
+
+
+def length_means(trace: str = "coding", n: int = 200_000, seed: int = 0) -> tuple[float, float]:
+    """Realized mean (input, output) tokens of :func:`sample_lengths` (a check against Table 4)."""
+    i, o = sample_lengths(trace, n, np.random.default_rng(seed))
+    return float(i.mean()), float(o.mean())
+
+
+def requests(trace: str, day: int, hours: float, rate_rpm: float, rng: np.random.Generator,
+             start_hour: float = 0.0) -> Requests:
+    """A request stream of ``hours`` of ``day``: :func:`arrivals` with :func:`sample_lengths`."""
+    arr = arrivals(trace, day, hours, rate_rpm, rng, start_hour)
+    isl, osl = sample_lengths(trace, arr.size, rng)
+    return Requests(arr, isl, osl)
+
+
+def max_lengths(trace: str) -> tuple[int, int]:
+    """The largest input and total tokens a request of ``trace`` can have (trace metadata Base reads)."""
+    c_in, c_out = _cdfs()[(_check_trace(trace), "input")], _cdfs()[(trace, "output")]
+    cap = TABLE4_MAX.get(trace)
+    mi = int(cap[0]) if cap else int(c_in[-1, 0])
+    mo = int(cap[1]) if cap else int(c_out[-1, 0])
+    return mi, mi + mo
+
+
+def day_label(trace: str, day: int) -> str:
+    d = pd.Timestamp(FIRST_DAY[_check_trace(trace)]) + pd.Timedelta(days=int(day))
+    return d.strftime("%a %Y-%m-%d")

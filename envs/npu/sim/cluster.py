@@ -1,0 +1,390 @@
+"""Cluster simulator of heterogeneous NPU autoscaling (paper §3.4, §4, §5.1): a model with decision points.
+
+One loop, two drivers: ``sim = NPUCluster(config, workload, seed)``; at each decision point
+``ctx = sim.observe()``; ``sim.apply(ScalingDecision(...))``; ``sim.advance(sim.config.check_s)``
+(or ``advance_epoch()`` for one 5-min epoch). Baselines (``servegym.baselines.npu``) and the Gymnasium
+env both drive this loop; neither holds a copy of the dynamics.
+
+Model
+-----
+* **Groups.** One potential vPod group per (phase, sequence-length bucket) of the DSE (48 buckets
+  per phase, §3.3); prefill and decode pools are separate (§5.1). A group may hold vPods of several
+  configurations (its best fit and fail-overs of other versions, §3.4). A group is *active* when its
+  target count is positive; requests of a bucket go to the smallest active group whose bucket edge
+  is ≥ theirs (the largest active group otherwise) -- the sequence-length-to-group map that
+  coalescing updates.
+* **Routing.** Prefill by input length (known). Decode by predicted total length: with probability
+  ``osl_accuracy`` (0.6) to the group of the true total length, otherwise to a random active group
+  whose edge is ≥ the current length (§5.1). A request in a group whose edge is shorter than its
+  total length migrates to its correct group when its context passes 2x the edge, or at the next
+  bucket boundary when the re-estimate (correct with ``osl_accuracy``) exceeds 2x the edge (§3.4);
+  the KV cache moves over the source vPod's DCN (chips x DCN bandwidth), and the migrated part joins
+  the new group's queue after the first part's nominal decode time plus that transfer.
+* **Overheads (Table 3).** A vPod is ready ``create`` (uniform 73-108 s) + weight download
+  (bytes per chip / DCN bandwidth per chip) + engine start (31 s) + weight load (bytes per chip /
+  24 GB/s) after it is requested; deleting holds its chips (and bills them) for 15 s.
+* **Serving, in sub-steps of ``substep_s`` (5 s).** Step times and energies come from the roofline
+  (:func:`~servegym.envs.npu.sim.roofline.evaluate`) precomputed per (configuration, bucket, batch level)
+  so the inner loop is array lookups.
+  The step tables charge the *scoring* model (:class:`~servegym.envs.npu.sim.roofline.RooflineParams`), while the
+  configurations come from the *selection* model's DSE (``step_models``, :data:`STEP_MODELS`), as the paper
+  chooses with XLA cost analysis and scores with its production simulator; the SLO is the scoring model's.
+  - Prefill is a token fluid per group: capacity = sum over ready vPods of tokens/s at the operating
+    batch level, which is the smallest level whose capacity covers backlog + arrivals (the largest
+    feasible one when overloaded); FCFS. A job starts when the cumulative served tokens of its
+    group reach the tokens queued ahead of it (only in sub-steps with capacity); TTFT = wait +
+    roofline batch latency at its own length bucket and the operating level.
+  - Decode is per job: a group admits waiting jobs FCFS while its ready vPods have free batch slots
+    (sum of max batches); each active job advances one token per TPOT, where TPOT is the roofline
+    latency of the group's dominant configuration at the job's length bucket and the per-vPod batch
+    (active jobs / ready vPods, load balanced). Effective TPOT = (waits + decode time) / output tokens.
+  - The decode pool sees a request at its arrival time rather than after its prefill (the two pools
+    are scaled independently, §5.1; prefill takes well under one sub-step for most requests).
+  - Energy: ready vPods draw roofline step power (energy / period) while busy and static power
+    (``static_power_frac`` x peak-compute power per chip) while idle; vPods being created, started,
+    loaded or deleted draw static power. Cost: chips x USD/chip-hour for every second a vPod holds
+    its chips (creation to the end of deletion).
+* **SLO (§2.4).** Per request: TTFT ≤ the DSE SLO of its input-length bucket and effective TPOT ≤ the
+  decode SLO of its total-length bucket. Requests unfinished at the end count as violations only once
+  they are already past their SLO.
+* **Quota** per chip version (chips, None = unlimited, the paper's default): the simulator never
+  holds more; creations that do not fit wait until chips free (targets are declarative, reconciled
+  at every decision point, in the decision's group order).
+
+Granularity: 5-s sub-steps (decode jobs advance in fluid tokens within a sub-step), 60-s decision
+points (emergency checks), 300-s epochs. A 24-hour replay takes 4.1-4.3 s wall on Azure (2.4 M
+requests, 288 epochs) and 2.4-3.3 s on LVEval/OpenThoughts (Llama-3-70B, NeuScale or Base; wall = CPU
+on the shared 2-core dev machine at load < 1; up to 23 s wall under load 5), within the 60-s budget,
+whatever the BLAS thread count (per-group sums are np.bincount, not matrix products;
+``benchmarks/npu_replay_speed.py``, ``benchmarks/results/npu_replay_speed.md``).
+
+Differences from the paper's simulator: roofline step tables instead of a production NPU simulator per
+request; fluid prefill and per-job decode at 5-s sub-steps rather than per-token events; the decode
+pool sees requests at arrival; the KV transfer of a migration uses the source vPod's DCN bandwidth
+(the paper fits a link model to Fig. 13, whose numbers are not public); request-attributed ("busy")
+energy and cost are reported beside the whole-pool figures.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# the names this module has always exported (the simulator's public surface), re-exported from their modules
+from servegym.envs.npu.sim.accounting import AccountingMixin
+from servegym.envs.npu.sim.catalog import CHIPS, MODELS, VERSIONS, model
+from servegym.envs.npu.sim.config import (
+    CREATE_S,
+    DELETE_S,
+    ENGINE_START_S,
+    FIT_AT,
+    LEVELS,
+    LOAD_GBPS_PER_CHIP,
+    MAX_QUOTA_CHIPS,
+    NB,
+    STEP_MODELS,
+    ClusterConfig,
+)
+from servegym.envs.npu.sim.dse import SEQ_BUCKETS, BestFit, BestFitTable, check_versions, run_dse
+from servegym.envs.npu.sim.records import EpochMetrics, Observation, ScalingDecision
+from servegym.envs.npu.sim.roofline import PHASES, RooflineParams, evaluate, space_for, weight_bytes_per_chip
+from servegym.envs.npu.sim.routing import RoutingMixin
+from servegym.envs.npu.sim.serving import ServingMixin, _group_sum
+from servegym.envs.npu.sim.vpods import ConfigCatalog, VPodConfig
+from servegym.envs.npu.sim.workloads import NPUWorkload
+
+from servegym.errors import ActionError, ConfigError, check_range
+
+__all__ = ["CHIPS", "CREATE_S", "DELETE_S", "ENGINE_START_S", "FIT_AT", "LEVELS", "LOAD_GBPS_PER_CHIP",
+           "MAX_QUOTA_CHIPS", "MODELS", "NB", "PHASES", "SEQ_BUCKETS", "STEP_MODELS", "VERSIONS", "BestFit",
+           "BestFitTable", "ClusterConfig", "ConfigCatalog", "EpochMetrics", "NPUCluster", "NPUWorkload",
+           "Observation", "RooflineParams", "ScalingDecision", "VPodConfig", "_group_sum", "check_versions",
+           "evaluate", "model", "run_dse", "space_for", "weight_bytes_per_chip"]
+
+
+class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
+    """The simulator. ``seed`` drives routing, creation times and nothing else (the workload is given)."""
+
+    def __init__(self, config: ClusterConfig, workload: NPUWorkload, seed: int = 0,
+                 catalog: ConfigCatalog | None = None) -> None:
+        if not isinstance(config, ClusterConfig):
+            raise ConfigError("config must be a ClusterConfig")
+        if not isinstance(workload, NPUWorkload):
+            raise ConfigError("workload must be an NPUWorkload (servegym.envs.npu.sim.workloads.make_workload)")
+        self.config = c = config
+        self.workload = workload
+        self.rng = np.random.default_rng(seed)
+        self.model = model(c.model)
+        cat = catalog if catalog is not None else ConfigCatalog(c)
+        if cat.key != ConfigCatalog.key_of(c):
+            raise ConfigError(f"catalog was built for {cat.key}, config needs {ConfigCatalog.key_of(c)}")
+        self.catalog = cat
+        self.__dict__.update(cat.fields)
+        req = workload.requests
+        self.n_req = len(req)
+        self.arr = req.arrival_s
+        self.isl = req.input_tokens
+        self.osl = req.output_tokens
+        tot = self.isl + self.osl
+        self.bk_p = np.searchsorted(self.edges, np.minimum(self.isl, self.edges[-1]), side="left")
+        self.bk_d = np.searchsorted(self.edges, np.minimum(tot, self.edges[-1]), side="left")
+        slo = self.table.slo_s
+        self.slo_p = np.array([slo[("prefill", int(e))] for e in self.edges])
+        self.slo_d = np.array([slo[("decode", int(e))] for e in self.edges])
+        # per-request outcomes
+        self.ttft = np.full(self.n_req, np.nan)
+        self.dec_time = np.zeros(self.n_req)
+        self.jobs_left = np.zeros(self.n_req, dtype=np.int8)
+        self.done_s = np.full(self.n_req, np.nan)
+        self.started = np.zeros(self.n_req, dtype=bool)
+        self._fresh_finished = np.zeros(0, dtype=np.int64)
+        self.next_req = 0
+        self.now = 0.0
+        self.n_finished = 0
+        self.n_migrations = 0
+        self.max_held = dict.fromkeys(VERSIONS, 0.0)  # peak chips held per version (quota checks)
+        self.quota = {v: (np.inf if (c.quota_chips or {}).get(v) is None else float(c.quota_chips[v]))
+                      for v in VERSIONS}
+        # vPods (parallel lists, compacted when deleted ones expire)
+        self.v_group = np.zeros(0, dtype=np.int64)
+        self.v_cfg = np.zeros(0, dtype=np.int64)
+        self.v_ready = np.zeros(0)
+        self.v_gone = np.zeros(0)  # inf while not deleting; end of deletion otherwise
+        self.targets: dict[int, dict[int, int]] = {}
+        self.target_order: list[int] = []
+        # prefill fluid state per group
+        G = 2 * NB
+        self.A = np.zeros(G)
+        self.S = np.zeros(G)
+        self.free_at = np.zeros(G)
+        self.p_req = np.zeros(0, dtype=np.int64)
+        self.p_g = np.zeros(0, dtype=np.int64)
+        self.p_before = np.zeros(0)
+        self.p_tok = np.zeros(0)
+        self.p_arr = np.zeros(0)
+        # decode jobs: waiting and active
+        self.d_req = np.zeros(0, dtype=np.int64)
+        self.d_g = np.zeros(0, dtype=np.int64)
+        self.d_left = np.zeros(0)
+        self.d_arr = np.zeros(0)
+        self.d_bk = np.zeros(0, dtype=np.int64)
+        self.d_active = np.zeros(0, dtype=bool)
+        # jobs in service with a known finish (prefill) and migrations in transit
+        self.c_req = np.zeros(0, dtype=np.int64)
+        self.c_done = np.zeros(0)
+        self.m_req = np.zeros(0, dtype=np.int64)
+        self.m_g = np.zeros(0, dtype=np.int64)
+        self.m_tok = np.zeros(0)
+        self.m_t = np.zeros(0)
+        self.m_bk = np.zeros(0, dtype=np.int64)
+        self.m_delay = np.zeros(0)
+        # monitor
+        self.nbins_w = round(c.window_s / c.rate_bin_s)
+        self.bin_counts = np.zeros((self.nbins_w, 2, NB))
+        self.bin_tokens = np.zeros((self.nbins_w, 2, NB))
+        self.bin_index = 0
+        self.peak_queue = np.zeros(G)
+        self.util = np.zeros(G)
+        self.recent_slo = np.ones(2)
+        self.history: list[EpochMetrics] = []
+        self._epoch_acc: EpochMetrics | None = None
+        self.totals = {k: np.zeros(2) for k in ("energy_j", "usd", "tokens", "energy_busy_j", "usd_busy")}
+        # per-group decomposition (index = phase x 48 + bucket of the group): tokens served, energy (J, idle
+        # and booting vPods included), USD, chip-seconds held, busy (request-attributed) energy, the sum
+        # of batch x tokens (realized batch = batch_tok / tokens) and the static energy of the chips held (J)
+        self.group_acc = {k: np.zeros(G) for k in ("tokens", "energy_j", "usd", "chip_s", "energy_busy_j",
+                                                   "batch_tok", "static_j")}
+
+    # ------------------------------------------------------------------ public helpers
+    def group_index(self, phase: str, edge: int) -> int:
+        if phase not in PHASES:
+            raise ActionError(f"phase = {phase!r} is unknown; allowed: {', '.join(PHASES)}")
+        i = int(np.searchsorted(self.edges, edge))
+        if i >= NB or int(self.edges[i]) != int(edge):
+            raise ActionError(f"bucket = {edge!r} is not a sequence-length bucket edge; allowed: the DSE's 48 edges "
+                              f"{int(self.edges[0])}..{int(self.edges[-1])}")
+        return PHASES.index(phase) * NB + i
+
+    def candidates(self, phase: str, edge: int) -> list[int]:
+        """Config ids of a bucket's SLO-meeting Pareto candidates, best fit first."""
+        self.group_index(phase, edge)
+        return list(self.cand[(phase, int(edge))])
+
+    def failovers(self, phase: str, edge: int) -> list[int]:
+        """Config ids of each version's best fit for a bucket, most efficient (SLO-meeting) first."""
+        self.group_index(phase, edge)
+        return list(self.failover[(phase, int(edge))])
+
+    def op_fit(self, phase: str, edge: int, tokens_per_s: float) -> int:
+        """Config id of the bucket's best fit at the operating point for a forecast demand (tokens/s) -- the
+        allocation with the lowest J/token (or USD/token) at the batch it would run, static power included
+        (:mod:`servegym.envs.npu.sim.selection`); the DSE's best fit with ``fit_at = "best-batch"``."""
+        self.group_index(phase, edge)
+        picks = self.op_cfg.get((phase, int(edge)))
+        if picks is None or picks.size == 0:
+            return self.cand[(phase, int(edge))][0]
+        from servegym.envs.npu.sim.selection import level_index
+
+        return int(picks[level_index(tokens_per_s)])
+
+    def max_rps(self, config_id: int, phase: str, edge: int, tokens_per_req: float) -> float:
+        """T_pod: the most requests/s one vPod of ``config_id`` serves at its max batch for a bucket."""
+        g = self.group_index(phase, edge)
+        tpr = max(float(tokens_per_req), 1.0)
+        j = int(self.jmax[config_id, g % NB])
+        return float(self.tps[config_id, g % NB, j]) / tpr
+
+    def held_chips(self) -> dict[str, float]:
+        """Chips held per version now (creating, ready or deleting)."""
+        out = dict.fromkeys(VERSIONS, 0.0)
+        live = self.v_gone > self.now
+        for vi, v in enumerate(VERSIONS):
+            out[v] = float(self.cfg_chips[self.v_cfg[live]][self.cfg_ver[self.v_cfg[live]] == vi].sum())
+        return out
+
+    # ------------------------------------------------------------------ decisions
+    def provision(self, decision: ScalingDecision) -> None:
+        """Initial deployment at t = 0: like :meth:`apply` but the vPods are ready at once (the service
+        exists before the replay starts); only allowed before the first :meth:`advance`."""
+        if self.now > 0 or self.v_group.size:
+            raise ActionError("provision() is only allowed before the first advance and on an empty cluster")
+        self._instant = True
+        try:
+            self.apply(decision)
+        finally:
+            self._instant = False
+
+    def apply(self, decision: ScalingDecision) -> None:
+        """Set targets (validated in full before anything changes) and reconcile now."""
+        if not isinstance(decision, ScalingDecision):
+            raise ActionError("decision must be a ScalingDecision")
+        parsed: list[tuple[int, dict[int, int]]] = []
+        for key, mapping in decision.targets.items():
+            if not (isinstance(key, tuple) and len(key) == 2):
+                raise ActionError(f"target key {key!r} must be (phase, bucket_edge)")
+            g = self.group_index(key[0], key[1])
+            tgt: dict[int, int] = {}
+            for cid, cnt in mapping.items():
+                if not (isinstance(cid, (int, np.integer)) and 0 <= int(cid) < len(self.configs)):
+                    raise ActionError(f"config id = {cid!r} is out of range; allowed: [0, {len(self.configs) - 1}]")
+                if self.configs[int(cid)].phase != key[0]:
+                    raise ActionError(f"config id = {cid} is a {self.configs[int(cid)].phase} configuration; "
+                                      f"group {key} needs a {key[0]} one")
+                if not (isinstance(cnt, (int, np.integer)) and 0 <= int(cnt) <= 100_000):
+                    raise ActionError(f"count = {cnt!r} for config {cid} is out of range; allowed: [0, 100000]")
+                if int(cnt) > 0:
+                    tgt[int(cid)] = int(cnt)
+            parsed.append((g, tgt))
+        for g, tgt in parsed:
+            self.targets[g] = tgt
+            if g in self.target_order:
+                self.target_order.remove(g)
+        self.target_order = [g for g, _ in parsed] + self.target_order
+        self._reconcile()
+
+    def _reconcile(self) -> None:
+        now = self.now
+        alive = self.v_gone == np.inf
+        # deletions first (creating ones before ready ones, newest first)
+        for g, tgt in self.targets.items():
+            sel = np.flatnonzero(alive & (self.v_group == g))
+            for cid in np.unique(self.v_cfg[sel]).tolist():
+                mine = sel[self.v_cfg[sel] == cid]
+                extra = mine.size - tgt.get(cid, 0)
+                if extra > 0:
+                    order = mine[np.lexsort((-self.v_ready[mine], self.v_ready[mine] <= now))]
+                    self.v_gone[order[:extra]] = now + DELETE_S
+        held = self.held_chips()
+        new_g, new_c, new_r = [], [], []
+        for g in self.target_order:
+            tgt = self.targets.get(g, {})
+            sel = (self.v_gone == np.inf) & (self.v_group == g)
+            for cid, cnt in tgt.items():
+                have = int(np.count_nonzero(sel & (self.v_cfg == cid))) + sum(
+                    1 for gg, cc in zip(new_g, new_c, strict=True) if gg == g and cc == cid)
+                ver = self.configs[cid].version
+                for _ in range(cnt - have):
+                    if held[ver] + self.cfg_chips[cid] > self.quota[ver]:
+                        break
+                    held[ver] += self.cfg_chips[cid]
+                    new_g.append(g)
+                    new_c.append(cid)
+                    boot = self.rng.uniform(*CREATE_S) + self.cfg_boot_s[cid]
+                    new_r.append(now if getattr(self, "_instant", False) else now + boot)
+        if new_g:
+            self.v_group = np.concatenate([self.v_group, new_g]).astype(np.int64)
+            self.v_cfg = np.concatenate([self.v_cfg, new_c]).astype(np.int64)
+            self.v_ready = np.concatenate([self.v_ready, new_r])
+            self.v_gone = np.concatenate([self.v_gone, np.full(len(new_g), np.inf)])
+        held_now = self.held_chips()
+        for v in VERSIONS:
+            self.max_held[v] = max(self.max_held[v], held_now[v])
+        self._reroute_orphans()
+
+    # ------------------------------------------------------------------ observation
+    def observe(self) -> Observation:
+        c = self.config
+        nb_epoch = round(c.epoch_s / c.rate_bin_s)
+        order = (self.bin_index - 1 - np.arange(self.nbins_w)) % self.nbins_w
+        counts = self.bin_counts[order]
+        toks = self.bin_tokens[order]
+        rates = counts / c.rate_bin_s
+        recent = counts[:nb_epoch].sum(axis=0) / c.epoch_s
+        tot_c = counts.sum(axis=0)
+        tpr = np.where(tot_c > 0, toks.sum(axis=0) / np.maximum(tot_c, 1), 0.0)
+        live = self.v_gone == np.inf
+        ready = live & (self.v_ready <= self.now)
+        G = 2 * NB
+        n_ready = np.bincount(self.v_group[ready], minlength=G).astype(float)
+        n_alive = np.bincount(self.v_group[live], minlength=G).astype(float)
+        slots = np.bincount(self.v_group[ready], weights=self.cfg_maxb[self.v_cfg[ready]], minlength=G)
+        queue = self._queue()
+        cnt: dict[tuple[str, int], dict[int, int]] = {}
+        for g, cid in zip(self.v_group[live].tolist(), self.v_cfg[live].tolist(), strict=True):
+            key = (PHASES[g // NB], int(self.edges[g % NB]))
+            cnt.setdefault(key, {})
+            cnt[key][cid] = cnt[key].get(cid, 0) + 1
+        held = self.held_chips()
+        ctx = Observation(
+            time_s=self.now, epoch=int(self.now // c.epoch_s),
+            at_epoch_boundary=abs(self.now / c.epoch_s - round(self.now / c.epoch_s)) < 1e-9,
+            bucket_edges=self.edges.copy(), rate_recent=recent, rate_peak=rates.max(axis=0),
+            epoch_peak=rates[:nb_epoch].max(axis=0), tokens_per_req=tpr,
+            ready=n_ready.reshape(2, NB), alive=n_alive.reshape(2, NB), queue=queue.reshape(2, NB),
+            peak_queue=np.maximum(self.peak_queue, queue).reshape(2, NB), slots=slots.reshape(2, NB),
+            util=self.util.reshape(2, NB).copy(), slo_recent=self.recent_slo.copy(), counts=cnt,
+            targets={(PHASES[g // NB], int(self.edges[g % NB])): dict(t) for g, t in self.targets.items() if t},
+            quota_left={v: self.quota[v] - held[v] for v in VERSIONS},
+            epoch_token_bins=toks[:nb_epoch].copy(),
+        )
+        self.peak_queue = np.zeros(G)
+        return ctx
+
+    # ------------------------------------------------------------------ dynamics
+    def advance_epoch(self) -> EpochMetrics:
+        """Advance one epoch (``epoch_s``) without intermediate decisions; returns its metrics."""
+        return self.advance(self.config.epoch_s)
+
+    def advance(self, duration_s: float) -> EpochMetrics:
+        """Advance ``duration_s`` (a multiple of ``substep_s``); returns the totals of that span."""
+        c = self.config
+        check_range("duration_s", duration_s, c.substep_s, None)
+        K = round(duration_s / c.substep_s)
+        if abs(K * c.substep_s - duration_s) > 1e-9:
+            raise ConfigError(f"duration_s = {duration_s:g} must be a multiple of substep_s = {c.substep_s:g}")
+        self._reconcile()
+        t0 = self.now
+        m = EpochMetrics(t0, t0 + duration_s, np.zeros(2), np.zeros(2), np.zeros(2), 0, np.zeros(3), 0.0,
+                         np.zeros((2, NB)))
+        # process in check_s chunks so the rate monitor and reconcile happen at a steady cadence
+        kc = round(c.check_s / c.substep_s)
+        done = 0
+        while done < K:
+            k = min(kc, K - done)
+            self._chunk(k, m)
+            done += k
+        live = self.v_gone == np.inf
+        m.alive = np.bincount(self.v_group[live], minlength=2 * NB).reshape(2, NB).astype(float)
+        for key in self.totals:
+            self.totals[key] += getattr(m, key)
+        self.history.append(m)
+        return m

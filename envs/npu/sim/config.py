@@ -1,0 +1,139 @@
+"""Settings of the NPU cluster simulator: :class:`ClusterConfig` and the constants of Table 3 (npu paper §4, §5.1).
+
+Times in s. See :mod:`servegym.envs.npu.sim.cluster` for the model these settings drive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from servegym.envs.npu.sim.catalog import MODELS, VERSIONS
+from servegym.envs.npu.sim.dse import SEQ_BUCKETS, check_versions
+from servegym.envs.npu.sim.roofline import PHASES, RooflineParams
+
+from servegym.errors import WEEK_S, ConfigError, check_range
+from servegym.names import resolve
+
+#: Most chips a version's quota may hold (the paper's cluster has hundreds; a quota is a count of chips).
+MAX_QUOTA_CHIPS = 1_000_000
+CREATE_S: tuple[float, float] = (73.0, 108.0)
+"""Table 3: create a vPod instance, 73-108 s (drawn uniformly)."""
+DELETE_S = 15.0
+"""Table 3: delete a vPod instance, ~15 s."""
+ENGINE_START_S = 31.0
+"""Table 3: NPU runtime and LLM serving engine start-up, ~31 s."""
+LOAD_GBPS_PER_CHIP = 24.0
+"""Table 3: load weights to the chips, 24 GB/s per chip (PCIe 4.0 x16)."""
+LEVELS = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], dtype=np.int64)
+"""Batch levels of the precomputed step tables (clipped to each configuration's max batch)."""
+NB = len(SEQ_BUCKETS)
+FIT_AT: tuple[str, ...] = ("best-batch", "operating")
+"""``ClusterConfig.fit_at``: ``best-batch`` (default) -- the DSE's best fits at their best batch; ``operating`` -- the
+catalog also holds each bucket's best fit at the batch its group runs at a forecast demand, static power and
+collectives included (:mod:`servegym.envs.npu.sim.selection`), NeuScale chooses among those by its window's peak
+demand and Base by the trace's peak for the largest length, and coalescing only moves requests onto a vPod that
+is not a worse fit for them. Not the default: on the focal scenario it makes NeuScale worse (the short-prompt
+groups' picks alternate between near-equal allocations, recreating vPods; ``npu_ablation.md``)."""
+STEP_MODELS: tuple[str, ...] = ("paper", "paper-hop", "scoring", "legacy")
+"""``ClusterConfig.step_models``: ``paper`` (default) chooses configurations with the selection model (the FLOP/HBM
+roofline of §3.3, :meth:`RooflineParams.selection`) and charges them with the scoring model (the full step cost,
+:class:`RooflineParams`), as the paper chooses with XLA cost analysis and scores with its production simulator
+(§4); ``paper-hop`` is ``paper`` with the earlier scoring model's collectives (a fixed launch cost plus 1 µs per
+torus hop, :meth:`RooflineParams.hop`) instead of ring collectives whose latency grows with the group;
+``scoring`` chooses with the scoring model too (the ablation); ``legacy`` uses servegym's single model from
+before the two-model split (:meth:`RooflineParams.legacy`) for both."""
+
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Simulator settings. Times in s; ``quota_chips``: chips per version (absent/None = unlimited).
+
+    ``versions``: chip versions the DSE explores (leaving NPU-C or NPU-D out also changes the SLO, which
+    §2.4 sets on whichever of them is faster). ``phase_versions``: chip versions each phase's vPods may use, e.g.
+    ``{"prefill": ("NPU-D",), "decode": ("NPU-C",)}`` for the paper's "expert choice" mix (§5.4,
+    Fig. 24); a phase not listed may use all of ``versions``; None (default) restricts nothing. Unlike
+    ``versions`` it keeps the SLO of the full exploration, so clusters of different version mixes are
+    judged against the same SLO: best fits, Pareto candidates and fail-overs are chosen among the
+    listed versions only (:meth:`BestFitTable.best_of`).
+    """
+
+    model: str = "Llama-3-70B"
+    objective: str = "energy"
+    slo_factor: float = 5.0
+    epoch_s: float = 300.0
+    window_s: float = 1800.0
+    check_s: float = 60.0
+    substep_s: float = 5.0
+    rate_bin_s: float = 10.0
+    osl_accuracy: float = 0.6
+    quota_chips: Mapping[str, int] | None = None
+    versions: tuple[str, ...] = VERSIONS
+    n_candidates: int = 4
+    phase_versions: Mapping[str, Sequence[str]] | None = None
+    step_models: str = "paper"
+    fit_at: str = "best-batch"
+
+    def __post_init__(self) -> None:
+        # one canonical spelling (servegym.names): "llama3-70b" and "Llama-3-70B" are the same cluster
+        object.__setattr__(self, "model", MODELS.resolve(self.model))
+        if isinstance(self.versions, (tuple, list)):
+            object.__setattr__(self, "versions", tuple(resolve(v, VERSIONS, "versions") for v in self.versions))
+        if isinstance(self.quota_chips, Mapping):
+            object.__setattr__(self, "quota_chips", {resolve(v, VERSIONS, "quota_chips key"): q
+                                                     for v, q in self.quota_chips.items()})
+        check_range("slo_factor", self.slo_factor, 1.0, 1000.0)
+        # §4's loop runs 5-s sub-steps, 60-s checks, 5-min epochs over a 30-min window: a day per epoch and a
+        # week per window are far beyond it and keep the per-epoch sub-step count bounded
+        check_range("substep_s", self.substep_s, 0.5, 60.0)
+        check_range("check_s", self.check_s, self.substep_s, 3600.0)
+        check_range("epoch_s", self.epoch_s, self.check_s, 86_400.0)
+        check_range("window_s", self.window_s, self.epoch_s, WEEK_S)
+        check_range("rate_bin_s", self.rate_bin_s, 1.0, self.epoch_s)
+        check_range("osl_accuracy", self.osl_accuracy, 0.0, 1.0)
+        check_range("n_candidates", self.n_candidates, 1, 16)
+        if self.fit_at not in FIT_AT:
+            raise ConfigError(f"fit_at = {self.fit_at!r} is unknown; allowed: {', '.join(FIT_AT)}")
+        if self.step_models not in STEP_MODELS:
+            raise ConfigError(f"step_models = {self.step_models!r} is unknown; allowed: {', '.join(STEP_MODELS)}")
+        for name, s in (("check_s", self.check_s), ("epoch_s", self.epoch_s), ("window_s", self.window_s)):
+            if abs(s / self.substep_s - round(s / self.substep_s)) > 1e-9:
+                raise ConfigError(f"{name} = {s:g} must be a multiple of substep_s = {self.substep_s:g}")
+        if abs(self.epoch_s / self.check_s - round(self.epoch_s / self.check_s)) > 1e-9:
+            raise ConfigError(f"epoch_s = {self.epoch_s:g} must be a multiple of check_s = {self.check_s:g}")
+        if abs(self.epoch_s / self.rate_bin_s - round(self.epoch_s / self.rate_bin_s)) > 1e-9:
+            raise ConfigError(f"epoch_s = {self.epoch_s:g} must be a multiple of rate_bin_s = {self.rate_bin_s:g}")
+        if not self.versions or any(v not in VERSIONS for v in self.versions):
+            raise ConfigError(f"versions = {self.versions!r}; allowed: a non-empty subset of {', '.join(VERSIONS)}")
+        for v, q in (self.quota_chips or {}).items():
+            if v not in VERSIONS:
+                raise ConfigError(f"quota_chips key {v!r} is unknown; allowed: {', '.join(VERSIONS)}")
+            if q is not None:
+                check_range(f"quota_chips[{v}]", q, 0, MAX_QUOTA_CHIPS)
+        if self.phase_versions is not None:
+            if not isinstance(self.phase_versions, Mapping):
+                raise ConfigError(f"phase_versions = {self.phase_versions!r}; allowed: None or a mapping "
+                                  f"phase ({', '.join(PHASES)}) -> chip versions")
+            for ph, vs in self.phase_versions.items():
+                if ph not in PHASES:
+                    raise ConfigError(f"phase_versions key {ph!r} is unknown; allowed: {', '.join(PHASES)}")
+                # a subset of the explored versions: the others have no DSE entries to run
+                check_versions(f"phase_versions[{ph!r}]", vs, self.versions)
+
+    def step_params(self) -> tuple[RooflineParams, RooflineParams]:
+        """(selection, scoring) step models of ``step_models`` (see :data:`STEP_MODELS`)."""
+        if self.step_models == "paper":
+            return RooflineParams.selection(), RooflineParams()
+        if self.step_models == "paper-hop":
+            return RooflineParams.selection(), RooflineParams.hop()
+        if self.step_models == "scoring":
+            return RooflineParams(), RooflineParams()
+        return RooflineParams.legacy(), RooflineParams.legacy()
+
+    def allowed_versions(self, phase: str) -> tuple[str, ...]:
+        """Chip versions ``phase``'s vPods may use (``phase_versions[phase]``, else all of ``versions``)."""
+        pv = self.phase_versions or {}
+        return tuple(pv[phase]) if phase in pv else tuple(self.versions)
+
