@@ -15,6 +15,8 @@ from typing import Any
 
 from servegym.errors import ConfigError
 
+#: servegym dataset's default split: offline agents learn from the train split; evaluate them on test
+DATASET_SPLIT = "train"
 ALGO_NAMES = ("ppo", "maskable-ppo", "a2c", "dqn", "sac", "td3")
 
 
@@ -109,7 +111,7 @@ def add_commands(subparsers: Any) -> None:
         "benchmark", help="an agent or baseline under the benchmark protocol, or the leaderboard suite",
         description="Normalized score per episode of a split: 0 = naive, 100 = the hindsight oracle on the same "
                     "scenario (ids without an oracle: 100 = the paper's method on average, stated in the output), "
-                    "IQM and mean with 95%% bootstrap CIs, the domain KPIs, the headroom and paired verdicts. "
+                    "IQM and mean with 95 % bootstrap CIs, the domain KPIs, the headroom and paired verdicts. "
                     "--suite trains every env id and writes benchmarks/results/leaderboard.{md,csv,json}.")
     bm.add_argument("--env", default=None, help="env id, e.g. servegym/GeoRoute-v0")
     who = bm.add_mutually_exclusive_group()
@@ -140,6 +142,7 @@ def add_commands(subparsers: Any) -> None:
                     help="suite: replace the stored runs of the ids (and discard an interrupted run's journal); "
                          "without it an interrupted run resumes from its journal")
     bm.set_defaults(func=_benchmark)
+    _add_dataset(subparsers)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -302,4 +305,46 @@ def _benchmark(args: argparse.Namespace) -> int:
         print(json.dumps(ev.record()))
     else:
         sys.stdout.write(bm.text_summary(ev))
+    return 0
+
+
+# servegym dataset: here rather than in servegym.agents.dataset, which imports gymnasium (--help stays light)
+def _add_dataset(subparsers: Any) -> None:
+    ds = subparsers.add_parser(
+        "dataset", help="record a baseline's or agent's episodes as a Minari offline-RL dataset",
+        description="Play K episodes through the env and write them as a Minari dataset named "
+                    "servegym/<env>/<policy>-<split>-v0 under --out or MINARI_DATASETS_PATH, with each episode's "
+                    "KPIs in its metadata. Needs minari: pip install \"servegym[offline]\".")
+    ds.add_argument("--env", required=True, help="env id, e.g. servegym/PDProvision-v0")
+    who = ds.add_mutually_exclusive_group(required=True)
+    who.add_argument("--policy", metavar="NAME", help="a role (naive, paper, strongest, follow, oracle) or a baseline")
+    who.add_argument("--model", metavar="PATH", help="a model .zip saved by servegym train")
+    ds.add_argument("--episodes", type=_positive("--episodes"), default=10)
+    ds.add_argument("--split", default=DATASET_SPLIT, help="train (default), validation, test or a shift")
+    ds.add_argument("--seed", type=int, default=0, help="first reset seed (default 0)")
+    ds.add_argument("--out", metavar="DIR", default=None,
+                    help="datasets folder (default: MINARI_DATASETS_PATH, else ~/.minari/datasets)")
+    ds.add_argument("--env-kwargs", metavar="JSON", help="gym.make keyword arguments as a JSON object")
+    ds.add_argument("--force", action="store_true", help="replace an existing dataset of the same id")
+    ds.add_argument("--score", action="store_true",
+                    help="also store each episode's normalized score (plays the id's naive, paper and oracle "
+                         "policies on the same seeds, unrecorded: about 1.6x the recording time on pd)")
+    ds.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    ds.set_defaults(func=_dataset)
+
+
+def _dataset(args: argparse.Namespace) -> int:
+    from servegym.agents.dataset import record_dataset
+
+    rec = record_dataset(args.env, policy=args.policy, model=args.model, episodes=args.episodes, split=args.split,
+                         seed=args.seed, out=args.out, force=args.force, env_kwargs=_env_kwargs(args.env_kwargs),
+                         score=args.score, progress=True)
+    if args.json:
+        print(json.dumps({"dataset_id": rec.dataset_id, "path": str(rec.path), "episodes": rec.episodes,
+                          "steps": rec.steps, "wall_s": round(rec.wall_s, 3), "kpi": rec.kpi,
+                          "kpi_means": rec.kpi_means}))
+    else:
+        print(f"wrote {rec.dataset_id}: {rec.episodes} episodes, {rec.steps} steps in {rec.wall_s:.1f} s -> {rec.path}")
+        print(f"mean {rec.kpi} {rec.kpi_means.get(rec.kpi, float('nan')):.6g}; load with "
+              f"minari.load_dataset({rec.dataset_id!r}) (MINARI_DATASETS_PATH={rec.path.parents[2]})")
     return 0

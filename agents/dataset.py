@@ -22,7 +22,6 @@ existing dataset unless ``--force``. minari is an optional extra: ``pip install 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -37,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+from servegym.agents.cli import DATASET_SPLIT as DEFAULT_SPLIT
 
 from servegym.errors import ConfigError
 
-DEFAULT_SPLIT = "train"  # offline agents learn from the train split; evaluate them on test
 MAX_EPISODES = 100_000
 
 
@@ -285,46 +284,3 @@ def record_dataset(env_id: str, policy: str | None = None, model: str | None = N
         env.close()
     return DatasetRecord(dataset_id=ds_id, path=path, episodes=len(results), steps=steps, wall_s=wall, kpi=kpi,
                          kpi_means=means)
-
-
-def add_commands(subparsers: Any) -> None:
-    from servegym.agents.cli import _positive
-
-    ds = subparsers.add_parser(
-        "dataset", help="record a baseline's or agent's episodes as a Minari offline-RL dataset",
-        description="Play K episodes through the env and write them as a Minari dataset named "
-                    "servegym/<env>/<policy>-<split>-v0 under --out or MINARI_DATASETS_PATH, with each episode's "
-                    "KPIs in its metadata. Needs minari: pip install \"servegym[offline]\".")
-    ds.add_argument("--env", required=True, help="env id, e.g. servegym/PDProvision-v0")
-    who = ds.add_mutually_exclusive_group(required=True)
-    who.add_argument("--policy", metavar="NAME", help="a role (naive, paper, strongest, follow, oracle) or a baseline")
-    who.add_argument("--model", metavar="PATH", help="a model .zip saved by servegym train")
-    ds.add_argument("--episodes", type=_positive("--episodes"), default=10)
-    ds.add_argument("--split", default=DEFAULT_SPLIT, help="train (default), validation, test or a shift")
-    ds.add_argument("--seed", type=int, default=0, help="first reset seed (default 0)")
-    ds.add_argument("--out", metavar="DIR", default=None,
-                    help="datasets folder (default: MINARI_DATASETS_PATH, else ~/.minari/datasets)")
-    ds.add_argument("--env-kwargs", metavar="JSON", help="gym.make keyword arguments as a JSON object")
-    ds.add_argument("--force", action="store_true", help="replace an existing dataset of the same id")
-    ds.add_argument("--score", action="store_true",
-                    help="also store each episode's normalized score (plays the id's naive, paper and oracle "
-                         "policies on the same seeds, unrecorded: about 1.6x the recording time on pd)")
-    ds.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    ds.set_defaults(func=_dataset)
-
-
-def _dataset(args: argparse.Namespace) -> int:
-    from servegym.agents.cli import _env_kwargs
-
-    rec = record_dataset(args.env, policy=args.policy, model=args.model, episodes=args.episodes, split=args.split,
-                         seed=args.seed, out=args.out, force=args.force, env_kwargs=_env_kwargs(args.env_kwargs),
-                         score=args.score, progress=True)
-    if args.json:
-        print(json.dumps({"dataset_id": rec.dataset_id, "path": str(rec.path), "episodes": rec.episodes,
-                          "steps": rec.steps, "wall_s": round(rec.wall_s, 3), "kpi": rec.kpi,
-                          "kpi_means": rec.kpi_means}))
-    else:
-        print(f"wrote {rec.dataset_id}: {rec.episodes} episodes, {rec.steps} steps in {rec.wall_s:.1f} s -> {rec.path}")
-        print(f"mean {rec.kpi} {rec.kpi_means.get(rec.kpi, float('nan')):.6g}; load with "
-              f"minari.load_dataset({rec.dataset_id!r}) (MINARI_DATASETS_PATH={rec.path.parents[2]})")
-    return 0

@@ -31,8 +31,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from scipy.optimize import brentq
-
 from servegym.errors import ConfigError
 
 #: The fitted measurement: §5.3.2 of the PD paper, 3p1d on fixed 4096/256 (req/s).
@@ -79,6 +77,8 @@ def fit_kv_tokens(reserve_tokens: float = 512.0, target_rps: float = TARGET_CAPA
 
     def cap(c_tok: float) -> float:
         return PDModel(fixed, system(c_tok)).capacity(*TARGET_DEPLOYMENT).mu
+
+    from scipy.optimize import brentq  # here, not at import: `servegym calibrate pd-kv --help` stays light
 
     lo, hi = BRACKET_TOKENS
     if not (cap(lo) - target_rps) * (cap(hi) - target_rps) < 0:

@@ -37,3 +37,66 @@ def test_console_script_reports_user_errors_in_one_line() -> None:
     assert len(lines) == 1, res.stderr
     assert lines[0].startswith("servegym: error:") and "no-such-dataset" in lines[0]
     assert "Traceback" not in res.stderr
+
+
+#: Modules the command's --help must not load (each costs 0.1-1 CPU-s to import).
+HEAVY_MODULES = ("gymnasium", "numpy", "scipy", "pandas", "numba", "torch", "stable_baselines3", "matplotlib")
+
+_HELP_PROBE = """
+import sys
+sys.path.insert(0, sys.argv[1])  # the checkout's servegym_launch, also in a venv installed before it existed
+import servegym_launch
+
+servegym_launch.defer_registration = True  # as servegym_launch.main does
+import servegym.cli as cli
+servegym_launch.defer_registration = False
+
+def walk(parser, prefix):
+    yield prefix
+    for action in parser._actions:
+        if getattr(action, "choices", None) and hasattr(action, "_name_parser_map"):
+            for name, sub in action.choices.items():
+                yield from walk(sub, [*prefix, name])
+
+commands = list(walk(cli.build_parser(), []))
+texts = {}
+for argv in commands:
+    sys.argv = ["servegym", *argv, "--help"]
+    import io, contextlib
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        try:
+            servegym_launch.main()
+        except SystemExit:
+            pass
+    texts[" ".join(argv)] = buf.getvalue()
+heavy = sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[2].split(",")))
+import gymnasium
+registered = [sum(i.startswith("servegym/") for i in gymnasium.registry)]
+with contextlib.redirect_stdout(io.StringIO()):
+    code = cli.main(["data", "list"])  # a command runs: the ids are registered first
+registered.append(sum(i.startswith("servegym/") for i in gymnasium.registry))
+import json
+print(json.dumps({"heavy": heavy, "commands": len(commands), "texts": texts, "registered": registered, "code": code}))
+"""
+
+
+def test_help_of_every_command_loads_no_heavy_module() -> None:
+    """``servegym --help`` and every subcommand's ``--help`` (one process, all of them) import neither
+    gymnasium/numpy nor the learning stack (benchmarks/cli_help_speed.py measures what that saves); the ids are
+    registered once a command runs."""
+    import json
+
+    from conftest import REPO_ROOT
+
+    res = subprocess.run([sys.executable, "-c", _HELP_PROBE, str(REPO_ROOT / "src"), ",".join(HEAVY_MODULES)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["commands"] >= 20
+    assert out["heavy"] == [], out["heavy"]
+    texts = out["texts"]
+    assert all(t.startswith("usage: servegym") for t in texts.values()), [k for k, t in texts.items() if not t]
+    assert not [k for k, t in texts.items() if "%%" in t]
+    assert "95 %" in texts["benchmark"]
+    assert out["code"] == 0 and out["registered"][0] == 0 and out["registered"][1] >= 7, out["registered"]

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+#: the engine profile ``servegym geo validate`` replays by default (here, not in ``validate``, so the command's
+#: ``--help`` need not import the engine)
+DEFAULT_VALIDATION_PROFILE = "llama3.1-8b_a100-40gb_tp1"
+
 
 def parallel_env(config: Any = None, render_mode: str | None = None, **overrides: Any) -> Any:
     """The multi-agent geo routing env, one agent per regional scheduler
@@ -14,4 +18,4 @@ def parallel_env(config: Any = None, render_mode: str | None = None, **overrides
     return GeoRouteParallelEnv(config, render_mode=render_mode, **overrides)
 
 
-__all__ = ["parallel_env"]
+__all__ = ["DEFAULT_VALIDATION_PROFILE", "parallel_env"]

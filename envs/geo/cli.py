@@ -48,7 +48,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _add_validate(geo_sub: argparse._SubParsersAction) -> None:
-    from servegym.envs.geo.validate import DEFAULT_PROFILE
+    from servegym.envs.geo import DEFAULT_VALIDATION_PROFILE as DEFAULT_PROFILE
 
     p = add_geo_subcommand(
         geo_sub, "validate", "replay the paper's §V-B engine validation and compare with its anchors",

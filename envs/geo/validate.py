@@ -29,12 +29,13 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from servegym.envs.geo import DEFAULT_VALIDATION_PROFILE
 from servegym.envs.geo.engine import EnginePool, FinishedRequests
 from servegym.envs.geo.profile import EngineProfile, load_profile
 
 from servegym.errors import ConfigError, ServegymError
 
-DEFAULT_PROFILE = "llama3.1-8b_a100-40gb_tp1"
+DEFAULT_PROFILE = DEFAULT_VALIDATION_PROFILE
 RATES_RPS: tuple[float, ...] = (2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 35, 40, 45, 50)
 N_ENGINES = 3
 #: JSON key -> (paper value, relative tolerance). Paper §V-B.

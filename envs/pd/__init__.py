@@ -10,3 +10,6 @@ Modules (import them directly; this package imports nothing so ``import servegym
 * :mod:`servegym.envs.pd.validate`: model-versus-paper checks (``servegym pd validate``).
 * :mod:`servegym.envs.pd.cli`: the ``servegym pd`` commands.
 """
+
+#: the workload names ``parse_workload`` accepts (here so the ``servegym pd`` parsers need not import numpy)
+WORKLOAD_SPECS = "fixed:IN:OUT, azure-conv, azure-code, mooncake"

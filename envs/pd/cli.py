@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from servegym.envs.pd.workload_moments import WORKLOAD_SPECS
+from servegym.envs.pd import WORKLOAD_SPECS
 
 
 def add_commands(subparsers: Any) -> None:

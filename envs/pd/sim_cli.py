@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from servegym.envs.pd.workload_moments import WORKLOAD_SPECS
+from servegym.envs.pd import WORKLOAD_SPECS
+
+if TYPE_CHECKING:
+    import numpy as np
 
 from servegym.errors import MAX_EXPECTED_REQUESTS, MAX_REQUEST_CEILING
 
@@ -64,6 +66,8 @@ def add_sim_commands(sub: Any) -> None:
 
 def _finite(obj: Any) -> Any:
     """JSON-safe copy: non-finite floats (an unbounded model wait, a phase with no requests) become null."""
+    import numpy as np  # the handlers' helpers import numpy, the parser does not (--help stays light)
+
     if isinstance(obj, dict):
         return {k: _finite(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -76,6 +80,8 @@ def _finite(obj: Any) -> Any:
 
 
 def _stats(x: np.ndarray, scale: float = 1.0) -> dict[str, float | None]:
+    import numpy as np
+
     if x.size == 0:
         return {"p50": None, "p95": None, "max": None, "mean": None}
     return {"p50": float(np.median(x)) * scale, "p95": float(np.percentile(x, 95)) * scale,
@@ -83,6 +89,7 @@ def _stats(x: np.ndarray, scale: float = 1.0) -> dict[str, float | None]:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    import numpy as np
     from servegym.envs.pd.catalog import kv_tokens_reading, paper_system
     from servegym.envs.pd.model import PDModel, parse_deployment
     from servegym.envs.pd.simulator import PDSimulator, pd_length_sampler, saturation_throughput

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
+from servegym.envs.pd import WORKLOAD_SPECS
 
 from servegym.errors import ConfigError
 
@@ -24,7 +25,6 @@ from servegym.errors import ConfigError
 TRACE_MAX_INPUT_TOKENS: dict[str, int] = {"azure-conv": 32_768, "azure-code": 32_768, "mooncake": 38_000}
 #: Workloads whose input and output lengths are combined independently (App. B.4, Mooncake).
 INDEPENDENT_TRACES = frozenset({"mooncake"})
-WORKLOAD_SPECS = "fixed:IN:OUT, azure-conv, azure-code, mooncake"
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ Heavy optional dependencies (torch, stable-baselines3) are never imported here.
 
 from __future__ import annotations
 
+import sys
 from importlib.metadata import PackageNotFoundError, version
 
 from servegym.registration import ENV_SPECS, register_envs
@@ -16,6 +17,9 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0+unknown"
 
-register_envs()
+# The ``servegym`` command (servegym_launch.main) registers after parsing its arguments, so ``--help`` stays
+# light; every other import registers here.
+if not getattr(sys.modules.get("servegym_launch"), "defer_registration", False):
+    register_envs()
 
 __all__ = ["ENV_SPECS", "__version__", "register_envs"]

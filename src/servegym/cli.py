@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 from servegym import __version__
 from servegym.errors import ConfigError, ServegymError
+from servegym.registration import register_envs
 
 # One line per module that adds subcommands (the order is the order in --help).
 COMMAND_MODULES: tuple[str, ...] = (
@@ -28,7 +29,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "servegym.envs.pd.cli",
     "servegym.envs.npu.cli",
     "servegym.agents.cli",
-    "servegym.agents.dataset",
 )
 
 
@@ -141,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         check_shared_options(args)
+        register_envs()  # deferred by the console script (servegym_launch) until a subcommand runs
         return int(func(args) or 0)
     except (ServegymError, OSError) as exc:  # OSError: a file or folder the user named
         if debug:

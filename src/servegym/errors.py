@@ -17,8 +17,6 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 
 class ServegymError(ValueError):
     """Base class of every error caused by user input rather than by a bug."""
@@ -160,6 +158,8 @@ def _conforms(value: Any, tp: Any) -> bool:
     """Whether ``value`` has the annotated type ``tp`` (numbers finite; inner types of tuples/lists checked)."""
     if tp is Any:
         return True
+    import numpy as np  # here, not at module level: the CLI's --help imports this module but never numpy
+
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         return any(_conforms(value, a) for a in typing.get_args(tp))

@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import gymnasium as gym
-
 
 @dataclass(frozen=True)
 class EnvSpecEntry:
@@ -71,8 +69,12 @@ ENV_SPECS: tuple[EnvSpecEntry, ...] = (
 def register_envs() -> list[str]:
     """Register every servegym id that is not registered yet; return the ids now registered.
 
-    Calling it again is a no-op, so re-imports (spawned children, reloads) never warn.
+    Calling it again is a no-op, so re-imports (spawned children, reloads) never warn. Gymnasium is imported
+    here, not at module level, so the ``servegym`` command's ``--help`` (which defers registration, see
+    :mod:`servegym_launch`) loads neither gymnasium nor numpy.
     """
+    import gymnasium as gym
+
     for entry in ENV_SPECS:
         if entry.id in gym.registry:
             continue
