@@ -19,6 +19,7 @@ from servegym.envs.pd.scenario import CAPACITY_SCALED_SPLITS
 
 import servegym  # noqa: F401  (registers the ids)
 from servegym.errors import ConfigError
+from servegym.splits import splits_of
 
 FOUR_H = {"scenario": {"horizon_steps": 240}}
 
@@ -82,7 +83,7 @@ def test_oracle_plan_replays_to_its_prediction_and_beats_the_baselines() -> None
     np.testing.assert_array_equal(again.plan.targets, oracle.plan.targets)  # deterministic
 
 
-@pytest.mark.parametrize("split", ["train", "validation", "test", "shift-code", "shift-mooncake"])
+@pytest.mark.parametrize("split", splits_of("pd"))
 def test_every_pd_split_is_well_posed(split: str) -> None:
     """One episode (a whole day) of each pd split: every period servable within the budget, the oracle
     above naive by a margin, naive 0 and oracle 100 on the episode's scale. (Shorter windows need not be:
@@ -101,7 +102,7 @@ def test_every_pd_split_is_well_posed(split: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("split", ["train", "validation", "test", "shift-code", "shift-mooncake"])
+@pytest.mark.parametrize("split", splits_of("pd"))
 def test_every_pd_split_is_well_posed_on_whole_days(split: str) -> None:
     """As above on three whole days per split: the oracle - naive return margin's bootstrap CI excludes 0."""
     env = PDProvisionEnv({"split": split})

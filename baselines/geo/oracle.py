@@ -4,6 +4,8 @@ What it knows (and the shipped schedulers do not):
 
 - **true output lengths**: the run is played with ``osl_mode = "oracle"``, so every estimate uses
   each request's real OSL instead of the workload mean;
+- **the realized grid**: the snapshots carry the CI in force, even where the scenario's schedulers see a
+  day-ahead forecast of it (``shift-ci-forecast``);
 - **fresh state**: snapshots every :data:`ORACLE_POLL_S` (or the scenario's own period if that is
   shorter), so no decision is taken on a state older than half a second, whatever the scenario's
   poll period (5 s on the ``shift-stale`` split and in GeoRouteWindow-v0's leaderboard config);
@@ -73,9 +75,10 @@ ORACLE_PASSES = 3
 
 def oracle_config(config: GeoConfig) -> GeoConfig:
     """The scenario ``config`` as the oracle plays it: same arrivals, grid, fleet and shift, with the
-    true OSLs in the estimator, fresh snapshots (:data:`ORACLE_POLL_S`) and per-request decisions."""
+    true OSLs in the estimator, the realized grid CI in the snapshots (not a forecast of it), fresh snapshots
+    (:data:`ORACLE_POLL_S`) and per-request decisions."""
     poll = min(float(config.poll_interval_s), ORACLE_POLL_S)
-    return config.replace(osl_mode="oracle", poll_interval_s=poll, decision_mode="request")
+    return config.replace(osl_mode="oracle", poll_interval_s=poll, decision_mode="request", ci_signal="realized")
 
 
 def project_with_prefill(snap: Snapshot, estimator: Estimator, assign: NDArray[np.int64], isl: NDArray[np.int64],

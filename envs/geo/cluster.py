@@ -141,6 +141,9 @@ class GeoSimulation:
             must index the topology's regions) instead of the one the config generates; the
             estimator's mean ISL/OSL are then the stream's own.
         ci_at: optional ``t_s -> (D,) gCO2/kWh`` replacing the topology's CI (e.g. a what-if).
+        ci_seen_at: with ``config.ci_signal = "day-ahead"``, the CI the snapshots report (the forecast);
+            defaults to the topology's series 24 h earlier, and is required when ``ci_at`` is given.
+            Carbon is charged at ``ci_at`` (the realized CI) either way.
         osl_predictor: required when ``config.osl_mode == "predicted"``: maps the stream's prompt
             lengths (int64 array, tokens) to predicted output lengths (tokens, > 0), called once
             per run; it must not look at the true output lengths.
@@ -152,7 +155,8 @@ class GeoSimulation:
 
     def __init__(self, config: GeoConfig, seed: int | None = None, requests: Any = None,
                  ci_at: Callable[[float], NDArray[np.float64]] | None = None,
-                 osl_predictor: Callable[[NDArray[np.int64]], ArrayLike] | None = None) -> None:
+                 osl_predictor: Callable[[NDArray[np.int64]], ArrayLike] | None = None,
+                 ci_seen_at: Callable[[float], NDArray[np.float64]] | None = None) -> None:
         from servegym.envs.geo.engine import EnginePool
         from servegym.envs.grid import get_topology
 
@@ -179,6 +183,12 @@ class GeoSimulation:
         self.engines_per_dc = config.engines_per_dc
         self.n_engines = self.n_dcs * self.engines_per_dc
         self._ci_at = ci_at if ci_at is not None else self._topology_ci()
+        self._ci_seen_at = self._ci_at  # what the snapshots report (the schedulers' CI signal)
+        if config.ci_signal == "day-ahead":
+            if ci_seen_at is None and ci_at is not None:
+                raise ConfigError("ci_signal = 'day-ahead' with an explicit ci_at needs ci_seen_at (the forecast "
+                                  "of that clock); allowed: both, or neither (the topology's series)")
+            self._ci_seen_at = ci_seen_at if ci_seen_at is not None else self._topology_ci(lag_h=24)
 
         if requests is None:
             requests, isl_mean, osl_mean = _make_requests(config, self.n_regions, rng)
@@ -221,7 +231,7 @@ class GeoSimulation:
 
         self.pool = EnginePool(self.profile, self.n_engines)
         self.provisioner = Provisioner(self.n_dcs, self.engines_per_dc, config.poll_interval_s, config.poll_mode,
-                                       self._ci_at, self.pue, self.dc_region, self.rtt_dc)
+                                       self._ci_seen_at, self.pue, self.dc_region, self.rtt_dc)
         self.snapshot: Snapshot = self.provisioner.snapshot
         self._step_s = self.provisioner.step_s
         self._k = 0  # current poll interval [k·step, (k+1)·step)
@@ -269,13 +279,13 @@ class GeoSimulation:
         self._load_interval()
 
     # -- set-up helpers -------------------------------------------------------------------
-    def _topology_ci(self) -> Callable[[float], NDArray[np.float64]]:
+    def _topology_ci(self, lag_h: int = 0) -> Callable[[float], NDArray[np.float64]]:
         topo = self.topology
         start = pd.Timestamp(self.config.ci_start) if self.config.ci_start is not None else pd.Timestamp(topo.base_hour)
         base = pd.Timestamp(topo.base_hour)
         if start.tzinfo is None and base.tzinfo is not None:
             start = start.tz_localize("UTC")
-        start = start.floor("h")
+        start = start.floor("h") - pd.Timedelta(hours=lag_h)
         if self.config.ci_mode == "fixed":
             fixed = np.asarray(topo.ci(start), dtype=np.float64)
             fixed.flags.writeable = False
@@ -548,7 +558,8 @@ class GeoSimulation:
         e = np.stack([pool.energy_prefill_j, pool.energy_decode_j, pool.energy_idle_j])
         de = (e - self._energy_prev).reshape(3, self.n_dcs, self.engines_per_dc).sum(axis=2)
         self._energy_prev = e
-        ci = self.snapshot.ci_g_per_kwh  # CI in force during [t0, t1)
+        # CI in force during [t0, t1): the snapshot's, unless the snapshots report a forecast
+        ci = self.snapshot.ci_g_per_kwh if self._ci_seen_at is self._ci_at else self._ci_at(t0)
         inc = np.empty_like(self._acc_all)
         inc[:3] = de
         inc[_HOST] = self.config.host_power_w * self.nodes_per_dc * dt

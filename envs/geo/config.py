@@ -43,6 +43,7 @@ POLL_MODES = ("sync", "async")
 DECISION_MODES = ("request", "window")
 OSL_MODES = ("mean", "oracle", "predicted")
 CI_MODES = ("fixed", "hourly")
+CI_SIGNALS = ("realized", "day-ahead")
 LOADS = ("low", "moderate", "high")
 
 #: Model (canonical name, servegym.names; any accepted spelling looks up) -> (profile name, TPOT budget s,
@@ -95,6 +96,9 @@ class GeoConfig:
         ci_mode: ``fixed`` (CI held at ``ci_start`` for the whole run) or ``hourly`` (CI steps
             every simulated hour from ``ci_start``).
         ci_start: UTC timestamp string; ``None`` uses the topology's documented base hour.
+        ci_signal: the CI the provisioner's snapshots report to the schedulers: ``realized`` (the hour in
+            force) or ``day-ahead`` (a persistence day-ahead forecast: the same hour of the previous day of the
+            series; ``ci_mode = "hourly"`` only). Carbon is always charged at the realized CI.
         seed: seed of every random draw of the run.
         max_expected_requests: ceiling on ``rate_rps * duration_s`` (Poisson arrivals; the simulator
             allocates per-request arrays up front): set it higher explicitly for a larger run.
@@ -126,6 +130,7 @@ class GeoConfig:
     host_power_w: float = 300.0
     ci_mode: str = "fixed"
     ci_start: str | None = None
+    ci_signal: str = "realized"
     seed: int = 0
     max_expected_requests: int = MAX_EXPECTED_REQUESTS
 
@@ -170,6 +175,10 @@ class GeoConfig:
         _check_choice("decision_mode", self.decision_mode, DECISION_MODES)
         _check_choice("osl_mode", self.osl_mode, OSL_MODES)
         _check_choice("ci_mode", self.ci_mode, CI_MODES)
+        _check_choice("ci_signal", self.ci_signal, CI_SIGNALS)
+        if self.ci_signal == "day-ahead" and self.ci_mode != "hourly":
+            raise ConfigError(f"ci_signal = 'day-ahead' needs ci_mode = 'hourly' (got {self.ci_mode!r}); "
+                              "allowed: ci_signal = 'realized' with a fixed CI")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"seed = {self.seed!r} is out of range; allowed: an integer >= 0")
         if self.ci_start is not None:

@@ -123,6 +123,14 @@ seeded by (split, s) as well, so two splits never share arrivals:
   lengths), the peak rate also scaled to the GPU budget by the budget's capacity ratio under Mooncake vs
   azure-conv lengths (x 0.095 on the default 16-GPU grid; :meth:`split_capacity_scale`): unscaled, the
   budget cannot serve the day (every policy and the hindsight oracle near 35-90 % violation)
+- ``shift-burst``: test days whose per-minute arrival pattern (azure-conv's test segment) keeps the trace's
+  full amplitude, ``burstiness`` 1 instead of 0.25 (per-minute peak/mean 1.29 instead of 1.07): load bursts
+  taken from the trace's own minutes; the forecast stays exact
+- ``shift-forecast``: shift-burst's days with a persistence forecast
+  (:func:`~servegym.envs.pd.scenario.persistence_forecast`): ``forecast_rate_next`` / ``forecast_rate_max``,
+  the reference and the baselines see each period's diurnal mean times the trace factor of the last completed
+  period, while arrivals follow the trace, so the forecast error is the trace's own persistence residual
+  (per-minute std 0.11 of the mean); the hindsight oracle still knows the realized arrivals
 
 ``split=None`` runs the configured day as is (the illustrative three-trace mix, the pattern of both Azure
 traces, ``ci_start_utc`` and hour 0). A named split draws ``ci_start_utc``, ``start_hour``,
@@ -150,11 +158,13 @@ from servegym.envs.pd.fluid import fluid_periods, steady_slo
 from servegym.envs.pd.pareto import DEFAULT_RHO_BAR, max_capacity_under_power, min_power_deployment
 from servegym.envs.pd.provisioning import MinPowerRule, Suggestion, parse_reference
 from servegym.envs.pd.scenario import (
+    PERSISTENCE_FORECAST_SPLITS,
     DayScenario,
     DaySignals,
     build_signals,
     check_split_fields,
     draw_scenario,
+    persistence_forecast,
 )
 from servegym.envs.pd.tables import MixTables, mix_tables
 
@@ -437,6 +447,7 @@ class PDProvisionEnv(gym.Env):
         self._k = 0
         self._phase = int(phase)
         self._rates = rates
+        self._persistence: tuple[float, int, int] | None = None  # forecast by persistence (burstiness, phase, stretch)
         self._active = [1, 1]
         self._pending: list[list[float]] = [[], []]  # ready times (s) per pool, ascending
         self._target = [1, 1]
@@ -498,6 +509,8 @@ class PDProvisionEnv(gym.Env):
         phase = int(self.np_random.integers(n_phase)) if sc.random_phase else 0
         rates = self.signals.rates(sc.burstiness, phase, sc.trace_stretch)
         self._reset_state(phase, rates)
+        if cfg.split in PERSISTENCE_FORECAST_SPLITS:
+            self._persistence = (sc.burstiness, phase, sc.trace_stretch)
         self._was_reset = True
         self.scenario["phase"] = phase
         n = self.signals.base_rate_rps.size
@@ -730,7 +743,8 @@ class PDProvisionEnv(gym.Env):
             fc = self.forecast_rates(self._lookahead)
             forecast = float(fc.max()) if fc.size else 0.0
         else:
-            forecast = float(self._rates[self._k]) if self._k < self._end else 0.0  # forecast_rates(1), as info has it
+            fc = self.forecast_rates(1)  # as info has it
+            forecast = float(fc[0]) if fc.size else 0.0
         self._ref: Suggestion
         self._ref, self._ref_power = self.reference.suggest(
             self._hist[0], forecast, self._backlog, int(self.signals.mix_index[k]), float(self.signals.cap_w[k]))
@@ -881,8 +895,14 @@ class PDProvisionEnv(gym.Env):
         return int(self.signals.mix_index[k])
 
     def forecast_rates(self, steps: int) -> NDArray[np.float64]:
-        """Scenario mean rates (req/s) of the next ``steps`` periods from the coming one (fewer at the episode end)."""
-        return np.asarray(self._rates[self._k: min(self._k + int(steps), self._end)], dtype=float)
+        """Forecast mean rates (req/s) of the next ``steps`` periods from the coming one (fewer at the episode end):
+        the scenario's exact mean rates, or on a persistence-forecast split (``shift-forecast``) the diurnal
+        mean times the last completed period's trace factor
+        (:func:`~servegym.envs.pd.scenario.persistence_forecast`)."""
+        stop = min(self._k + int(steps), self._end)
+        if self._persistence is not None:
+            return persistence_forecast(self.signals, *self._persistence, self._k, stop)
+        return np.asarray(self._rates[self._k: stop], dtype=float)
 
     @property
     def step_index(self) -> int:

@@ -352,7 +352,18 @@ SPLIT_RATE_SCALE: tuple[float, float] = (0.85, 1.15)
 #: Trace of each split: its rate pattern and its length mix (one component). Train, validation and test
 #: read disjoint segments of azure-conv (servegym.splits.TRACE_SEGMENTS); the shifts are held-out traces.
 SPLIT_TRACE: dict[str, str] = {"train": "azure-conv", "validation": "azure-conv", "test": "azure-conv",
-                               "shift-code": "azure-code", "shift-mooncake": "mooncake"}
+                               "shift-code": "azure-code", "shift-mooncake": "mooncake",
+                               "shift-burst": "azure-conv", "shift-forecast": "azure-conv"}
+#: Splits that keep the trace's per-minute fluctuation at its full amplitude (``burstiness`` 1 instead of the
+#: configured 0.25): the rate pattern is still the test segment of azure-conv (80-100 % of the trace hour), whose
+#: per-minute peak/mean is 1.29 at full amplitude against 1.07 at 0.25 (the whole hour's is 1.52; its 30-s
+#: peak/mean 1.63). The bursts are the trace's own minutes, not an invented shape.
+SPLIT_BURSTINESS: dict[str, float] = {"shift-burst": 1.0, "shift-forecast": 1.0}
+#: Splits whose forecast (observation, info, the reference and every baseline that reads
+#: :meth:`~servegym.envs.pd.env.PDProvisionEnv.forecast_rates`) is a persistence forecast of the trace pattern
+#: (:func:`persistence_forecast`) instead of the scenario's exact mean rates; arrivals are unchanged, so the
+#: forecast error is the trace's own persistence residual (per-minute std 0.11 of the mean on the test segment).
+PERSISTENCE_FORECAST_SPLITS: tuple[str, ...] = ("shift-forecast",)
 #: Splits whose peak rate is also scaled to the GPU budget: by the ratio of the budget's largest capacity
 #: under the split's lengths to that under the train trace's (azure-conv), so the day loads the budget as
 #: much as a test day does. Mooncake's long prompts cut the 16-GPU budget's largest capacity from 82.6 to
@@ -369,6 +380,9 @@ def check_split_fields(scenario: DayScenario, split: str | None) -> None:
     if split is None:
         return
     default = DayScenario()
+    if split in SPLIT_BURSTINESS and scenario.burstiness != default.burstiness:
+        raise ConfigError(f"scenario.burstiness = {scenario.burstiness!r} is set by split = {split!r} (to "
+                          f"{SPLIT_BURSTINESS[split]:g}); allowed: the default, or another split")
     for name in SPLIT_FIELDS:
         if getattr(scenario, name) != getattr(default, name):
             raise ConfigError(f"scenario.{name} = {getattr(scenario, name)!r} is drawn by split = {split!r}; "
@@ -405,12 +419,28 @@ def draw_scenario(base: DayScenario, split: str, rng: np.random.Generator, capac
     start_hour = int(rng.integers(24))
     scale = float(rng.uniform(*SPLIT_RATE_SCALE)) * float(capacity_scale)
     trace = SPLIT_TRACE[split]
-    seg = segment(split) if split in ("train", "validation", "test") else (0.0, 1.0)
+    # the base splits and the azure-conv shifts read their data split's segment; held-out traces the whole span
+    seg = segment(split) if trace == SPLIT_TRACE["test"] else (0.0, 1.0)
     shares = tuple(1.0 if c == trace else 0.0 for c in MIX_COMPONENTS)
     ci_start = pd.Timestamp(day).strftime("%Y-%m-%dT%H:%M:%SZ")
+    burst = SPLIT_BURSTINESS.get(split, base.burstiness)
     scen = dataclasses.replace(base, ci_start_utc=ci_start, start_hour=float(start_hour),
                    peak_rate_rps=round(base.peak_rate_rps * scale, 6), pattern_trace=trace, pattern_segment=seg,
-                   mix_knots=((0.0, *shares),))
+                   mix_knots=((0.0, *shares),), burstiness=burst)
     record = {"split": split, "ci_day": ci_start[:10], "ci_start_utc": ci_start, "start_hour": float(start_hour),
-              "rate_scale": scale, "capacity_scale": float(capacity_scale), "peak_rate_rps": scen.peak_rate_rps, "trace": trace, "pattern_segment": seg}
+              "rate_scale": scale, "capacity_scale": float(capacity_scale), "peak_rate_rps": scen.peak_rate_rps,
+              "trace": trace, "pattern_segment": seg, "burstiness": burst,
+              "forecast": "persistence" if split in PERSISTENCE_FORECAST_SPLITS else "exact"}
     return scen, record
+
+
+def persistence_forecast(signals: DaySignals, burstiness: float, phase: int, stretch: int, k: int, stop: int
+                         ) -> NDArray[np.float64]:
+    """Mean rates (req/s) of periods ``k .. stop-1`` as forecast at the start of period ``k`` by persistence of
+    the trace: each period's diurnal mean rate times the trace factor ``1 + burstiness (f - 1)`` of the last
+    completed period ``k - 1`` (the tiled pattern wraps, so the period before the day's first is defined).
+    The diurnal profile is known (a smooth calendar profile); the minute-to-minute trace is not, so the error
+    of a forecast of lead h is the trace's own h-minute persistence residual."""
+    j = ((int(k) - 1 + int(phase)) // int(stretch)) % signals.pattern.size
+    factor = max(1.0 + float(burstiness) * (float(signals.pattern[j]) - 1.0), 0.0)
+    return np.asarray(signals.base_rate_rps[int(k): int(stop)], dtype=float) * factor

@@ -43,6 +43,10 @@ FAMILY_SPLITS: dict[str, dict[str, str]] = {
         "shift-topology": "test days on another topology of the same shape (geo-small -> geo-small-shift, "
                           "geo-mini -> geo-mini-shift; not defined for the paper preset)",
         "shift-stale": "test days with provisioner snapshots every 5 s instead of 1 s (stale load signals)",
+        "shift-osl": "test days with the schedulers' estimator on the paper's OSL predictor (the shipped MLP) "
+                     "instead of the workload's mean output length: the predictor's own output-length error",
+        "shift-ci-forecast": "test days whose snapshots report a persistence day-ahead CI forecast (the same hour "
+                             "of the previous day) while carbon is charged at the realized CI",
     },
     "pd": {
         "train": "grid day (days 1-20 of each month of NL's 2022 series) and local start hour, peak rate x "
@@ -54,6 +58,11 @@ FAMILY_SPLITS: dict[str, dict[str, str]] = {
         "shift-mooncake": "test days with the held-out Mooncake conversation trace (arrival pattern and lengths), "
                           "peak rate scaled to the GPU budget (x the budget's capacity ratio under Mooncake vs "
                           "azure-conv lengths, 0.095 at 16 GPUs)",
+        "shift-burst": "test days with the per-minute arrival pattern at the trace's full amplitude (burstiness 1 "
+                       "instead of 0.25: azure-conv's own per-minute peaks, peak/mean 1.29 instead of 1.07)",
+        "shift-forecast": "shift-burst's days with a persistence forecast of the trace in the observation (diurnal "
+                          "mean x the last completed minute's trace factor): the forecast error is the trace's own "
+                          "persistence residual; arrivals unchanged",
     },
     "npu": {
         "train": "model (one of the four), Azure trace (code or conv), start hour, rate x U[0.7, 1.3] of "
