@@ -270,6 +270,9 @@ class SuiteEntry:
     evals: int = 5  # validation evaluations per training run (checkpoint candidates)
     baselines: tuple[str, ...] | None = None  # leaderboard baselines besides the references (None: all)
     note: str = ""
+    #: a shipped hyperparameter file (a name in servegym/agents/hyperparams/) that replaces the env id's
+    #: default file for this entry (None: the default file)
+    hyperparams: str | None = None
 
 
 #: The suite per budget. ``quick`` is sized to fit 30 minutes per env id on 2 cores with all seeds
@@ -406,7 +409,8 @@ def train_task(task: dict[str, Any]) -> dict[str, Any]:
                       env_kwargs=dict(e.env_kwargs), eval_freq=max(e.timesteps // e.evals, 1),
                       eval_episodes=e.val_episodes, eval_seed=VALIDATION_SEED, eval_split="validation",
                       baselines=",".join(sorted(set(refs.values()))), checkpoint_freq=0, progress=False, verbose=0,
-                      force=True)  # the suite owns run_dir (under its lock); a rerun or retried task starts afresh
+                      # the suite owns run_dir (under its lock); a rerun or retried task starts afresh
+                      force=True, hyperparams=shipped_hyperparams(e.hyperparams))
     res = train(cfg)
     train_s = time.perf_counter() - t0
     chosen = res.best_model_path or res.model_path
@@ -424,6 +428,18 @@ def train_task(task: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "train", "env_id": e.env_id, "seed": int(task["seed"]), "rows": rows,
             "train_s": train_s, "wall_s": time.perf_counter() - t0, "env_steps": int(e.timesteps),
             "chosen": str(chosen), "validation": run.get("eval_history", [])}
+
+
+def shipped_hyperparams(name: str | None) -> str | None:
+    """The path of the shipped hyperparameter file ``name`` (servegym/agents/hyperparams/), or None."""
+    if name is None:
+        return None
+    from importlib import resources
+
+    f = resources.files("servegym.agents").joinpath("hyperparams", name)
+    if not f.is_file():
+        raise ConfigError(f"suite entry hyperparams = {name!r}: no such shipped file in servegym/agents/hyperparams")
+    return str(f)
 
 
 def baseline_task(task: dict[str, Any]) -> dict[str, Any]:

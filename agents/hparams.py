@@ -13,6 +13,8 @@ Shipped files live in ``servegym/agents/hyperparams/<EnvName>.yml`` (the id with
                              # do not set (nested dicts merged); evaluation envs play env_kwargs as they are
       policy_kwargs: {net_arch: [64, 64], activation_fn: tanh}
       learning_rate: lin_3e-4   # "lin_X": linear decay from X to 0, as in rl-zoo3
+      warm_start: {steps: 4096, epochs: 10}   # behaviour cloning of the residual mode's follow action
+                             # before RL (servegym.agents.warm_start)
       n_steps: 256           # everything else goes to the algorithm's constructor
 
 A user file given with ``--hyperparams`` may have the same layout, rl-zoo3's layout (env ids as
@@ -26,10 +28,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from servegym.agents.warm_start import WarmStart, parse_warm_start
+
 from servegym.errors import ConfigError, shown
 
 # Keys the trainer consumes itself; the rest are algorithm constructor arguments.
-TRAINER_KEYS = ("n_envs", "n_timesteps", "policy", "normalize", "env_kwargs", "train_env_kwargs", "policy_kwargs")
+TRAINER_KEYS = ("n_envs", "n_timesteps", "policy", "normalize", "env_kwargs", "train_env_kwargs", "policy_kwargs",
+                "warm_start")
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,7 @@ class Hyperparams:
     policy_kwargs: dict[str, Any] = field(default_factory=dict)
     algo_kwargs: dict[str, Any] = field(default_factory=dict)
     source: str = "defaults"
+    warm_start: WarmStart | None = None
 
 
 def env_file_name(env_id: str) -> str:
@@ -141,6 +147,7 @@ def parse_section(raw: dict[str, Any], source: str) -> Hyperparams:
     env_kwargs = raw.pop("env_kwargs", None) or {}
     train_env_kwargs = raw.pop("train_env_kwargs", None) or {}
     policy_kwargs = raw.pop("policy_kwargs", None) or {}
+    warm_start = parse_warm_start(raw.pop("warm_start", None), source)
     for key, val in (("env_kwargs", env_kwargs), ("train_env_kwargs", train_env_kwargs),
                      ("policy_kwargs", policy_kwargs)):
         if not isinstance(val, dict):
@@ -148,7 +155,7 @@ def parse_section(raw: dict[str, Any], source: str) -> Hyperparams:
     return Hyperparams(policy=str(raw.pop("policy", "MlpPolicy")), n_envs=n_envs, n_timesteps=n_timesteps,
                        normalize=normalize, env_kwargs=dict(env_kwargs), train_env_kwargs=dict(train_env_kwargs),
                        policy_kwargs=dict(policy_kwargs),
-                       algo_kwargs=raw, source=source)
+                       algo_kwargs=raw, source=source, warm_start=warm_start)
 
 
 def materialize(hp: Hyperparams) -> tuple[dict[str, Any], dict[str, Any]]:

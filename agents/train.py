@@ -298,6 +298,11 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
         done = int(previous["timesteps_trained"])
         model.num_timesteps = done
 
+    warm: dict[str, float] | None = None
+    if hp.warm_start is not None and previous is None:  # behaviour cloning of the follow action, then RL
+        from servegym.agents.warm_start import behaviour_clone
+
+        warm = behaviour_clone(model, partial(gym.make, cfg.env_id, **train_kwargs), hp.warm_start, cfg.seed)
     eval_freq = cfg.eval_freq if cfg.eval_freq is not None else max(timesteps // 5, 1)
     eval_seeds = seeds_from(cfg.eval_seed, cfg.eval_episodes)
     best_path = run_dir / "best_model.zip"
@@ -341,7 +346,7 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
         "timesteps_trained": int(model.num_timesteps), "status": "complete" if complete else "interrupted",
         "resumed_at": [*((previous or {}).get("resumed_at") or []), done] if previous is not None else [],
         "n_envs": n_envs, "seed": cfg.seed, "eval_seeds": eval_seeds, "eval_split": eval_split,
-        "baselines": baselines, "references": refs,
+        "baselines": baselines, "references": refs, "warm_start": warm,
         "hyperparams_source": hp.source, "hyperparams": asdict(hp), "model": out.name,
         "tensorboard": str(tb_dir) if tb_dir else None, "eval_history": evaluator.history,
         "baseline_eval": {n: [r.row() for r in res] for n, res in evaluator.baseline_results.items()},

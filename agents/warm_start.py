@@ -1,0 +1,152 @@
+"""Warm start by behaviour cloning: before RL, fit the policy to the residual mode's ``follow`` action.
+
+In a residual action mode the zero action (:func:`servegym.agents.protocol.follow_action`) plays the
+reference baseline exactly, so "clone the reference's trajectories" reduces to "make the follow action
+the policy's choice on the states the reference visits". A hyperparameter section turns it on with::
+
+    warm_start: {steps: 4096, epochs: 10, learning_rate: 1.0e-3}
+
+:func:`behaviour_clone` then plays the follow action for ``steps`` steps in a training env (episodes
+seeded from the run's seed), and fits the policy for ``epochs`` passes of minibatches on them:
+
+- discrete actions: the cross-entropy of the follow action under the policy's (masked) distribution;
+- continuous actions: the squared error of the policy's mean action to the follow action (the
+  exploration noise, ``log_std``, is left as configured, so RL still explores around the reference).
+
+The value head is not fitted: PPO's first rollouts fit it on the cloned policy's own returns.
+Cost: ``steps`` env steps of the reference plus a few seconds of gradient steps (reported in run.json).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from servegym.errors import ConfigError, shown
+
+#: Bounds of the ``warm_start`` fields (steps: env steps of the reference; epochs: passes over them).
+LIMITS: dict[str, tuple[float, float]] = {"steps": (1, 1_000_000), "epochs": (1, 1_000),
+                                          "batch_size": (1, 65_536), "learning_rate": (1e-6, 1.0)}
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """A checked ``warm_start`` section (module docstring)."""
+
+    steps: int = 4096
+    epochs: int = 10
+    batch_size: int = 256
+    learning_rate: float = 1e-3
+
+
+def parse_warm_start(raw: Any, source: str) -> WarmStart | None:
+    """``raw`` (the section's ``warm_start`` value: None/false, true or a mapping) checked field by field."""
+    if raw is None or raw is False:
+        return None
+    if raw is True:
+        return WarmStart()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: warm_start = {shown(raw)}; allowed: true, false or a mapping with "
+                          f"{', '.join(LIMITS)}")
+    out: dict[str, Any] = {}
+    for key, val in raw.items():
+        if key not in LIMITS:
+            raise ConfigError(f"{source}: warm_start.{str(key)[:40]} is not a field; allowed: {', '.join(LIMITS)}")
+        lo, hi = LIMITS[key]
+        integer = key != "learning_rate"
+        ok = not isinstance(val, bool) and isinstance(val, (int, float)) and np.isfinite(val)
+        if ok and integer:
+            ok = float(val).is_integer()
+        if not ok or not lo <= float(val) <= hi:
+            kind = "an integer" if integer else "a number"
+            raise ConfigError(f"{source}: warm_start.{key} = {shown(val)}; allowed: {kind} in [{lo:g}, {hi:g}]")
+        out[key] = int(val) if integer else float(val)
+    return WarmStart(**out)
+
+
+def follow_rollout(make_env: Callable[[], gym.Env], steps: int, seed: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(observations, follow actions, action masks or None) of ``steps`` steps of the follow action,
+    episodes reset with seeds ``seed, seed + 1, ...``."""
+    from servegym.agents.protocol import follow_action
+
+    env = make_env()
+    try:
+        masked = callable(getattr(env.unwrapped, "action_masks", None))
+        obs_l, act_l, mask_l = [], [], []
+        ep = 0
+        obs, _ = env.reset(seed=seed)
+        while len(obs_l) < steps:
+            a = follow_action(env)
+            obs_l.append(np.asarray(obs, dtype=np.float32))
+            act_l.append(np.asarray(a))
+            if masked:
+                mask_l.append(np.asarray(env.unwrapped.action_masks(), dtype=bool))
+            obs, _, term, trunc, _ = env.step(a)
+            if term or trunc:
+                ep += 1
+                obs, _ = env.reset(seed=seed + ep)
+    finally:
+        env.close()
+    return np.stack(obs_l), np.stack(act_l), (np.stack(mask_l) if masked else None)
+
+
+def behaviour_clone(model: Any, make_env: Callable[[], gym.Env], ws: WarmStart, seed: int) -> dict[str, float]:
+    """Fit ``model``'s policy to the follow action (module docstring); returns what it did: steps, final
+    loss, share of the states where the policy's greedy action is the follow action, CPU seconds."""
+    import torch as th
+
+    t0 = time.process_time()
+    obs, act, masks = follow_rollout(make_env, ws.steps, seed)
+    vn = model.get_vec_normalize_env()
+    if vn is not None and vn.norm_obs:
+        obs = vn.normalize_obs(obs)
+    policy = model.policy
+    discrete = isinstance(model.action_space, gym.spaces.Discrete)
+    if not discrete and not isinstance(model.action_space, gym.spaces.Box):
+        raise ConfigError(f"warm_start: action space {model.action_space} is not Discrete or Box; allowed: those")
+    opt = th.optim.Adam(policy.parameters(), lr=ws.learning_rate)
+    rng = np.random.default_rng(seed)
+    n = len(obs)
+    obs_t = th.as_tensor(obs, device=policy.device)
+    act_t = th.as_tensor(act.astype(np.int64 if discrete else np.float32), device=policy.device)
+    loss_v = float("nan")
+    policy.set_training_mode(True)
+    for _ in range(ws.epochs):
+        for idx in np.array_split(rng.permutation(n), max(n // ws.batch_size, 1)):
+            loss = _loss(policy, obs_t[idx], act_t[idx], None if masks is None else masks[idx], discrete)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            loss_v = float(loss.detach())
+    policy.set_training_mode(False)
+    with th.no_grad():
+        agree = _agreement(policy, obs_t, act_t, masks, discrete)
+    return {"steps": float(n), "loss": loss_v, "agreement": agree, "cpu_s": time.process_time() - t0}
+
+
+def _distribution(policy: Any, obs: Any, masks: np.ndarray | None) -> Any:
+    if masks is not None:
+        return policy.get_distribution(obs, action_masks=masks)
+    return policy.get_distribution(obs)
+
+
+def _loss(policy: Any, obs: Any, act: Any, masks: np.ndarray | None, discrete: bool) -> Any:
+    dist = _distribution(policy, obs, masks)
+    if discrete:
+        return -dist.log_prob(act).mean()
+    return ((dist.distribution.mean - act) ** 2).mean()
+
+
+def _agreement(policy: Any, obs: Any, act: Any, masks: np.ndarray | None, discrete: bool) -> float:
+    """Share of the states whose greedy action is the follow action (continuous: within 0.05 on every entry)."""
+    dist = _distribution(policy, obs, masks)
+    mode = dist.mode()
+    if discrete:
+        return float((mode == act).float().mean())
+    return float(((mode - act).abs() <= 0.05).all(dim=-1).float().mean())

@@ -1,0 +1,79 @@
+"""Warm start by behaviour cloning of the residual mode's follow action (servegym.agents.warm_start), and the
+suite's per-entry hyperparameter files."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from servegym.agents.benchmark import SUITE, shipped_hyperparams
+from servegym.agents.hparams import load_hyperparams, parse_section
+from servegym.agents.warm_start import WarmStart, follow_rollout, parse_warm_start
+
+import servegym  # noqa: F401
+from servegym.errors import ConfigError
+
+GEO = "servegym/GeoRoute-v0"
+TINY = {"config": {"preset": "mini", "action_mode": "residual", "reference": "iter-ilp",
+                   "geo": {"duration_s": 1.5, "drain_s": 10.0}}}
+
+
+def test_warm_start_section_is_checked_field_by_field() -> None:
+    assert parse_section({"n_steps": 8}, "f.yml").warm_start is None
+    assert parse_section({"warm_start": True}, "f.yml").warm_start == WarmStart()
+    hp = parse_section({"warm_start": {"steps": 100, "epochs": 2, "learning_rate": 0.01}, "n_steps": 8}, "f.yml")
+    assert hp.warm_start == WarmStart(steps=100, epochs=2, learning_rate=0.01)
+    assert hp.algo_kwargs == {"n_steps": 8}  # not passed to the algorithm
+    assert parse_warm_start(False, "f") is None
+    for raw, msg in (({"steps": 0}, "warm_start.steps = 0"), ({"steps": 2.5}, "warm_start.steps = 2.5"),
+                     ({"epochs": True}, "warm_start.epochs = True"), ({"lr": 1}, "warm_start.lr is not a field"),
+                     ({"learning_rate": float("nan")}, "warm_start.learning_rate"), ("yes", "warm_start = 'yes'")):
+        with pytest.raises(ConfigError, match=msg) as exc:
+            parse_section({"warm_start": raw}, "f.yml")
+        assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize(("env_id", "algo"), [(GEO, "maskable-ppo"), ("servegym/GeoRouteWindow-v0", "ppo")])
+def test_quick_hyperparameter_files_warm_start(env_id: str, algo: str) -> None:
+    name = env_id.split("/")[1] + ".quick.yml"
+    hp = load_hyperparams(env_id, algo, shipped_hyperparams(name))
+    assert hp.source.endswith(name) and hp.n_envs and hp.warm_start is not None
+    assert hp.warm_start.steps >= 1024
+
+
+def test_suite_entries_name_shipped_hyperparameter_files() -> None:
+    for e in (e for entries in SUITE.values() for e in entries if e.hyperparams is not None):
+        hp = load_hyperparams(e.env_id, e.algo, shipped_hyperparams(e.hyperparams))
+        assert hp.source.endswith(e.hyperparams) and hp.n_envs
+    with pytest.raises(ConfigError, match="no such shipped file"):
+        shipped_hyperparams("absent.yml")
+
+
+def test_follow_rollout_records_the_reference_and_masks() -> None:
+    obs, act, masks = follow_rollout(lambda: gym.make(GEO, **TINY), 300, seed=3)
+    env = gym.make(GEO, **TINY)
+    assert obs.shape == (300, env.observation_space.shape[0]) and obs.dtype == np.float32
+    assert (act == env.unwrapped.follow_action()).all()
+    assert masks is not None and masks.shape == (300, env.action_space.n) and masks[:, -1].all()
+    again = follow_rollout(lambda: gym.make(GEO, **TINY), 300, seed=3)
+    assert np.array_equal(obs, again[0])  # deterministic
+
+
+@pytest.mark.slow
+def test_cloned_policy_plays_the_reference_exactly() -> None:
+    """After behaviour cloning, the deterministic policy's episode equals the follow action's: the RL that
+    follows starts from the reference's return (checked on an episode it was not cloned on)."""
+    from sb3_contrib import MaskablePPO
+    from servegym.agents.families import family_for
+    from servegym.agents.protocol import follow_action
+    from servegym.agents.rollout import agent_act_fn, play_episode
+    from servegym.agents.warm_start import behaviour_clone
+
+    env = gym.make(GEO, **TINY)
+    model = MaskablePPO("MlpPolicy", env, seed=0, n_steps=64, batch_size=64, policy_kwargs={"net_arch": [32, 32]})
+    stats = behaviour_clone(model, lambda: gym.make(GEO, **TINY), WarmStart(steps=1024, epochs=20), seed=0)
+    assert stats["agreement"] >= 0.99 and stats["steps"] == 1024
+    fam = family_for(GEO)
+    agent = play_episode(env, agent_act_fn(model), 99, "agent", fam.metrics)
+    ref = play_episode(env, lambda o, i, e: follow_action(e), 99, "follow", fam.metrics)
+    assert agent.reward == pytest.approx(ref.reward) and agent.metrics == ref.metrics
