@@ -56,7 +56,7 @@ def test_replay_is_deterministic_and_not_bursty() -> None:
 
 
 def test_segment_keeps_the_tiled_2023_hour() -> None:
-    """The benchmark env's splits pass a segment of the 2023 hour: that stays the tiled scenario."""
+    """A segment of the 2023 hour (the earlier splits' stand-in) stays the tiled scenario."""
     a = make_workload("azure", hours=0.5, seed=0, segment=(0.0, 0.6))
     assert "2023" in a.description
     with pytest.raises(ConfigError, match="day"):
@@ -74,3 +74,19 @@ def test_shipped_series_rebuild_identically(shared_data: Path, tmp_path: Path) -
         pytest.skip("azure_llm_2024 not in the raw data folder")
     for p in build(shared_data, tmp_path):
         assert p.read_bytes() == (OUT / p.name).read_bytes()
+
+
+def test_within_day_wraps_to_the_same_day() -> None:
+    """A replay that passes midnight reads the next day, unless within_day: then the same day's morning (the
+    env's splits own their days); before midnight both are the same draw."""
+    rng = lambda: np.random.default_rng(4)  # noqa: E731
+    nxt = azure2024.arrivals("coding", 0, 4.0, 1667.0, rng(), start_hour=22.0)
+    own = azure2024.arrivals("coding", 0, 4.0, 1667.0, rng(), start_hour=22.0, within_day=True)
+    same = azure2024.arrivals("coding", 0, 2.0, 1667.0, rng(), start_hour=20.0, within_day=True)
+    np.testing.assert_array_equal(same, azure2024.arrivals("coding", 0, 2.0, 1667.0, rng(), start_hour=20.0))
+    # hours 2-4 of the replay: Saturday 00:00-02:00 (the weekend shift's day) vs Friday 00:00-02:00
+    sat = azure2024.arrivals("coding", 1, 2.0, 1667.0, rng())
+    fri = azure2024.arrivals("coding", 0, 2.0, 1667.0, rng())
+    n_nxt, n_own = int((nxt >= 7200).sum()), int((own >= 7200).sum())
+    assert abs(n_nxt - sat.size) < 0.1 * sat.size and abs(n_own - fri.size) < 0.1 * fri.size
+    assert abs(n_nxt - n_own) > 0.1 * n_own  # Friday and Saturday nights differ (weekday vs weekend level)

@@ -79,7 +79,7 @@ def test_same_seed_and_split_same_scenario_train_and_test_differ(env_id: str) ->
     elif family == "pd":
         assert sa["ci_day"] != st_["ci_day"] and sa["pattern_segment"] != st_["pattern_segment"]
     else:
-        assert sa["workload_seed"] != st_["workload_seed"] and sa["segment"] != st_["segment"]
+        assert sa["workload_seed"] != st_["workload_seed"] and sa["day_label"] != st_["day_label"]
     # another seed gives another scenario within a split
     _, info_c = _make(env_id, "train").reset(seed=8)
     assert info_c["scenario"] != sa
@@ -181,11 +181,32 @@ def test_npu_spaces_are_fixed_across_splits_and_models() -> None:
         assert all(m.any() for m in masks)
     assert models == {"Llama-3-8B", "Llama-3-70B"}
     _, info = envs["shift-lveval"].reset(seed=0)
-    assert info["scenario"]["trace"] == "lveval" and info["scenario"]["segment"] == (0.8, 1.0)
+    assert info["scenario"]["trace"] == "lveval" and info["scenario"]["day_label"] == "Fri 2024-05-10"
     # the longest LVEval request fits the top prefill group
     lens = envs["shift-lveval"].workload.requests.input_tokens
     top_edge = max(edge for ph, edge in envs["shift-lveval"].groups if ph == "prefill")
     assert lens.max() <= top_edge
+
+
+def test_npu_splits_replay_their_own_2024_days() -> None:
+    """Each npu split draws its days of the 2024 Azure week (train, validation and test weekdays disjoint as
+    dates; the weekend shift on Saturdays and Sundays; the length shifts on the test day), 30 draws each."""
+    from servegym.envs.npu.sim import azure2024
+    from servegym.envs.npu.sim.workloads import AZURE2024_TRACE
+
+    dates: dict[str, set[str]] = {}
+    for split in splits.splits_of("npu"):
+        for seed in range(30):
+            sc = npu_env.draw_scenario(split, seed)
+            tr = AZURE2024_TRACE[sc["azure_trace"]]
+            want = {"shift-weekend": "weekend", "train": "train", "validation": "validation"}.get(split, "test")
+            assert sc["day"] in azure2024.SPLIT_DAYS[tr][want]
+            assert sc["day_label"] == azure2024.day_label(tr, sc["day"])
+            dates.setdefault(want, set()).add(sc["day_label"])
+    assert all(d.split()[0] in ("Sat", "Sun") for d in dates["weekend"])
+    assert all(d.split()[0] not in ("Sat", "Sun") for w in ("train", "validation", "test") for d in dates[w])
+    for a, b in (("train", "validation"), ("train", "test"), ("validation", "test"), ("test", "weekend")):
+        assert not dates[a] & dates[b], (a, b)
 
 
 def test_npu_split_owns_the_scenario_fields() -> None:

@@ -131,18 +131,24 @@ TensorBoard callback compare an agent with the paper's policies on the same work
 
 **Splits** (``split`` config key, ``gym.make(id, split="test")``; :mod:`servegym.splits`). ``reset(seed=s)``
 draws the scenario from the split with a generator seeded by (split, s) (:func:`draw_scenario`): the model
-(uniform over ``split_models``, all four by default), the Azure 2023 trace (code or conv: timestamps and
-real lengths), the start hour (0-23), the rate (Table 4's mean x U[0.7, 1.3]), the workload seed and the
-simulator seed. The 10-s arrival profile is tiled from the split's own segment of the trace hour, so
+(uniform over ``split_models``, all four by default), the 2024 Azure trace (coding or conversation: its
+per-minute rate shape and token CDFs, :mod:`servegym.envs.npu.sim.azure2024`), a day of the split's days
+(:data:`~servegym.envs.npu.sim.azure2024.SPLIT_DAYS`), the start hour (0-23), the rate (Table 4's mean x
+U[0.7, 1.3], which rescales the week's mean, so a weekday runs above it and a weekend day below), the workload
+seed and the simulator seed. An episode stays within its day (past midnight it wraps to that day's start), so
 train, validation and test never share arrival patterns:
 
-- ``train``: model (one of the four), Azure trace (code or conv), start hour, rate x U[0.7, 1.3] of
-  Table 4; the 10-s arrival profile from the first 60 % of the trace hour
-- ``validation``: as train, from 60-80 % of the trace hour
-- ``test``: as train, from 80-100 % of the trace hour
-- ``shift-lveval``: test segment timestamps with the held-out LVEval lengths (Table 4 rate x the scale)
-- ``shift-openthoughts``: test segment timestamps with the held-out OpenThoughts lengths (Table 4 rate x
+- ``train``: model (one of the four), trace (coding or conversation), start hour, rate x U[0.7, 1.3] of
+  Table 4; one of the trace's three train weekdays (coding: Mon-Wed 13-15 May 2024)
+- ``validation``: as train, on the trace's validation weekday (coding: Thu 16 May)
+- ``test``: as train, on the trace's test weekday (coding: Fri 10 May)
+- ``shift-lveval``: test-day azure-code timestamps with the held-out LVEval lengths (Table 4 rate x the scale)
+- ``shift-openthoughts``: test-day azure-code timestamps with the held-out OpenThoughts lengths (Table 4 rate x
   the scale)
+- ``shift-weekend``: as test, on one of the trace's weekend days (lower, flatter load)
+
+The tiled 2023 Azure hour (bursts of 7.7-10.4x a 30-min window's mean) is the named scenario
+``trace="azure-2023"`` with ``split=None``.
 
 With a named split the spaces are the same for every model, episode and split: the groups are fixed
 (:func:`split_groups`: the length quantiles of the pooled train traces, plus a top group per phase that

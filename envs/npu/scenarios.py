@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
+from servegym.envs.npu.sim import azure2024
 from servegym.envs.npu.sim.catalog import MODELS
 from servegym.envs.npu.sim.cluster import (
     NB,
@@ -16,12 +17,13 @@ from servegym.envs.npu.sim.cluster import (
     ConfigCatalog,
 )
 from servegym.envs.npu.sim.workloads import (
+    AZURE2024_TRACE,
     TABLE4_RATE_RPM,
     NPUWorkload,
     make_workload,
 )
 
-from servegym.splits import TRACE_SEGMENTS, scenario_rng, segment
+from servegym.splits import scenario_rng
 
 if TYPE_CHECKING:
     from servegym.envs.npu.env_config import NPUEnvConfig
@@ -29,9 +31,14 @@ if TYPE_CHECKING:
 SPLIT_MODELS: tuple[str, ...] = tuple(MODELS)
 """Models the named splits draw from by default (all four of the catalog)."""
 SPLIT_AZURE_TRACES: tuple[str, ...] = ("azure-code", "azure-conv")
-"""Azure 2023 traces the base splits draw (timestamps and real lengths)."""
+"""2024 Azure traces the base splits draw (coding or conversation: the day's per-minute rate shape and the
+trace's token CDFs, :mod:`servegym.envs.npu.sim.azure2024`)."""
 SPLIT_SHIFT_TRACE: dict[str, str] = {"shift-lveval": "lveval", "shift-openthoughts": "openthoughts"}
-"""Held-out length sets of the shifts (Table 4 presets on the test segment's azure-code timestamps)."""
+"""Held-out length sets of the shifts (Table 4 presets on a test day's azure-code timestamps)."""
+SPLIT_DAY_SET: dict[str, str] = {"train": "train", "validation": "validation", "test": "test",
+                                 "shift-weekend": "weekend"}
+"""Which days of :data:`~servegym.envs.npu.sim.azure2024.SPLIT_DAYS` each split replays (the length shifts:
+the test days)."""
 SPLIT_RATE_SCALE: tuple[float, float] = (0.7, 1.3)
 """Multipliers of Table 4's mean rate the named splits draw from (uniform)."""
 SPLIT_FIELDS: tuple[str, ...] = ("model", "trace", "rate_rpm", "start_hour", "workload_seed")
@@ -39,10 +46,10 @@ SPLIT_FIELDS: tuple[str, ...] = ("model", "trace", "rate_rpm", "start_hour", "wo
 
 
 def draw_scenario(split: str, seed: int, models: tuple[str, ...] = SPLIT_MODELS) -> dict[str, Any]:
-    """The scenario of one episode of ``split`` for reset seed ``seed`` (module docstring, "Splits"):
-    ``model``, ``trace`` (workload name), ``azure_trace`` (timestamps, and lengths for ``azure``),
-    ``segment`` of the trace hour, ``start_hour``, ``rate_scale``, ``rate_rpm``, ``workload_seed`` and
-    ``simulation_seed``."""
+    """The scenario of one episode of ``split`` for reset seed ``seed`` (env module docstring, "Splits"):
+    ``model``, ``trace`` (workload name), ``azure_trace`` (2024 trace: timestamps, and lengths for ``azure``),
+    ``day`` of the 2024 week (from :data:`~servegym.envs.npu.sim.azure2024.SPLIT_DAYS`) and its ``day_label``,
+    ``start_hour``, ``rate_scale``, ``rate_rpm``, ``workload_seed`` and ``simulation_seed``."""
     rng = scenario_rng(split, seed)
     model = models[int(rng.integers(len(models)))]
     azure_trace = SPLIT_AZURE_TRACES[int(rng.integers(len(SPLIT_AZURE_TRACES)))]
@@ -51,10 +58,13 @@ def draw_scenario(split: str, seed: int, models: tuple[str, ...] = SPLIT_MODELS)
     trace = SPLIT_SHIFT_TRACE.get(split, "azure")
     if trace != "azure":
         azure_trace = "azure-code"  # the shifts change the lengths only
+    tr24 = AZURE2024_TRACE[azure_trace]
+    days = azure2024.SPLIT_DAYS[tr24][SPLIT_DAY_SET.get(split, "test")]
+    day = int(days[int(rng.integers(len(days)))])
     return {"split": split, "seed": int(seed), "model": model, "trace": trace, "azure_trace": azure_trace,
-            "segment": segment(split), "start_hour": float(start_hour), "rate_scale": scale,
-            "rate_rpm": round(TABLE4_RATE_RPM[trace] * scale, 6), "workload_seed": int(rng.integers(2**31 - 1)),
-            "simulation_seed": int(rng.integers(2**31 - 1))}
+            "day": day, "day_label": azure2024.day_label(tr24, day), "start_hour": float(start_hour),
+            "rate_scale": scale, "rate_rpm": round(TABLE4_RATE_RPM[trace] * scale, 6),
+            "workload_seed": int(rng.integers(2**31 - 1)), "simulation_seed": int(rng.integers(2**31 - 1))}
 
 
 class _LRU(OrderedDict):
@@ -100,19 +110,22 @@ def _workload(cfg: NPUEnvConfig, seed: int) -> NPUWorkload:
 
 
 def _split_workload(sc: dict[str, Any], hours: float) -> NPUWorkload:
-    key = ("split", sc["trace"], sc["azure_trace"], tuple(sc["segment"]), float(hours), sc["workload_seed"],
-           sc["rate_rpm"], sc["start_hour"])
+    key = ("split", sc["trace"], sc["azure_trace"], sc["day"], float(hours), sc["workload_seed"], sc["rate_rpm"],
+           sc["start_hour"])
+    # the episode stays within its day (wrapping past midnight to the same day's start), so the splits' days
+    # never share arrivals
     return _WORKLOADS.get_or_make(key, lambda: make_workload(
         sc["trace"], hours=hours, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"], azure_trace=sc["azure_trace"],
-        start_hour=sc["start_hour"], segment=tuple(sc["segment"])))
+        start_hour=sc["start_hour"], day=sc["day"], within_day=True))
 
 
 def split_groups(edges: NDArray[np.int64], per_phase: int, hours: float) -> list[list[int]]:
     """The groups every named split shares (so the spaces never change between episodes or splits): the
-    length quantiles of the train traces (azure-code and azure-conv pooled) and, as the top group of each
-    phase, the longest request of any split's trace (the shifts' long-context sets included)."""
-    seg = TRACE_SEGMENTS["train"]
-    pooled = [make_workload("azure", hours=hours, seed=0, azure_trace=a, segment=seg) for a in SPLIT_AZURE_TRACES]
+    length quantiles of the train traces (azure-code and azure-conv pooled, each on its first train day) and, as
+    the top group of each phase, the longest request any split's trace can have (the 2024 traces' declared
+    maxima, and the shifts' long-context sets)."""
+    pooled = [make_workload("azure", hours=hours, seed=0, azure_trace=a, within_day=True,
+                            day=azure2024.SPLIT_DAYS[AZURE2024_TRACE[a]]["train"][0]) for a in SPLIT_AZURE_TRACES]
     from servegym.envs.workload import Requests
 
     arr = np.concatenate([w.requests.arrival_s for w in pooled])
@@ -123,8 +136,9 @@ def split_groups(edges: NDArray[np.int64], per_phase: int, hours: float) -> list
     picks = choose_groups(ref, edges, per_phase)
     longest = [make_workload(t, hours=hours, seed=0) for t in SPLIT_SHIFT_TRACE.values()]
     for p, lengths in enumerate((lambda r: r.input_tokens, lambda r: r.input_tokens + r.output_tokens)):
-        top = max(int(np.searchsorted(edges, min(int(lengths(w.requests).max()), int(edges[-1])), side="left"))
-                  for w in [ref, *longest] if len(w.requests))
+        most = [int(lengths(w.requests).max()) for w in [ref, *longest] if len(w.requests)]
+        most += [azure2024.max_lengths(AZURE2024_TRACE[a])[p] for a in SPLIT_AZURE_TRACES]
+        top = max(int(np.searchsorted(edges, min(m, int(edges[-1])), side="left")) for m in most)
         picks[p] = sorted({*picks[p], top})
     return picks
 

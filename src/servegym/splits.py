@@ -65,13 +65,16 @@ FAMILY_SPLITS: dict[str, dict[str, str]] = {
                           "persistence residual; arrivals unchanged",
     },
     "npu": {
-        "train": "model (one of the four), Azure trace (code or conv), start hour, rate x U[0.7, 1.3] of "
-                 "Table 4; the 10-s arrival profile from the first 60 % of the trace hour",
-        "validation": "as train, from 60-80 % of the trace hour",
-        "test": "as train, from 80-100 % of the trace hour",
-        "shift-lveval": "test segment timestamps with the held-out LVEval lengths (Table 4 rate x the scale)",
-        "shift-openthoughts": "test segment timestamps with the held-out OpenThoughts lengths (Table 4 rate x "
-                              "the scale)",
+        "train": "model (one of the four), 2024 Azure trace (coding or conversation), start hour, rate x "
+                 "U[0.7, 1.3] of Table 4; one of the trace's three train weekdays (its per-minute rate shape; "
+                 "the episode wraps within the day)",
+        "validation": "as train, on the trace's validation weekday",
+        "test": "as train, on the trace's test weekday",
+        "shift-lveval": "test-day azure-code timestamps with the held-out LVEval lengths (Table 4 rate x the "
+                        "scale)",
+        "shift-openthoughts": "test-day azure-code timestamps with the held-out OpenThoughts lengths (Table 4 "
+                              "rate x the scale)",
+        "shift-weekend": "as test, on one of the trace's two weekend days (lower, flatter load)",
     },
 }
 

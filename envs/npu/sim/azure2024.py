@@ -93,14 +93,17 @@ def minute_band(trace: str, minutes: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def arrivals(trace: str, day: int, hours: float, rate_rpm: float, rng: np.random.Generator,
-             start_hour: float = 0.0) -> np.ndarray:
-    """Arrival times (s) of ``hours`` from ``start_hour`` of ``day`` (module docstring, "Rate")."""
+             start_hour: float = 0.0, within_day: bool = False) -> np.ndarray:
+    """Arrival times (s) of ``hours`` from ``start_hour`` of ``day`` (module docstring, "Rate"). Past midnight the
+    replay runs into the next day, unless ``within_day``: then it wraps to the same day's 00:00 (so a split that
+    owns a day never reads its neighbours', e.g. a weekday test episode the weekend's morning)."""
     check_range("day", day, 0, N_DAYS - 1)
     check_range("hours", hours, 0.0, 24.0 * N_DAYS, low_inclusive=False)
     check_range("start_hour", start_hour, 0.0, 24.0)
     check_range("rate_rpm", rate_rpm, 0.0, None, low_inclusive=False)
     n_min = int(np.ceil(hours * 60.0))
-    m = day * 1440.0 + start_hour * 60.0 + np.arange(n_min) + 0.5
+    into = start_hour * 60.0 + np.arange(n_min) + 0.5
+    m = day * 1440.0 + (np.mod(into, 1440.0) if within_day else into)
     m = np.where(m >= N_DAYS * 1440.0, m - N_DAYS * 1440.0, m)  # past the week's end: wrap to its start
     lo, hi = minute_band(trace, m)
     rpm = rng.uniform(lo, hi) * (rate_rpm / week_mean_rpm(trace))

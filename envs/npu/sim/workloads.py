@@ -108,11 +108,13 @@ def azure_timestamps(hours: float, rate_rpm: float, rng: np.random.Generator, tr
 
 def make_workload(name: str, hours: float = 24.0, seed: int = 0, rate_rpm: float | None = None,
                   azure_trace: str = "azure-code", start_hour: float = 0.0,
-                  segment: tuple[float, float] | None = None, day: int | None = None) -> NPUWorkload:
+                  segment: tuple[float, float] | None = None, day: int | None = None,
+                  within_day: bool = False) -> NPUWorkload:
     """Build one of :data:`WORKLOADS` (see the module docstring); ``rate_rpm`` overrides Table 4's rate.
 
     Timestamps: the 2024 trace's ``day`` unless ``segment`` is given (or the workload is ``azure-2023``), in
-    which case the 2023 hour's ``segment`` is tiled (:func:`azure_burst_profile`).
+    which case the 2023 hour's ``segment`` is tiled (:func:`azure_burst_profile`). ``within_day``: a 2024
+    replay that passes midnight wraps to the same day's start (:func:`~servegym.envs.npu.sim.azure2024.arrivals`).
     """
     from servegym.envs.npu.sim import azure2024
 
@@ -136,7 +138,7 @@ def make_workload(name: str, hours: float = 24.0, seed: int = 0, rate_rpm: float
             when += f" ({seg[0]:.0%}-{seg[1]:.0%} of the hour)"
     else:
         d = azure2024.DEFAULT_DAY if day is None else int(day)
-        arrivals = azure2024.arrivals(tr24, d, hours, rate, rng, start_hour)
+        arrivals = azure2024.arrivals(tr24, d, hours, rate, rng, start_hour, within_day)
         when = f"{azure_trace} 2024 trace, {azure2024.day_label(tr24, d)}"
     if name in ("azure", "azure-2023") and tiled:
         lengths = EmpiricalLengths.from_trace(azure_trace)
