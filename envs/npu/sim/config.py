@@ -35,7 +35,12 @@ catalog also holds each bucket's best fit at the batch its group runs at a forec
 collectives included (:mod:`servegym.envs.npu.sim.selection`), NeuScale chooses among those by its window's peak
 demand and Base by the trace's peak for the largest length, and coalescing only moves requests onto a vPod that
 is not a worse fit for them. Not the default: on the focal scenario it makes NeuScale worse (the short-prompt
-groups' picks alternate between near-equal allocations, recreating vPods; ``npu_ablation.md``)."""
+groups' picks alternate between near-equal allocations, recreating vPods; ``npu_ablation.md``). Known defect
+of this option: at small forecast demand short decode buckets get pipelined 16-chip allocations whose max batch
+is 1-2, and the emergency scale-out then adds about one vPod per queued request (a decode peak of 1,481 vPods
+on the focal day). The choice sizes a group by tokens/s (N = ceil(W / T_a)) and never checks that N vPods'
+batch slots hold the group's concurrent requests (arrival rate x decode time); that is the likely cause, not
+yet verified or fixed."""
 STEP_MODELS: tuple[str, ...] = ("paper", "paper-hop", "scoring", "legacy")
 """``ClusterConfig.step_models``: ``paper`` (default) chooses configurations with the selection model (the FLOP/HBM
 roofline of §3.3, :meth:`RooflineParams.selection`) and charges them with the scoring model (the full step cost,
