@@ -38,9 +38,10 @@ is not a worse fit for them. Not the default: on the focal scenario it makes Neu
 groups' picks alternate between near-equal allocations, recreating vPods; ``npu_ablation.md``). Known defect
 of this option: at small forecast demand short decode buckets get pipelined 16-chip allocations whose max batch
 is 1-2, and the emergency scale-out then adds about one vPod per queued request (a decode peak of 1,481 vPods
-on the focal day). The choice sizes a group by tokens/s (N = ceil(W / T_a)) and never checks that N vPods'
-batch slots hold the group's concurrent requests (arrival rate x decode time); that is the likely cause, not
-yet verified or fixed."""
+on the focal day). The choice sizes a group by mean tokens/s (N = ceil(W / T_a), which holds the mean number of
+concurrent requests, W x TPOT, in N x max batch slots) with no headroom for their fluctuation: a vPod of batch
+1-2 has no spare slot when a few requests coincide, so its queue passes the aggregate max batch, the emergency
+trigger, far more often than a large-batch vPod's. That is the likely cause, not yet verified or fixed."""
 STEP_MODELS: tuple[str, ...] = ("paper", "paper-hop", "scoring", "legacy")
 """``ClusterConfig.step_models``: ``paper`` (default) chooses configurations with the selection model (the FLOP/HBM
 roofline of §3.3, :meth:`RooflineParams.selection`) and charges them with the scoring model (the full step cost,
