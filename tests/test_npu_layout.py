@@ -59,3 +59,20 @@ def test_npu_modules_are_small(path: str) -> None:
 def test_old_module_names_are_the_sim_modules(name: str) -> None:
     old = importlib.import_module(f"servegym.envs.npu.{name}")
     assert old is importlib.import_module(f"servegym.envs.npu.sim.{name}")
+
+
+def test_env_reset_and_step_do_not_branch_on_the_action_mode() -> None:
+    """The action mode is a class (action_modes.py) chosen from the config; reset and step only call it."""
+    import inspect
+
+    from servegym.envs.npu.action_modes import AbsoluteAction, ResidualAction
+    from servegym.envs.npu.env import NPUAutoscaleEnv
+
+    for fn in (NPUAutoscaleEnv._start_episode, NPUAutoscaleEnv._step, NPUAutoscaleEnv.action_masks,
+               NPUAutoscaleEnv._check_action, NPUAutoscaleEnv._update_reference):
+        src = inspect.getsource(fn)
+        assert "self.residual" not in src and "action_mode ==" not in src, fn.__name__
+    env = NPUAutoscaleEnv({"split": None, "hours": 0.25, "model": "Llama3-8B"})
+    assert isinstance(env.action_type, AbsoluteAction)
+    renv = NPUAutoscaleEnv({"split": None, "hours": 0.25, "model": "Llama3-8B", "action_mode": "residual"})
+    assert isinstance(renv.action_type, ResidualAction)

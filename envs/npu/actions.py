@@ -32,15 +32,7 @@ class ActionsMixin:
     def _static_masks(self) -> NDArray[np.bool_]:
         parts = []
         for i in range(len(self.groups)):
-            if self.residual:
-                parts.append(np.ones(len(RESIDUAL_STEPS), dtype=bool))
-                if self.config.residual_options:
-                    parts.append(np.concatenate([[True], self._opt_ok[i]]))
-                continue
-            cnt = np.ones(self.levels.size, dtype=bool)
-            if i in self.top_group:
-                cnt &= self.levels > 0
-            parts += [cnt, self._opt_ok[i]]
+            parts += self.action_type.group_masks(self, i)
         m = np.concatenate(parts)
         m.setflags(write=False)
         return m
@@ -49,13 +41,7 @@ class ActionsMixin:
         """Valid values per action dimension, concatenated in ``action_space`` order (sb3-contrib's
         MultiDiscrete layout); never all-false per dimension. Residual mode: a group whose reference
         target is 0 vPods (no NeuScale group in its length range) only allows 0 (no change)."""
-        m = self._masks.copy()
-        if self.residual:
-            k = len(RESIDUAL_STEPS)
-            stride = k + (self.n_options + 1 if self.config.residual_options else 0)
-            for g in np.flatnonzero(self._ref_counts <= 0).tolist():
-                m[g * stride + 1: g * stride + k] = False
-        return m
+        return self.action_type.live_masks(self, self._masks.copy())
 
     def _residual_ladder(self) -> NDArray[np.int64]:
         """Count levels a residual step moves along: ``count_levels`` continued by factors of sqrt(2)
@@ -71,12 +57,8 @@ class ActionsMixin:
         a = np.asarray(action)
         n = self.action_space.nvec
         d = n.size // len(self.groups)  # dimensions per group
-        kinds = ("count", "option") if not self.residual else ("change", "option")[:d]
-        if not self.residual:
-            per = f"[count index in 0..{self.levels.size - 1}, option index in 0..{self.n_options - 1}]"
-        else:
-            per = (f"[change index in 0..{len(RESIDUAL_STEPS) - 1} (count-level changes {RESIDUAL_STEPS})"
-                   + (f", option index in 0..{self.n_options} (0 = the reference's)]" if d == 2 else "]"))
+        kinds = self.action_type.kinds(d)
+        per = self.action_type.per_group(self, d)
         allowed = f"allowed: {n.size} integers, {per} per group {self.groups}"
         if a.shape != n.shape:
             raise ActionError(f"action has shape {a.shape}; {allowed}")
@@ -108,7 +90,7 @@ class ActionsMixin:
             elif kind == "change":
                 out[i] = 0  # follow the reference
             else:
-                out[i] = 0 if self.residual else int(np.flatnonzero(self._opt_ok[g])[0])
+                out[i] = self.action_type.masked_option(self, g)
         return out, True
 
     def _capped(self, targets: dict[tuple[str, int], dict[int, int]]) -> dict[tuple[str, int], dict[int, int]]:
@@ -176,16 +158,7 @@ class ActionsMixin:
     def _update_reference(self) -> None:
         """Reference target vPods per env group: NeuScale's decision for the next epoch (residual mode;
         its warm start before the first decision), or the heuristic's counts (absolute mode)."""
-        ref = np.zeros(len(self.groups))
-        if self.residual:
-            assert self._ref_policy is not None
-            tg = self._pending.targets if self._pending is not None else self._ref_policy.targets
-            for key, tgt in tg.items():
-                p, b = PHASES.index(key[0]), int(np.searchsorted(self.edges, key[1]))
-                ref[int(self._env_group[p, b])] += sum(tgt.values())
-        elif self.sim is not None and self.last_ctx is not None:
-            ref = self.levels[self.heuristic_action()[0::2]].astype(float)
-        self._ref_counts = ref
+        self._ref_counts = self.action_type.reference_counts(self)
 
     def _decision(self, a: NDArray[np.int64]) -> ScalingDecision:
         targets: dict[tuple[str, int], dict[int, int]] = {}
@@ -243,9 +216,7 @@ class ActionsMixin:
         the warm-start sizing on the first 10 minutes of arrivals."""
         if self.last_ctx is None:
             raise ActionError("heuristic_action() needs reset() first")
-        if self.residual:
-            raise ActionError("heuristic_action() returns an absolute action; with action_mode = 'residual' the "
-                              "all-zero action follows the reference (NeuScale)")
+        self.action_type.require_absolute("heuristic_action", "the all-zero action follows the reference (NeuScale)")
         if self.last_ctx.time_s <= 0.0:  # nothing observed yet: the warm-start sizing
             return self._warm_action()
         return self._demand_action(self.last_ctx.rate_peak, self.last_ctx.tokens_per_req)
@@ -255,9 +226,7 @@ class ActionsMixin:
         env's groups: each group gets the summed vPod count of the decision's groups in its length range
         (rounded up to a count level) on its best fit; unlisted groups keep their current target.
         Absolute mode only (in residual mode the all-zero action is NeuScale's own decision)."""
-        if self.residual:
-            raise ActionError("action_from_decision() returns an absolute action; with action_mode = 'residual' "
-                              "the all-zero action follows NeuScale's decision")
+        self.action_type.require_absolute("action_from_decision", "the all-zero action follows NeuScale's decision")
         a = np.zeros(2 * len(self.groups), dtype=np.int64)
         add = np.zeros(len(self.groups))
         listed = np.zeros(len(self.groups), dtype=bool)

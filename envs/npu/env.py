@@ -20,7 +20,8 @@ target outright; ``"residual"`` changes NeuScale's own decision (below). The id
 ``servegym/NPUAutoscaleResidual-v0`` is this env with ``action_mode="residual"`` and
 ``reward_mode="base"`` (keyword overrides of the config, like any ``gym.make(id, key=value)``: a
 ``config`` sets every other field; ``gym.make(id, action_mode="absolute")`` would change the mode). Both drive the same
-simulator; the residual mode runs :class:`~servegym.baselines.npu.NeuScalePolicy` on the env's
+simulator, each a small class in :mod:`~servegym.envs.npu.action_modes` (space, masks, reset provisioning,
+decoding into a decision), so ``reset`` and ``step`` never branch on the mode; the residual mode runs :class:`~servegym.baselines.npu.NeuScalePolicy` on the env's
 simulator as :func:`~servegym.baselines.npu.run_policy` does, so it adds no dynamics.
 
 **Absolute action** ``MultiDiscrete([n_levels, n_options] * n_groups)``: per group (in ``env.groups`` order) a
@@ -186,8 +187,8 @@ from numpy.typing import NDArray
 from servegym.baselines.npu import (
     NeuScalePolicy,
     emergency_decision,
-    warm_start,
 )
+from servegym.envs.npu.action_modes import make_action_mode
 from servegym.envs.npu.actions import ActionsMixin
 from servegym.envs.npu.env_config import (
     ACTION_MODES,
@@ -284,16 +285,11 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
             self.workload = _split_workload(self.scenario, cfg.hours)
             self._build_groups(None, split_groups(self.edges, cfg.groups_per_phase, cfg.hours),
                                n_options=cfg.n_candidates + len(cfg.versions))
-        self.residual = cfg.action_mode == "residual"
+        # the action mode (action_modes.py): its space, masks, reset provisioning and decoding into decisions
+        self.action_type = make_action_mode(cfg.action_mode, cfg.residual_options)
+        self.residual = self.action_type.residual
         self.ladder = self._residual_ladder()
-        n_lv, n_opt = self.levels.size, self.n_options
-        if not self.residual:
-            nvec = [n_lv, n_opt] * len(self.groups)
-        elif cfg.residual_options:
-            nvec = [len(RESIDUAL_STEPS), n_opt + 1] * len(self.groups)
-        else:
-            nvec = [len(RESIDUAL_STEPS)] * len(self.groups)
-        self.action_space = spaces.MultiDiscrete(np.array(nvec, dtype=np.int64))
+        self.action_space = spaces.MultiDiscrete(np.array(self.action_type.nvec(self), dtype=np.int64))
         self._masks = self._static_masks()
         self._bounds_static()
         self.obs_fields = self._obs_fields()
@@ -433,22 +429,7 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
         self._targets = {}
         self._pending = None
         self._ref_policy = None
-        if self.residual:
-            # the reference drives this simulator exactly as run_policy does: its own warm start at t = 0,
-            # then one decision per epoch boundary (computed when the boundary is observed, applied with the
-            # agent's changes by the next step)
-            self._ref_policy = pol = NeuScalePolicy()
-            pol.reset(sim)
-            sim.provision(ScalingDecision(self._capped(warm_start(sim, pol))))
-            pol.targets = self._capped({k: v for k, v in pol.targets.items() if v})
-            self._targets = pol.targets
-        elif cfg.warm_start:
-            a = self._warm_action()
-            dec = self._decision(a)
-            sim.provision(dec)
-            self._targets = {k: dict(v) for k, v in dec.targets.items() if v}
-            self._count = self.levels[a[0::2]]
-            self._option = a[1::2].copy()
+        self.action_type.start(self, sim)  # the mode's initial deployment (warm start or the reference's)
         self.last_ctx = sim.observe()
         self._update_reference()
         info = self._state_info()
@@ -496,25 +477,7 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
         a, adjusted = self._check_action(action)
         n0 = sim.next_req
         cc = self.cluster_config
-        if self.residual:
-            pol = self._ref_policy
-            assert pol is not None
-            if self._pending is None and not a.any():
-                pass  # the warm start stands, as in run_policy's first epoch
-            else:
-                base = self._pending.targets if self._pending is not None else dict(pol.targets)
-                targets = self._residual_targets(a, base)
-                sim.apply(ScalingDecision(targets))
-                pol.targets = {k: v for k, v in targets.items() if v}
-            self._targets = pol.targets
-            if self.config.residual_options:
-                self._option = a[1::2].copy()
-        else:
-            dec = self._decision(a)
-            sim.apply(dec)
-            self._targets = {k: dict(v) for k, v in dec.targets.items() if v}
-            self._count = self.levels[a[0::2]]
-            self._option = a[1::2].copy()
+        self.action_type.apply(self, sim, a)
         n_emergency = 0
         if self.config.uses_safety_layer:
             # the agent decides once per epoch; at the other 60-s decision points the emergency scale-out
@@ -537,9 +500,7 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
                       "slo_miss_share": flows["slo_misses"] / max(flows["arrived"], 1)}
         self.last_ctx = sim.observe()
         truncated = self._t >= self.horizon
-        if self.residual and not truncated:
-            assert self._ref_policy is not None
-            self._pending = self._ref_policy.decide(self.last_ctx)
+        self.action_type.observed(self, truncated)
         self._update_reference()
         info = self._state_info()
         info.update(flows, action_adjusted=adjusted, emergency_scaleouts=n_emergency)

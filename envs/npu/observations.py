@@ -111,9 +111,7 @@ class ObservationsMixin:
         for g in range(len(self.groups)):
             if tpr[g] <= 0:
                 continue
-            opt = int(self._option[g])
-            if self.residual:  # the reference's configuration (best fit) unless the agent chose one
-                opt = opt - 1 if opt > 0 else 0
+            opt = self.action_type.option_index(self, g)
             cid, b = self.options[g][opt], self.group_bucket[g]
             out[g] = float(sim.tps[cid, b, sim.jmax[cid, b]]) / tpr[g]
         return out
