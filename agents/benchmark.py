@@ -113,7 +113,6 @@ def evaluate_policy(env_id: str, policy: str | None = None, model: str | Path | 
     ``episodes`` episodes of ``split``, with the env's yardsticks (naive, paper, strongest, oracle) on
     the same seeds. Several models (one per training seed, the same algorithm) are pooled: every model
     plays the same episodes, and the statistics run over models x episodes."""
-    from tqdm.auto import tqdm
 
     if (policy is None) == (model is None):
         raise ConfigError("give exactly one of --policy NAME or --model PATH")
@@ -149,8 +148,11 @@ def evaluate_policy(env_id: str, policy: str | None = None, model: str | Path | 
             raise
     anchor_names = list(dict.fromkeys(roles[r] for r in ANCHOR_ROLES if r in roles))
     n_own = len(acts) if acts else (0 if name in anchor_names else 1)
-    with tqdm(total=len(seeds) * (len(anchor_names) + n_own), desc=f"benchmark {env_id.split('/')[-1]} ({split})",
-              unit="episode", disable=not progress) as bar:
+    from servegym.progress import Progress
+
+    with Progress(len(seeds) * (len(anchor_names) + n_own), f"benchmark {env_id.split('/')[-1]} ({split})",
+                  "episode", what=f"{label} and the yardsticks ({', '.join(anchor_names)}) on "
+                  f"{len(seeds)} {split or 'fixed-scenario'} episodes each", disable=not progress) as bar:
         try:
             runs = run_policy_episodes(env_id, env, anchor_names, seeds, progress=bar)
             if acts:
@@ -352,6 +354,25 @@ FULL_COST_S_PER_SEED: dict[str, float] = {
 }
 
 
+def suite_progress(budget: str, entries: Sequence[SuiteEntry], todo: Sequence[dict[str, Any]],
+                   workers: int | None) -> tuple[str, tuple[float | None, str]]:
+    """The suite's progress start line: what it runs, and the estimated time of its training tasks at the
+    quick suite's measured rates (:data:`servegym.progress.TRAIN_STEPS_PER_S`) shared by ``workers``."""
+    from servegym.progress import train_estimate
+
+    trains = [t for t in todo if t.get("kind") == "train"]
+    total = 0.0
+    for t in trains:
+        s, _ = train_estimate(t["entry"]["env_id"], int(t["entry"]["timesteps"]))
+        total += s or 0.0
+    n = max(1, min(workers or os.cpu_count() or 1, len(todo) or 1))
+    what = (f"{len(entries)} env ids: {len(trains)} training runs and {len(todo) - len(trains)} baseline tasks, "
+            "then the leaderboard")
+    basis = (f"training only, at the quick suite's measured steps/s per id, shared by {n} processes; validation "
+             "and test episodes add to it")
+    return what, ((total / n if total else None), basis)
+
+
 def budget_cost(budget: str, workers: int = 2) -> str:
     """A one-paragraph statement of ``budget``'s estimated cost (``full``: FULL_COST_S_PER_SEED; the others
     are sized to fit 30 min per env id on 2 cores, as leaderboard.md reports per id)."""
@@ -549,11 +570,13 @@ def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir:
                 journal.add(task_key(task), output)
                 by_key[task_key(task)] = output
 
+            what, est = suite_progress(budget, entries, todo, workers)
             if todo and ray_address is not False:
                 run_ray(todo, address=ray_address or None, workers=workers, progress=progress, fn=suite_task,
-                        tidy=False, on_result=on_result)
+                        tidy=False, on_result=on_result, desc=f"benchmark suite ({budget})", what=what, estimate=est)
             elif todo:
-                run_local(todo, workers=workers, progress=progress, fn=suite_task, tidy=False, on_result=on_result)
+                run_local(todo, workers=workers, progress=progress, fn=suite_task, tidy=False, on_result=on_result,
+                          desc=f"benchmark suite ({budget})", what=what, estimate=est)
         finally:
             journal.close()
         # task order, whatever order they finished in; journalled outputs went through JSON, so fresh ones do too
@@ -652,7 +675,9 @@ def fill_missing_baselines(budget: str, out_dir: str | Path = RESULTS_DIR, env_i
                 continue
             tasks = [{"kind": "baseline", "env_id": e.env_id, "env_kwargs": e.env_kwargs, "policy": p, "seed": s}
                      for p in missing for s in seeds_from(TEST_SEED, e.episodes)]
-            new = run_local(tasks, workers=workers, progress=progress, fn=suite_task, tidy=False)
+            new = run_local(tasks, workers=workers, progress=progress, fn=suite_task, tidy=False,
+                            desc=f"benchmark fill {e.env_id.split('/')[-1]}",
+                            what=f"{', '.join(missing)} on the stored test seeds")
             new = [json.loads(json.dumps(o, default=_json_default)) for o in new]
             save_entry_outputs(e, [*mine, *new], budget, Path(out_dir), runs[e.env_id])
             added[e.env_id] = missing

@@ -38,9 +38,9 @@ from servegym.agents.model_io import save_obs_stats
 from servegym.agents.rollout import agent_act_fn, play_episode
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.logger import TensorBoardOutputFormat
-from tqdm.auto import tqdm
 
 from servegym.outputs import save_model
+from servegym.progress import stamp
 
 
 def tb_writer(logger: Any) -> Any | None:
@@ -64,24 +64,31 @@ class StopCallback(BaseCallback):
 
 
 class TqdmCallback(BaseCallback):
-    """A tqdm bar over environment steps (SB3's own bar needs rich; this needs only tqdm)."""
+    """Progress over environment steps (:class:`servegym.progress.Progress`: a start line with the estimated
+    time, a tqdm bar on a terminal, timestamped lines in a log). ``what`` and ``estimate`` (seconds or None, what
+    it rests on) describe the run on the start line."""
 
-    def __init__(self, total: int, disable: bool | None = None) -> None:
+    def __init__(self, total: int, disable: bool | None = None, what: str = "",
+                 estimate: tuple[float | None, str] = (None, "")) -> None:
         super().__init__()
         self.total = total
         self.disable = disable
+        self.what = what
+        self.estimate = estimate
         self._bar: Any = None
 
     def _on_training_start(self) -> None:
-        import sys
+        from servegym.progress import Progress
 
-        # a log file gets an update every 10 s instead of every 0.1 s
-        interval = 0.1 if sys.stderr.isatty() else 10.0
         rollout = int(getattr(self.model, "n_steps", 0) or 0) * int(self.training_env.num_envs)
         if rollout > 0:  # on-policy algorithms train whole rollouts: the bar shows the steps they will run
             self.total = math.ceil(self.total / rollout) * rollout
-        self._bar = tqdm(total=self.total, unit="step", desc="train", disable=self.disable, dynamic_ncols=True,
-                         mininterval=interval)
+        done = int(self.model.num_timesteps)
+        est, basis = self.estimate
+        if est is not None and self.total:  # the estimate was for the full budget; a resumed run does the rest
+            est *= max(self.total - done, 0) / self.total
+        self._bar = Progress(max(self.total - done, 0), "train", "step", what=self.what, estimate_s=est,
+                             basis=basis, disable=bool(self.disable))
 
     def _on_step(self) -> bool:
         self._bar.update(self.training_env.num_envs)
@@ -268,7 +275,8 @@ class SeededEvalCallback(BaseCallback):
                     save_obs_stats(vn, self.best_path.with_name(self.best_path.stem + "_vecnormalize.npz"))
         if self.verbose:
             shown = ", ".join(f"{k}={v:.4g}" for k, v in summary.items() if k != "timesteps")
-            tqdm.write(f"eval @ {step}: {shown}")
+            # timestamped, and flushed: the line reaches a log file when it happens, not when the run ends
+            print(f"[{stamp()}] eval @ {step}: {shown}", flush=True)
         return summary
 
 

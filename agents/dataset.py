@@ -214,7 +214,6 @@ def record_dataset(env_id: str, policy: str | None = None, model: str | None = N
     from servegym.agents.benchmark import make_split_env
     from servegym.agents.families import family_for
     from servegym.agents.rollout import seeds_from
-    from tqdm.auto import tqdm
 
     minari = minari_module()
     if (policy is None) == (model is None):
@@ -244,9 +243,11 @@ def record_dataset(env_id: str, policy: str | None = None, model: str | None = N
         counter = _StepCounter(collector)  # outside the collector, so the stored env spec is the env's own
         t0 = time.perf_counter()
         results = []
-        with tqdm(seeds, desc=f"dataset {label} on {env_id.split('/')[-1]} ({split})", unit="episode",
-                  disable=not progress) as bar:
-            for s in bar:
+        from servegym.progress import Progress
+
+        with Progress(len(seeds), f"dataset {label} on {env_id.split('/')[-1]} ({split})", "episode",
+                      what=f"recording {label}'s episodes as {ds_id}", disable=not progress) as bar:
+            for s in bar.iterate(seeds):
                 before = counter.steps
                 res = run(counter, s)
                 if counter.steps - before != res.length:  # the runner did not play the recorded env

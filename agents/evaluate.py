@@ -177,7 +177,6 @@ def evaluate_model(env_id: str | None, model_path: str | Path, episodes: int = 5
     ``summary.png`` to ``out_dir`` when given, each atomically; an ``out_dir`` that already holds an
     evaluation is refused before anything is played, unless ``force``."""
     from servegym.agents.train import EVAL_SEED, check_env_id, load_agent
-    from tqdm.auto import tqdm
 
     if out_dir is not None and (Path(out_dir) / "episodes.csv").exists() and not force:
         from servegym.outputs import refuse_existing
@@ -196,7 +195,10 @@ def evaluate_model(env_id: str | None, model_path: str | Path, episodes: int = 5
     start = seed if seed is not None else (run.get("eval_seeds") or [EVAL_SEED])[0]
     seeds = seeds_from(start, episodes)
     env = gym.make(env_id, **kwargs)
-    bar = tqdm(total=len(seeds) * (1 + len(names)), desc="evaluate", unit="episode", disable=not progress)
+    from servegym.progress import Progress
+
+    bar = Progress(len(seeds) * (1 + len(names)), f"evaluate {env_id.split('/')[-1]}", "episode",
+                   what=f"the agent and {len(names)} baselines on {len(seeds)} seeds each", disable=not progress)
     try:
         act = agent_act_fn(model, norm)
         results = []

@@ -213,33 +213,41 @@ def _tidy(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def run_local(tasks: Sequence[dict[str, Any]], workers: int | None = None, progress: bool = True,
-              fn: Any = None, tidy: bool = True, on_result: Any = None) -> Any:
+              fn: Any = None, tidy: bool = True, on_result: Any = None, desc: str = "sweep", what: str = "",
+              estimate: tuple[float | None, str] = (None, "")) -> Any:
     """The grid on a ``spawn`` process pool (``workers`` default: CPU count, at most the cell count);
     ``workers=1`` runs the cells in this process (no start-up cost, same results). ``fn`` (a
     module-level function of one task dict; default :func:`run_task`) plays a cell; ``tidy=False``
     returns its outputs as a list instead of the tidy DataFrame; ``on_result(task, output)`` is called
     as each cell finishes (the journal of a resumable run). On any exception, :class:`Interrupted`
-    included, the pool's workers are terminated before it propagates: no process outlives the run."""
+    included, the pool's workers are terminated before it propagates: no process outlives the run.
+    ``desc``, ``what`` and ``estimate`` (seconds or None, and what it rests on) name the progress lines
+    (:class:`servegym.progress.Progress`)."""
     fn = run_task if fn is None else fn
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    from tqdm.auto import tqdm
-
     from servegym.outputs import ignore_sigint
+    from servegym.progress import Progress
 
     n = workers or os.cpu_count() or 1
     n = max(1, min(n, len(tasks)))
     rows = []
+    unit = "task" if fn is not run_task else "cell"
+    where = "in this process" if n == 1 else f"on {n} processes"
+    head = f"{what + ' ' if what else ''}{where}"
     if n == 1 or not tasks:
-        for t in tqdm(tasks, desc="sweep (in process)", unit="cell", disable=not progress):
-            rows.append(fn(t))
-            if on_result is not None:
-                on_result(t, rows[-1])
+        with Progress(len(tasks), desc, unit, what=head, estimate_s=estimate[0], basis=estimate[1],
+                      disable=not progress or not tasks) as bar:
+            for t in bar.iterate(tasks):
+                rows.append(fn(t))
+                if on_result is not None:
+                    on_result(t, rows[-1])
         return _tidy(rows) if tidy else rows
     pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"), initializer=ignore_sigint)
     try:
-        with tqdm(total=len(tasks), desc=f"sweep ({n} processes)", unit="cell", disable=not progress) as bar:
+        with Progress(len(tasks), desc, unit, what=head, estimate_s=estimate[0], basis=estimate[1],
+                      disable=not progress) as bar:
             futures = {pool.submit(fn, t): t for t in tasks}
             for fut in as_completed(futures):
                 rows.append(fut.result())
@@ -278,13 +286,14 @@ def _import_ray() -> Any:
 
 
 def run_ray(tasks: Sequence[dict[str, Any]], address: str | None = None, workers: int | None = None,
-            progress: bool = True, fn: Any = None, tidy: bool = True, on_result: Any = None) -> Any:
+            progress: bool = True, fn: Any = None, tidy: bool = True, on_result: Any = None, desc: str = "sweep",
+            what: str = "", estimate: tuple[float | None, str] = (None, "")) -> Any:
     """The grid on Ray: a local Ray instance (``address`` None) or an existing cluster (``"auto"`` or
     ``"ray://host:10001"``). ``workers`` caps the CPUs of a local instance. A task whose worker or node
     dies is retried by Ray (:data:`RAY_TASK_RETRIES` times; cells are deterministic, so a retried cell
     gives the same row); ``on_result`` as in :func:`run_local`; on an exception the pending tasks are
-    cancelled."""
-    from tqdm.auto import tqdm
+    cancelled. ``desc``, ``what``, ``estimate``: the progress lines, as in :func:`run_local`."""
+    from servegym.progress import Progress
 
     ray = _import_ray()
     started = False
@@ -301,7 +310,9 @@ def run_ray(tasks: Sequence[dict[str, Any]], address: str | None = None, workers
         pending = list(refs)
         rows = []
         try:
-            with tqdm(total=len(tasks), desc="sweep (ray)", unit="cell", disable=not progress) as bar:
+            with Progress(len(tasks), desc, "task" if fn is not None else "cell",
+                          what=f"{what + ' ' if what else ''}on Ray", estimate_s=estimate[0], basis=estimate[1],
+                          disable=not progress) as bar:
                 while pending:
                     done, pending = ray.wait(pending, num_returns=1)
                     for ref in done:
@@ -429,7 +440,7 @@ def run_sweep_to(cfg: SweepConfig, out: str | Path, *, force: bool = False, resu
         journal.open(header, keep=kept)
         try:
             rows = run_sweep_tasks(todo, workers=workers, ray_address=ray_address, progress=progress,
-                                   on_result=lambda _t, row: journal.add(cell_key(row), row))
+                                   on_result=lambda _t, row: journal.add(cell_key(row), row), what=_what(cfg))
         finally:
             journal.close()
         df = _tidy([*done.values(), *rows]) if (done or rows) else pd.DataFrame(columns=list(CELL_KEYS))
@@ -441,17 +452,24 @@ def run_sweep_to(cfg: SweepConfig, out: str | Path, *, force: bool = False, resu
 def run_sweep(cfg: SweepConfig, workers: int | None = None, ray_address: str | bool | None = False,
               progress: bool = True) -> pd.DataFrame:
     """Run every cell: on Ray when ``ray_address`` is not False (None/"" = a local Ray), else locally."""
-    return _tidy(run_sweep_tasks(cfg.tasks(), workers=workers, ray_address=ray_address, progress=progress))
+    return _tidy(run_sweep_tasks(cfg.tasks(), workers=workers, ray_address=ray_address, progress=progress,
+                                 what=_what(cfg)))
+
+
+def _what(cfg: SweepConfig) -> str:
+    """The progress start line's description of a sweep."""
+    return (f"{cfg.name}: {len(cfg.policies)} policies x {len(cfg.scenarios)} scenarios x {len(cfg.seeds)} seeds "
+            "(one episode per cell)")
 
 
 def run_sweep_tasks(tasks: Sequence[dict[str, Any]], workers: int | None = None,
                     ray_address: str | bool | None = False, progress: bool = True,
-                    on_result: Any = None) -> list[dict[str, Any]]:
+                    on_result: Any = None, what: str = "") -> list[dict[str, Any]]:
     """The rows of ``tasks`` (any order) on Ray or the local pool (:func:`run_sweep`)."""
     if ray_address is not False:
         return run_ray(tasks, address=ray_address or None, workers=workers, progress=progress, tidy=False,
-                       on_result=on_result)
-    return run_local(tasks, workers=workers, progress=progress, tidy=False, on_result=on_result)
+                       on_result=on_result, what=what)
+    return run_local(tasks, workers=workers, progress=progress, tidy=False, on_result=on_result, what=what)
 
 
 def summary_table(df: pd.DataFrame, out_path: str | Path | None = None, width: int = 120) -> str:

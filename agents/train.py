@@ -324,7 +324,13 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
                                                  save_path=str(run_dir / "checkpoints"), name_prefix="model"))
     if cfg.progress:
         # shown in logs too (not only on terminals), as compare and evaluate do
-        callbacks.append(TqdmCallback(timesteps, disable=False))
+        from servegym.progress import train_estimate
+
+        n_evals = (timesteps // eval_freq + 1) if eval_freq > 0 else 1
+        what = (f"{spec.name} on {cfg.env_id}, seed {cfg.seed}, {n_envs} env(s); {n_evals} evaluations on "
+                f"{len(eval_seeds)} seeds (agent and {len(baselines)} baselines)")
+        callbacks.append(TqdmCallback(timesteps, disable=False, what=what,
+                                      estimate=train_estimate(cfg.env_id, timesteps)))
     tb_name = f"{cfg.env_id.split('/')[-1]}_{spec.name}_s{cfg.seed}"
     try:
         if done < timesteps:

@@ -634,30 +634,33 @@ def compare(model_name: str = "Llama-3-70B", trace: str = "azure", hours: float 
     wl = make_workload(trace, hours=hours, seed=seed, rate_rpm=rate_rpm, day=None if trace == "bursty" else day)
     cat = ConfigCatalog(cfg)
     out: list[CompareResult] = []
+    epochs = int(wl.duration_s // cfg.epoch_s)
+    played = [p for p in policies if p != "ideal"]
+    bar = None
+    if progress:
+        from servegym.progress import Progress
+
+        bar = Progress(epochs * len(played), "npu compare", "epoch", what=f"{', '.join(policies)} on {model_name}, "
+                       f"{trace}, {hours:g} h (seed {seed})")
     for name in policies:
         sim = NPUCluster(cfg, wl, seed=seed, catalog=cat)
         if name == "ideal":
             s = ideal_metrics(sim)
             out.append(CompareResult(name, s, np.zeros((0, 2, NB)), np.zeros(0), np.zeros(0)))
             continue
-        bar = None
         cb = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=int(wl.duration_s // cfg.epoch_s), desc=f"{name} {model_name} {trace}", unit="epoch")
-
+        if bar is not None:
             def cb(_e: int, bar: Any = bar) -> None:
                 bar.update(1)
         s = run_policy(sim, make_policy(name), progress=cb)
-        if bar is not None:
-            bar.close()
         per = round(cfg.epoch_s / cfg.check_s)
         hist = sim.history
         alive = np.array([hist[i].alive for i in range(per - 1, len(hist), per)])
         e = np.array([sum(h.energy_j.sum() for h in hist[i:i + per]) for i in range(0, len(hist), per)])
         slo = np.array([_slo(hist[i:i + per]) for i in range(0, len(hist), per)])
         out.append(CompareResult(name, s, alive, e, slo))
+    if bar is not None:
+        bar.close()
     return out
 
 

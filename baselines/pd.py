@@ -256,9 +256,10 @@ def compare_policies(config: PDEnvConfig | dict[str, Any] | None = None, *, seed
                                                                           env.signals.base_rate_rps.size)
     bar = None
     if progress:
-        from tqdm import tqdm
+        from servegym.progress import Progress
 
-        bar = tqdm(total=steps * len(pols), desc="pd compare", unit="step", leave=False)
+        bar = Progress(steps * len(pols), "pd compare", "step", what=f"{len(pols)} policies on the same scenario "
+                       f"(seed {seed}), {steps:,} periods each")
     try:
         return [run_policy(env, p, seed=seed, max_steps=steps, progress=bar) for p in pols]
     finally:

@@ -147,14 +147,14 @@ def run_comparison(config: GeoConfig, policies: Sequence[str], seeds: int | Sequ
     tasks = [(config, spec, seed) for spec in run_specs for seed in seed_list]
     bar = None
     if progress:
-        from tqdm import tqdm
+        from servegym.progress import Progress
 
-        bar = tqdm(total=len(tasks), unit="run", desc="geo compare", leave=False)
+        where = "in this process" if workers == 1 or len(tasks) == 1 else f"on {min(workers, len(tasks))} processes"
+        bar = Progress(len(tasks), "geo compare", "run", what=f"{len(run_specs)} policies x {len(seed_list)} seeds "
+                       f"{where}")
     rows: list[dict[str, Any]] = []
     if workers == 1 or len(tasks) == 1:
         for task in tasks:
-            if bar is not None:
-                bar.set_postfix_str(f"{task[1]} seed {task[2]}")
             rows.append(_run_task(task))
             if bar is not None:
                 bar.update(1)

@@ -125,7 +125,6 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    import sys
 
     from servegym.baselines.npu import compare, plot_compare
     from servegym.envs.npu.sim.catalog import MODELS
@@ -144,7 +143,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                         f"--rate-rpm {rate:g} x --hours {args.hours:g}", "--max-requests")
     pols = tuple(x.strip() for x in args.policies.split(",") if x.strip())
     res = compare(args.model, args.trace, args.hours, pols, seed=args.seed, objective=args.objective,
-                  rate_rpm=args.rate_rpm, osl_accuracy=args.osl_accuracy, progress=sys.stderr.isatty(), day=args.day)
+                  rate_rpm=args.rate_rpm, osl_accuracy=args.osl_accuracy, progress=not args.json, day=args.day)
     if args.plot_dir:
         plot_compare(res, args.plot_dir, f"{args.model} {args.trace} {args.hours:g} h")
     rows = [r.row() for r in res]

@@ -139,6 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 2
+    # results printed line by line reach a log file at once (progress lines go to stderr, flushed)
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(line_buffering=True)
     try:
         check_shared_options(args)
         register_envs()  # deferred by the console script (servegym_launch) until a subcommand runs
