@@ -105,11 +105,15 @@ def behaviour_clone(model: Any, make_env: Callable[[], gym.Env], ws: WarmStart, 
     obs, act, masks = follow_rollout(make_env, ws.steps, seed)
     vn = model.get_vec_normalize_env()
     if vn is not None and vn.norm_obs:
+        # start the running statistics from the reference's states: normalized with the fresh statistics
+        # (mean 0, variance 1) the cloned mapping would shift as soon as RL updates them
+        vn.obs_rms.update(obs)
         obs = vn.normalize_obs(obs)
     policy = model.policy
-    discrete = isinstance(model.action_space, gym.spaces.Discrete)
+    discrete = isinstance(model.action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete))
     if not discrete and not isinstance(model.action_space, gym.spaces.Box):
-        raise ConfigError(f"warm_start: action space {model.action_space} is not Discrete or Box; allowed: those")
+        raise ConfigError(f"warm_start: action space {model.action_space} is not Discrete, MultiDiscrete or Box; "
+                          "allowed: those")
     opt = th.optim.Adam(policy.parameters(), lr=ws.learning_rate)
     rng = np.random.default_rng(seed)
     n = len(obs)
@@ -147,6 +151,7 @@ def _agreement(policy: Any, obs: Any, act: Any, masks: np.ndarray | None, discre
     """Share of the states whose greedy action is the follow action (continuous: within 0.05 on every entry)."""
     dist = _distribution(policy, obs, masks)
     mode = dist.mode()
-    if discrete:
-        return float((mode == act).float().mean())
+    if discrete:  # MultiDiscrete: every entry equal
+        eq = mode == act
+        return float((eq.all(dim=-1) if eq.dim() > 1 else eq).float().mean())
     return float(((mode - act).abs() <= 0.05).all(dim=-1).float().mean())
