@@ -44,6 +44,8 @@ VARIANTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("shift-topology", "shift-topology", {}),
     ("test load=high", "test", {"load": "high"}),
     ("test ci_time_scale=120", "test", {"ci_time_scale": 120.0}),
+    ("shift-osl", "shift-osl", {}),
+    ("shift-ci-forecast", "shift-ci-forecast", {}),
 )
 PAPER, NAIVE, MOER = "milp", "rr", "moer"
 REPS = 2000
