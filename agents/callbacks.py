@@ -167,9 +167,11 @@ class SeededEvalCallback(BaseCallback):
     def __init__(self, make_env: Callable[[], gym.Env], family: Family, seeds: Sequence[int],
                  baselines: Sequence[str], eval_freq: int, best_path: Path | None, verbose: int = 0,
                  strict_baselines: bool = True, references: dict[str, str] | None = None,
-                 stop: threading.Event | None = None) -> None:
+                 stop: threading.Event | None = None, eval_at_start: bool = False) -> None:
         super().__init__(verbose)
         self.stop = stop
+        # a warm-started policy is a checkpoint candidate before any RL step (RL may only degrade it)
+        self.eval_at_start = eval_at_start
         self.references = references
         self.best_score = -math.inf
         self.make_env = make_env
@@ -195,6 +197,8 @@ class SeededEvalCallback(BaseCallback):
             layout = {"servegym: agent vs baselines (same seeds)": {
                 k: ["Multiline", [f"eval/{k}$", f"baseline/.*/{k}$"]] for k in keys}}
             writer.add_custom_scalars(layout)
+        if self.eval_at_start and not self.history:
+            self.evaluate()
 
     def _on_rollout_start(self) -> None:
         # Checked between rollouts, where the policy has just been updated: evaluating inside an

@@ -314,7 +314,7 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
     evaluator = SeededEvalCallback(make_eval_env, family, eval_seeds, baselines,
                                    eval_freq if eval_freq > 0 else timesteps + 1, best_path,
                                    verbose=cfg.verbose, strict_baselines=cfg.baselines not in (None, "all"),
-                                   references=refs, stop=stop)
+                                   references=refs, stop=stop, eval_at_start=warm is not None)
     if previous is not None:
         evaluator.resume_from(previous["eval_history"], done)
     callbacks: list[Any] = [StopCallback(stop), EpisodeMetricsCallback(family), evaluator]

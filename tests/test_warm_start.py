@@ -106,3 +106,24 @@ def test_pd_residual_multidiscrete_clone_with_normalized_observations() -> None:
         if term or trunc:
             break
     assert same >= 0.9 * 120
+
+
+@pytest.mark.slow
+def test_warm_started_run_evaluates_the_clone_before_rl(tmp_path) -> None:
+    """servegym train with warm_start evaluates the cloned policy at step 0 (a checkpoint candidate: if RL only
+    degrades it, validation selection keeps it), and run.json records the warm start."""
+    import json
+
+    from servegym.agents.train import TrainConfig, train
+
+    hp = tmp_path / "hp.yml"
+    hp.write_text("maskable-ppo:\n  n_envs: 2\n  n_timesteps: 64\n  normalize: true\n  n_steps: 32\n"
+                  "  batch_size: 32\n  n_epochs: 1\n  policy_kwargs: {net_arch: [32, 32]}\n"
+                  "  warm_start: {steps: 512, epochs: 2}\n")
+    kw = {"config": {"reference": "min-power+forecast:0.97", "scenario": {"horizon_steps": 60}}}
+    res = train(TrainConfig(env_id="servegym/PDProvisionResidual-v0", algo="maskable-ppo", hyperparams=str(hp),
+                            env_kwargs=kw, eval_freq=0, eval_episodes=1, baselines="none", checkpoint_freq=0,
+                            progress=False, verbose=0, tb=None, out=str(tmp_path / "m.zip")))
+    run = json.loads(res.run_file.read_text())
+    assert [h["timesteps"] for h in run["eval_history"]] == [0.0, 64.0]
+    assert run["warm_start"]["steps"] == 512 and res.best_model_path is not None
