@@ -173,6 +173,7 @@ class SeededEvalCallback(BaseCallback):
         # a warm-started policy is a checkpoint candidate before any RL step (RL may only degrade it)
         self.eval_at_start = eval_at_start
         self.references = references
+        self.last_results: list[EpisodeResult] = []
         self.best_score = -math.inf
         self.make_env = make_env
         self.family = family
@@ -215,6 +216,24 @@ class SeededEvalCallback(BaseCallback):
         if self.stop is not None and self.stop.is_set():
             return  # interrupted: save and exit now; a resumed run evaluates at its next period and at its end
         self.evaluate()
+        if self.verbose:
+            for line in self.verdicts():
+                print(f"[{stamp()}] {line}", flush=True)
+
+    def verdicts(self) -> list[str]:
+        """The last evaluation's paired verdicts against the references (:func:`servegym.agents.protocol.
+        paired_verdict`, the rule ``servegym evaluate`` and the leaderboard use), on the evaluation seeds."""
+        from servegym.agents import protocol
+
+        if not self.last_results or self._env is None:
+            return []
+        kpi = protocol.kpi_metric(self._env)
+        if kpi not in self.last_results[0].metrics:
+            return []
+        names = dict.fromkeys((self.references or {}).values()) or dict.fromkeys(self.baseline_results)
+        return [f"final eval ({len(self.seeds)} validation seeds): "
+                + protocol.paired_verdict(self.last_results, self.baseline_results[n], kpi, n).text("agent")
+                for n in names if n in self.baseline_results]
 
     def resume_from(self, history: Sequence[dict[str, Any]], timesteps: int) -> None:
         """Continue an interrupted run: its evaluation history, best score and next evaluation step."""
@@ -234,6 +253,7 @@ class SeededEvalCallback(BaseCallback):
         vn = self.model.get_vec_normalize_env()
         act = agent_act_fn(self.model, vn.normalize_obs if vn is not None else None)
         results = [play_episode(self._env, act, s, "agent", self.family.metrics) for s in self.seeds]
+        self.last_results = results
         summary = summarize_episodes(results)
         scores = self._scores(results)
         if scores is not None:

@@ -94,16 +94,13 @@ def markdown_table(summary: pd.DataFrame) -> str:
 
 
 def explanations(summary: pd.DataFrame, family: Family, width: int = report.WIDTH) -> list[str]:
-    """Lines after the table: identical rows and why, the policy legend, and the verdict on mean reward
-    (the agent's rank and its gap to the best baseline)."""
+    """Lines after the table: identical rows and why, and the policy legend. The verdicts are the protocol's
+    paired ones (:func:`_verdicts`, as ``servegym benchmark`` and the leaderboard give them), not a ranking by
+    mean reward, which ignores noise."""
     _, rows = table_cells(summary)
     cells = {r[0]: r[1:] for r in rows}
     out = [report.wrap(report.explain_identical(family.name, g), width, "  ") for g in report.identical_groups(cells)]
     out += report.legend(family.name, list(cells), width)
-    scores = dict(zip(summary["policy"], summary["reward_mean"].astype(float), strict=True))
-    excl = ("ideal",) if family.name == "npu" else ()  # the oracle bound is not a competitor
-    out.append(report.wrap(report.verdict(scores, higher_is_better=True, what="mean episode reward", exclude=excl),
-                           width, "  "))
     return out
 
 

@@ -554,9 +554,28 @@ class Verdict:
                 "slo_diff_pp": _json_float(self.slo_diff_pp), "slo_diff_ci": [_json_float(v) for v in self.slo_ci],
                 "slo_tolerance_pp": _json_float(self.slo_tolerance_pp), "beats": self.beats}
 
+    @property
+    def within_noise(self) -> bool:
+        """The KPI difference's paired 95 % CI includes 0 (or there is no CI): no difference is shown either way."""
+        lo, hi = self.kpi_ci
+        return self.episodes < 2 or not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0.0 <= hi
+
+    def reason(self) -> str:
+        """Why the verdict is what it is, in a few words."""
+        if self.beats:
+            return f"lower {self.kpi} beyond noise, SLO within tolerance"
+        if self.episodes < 2:
+            return "one paired episode: no CI, never a win"
+        if self.within_noise:
+            return f"{self.kpi} difference within noise (the 95 % CI includes 0)"
+        if self.kpi_ci[1] < 0.0:
+            return f"lower {self.kpi} but SLO violation above the tolerance"
+        return f"higher {self.kpi} beyond noise"
+
     def text(self, policy: str) -> str:
         word = "beats" if self.beats else "does not beat"
-        return (f"{policy} {word} {self.baseline}: {self.kpi} {self.kpi_diff:+.4g} [{self.kpi_ci[0]:+.4g}, "
+        return (f"{policy} {word} {self.baseline} ({self.reason()}): {self.kpi} {self.kpi_diff:+.4g} "
+                f"[{self.kpi_ci[0]:+.4g}, "
                 f"{self.kpi_ci[1]:+.4g}], SLO violation {self.slo_diff_pp:+.3g} pp [{self.slo_ci[0]:+.3g}, "
                 f"{self.slo_ci[1]:+.3g}] (tolerance {self.slo_tolerance_pp:.3g} pp; {self.episodes} paired episodes)")
 

@@ -133,7 +133,7 @@ def test_evaluate_writes_table_and_plot(trained: dict, capsys) -> None:
 
     md = (out / "summary.md").read_text()
     assert BEATS_RULE in md
-    assert all(f"agent beats {b}: " in md or f"agent does not beat {b}: " in md for b in trained["baselines"])
+    assert all(f"agent beats {b} (" in md or f"agent does not beat {b} (" in md for b in trained["baselines"])
 
 
 def _sweep_config(trained: dict, path: Path) -> Path:

@@ -203,10 +203,15 @@ def test_paired_verdict_needs_a_ci_below_zero_and_slo_within_the_scaled_toleranc
     v = protocol.paired_verdict(res([9.0, 19.0, 29.5, 39.0], [1.0, 1.0, 1.1, 1.0]), base, "carbon_g")
     assert v.beats and v.kpi_ci[1] < 0 and v.episodes == 4 and v.slo_diff_pp == pytest.approx(0.025)
     assert v.kpi_diff == pytest.approx(-0.875)
-    # lower on average, but one scenario much worse: the paired CI reaches above 0
-    assert not protocol.beats(res([5.0, 15.0, 25.0, 60.0], [1.0] * 4), base, "carbon_g")
+    assert v.text("agent").startswith("agent beats p (lower carbon_g beyond noise, SLO within tolerance): ")
+    # lower on average, but one scenario much worse: the paired CI reaches above 0, and the text says so
+    noisy = protocol.paired_verdict(res([5.0, 15.0, 25.0, 60.0], [1.0] * 4), base, "carbon_g")
+    assert not noisy.beats and noisy.within_noise and "within noise" in noisy.text("agent")
     # bought with SLO violations: 0.2 pp above a 1 % baseline exceeds the 0.1-pp tolerance
-    assert not protocol.beats(res([9.0, 19.0, 29.0, 39.0], [1.2] * 4), base, "carbon_g")
+    slo = protocol.paired_verdict(res([9.0, 19.0, 29.0, 39.0], [1.2] * 4), base, "carbon_g")
+    assert not slo.beats and not slo.within_noise and "SLO violation above the tolerance" in slo.reason()
+    worse = protocol.paired_verdict(res([11.0, 21.0, 31.0, 41.0], [1.0] * 4), base, "carbon_g")
+    assert worse.reason() == "higher carbon_g beyond noise"
     # at a 0 % baseline the floor of 0.05 pp applies
     zero = res([10.0, 20.0], [0.0, 0.0])
     assert protocol.beats(res([9.0, 18.0], [0.05, 0.05]), zero, "carbon_g")
