@@ -183,7 +183,7 @@ def register_yardsticks(env_id: str, **changes: Any) -> Yardsticks:
 def yardsticks(env_id: str) -> Yardsticks:
     """The yardsticks of ``env_id``; ConfigError for an id without them."""
     if env_id not in YARDSTICKS:
-        raise ConfigError(f"env = {env_id!r} has no reference policies; allowed: {sorted(YARDSTICKS)}")
+        raise ConfigError(f"env = {env_id!r} has no reference policies; allowed: {', '.join(map(str, sorted(YARDSTICKS)))}")
     return YARDSTICKS[env_id]
 
 

@@ -116,7 +116,7 @@ def _cmd_geo(args: argparse.Namespace) -> int:
 
     if args.csv is not None:
         if args.kind is None:
-            raise ConfigError(f"--kind is required with --csv; allowed: {list(KINDS)}")
+            raise ConfigError(f"--kind is required with --csv; allowed: {', '.join(map(str, KINDS))}")
         return _fit_csv(args.csv, args.kind, args.json)
     if args.kind is not None:
         raise ConfigError("--kind only applies with --csv FILE")
@@ -159,7 +159,7 @@ def _regenerate(args: argparse.Namespace) -> int:
     names = list(SETUPS) if args.profile == "all" else [args.profile]
     for n in names:
         if n not in SETUPS:
-            raise ConfigError(f"--profile {n!r} is unknown; allowed: {[*SETUPS, 'all']}")
+            raise ConfigError(f"--profile {n!r} is unknown; allowed: {', '.join(map(str, [*SETUPS, 'all']))}")
     data = args.data if args.data is not None else default_data_dir()
     if not Path(data).is_dir():
         raise ConfigError(f"raw data folder {str(data)!r} not found; pass --data DIR (the shared data folder "

@@ -1,4 +1,5 @@
-"""Progress lines of the long commands: a start line, a measured estimate, timestamped lines in a log."""
+"""First-hour output: progress lines of the long commands (start line, measured estimate, timestamped lines in
+a log) and the one format of "allowed" lists with near-miss hints."""
 
 from __future__ import annotations
 
@@ -29,3 +30,19 @@ def test_train_estimate_and_durations() -> None:
     assert est == pytest.approx(100.0) and "quick leaderboard suite" in basis
     assert progress.train_estimate("CartPole-v1", 100)[0] is None
     assert [progress.duration(s) for s in (45, 190, 7200, float("nan"))] == ["45 s", "3.2 min", "2.0 h", "unknown"]
+
+
+def test_allowed_lists_and_near_miss_hints() -> None:
+    from servegym.envs.geo.compare import check_policies
+
+    from servegym.errors import ConfigError, listing, near_miss
+
+    assert listing(["a", "b", 3]) == "a, b, 3"
+    assert near_miss("greedy", ["rr", "greedy:<alpha>"]) == " (did you mean 'greedy:<alpha>', e.g. 'greedy:0.5'?)"
+    assert near_miss("mlip", ["milp", "ilp"]) == " (did you mean 'milp'?)"
+    assert near_miss("zzz", ["milp"]) == ""
+    with pytest.raises(ConfigError) as exc:
+        check_policies(["greedy", "rr", "rrr"])  # every bad spec named at once, on one line
+    msg = str(exc.value)
+    assert "'greedy' is not allowed (did you mean 'greedy:<alpha>'" in msg and "'rrr' is not allowed (did you " \
+        "mean 'rr'?)" in msg and "allowed: rr, ll, greedy:<alpha>" in msg and "['" not in msg

@@ -39,9 +39,11 @@ _SIMPLE = {"rr": RoundRobin, "ll": LeastLoaded, "moer": MOER, "green-llm": Green
 
 
 def _bad(spec: Any, why: str = "") -> ConfigError:
-    extra = f" ({why})" if why else ""
-    return ConfigError(f"policy spec {spec!r} is not allowed{extra}; allowed: {list(POLICY_SPECS)}, "
-                       f"and '@measured' after {list(WINDOW_POLICIES)}")
+    from servegym.errors import listing, near_miss
+
+    extra = f" ({why})" if why else near_miss(spec, [*POLICY_SPECS, *(f"{w}@measured" for w in WINDOW_POLICIES)])
+    return ConfigError(f"policy spec {spec!r} is not allowed{extra}; allowed: {listing(POLICY_SPECS)}, "
+                       f"and '@measured' after {listing(WINDOW_POLICIES)}")
 
 
 def make_policy(spec: str) -> Any:

@@ -64,7 +64,7 @@ def load_solve_time_models(path: str | None = None) -> dict[str, LinearSolveTime
 
 def check_timing(timing: str) -> str:
     if timing not in TIMING_MODES:
-        raise ConfigError(f"timing = {timing!r} is not allowed; allowed: {list(TIMING_MODES)}")
+        raise ConfigError(f"timing = {timing!r} is not allowed; allowed: {', '.join(map(str, TIMING_MODES))}")
     return timing
 
 

@@ -50,7 +50,7 @@ def check_table(df: pd.DataFrame, kind: str, source: str = "table") -> pd.DataFr
     Returns the table restricted to the required columns as float64.
     """
     if kind not in TABLE_COLUMNS:
-        raise ConfigError(f"kind = {kind!r} is unknown; allowed: {sorted(TABLE_COLUMNS)}")
+        raise ConfigError(f"kind = {kind!r} is unknown; allowed: {', '.join(map(str, sorted(TABLE_COLUMNS)))}")
     need = TABLE_COLUMNS[kind]
     missing = [c for c in need if c not in df.columns]
     if missing:

@@ -129,7 +129,7 @@ def build_profile(name: str, data: Path | None = None, tables_out: Path | None =
     ``max_energy_j`` and helpers); ``servegym calibrate geo --csv`` on them reproduces the profile's fits.
     """
     if name not in SETUPS:
-        raise ConfigError(f"profile = {name!r} is unknown; allowed: {sorted(SETUPS)}")
+        raise ConfigError(f"profile = {name!r} is unknown; allowed: {', '.join(map(str, sorted(SETUPS)))}")
     data = Path(data) if data is not None else sources.default_data_dir()
     if not data.is_dir():
         raise ConfigError(f"data = {str(data)!r} is not a directory; pass --data DIR (the shared raw data folder)")

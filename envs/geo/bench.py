@@ -31,7 +31,7 @@ def _policy(name: str):
 
     table = {"rr": RoundRobin, "ll": LeastLoaded}
     if name not in table:
-        raise ConfigError(f"policy = {name!r} is not allowed in the speed bench; allowed: {sorted(table)}")
+        raise ConfigError(f"policy = {name!r} is not allowed in the speed bench; allowed: {', '.join(map(str, sorted(table)))}")
     return table[name]()
 
 

@@ -70,22 +70,32 @@ def osl_predictor_for(config: GeoConfig) -> Callable[[Any], Any] | None:
 
 
 def check_policies(policies: Sequence[str]) -> list[str]:
-    """Normalized, de-duplicated specs; an unknown spec raises the registry's ConfigError (one line
-    listing the allowed specs)."""
-    from servegym.baselines.geo.registry import make_policy
+    """Normalized, de-duplicated specs. Unknown specs raise one ConfigError naming every bad spec at once
+    (with the registry's reason or a near-miss hint each) and listing the allowed specs."""
+    from servegym.baselines.geo.registry import POLICY_SPECS, WINDOW_POLICIES, make_policy
+
+    from servegym.errors import listing
 
     out: list[str] = []
+    bad: list[str] = []
     for spec in policies:
         s = str(spec).strip().lower()
         if not s:
             continue
-        make_policy(s)
+        try:
+            make_policy(s)
+        except ConfigError as exc:  # the registry's message: "policy spec 'x' is not allowed (why); allowed: ..."
+            bad.append(str(exc).split("; allowed:", 1)[0].removeprefix("policy spec "))
+            continue
         if s not in out:
             out.append(s)
+    if len(bad) == 1:
+        make_policy(str(bad[0]).split(" ", 1)[0].strip("'"))  # the registry's own one-line message
+    if bad:
+        raise ConfigError(f"policy specs not allowed: {'; '.join(bad)}; allowed: {listing(POLICY_SPECS)}, and "
+                          f"'@measured' after {listing(WINDOW_POLICIES)}")
     if not out:
-        from servegym.baselines.geo.registry import POLICY_SPECS
-
-        raise ConfigError(f"policies is empty; allowed: a comma-separated list of {list(POLICY_SPECS)}")
+        raise ConfigError(f"policies is empty; allowed: a comma-separated list of {listing(POLICY_SPECS)}")
     return out
 
 

@@ -232,7 +232,7 @@ class GeoConfig:
         known = {f.name for f in fields(self)}
         unknown = set(changes) - known
         if unknown:
-            raise ConfigError(f"unknown GeoConfig fields {sorted(unknown)}; allowed: {sorted(known)}")
+            raise ConfigError(f"unknown GeoConfig fields {sorted(unknown)}; allowed: {', '.join(map(str, sorted(known)))}")
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -253,7 +253,7 @@ def _check_int(name: str, value: Any, low: int) -> None:
 
 def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ConfigError(f"{name} = {value!r} is not allowed; allowed: {list(allowed)}")
+        raise ConfigError(f"{name} = {value!r} is not allowed; allowed: {', '.join(map(str, allowed))}")
 
 
 def _model_entry(model: str) -> tuple[str, float, str, tuple[float, float, float]]:
@@ -294,6 +294,6 @@ def preset(name: str = "paper", *, model: str = "Llama-3.1-8B", load: str = "hig
     known = {f.name for f in fields(GeoConfig)}
     unknown = set(overrides) - known
     if unknown:
-        raise ConfigError(f"unknown GeoConfig fields {sorted(unknown)}; allowed: {sorted(known)}")
+        raise ConfigError(f"unknown GeoConfig fields {sorted(unknown)}; allowed: {', '.join(map(str, sorted(known)))}")
     kw.update(overrides)
     return GeoConfig(**kw)

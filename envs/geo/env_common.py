@@ -234,17 +234,17 @@ class GeoEnvConfig:
         if not isinstance(self.observe_residuals, bool):
             raise ConfigError(f"observe_residuals = {self.observe_residuals!r} is not allowed; allowed: True, False")
         if self.action_mode not in ACTION_MODES:
-            raise ConfigError(f"action_mode = {self.action_mode!r} is not allowed; allowed: {list(ACTION_MODES)}")
+            raise ConfigError(f"action_mode = {self.action_mode!r} is not allowed; allowed: {', '.join(map(str, ACTION_MODES))}")
         from servegym.envs.geo.reference import make_reference
 
         make_reference(self.reference)
         if self.reward not in REWARD_MODES:
-            raise ConfigError(f"reward = {self.reward!r} is not allowed; allowed: {list(REWARD_MODES)}")
+            raise ConfigError(f"reward = {self.reward!r} is not allowed; allowed: {', '.join(map(str, REWARD_MODES))}")
         if self.preset not in PRESETS:
-            raise ConfigError(f"preset = {self.preset!r} is not allowed; allowed: {list(PRESETS)}")
+            raise ConfigError(f"preset = {self.preset!r} is not allowed; allowed: {', '.join(map(str, PRESETS))}")
         object.__setattr__(self, "model", PAPER_MODELS.resolve(self.model))  # canonical spelling
         if self.load not in LOADS:
-            raise ConfigError(f"load = {self.load!r} is not allowed; allowed: {list(LOADS)}")
+            raise ConfigError(f"load = {self.load!r} is not allowed; allowed: {', '.join(map(str, LOADS))}")
         if not isinstance(self.geo, dict):
             raise ConfigError(f"geo = {self.geo!r} is not allowed; allowed: a dict of GeoConfig fields")
         for name in ("decision_mode", "seed"):

@@ -100,7 +100,7 @@ def _names(field: str, value: str | Sequence[str] | NDArray[Any], n: int, allowe
     """Index of each request's name in ``allowed`` (one name broadcasts to every request)."""
     if isinstance(value, str):
         if value not in allowed:
-            raise ConfigError(f"{field} = {value!r} is unknown; allowed: {list(allowed)}")
+            raise ConfigError(f"{field} = {value!r} is unknown; allowed: {', '.join(map(str, allowed))}")
         return np.full(n, allowed.index(value), dtype=np.int64)
     arr = np.asarray(value, dtype=object).reshape(-1)
     if arr.size != n:
@@ -108,7 +108,7 @@ def _names(field: str, value: str | Sequence[str] | NDArray[Any], n: int, allowe
     uniq, inv = np.unique(arr.astype(str), return_inverse=True)
     for u in uniq:
         if u not in allowed:
-            raise ConfigError(f"{field} = {u!r} is unknown; allowed: {list(allowed)}")
+            raise ConfigError(f"{field} = {u!r} is unknown; allowed: {', '.join(map(str, allowed))}")
     lut = np.array([allowed.index(u) for u in uniq], dtype=np.int64)
     return lut[inv.reshape(-1)] if n else np.zeros(0, dtype=np.int64)
 
@@ -405,4 +405,4 @@ def make_osl_estimator(mode: str, *, output_tokens: ArrayLike | None = None,
         return OracleOSL(np.asarray(output_tokens))
     if mode == "mean":
         return MeanOSL.load(predictor_path)
-    raise ConfigError(f"osl_mode = {mode!r} is unknown; allowed: {list(OSL_MODES)}")
+    raise ConfigError(f"osl_mode = {mode!r} is unknown; allowed: {', '.join(map(str, OSL_MODES))}")

@@ -138,7 +138,7 @@ class EngineProfile:
         rng = dict(self.calibrated_range)
         unknown = set(rng) - set(RANGE_KEYS)
         if unknown:
-            raise ConfigError(f"profile {self.name!r}: calibrated_range keys {sorted(unknown)}; allowed: {list(RANGE_KEYS)}")
+            raise ConfigError(f"profile {self.name!r}: calibrated_range keys {sorted(unknown)}; allowed: {', '.join(map(str, RANGE_KEYS))}")
         for key, (lo, hi) in self.ranges.items():
             _finite(self.name, f"calibrated_range.{key}[0]", lo, 0.0, None, low_inclusive=False)
             _finite(self.name, f"calibrated_range.{key}[1]", hi, float(lo), None)
@@ -218,7 +218,7 @@ class EngineProfile:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
-            raise ConfigError(f"unknown profile fields {sorted(unknown)}; allowed: {sorted(known)}")
+            raise ConfigError(f"unknown profile fields {sorted(unknown)}; allowed: {', '.join(map(str, sorted(known)))}")
         d = dict(d)
         try:
             d["prefill"] = PrefillTimeModel(**d["prefill"])

@@ -49,11 +49,11 @@ def make_reference(spec: Any) -> Any:
     from servegym.baselines.geo import make_policy
 
     if not isinstance(spec, str) or not (spec in REFERENCE_SPECS[:4] or spec.startswith("greedy:")):
-        raise ConfigError(f"reference = {spec!r} is not allowed; allowed: {list(REFERENCE_SPECS)}")
+        raise ConfigError(f"reference = {spec!r} is not allowed; allowed: {', '.join(map(str, REFERENCE_SPECS))}")
     try:
         return make_policy(spec)
     except ConfigError as exc:
-        raise ConfigError(f"reference = {spec!r} is not allowed ({exc}); allowed: {list(REFERENCE_SPECS)}") from None
+        raise ConfigError(f"reference = {spec!r} is not allowed ({exc}); allowed: {', '.join(map(str, REFERENCE_SPECS))}") from None
 
 
 def sub_context(ctx: DecisionContext, rows: NDArray[np.int64], dispatched: NDArray[np.int64], mode: str,

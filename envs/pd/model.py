@@ -181,7 +181,7 @@ class PDModel:
     def __init__(self, workload: WorkloadMoments, system: PDSystem | None = None, *,
                  semantics: str = "paper") -> None:
         if semantics not in SEMANTICS:
-            raise ConfigError(f"semantics = {semantics!r}; allowed: {list(SEMANTICS)}")
+            raise ConfigError(f"semantics = {semantics!r}; allowed: {', '.join(map(str, SEMANTICS))}")
         self.semantics = semantics
         self.system = paper_system() if system is None else system
         self.workload = w = workload

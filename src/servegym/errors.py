@@ -89,6 +89,28 @@ def check_keywords(owner: str, keywords: Mapping[str, Any], config_cls: type,
                                      f"allowed: {', '.join([*named, *sorted(fields - set(named))])}")
 
 
+def listing(values: Any) -> str:
+    """The one format of an "allowed" list in every error: ``a, b, c`` (strings unquoted)."""
+    return ", ".join(str(v) for v in values)
+
+
+def near_miss(given: Any, choices: Any) -> str:
+    """A hint for a near miss: `` (did you mean 'x'?)`` for the closest of ``choices``, a ``name:<arg>``
+    choice when ``given`` is its bare name, else the empty string."""
+    import difflib
+
+    text = str(given).strip().lower()
+    names = [str(c) for c in choices]
+    for c in names:  # 'greedy' for 'greedy:<alpha>'
+        if ":" in c and c.split(":", 1)[0].lower() == text:
+            return f" (did you mean {c!r}, e.g. '{text}:0.5'?)" if c.endswith("<alpha>") else f" (did you mean {c!r}?)"
+    close = difflib.get_close_matches(text, [n.lower() for n in names], n=1, cutoff=0.6)
+    if not close:
+        return ""
+    match = next(n for n in names if n.lower() == close[0])
+    return f" (did you mean {match!r}?)"
+
+
 def known_overrides(overrides: Mapping[str, Any] | None, config_cls: type, what: str = "config key") -> dict[str, Any]:
     """A mutable copy of ``overrides`` (None -> empty) after checking every key is a field of the dataclass
     ``config_cls``: the highway-env-style ``config={...}`` dicts of the envs are partial updates of their
@@ -97,7 +119,8 @@ def known_overrides(overrides: Mapping[str, Any] | None, config_cls: type, what:
     names = {f.name for f in dataclasses.fields(config_cls)}
     unknown = sorted(set(out) - names)
     if unknown:
-        raise ConfigError(f"unknown {what}(s) {unknown}; allowed: {sorted(names)}")
+        hint = near_miss(unknown[0], names) if len(unknown) == 1 else ""
+        raise ConfigError(f"unknown {what}(s) {', '.join(map(repr, unknown))}{hint}; allowed: {listing(sorted(names))}")
     return out
 
 

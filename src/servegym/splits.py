@@ -97,7 +97,7 @@ TRACE_SEGMENTS: dict[str, tuple[float, float]] = {"train": (0.0, 0.6), "validati
 def splits_of(family: str) -> tuple[str, ...]:
     """The split names of ``family`` (``"geo"``, ``"pd"``, ``"npu"``), base splits first."""
     if family not in FAMILY_SPLITS:
-        raise ConfigError(f"family = {family!r} is unknown; allowed: {sorted(FAMILY_SPLITS)}")
+        raise ConfigError(f"family = {family!r} is unknown; allowed: {', '.join(map(str, sorted(FAMILY_SPLITS)))}")
     return tuple(FAMILY_SPLITS[family])
 
 
@@ -108,7 +108,7 @@ def check_split(family: str, split: Any) -> str | None:
         return None
     names = splits_of(family)
     if not isinstance(split, str) or split not in names:
-        raise ConfigError(f"split = {split!r} is not allowed; allowed: None or one of {list(names)}")
+        raise ConfigError(f"split = {split!r} is not allowed; allowed: None, {', '.join(map(str, names))}")
     return split
 
 
