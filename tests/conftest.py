@@ -71,7 +71,8 @@ def repo_root() -> Path:
 def shared_data() -> Path:
     """The project's raw data folder (../shared/data); tests needing it skip when it is absent."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"raw data folder {SHARED_DATA} not present")
+        pytest.skip(f"needs {SHARED_DATA} (the raw datasets, only for rebuilding or re-checking the shipped data "
+                    "files); not needed to use servegym")
     return SHARED_DATA
 
 

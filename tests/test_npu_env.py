@@ -272,7 +272,7 @@ def test_neuscale_decisions_project_onto_valid_actions() -> None:
 @pytest.mark.slow  # torch import + 200 env steps: ~30 s wall on the shared 2-core box
 def test_short_maskable_ppo_run() -> None:
     """A few hundred MaskablePPO steps (a smoke test of the masks and spaces with sb3-contrib)."""
-    sb3c = pytest.importorskip("sb3_contrib")
+    sb3c = pytest.importorskip("sb3_contrib", reason="needs the rl extra: pip install -e '.[rl]'")
     env = make(hours=0.25, **LIGHT)  # 3 epochs per episode
     model = sb3c.MaskablePPO("MlpPolicy", env, n_steps=100, batch_size=50, n_epochs=2, seed=0, device="cpu")
     model.learn(total_timesteps=200)

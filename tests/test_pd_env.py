@@ -28,7 +28,7 @@ def test_gymnasium_env_checker() -> None:
 
 
 def test_sb3_env_checker() -> None:
-    sb3_checker = pytest.importorskip("stable_baselines3.common.env_checker")
+    sb3_checker = pytest.importorskip("stable_baselines3.common.env_checker", reason="needs the rl extra: pip install -e '.[rl]'")
     sb3_checker.check_env(PDProvisionEnv(SHORT), warn=True)
 
 

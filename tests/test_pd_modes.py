@@ -48,7 +48,7 @@ def _terms(env: PDProvisionEnv, info: dict) -> float:
 def test_both_checkers_every_mode(mode: str) -> None:
     made = gym.make(IDS[mode], config=SHORT, render_mode="ansi")
     gym_check_env(made.unwrapped, skip_render_check=False)
-    sb3_checker = pytest.importorskip("stable_baselines3.common.env_checker")
+    sb3_checker = pytest.importorskip("stable_baselines3.common.env_checker", reason="needs the rl extra: pip install -e '.[rl]'")
     sb3_checker.check_env(PDProvisionEnv({**SHORT, "action_mode": mode}), warn=True)
 
 
@@ -279,7 +279,7 @@ def test_curriculum_stages_and_random_start() -> None:
 def test_training_normalizes_with_the_algorithms_gamma(tmp_path, monkeypatch) -> None:
     """The trainer wraps pd training envs in VecNormalize (observations and rewards) with the algorithm's
     gamma, and the shipped curriculum reaches the training envs only."""
-    pytest.importorskip("sb3_contrib")
+    pytest.importorskip("sb3_contrib", reason="needs the rl extra: pip install -e '.[rl]'")
     import stable_baselines3.common.vec_env as vec_env
     from servegym.agents.train import TrainConfig, train
 

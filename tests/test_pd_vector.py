@@ -141,7 +141,7 @@ def test_reset_mask_pickle_and_errors() -> None:
 
 def test_sb3_adapter_equals_dummy_vec_env() -> None:
     """SB3's same-step autoreset over the vector env equals DummyVecEnv over separate envs, and PPO trains on it."""
-    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("stable_baselines3", reason="needs the rl extra: pip install -e '.[rl]'")
     from servegym.envs.pd.sb3_vector import PDSB3VecEnv
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv

@@ -39,7 +39,7 @@ def test_conf_is_keyed_by_registered_ids() -> None:
 
 @pytest.mark.parametrize("env_id", ["servegym/PDProvision-v0", "servegym/GeoRouteWindow-v0"])
 def test_each_entry_builds_a_ppo(env_id: str) -> None:
-    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("stable_baselines3", reason="needs the rl extra: pip install -e '.[rl]'")
     from stable_baselines3 import PPO
 
     hp = dict(_entries()[env_id])

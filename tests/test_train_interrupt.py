@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import interrupt_when
 
-pytest.importorskip("stable_baselines3")
+pytest.importorskip("stable_baselines3", reason="needs the rl extra: pip install -e '.[rl]'")
 
 from servegym.agents.train import TrainConfig, train
 
