@@ -1,0 +1,105 @@
+"""Fluid vs request-level NPU simulator on the test split: energy, cost and SLO violation of Base and NeuScale.
+
+For every model (the four of the catalog) and workload of the test split and its shifts (the Azure 2023
+code and conversation timestamps with their lengths on the test segment of the trace hour; the LVEval and
+OpenThoughts lengths on the same timestamps), one scenario drawn as the env draws it
+(:func:`servegym.envs.npu.env.draw_scenario` for split ``test`` / ``shift-*``, seed ``--seed``, with its start
+hour, rate, workload and simulator seeds; the model and Azure trace set), runs Base and NeuScale with both
+fidelities (:func:`servegym.envs.npu.fluid_check.crosscheck`) for ``--hours`` from the drawn start hour.
+Tolerances: energy and cost within 3 %, SLO violation within 1 pp. Run:
+    nice -n 15 .venv/bin/python benchmarks/npu_fluid_crosscheck.py [--hours 6] [--seed 0] [--write]
+``--write`` writes ``benchmarks/results/npu_fluid_crosscheck.md`` (temp file + rename).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+from servegym.envs.npu.catalog import MODELS
+from servegym.envs.npu.cluster import ConfigCatalog
+from servegym.envs.npu.env import NPUEnvConfig, draw_scenario
+from servegym.envs.npu.fluid_check import ENERGY_COST_TOL, SLO_TOL_PP, crosscheck
+from servegym.envs.npu.workloads import make_workload
+
+from servegym.outputs import atomic_path
+
+WORKLOADS = (("test", "azure-code"), ("test", "azure-conv"), ("shift-lveval", "azure-code"),
+             ("shift-openthoughts", "azure-code"))
+OUT = "benchmarks/results/npu_fluid_crosscheck.md"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hours", type=float, default=6.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    t0 = time.process_time()
+    for m in args.models.split(","):
+        cc = NPUEnvConfig(split=None, model=m).cluster_config()
+        cat = ConfigCatalog(cc)
+        for split, azure in WORKLOADS:
+            sc = draw_scenario(split, args.seed)
+            wl = make_workload(sc["trace"], hours=args.hours, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"],
+                               azure_trace=azure, start_hour=sc["start_hour"], segment=tuple(sc["segment"]))
+            for r in crosscheck(cc, wl, seed=sc["simulation_seed"], catalog=cat):
+                r.update(model=m, split=split, workload=sc["trace"] if sc["trace"] != "azure" else azure,
+                         start_hour=sc["start_hour"], rate_rpm=sc["rate_rpm"], requests=len(wl.requests))
+                rows.append(r)
+                print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
+    total = time.process_time() - t0
+    if args.write:
+        with atomic_path(OUT) as tmp:
+            tmp.write_text(render(rows, args, total))
+
+
+def render(rows: list[dict], args: argparse.Namespace, total_cpu_s: float) -> str:
+    n_in = sum(r["within"] for r in rows)
+    cpu_req = sum(r["cpu_s_request"] for r in rows)
+    cpu_fl = sum(r["cpu_s_fluid"] for r in rows)
+    lines = [
+        f"# Fluid vs request-level NPU simulator ({platform.processor() or platform.machine()}, shared 2-core machine)",
+        "",
+        f"Command: `nice -n 15 .venv/bin/python benchmarks/npu_fluid_crosscheck.py --hours {args.hours:g} "
+        f"--seed {args.seed} --write`",
+        "",
+        f"Per model and workload of the test split (and its length shifts), the scenario `draw_scenario(split, "
+        f"{args.seed})` draws (start hour, rate, workload and simulator seeds; model and Azure trace set), "
+        f"{args.hours:g} h from its start hour; Base and NeuScale run their own 60-s decision loop "
+        "(`run_policy`) on the request-level simulator (`NPUCluster`) and on the fluid one (`FluidCluster`). "
+        f"Tolerances: energy and cost within {100 * ENERGY_COST_TOL:g} %, SLO violation within {SLO_TOL_PP:g} pp. "
+        f"**{n_in} of {len(rows)} rows within all three.** CPU: request level {cpu_req:.1f} s, fluid "
+        f"{cpu_fl:.1f} s ({cpu_req / max(cpu_fl, 1e-9):.1f}x) for the policy runs; {total_cpu_s:.0f} s in all "
+        f"(catalogs and workloads included). Load average at the end: {os.getloadavg()[0]:.1f}.",
+        "",
+        "| model | workload | requests | policy | energy MJ req / fluid | Δ energy | cost USD req / fluid | Δ cost | "
+        "SLO viol. % req / fluid | Δ SLO pp | TTFT / TPOT viol. % req | within |",
+        "|---|---|---:|---|---|---:|---|---:|---|---:|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['workload']} | {r['requests']:,} | {r['policy']} | "
+            f"{r['energy_j_request'] / 1e6:,.1f} / {r['energy_j_fluid'] / 1e6:,.1f} | {100 * r['energy_rel']:+.2f} % | "
+            f"{r['usd_request']:,.1f} / {r['usd_fluid']:,.1f} | {100 * r['usd_rel']:+.2f} % | "
+            f"{r['slo_violation_pct_request']:.2f} / {r['slo_violation_pct_fluid']:.2f} | {r['slo_pp']:+.2f} | "
+            f"{r['ttft_violation_pct_request']:.2f} / {r['tpot_violation_pct_request']:.2f} | "
+            f"{'yes' if r['within'] else '**no**'} |")
+    worst = {k: max(rows, key=lambda r, k=k: abs(r[k])) for k in ("energy_rel", "usd_rel", "slo_pp")}
+    lines += ["", "Largest differences: "
+              f"energy {100 * worst['energy_rel']['energy_rel']:+.2f} % ({worst['energy_rel']['model']}, "
+              f"{worst['energy_rel']['workload']}, {worst['energy_rel']['policy']}); "
+              f"cost {100 * worst['usd_rel']['usd_rel']:+.2f} % ({worst['usd_rel']['model']}, "
+              f"{worst['usd_rel']['workload']}, {worst['usd_rel']['policy']}); "
+              f"SLO {worst['slo_pp']['slo_pp']:+.2f} pp ({worst['slo_pp']['model']}, {worst['slo_pp']['workload']}, "
+              f"{worst['slo_pp']['policy']})."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

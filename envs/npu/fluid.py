@@ -1,0 +1,543 @@
+"""Fluid NPU cluster: the request-level simulator's model at 60-s resolution with no per-request state.
+
+:class:`FluidCluster` is :class:`~servegym.envs.npu.cluster.NPUCluster` with the serving step replaced; the
+decision points, vPod lifecycle (Table 3 overheads, quota, reconcile), routing map, monitor, observation and
+step tables are the simulator's own, so Base, NeuScale and the env drive it unchanged. Per decision interval
+(``check_s``) and vPod group the serving step computes, in numpy over all 96 groups at once:
+
+* **Arrivals** from the workload's per-10-s bins (:mod:`~servegym.envs.npu.fluid_profile`): prefill tokens
+  and requests by input bucket, decode by total-length bucket, routed by the same length-to-group map;
+  decode's misrouted share (1 - ``osl_accuracy``) goes uniformly to the active groups at or above the
+  request's input bucket, and the part of a short-routed request beyond 2x its group's edge to its true
+  group (the migration), using each (input, total) bucket cell's mean lengths.
+* **Prefill**: a token fluid per group. Work in vPod-seconds at the group's dominant configuration's
+  best level (as the request level charges a job); the operating level is the smallest whose capacity
+  (ready vPods, each for the share of the interval it is ready) covers backlog + arrivals; unserved
+  work stays queued. Energy = busy share x step power + idle share x static power + static power of
+  the vPods not ready.
+* **Decode**: per group, the batch is the fixed point of Little's law: active jobs = tokens x TPOT(level)
+  / interval, level = the batch level of active jobs per ready vPod; jobs beyond the batch slots wait.
+  Energy = tokens x J/token at that level + idle share x static power.
+* **SLO**: TTFT = roofline latency at the operating level + the wait of an FCFS server at the group's
+  utilization (Pollaczek-Khinchine mean, exponential tail), or the wait for the first ready vPod of a
+  group; effective TPOT = TPOT + wait / output tokens, its miss share from the bucket's output-length
+  distribution. Requests served from a backlog count as misses.
+
+Its cross-check against the request-level simulator is ``benchmarks/npu_fluid_crosscheck.py``
+(``benchmarks/results/npu_fluid_crosscheck.md``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+from servegym.envs.npu.catalog import VERSIONS, model
+from servegym.envs.npu.cluster import (
+    LEVELS,
+    NB,
+    ClusterConfig,
+    ConfigCatalog,
+    EpochMetrics,
+    NPUCluster,
+)
+from servegym.envs.npu.fluid_profile import osl_share_below, workload_profile
+from servegym.envs.npu.workloads import NPUWorkload
+
+from servegym.errors import ConfigError
+
+FIDELITIES: tuple[str, ...] = ("fluid", "request")
+"""Simulator modes: ``fluid`` (:class:`FluidCluster`, per-interval aggregates) or ``request`` (:class:`NPUCluster`,
+every request)."""
+_AR = np.arange(NB)
+
+
+def _bincount(g: NDArray[np.int64], w: NDArray[np.float64], n: int) -> NDArray[np.float64]:
+    return np.bincount(g, weights=w, minlength=n) if g.size else np.zeros(n)
+
+
+class FluidCluster(NPUCluster):
+    """The fluid simulator (module docstring). Same constructor and decision-point API as :class:`NPUCluster`;
+    ``seed`` drives creation times only (routing is in expectation)."""
+
+    fidelity = "fluid"
+
+    def __init__(self, config: ClusterConfig, workload: NPUWorkload, seed: int = 0,
+                 catalog: ConfigCatalog | None = None) -> None:
+        if not isinstance(config, ClusterConfig):
+            raise ConfigError("config must be a ClusterConfig")
+        if not isinstance(workload, NPUWorkload):
+            raise ConfigError("workload must be an NPUWorkload (servegym.envs.npu.workloads.make_workload)")
+        self.config = c = config
+        self.workload = workload
+        self.rng = np.random.default_rng(seed)
+        self.model = model(c.model)
+        cat = catalog if catalog is not None else ConfigCatalog(c)
+        if cat.key != ConfigCatalog.key_of(c):
+            raise ConfigError(f"catalog was built for {cat.key}, config needs {ConfigCatalog.key_of(c)}")
+        self.catalog = cat
+        self.__dict__.update(cat.fields)
+        self.profile = workload_profile(workload, self.edges, c.rate_bin_s)
+        self.n_req = len(workload.requests)
+        slo = self.table.slo_s
+        self.slo_p = np.array([slo[("prefill", int(e))] for e in self.edges])
+        self.slo_d = np.array([slo[("decode", int(e))] for e in self.edges])
+        self._init_fleet()
+        self._fallback = np.array([(self.cand.get((("prefill", "decode")[g // NB], int(self.edges[g % NB]))) or [0])[0]
+                                   for g in range(2 * NB)], dtype=np.int64)
+        self._signature: tuple | None = None
+        self._bucket_grid = np.broadcast_to(_AR, (NB, NB))
+        # fluid state: per phase, queued tokens and requests per (group bucket, request bucket)
+        self.q_tok = np.zeros((2, NB, NB))
+        self.q_req = np.zeros((2, NB, NB))
+        self.n_act = np.zeros(NB)  # decode jobs in service per group at the interval's end
+        self.arrived = 0.0
+        self.finished = 0.0
+        self._late = 0.0
+        self._late_pd = (0.0, 0.0)
+        self._route_cache: dict[tuple[int, ...], tuple[NDArray[np.float64], NDArray[np.float64]]] = {}
+        # the request-level containers the env and policies may read, empty in this mode
+        self.d_g = np.zeros(0, dtype=np.int64)
+        self.d_active = np.zeros(0, dtype=bool)
+
+    def _init_fleet(self) -> None:
+        """vPods, targets, monitor and accounting at t = 0 (as :class:`NPUCluster` sets them)."""
+        c = self.config
+        G = 2 * NB
+        self.next_req = 0
+        self.now = 0.0
+        self.n_finished = 0
+        self.n_migrations = 0
+        self.max_held = dict.fromkeys(VERSIONS, 0.0)
+        self.quota = {v: (np.inf if (c.quota_chips or {}).get(v) is None else float(c.quota_chips[v]))
+                      for v in VERSIONS}
+        self.v_group = np.zeros(0, dtype=np.int64)
+        self.v_cfg = np.zeros(0, dtype=np.int64)
+        self.v_ready = np.zeros(0)
+        self.v_gone = np.zeros(0)
+        self.targets: dict[int, dict[int, int]] = {}
+        self.target_order: list[int] = []
+        self.nbins_w = round(c.window_s / c.rate_bin_s)
+        self.bin_counts = np.zeros((self.nbins_w, 2, NB))
+        self.bin_tokens = np.zeros((self.nbins_w, 2, NB))
+        self.bin_index = 0
+        self.peak_queue = np.zeros(G)
+        self.util = np.zeros(G)
+        self.recent_slo = np.ones(2)
+        self.history: list[EpochMetrics] = []
+        self._epoch_acc = None
+        self.totals = {k: np.zeros(2) for k in ("energy_j", "usd", "tokens", "energy_busy_j", "usd_busy")}
+        self.group_acc = {k: np.zeros(G) for k in ("tokens", "energy_j", "usd", "chip_s", "energy_busy_j",
+                                                   "batch_tok", "static_j")}
+
+    # ------------------------------------------------------------------ per-request views for the oracle
+    @property
+    def bk_p(self) -> NDArray[np.int16]:
+        """Input-length bucket of every request (the oracle's, :func:`~servegym.baselines.npu.ideal_metrics`)."""
+        return self.profile.bk_p
+
+    @property
+    def bk_d(self) -> NDArray[np.int16]:
+        """Total-length bucket of every request."""
+        return self.profile.bk_d
+
+    # ------------------------------------------------------------------ decisions
+    def apply(self, decision) -> None:  # type: ignore[no-untyped-def]
+        self._signature = None  # targets may change: reconcile
+        super().apply(decision)
+
+    def _reconcile(self) -> None:
+        """:meth:`NPUCluster._reconcile`, skipped when it cannot change anything: no new targets since the last
+        one, no vPod gone or newly ready (so no orphaned queue), and no quota (so no creation waits for chips)."""
+        sig = (self.v_group.size, int(np.count_nonzero(self.v_ready <= self.now)))
+        if self._signature == sig and all(np.isinf(q) for q in self.quota.values()):
+            return
+        super()._reconcile()
+        self._signature = (self.v_group.size, int(np.count_nonzero(self.v_ready <= self.now)))
+
+    # ------------------------------------------------------------------ routing and queues
+    def _reroute_orphans(self) -> None:
+        """Move the queued work of groups that left the length map to their route (as the request level does)."""
+        for p in (0, 1):
+            if not self.q_req[p].any():
+                continue
+            act = self._active_groups(p)
+            if act.size == 0:
+                continue
+            orphan = np.ones(NB, dtype=bool)
+            orphan[act] = False
+            orphan &= self.q_req[p].sum(axis=1) > 0
+            if not orphan.any():
+                continue
+            tok = self.q_tok[p][orphan].sum(axis=0)
+            req = self.q_req[p][orphan].sum(axis=0)
+            self.q_tok[p][orphan] = 0.0
+            self.q_req[p][orphan] = 0.0
+            to = self._route(p, _AR) - p * NB
+            self.q_tok[p][to, _AR] += tok
+            self.q_req[p][to, _AR] += req
+
+    def _queue(self) -> NDArray[np.float64]:
+        return np.concatenate([self.q_req[0].sum(axis=1), self.q_req[1].sum(axis=1)])
+
+    def _decode_split(self, act: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Per total-length bucket (rows), the share of its output tokens and of its requests (where they
+        finish) served by each decode group (columns) under the active decode groups ``act``."""
+        key = tuple(act.tolist())
+        hit = self._route_cache.get(key)
+        if hit is not None:
+            return hit
+        acc = self.config.osl_accuracy
+        true = np.minimum(np.searchsorted(act, _AR, side="left"), act.size - 1)
+        gt = act[true] if act.size else _AR
+        tok = np.zeros((NB, NB))
+        req = np.zeros((NB, NB))
+        tok[_AR, gt] = acc
+        req[_AR, gt] = acc
+        if act.size and acc < 1.0:
+            prof = self.profile
+            # a misrouted request goes to a random active group whose edge is >= its input length
+            lo = np.minimum(np.searchsorted(act, _AR, side="left"), act.size - 1)  # per input bucket
+            U = np.zeros((NB, NB))
+            for bi in range(NB):
+                U[bi, act[lo[bi]:]] = 1.0 / (act.size - lo[bi])
+            P = prof.in_given_tot  # (total bucket, input bucket)
+            osl = prof.osl_mean.T  # (total, input)
+            isl = prof.isl_mean.T
+            w_tok = P * osl
+            w_tok = w_tok / np.maximum(w_tok.sum(axis=1, keepdims=True), 1e-300)
+            edge_g = self.edges[None, None, :].astype(float)
+            # share of the output served before the migration at 2x the group's edge (short groups only)
+            first = np.clip((2.0 * edge_g - isl[:, :, None]) / np.maximum(osl[:, :, None], 1.0), 0.0, 1.0)
+            short = _AR[None, None, :] < _AR[:, None, None]  # group bucket < total bucket
+            f1 = np.where(short, first, 1.0)  # (total, input, group)
+            mis_tok = np.einsum("ti,ig,tig->tg", w_tok, U, f1)
+            moved_tok = np.einsum("ti,ig,tig->t", w_tok, U, 1.0 - f1)
+            stays = f1 >= 1.0
+            mis_req = np.einsum("ti,ig,tig->tg", P, U, stays.astype(float))
+            moved_req = np.einsum("ti,ig,tig->t", P, U, (~stays).astype(float))
+            tok += (1.0 - acc) * mis_tok
+            tok[_AR, gt] += (1.0 - acc) * moved_tok
+            req += (1.0 - acc) * mis_req
+            req[_AR, gt] += (1.0 - acc) * moved_req
+        if len(self._route_cache) > 64:
+            self._route_cache.clear()
+        self._route_cache[key] = (tok, req)
+        return tok, req
+
+    # ------------------------------------------------------------------ dynamics
+    def _arrivals(self, t0: float, t1: float) -> tuple[NDArray[np.float64], NDArray[np.float64], float,
+                                                        NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+        """Arrivals in [t0, t1): requests and tokens per (phase, bucket), the arrived count at t1, and per
+        profile bin overlapping the span: its start (s), its length within the span (s) and its prefill
+        requests and tokens per input bucket."""
+        prof = self.profile
+        bs = prof.bin_s
+        i0, i1 = int(t0 // bs), min(int(np.ceil(t1 / bs - 1e-9)), prof.n_bins)
+        if i0 >= i1:
+            z = np.zeros((2, NB))
+            return z, z.copy(), float(prof.cum_counts[-1]), np.array([t0]), np.array([t1 - t0]), np.zeros((1, 2, NB))
+        lo = np.arange(i0, i1) * bs
+        length = np.minimum(lo + bs, t1) - np.maximum(lo, t0)
+        w = length / bs
+        cnt_k = w[:, None, None] * prof.counts[i0:i1]
+        tok_k = w[:, None] * prof.tokens[i0:i1, 0]
+        last = i1 - 1
+        arrived = float(prof.cum_counts[last]) + w[-1] * float(prof.cum_counts[last + 1] - prof.cum_counts[last])
+        return cnt_k.sum(axis=0), np.tensordot(w, prof.tokens[i0:i1], axes=1), arrived, np.maximum(lo, t0), length, \
+            np.stack([cnt_k[:, 0], tok_k], axis=1)
+
+    def _monitor_bins(self, t0: float, t1: float) -> None:
+        c = self.config
+        prof = self.profile
+        nbin = round((t1 - t0) / c.rate_bin_s)
+        for b in range(nbin):
+            i = self.bin_index % self.nbins_w
+            k = int((t0 + b * c.rate_bin_s) // prof.bin_s)
+            if k < prof.n_bins:
+                self.bin_counts[i] = prof.counts[k]
+                self.bin_tokens[i] = prof.tokens[k]
+            else:
+                self.bin_counts[i] = 0.0
+                self.bin_tokens[i] = 0.0
+            self.bin_index += 1
+
+    def _chunk(self, K: int, m: EpochMetrics) -> None:
+        c = self.config
+        T = K * c.substep_s
+        t0 = self.now
+        t1 = t0 + T
+        G = 2 * NB
+        J = LEVELS.size
+        cnt, tok, arrived, k_start, k_len, k_pre = self._arrivals(t0, t1)
+        self._monitor_bins(t0, t1)
+        self.next_req = int(round(arrived))
+        # ---- the fleet over the interval: ready and held shares of each vPod
+        live = self.v_gone > t0
+        vg, vc = self.v_group[live], self.v_cfg[live]
+        vr, vgone = self.v_ready[live], self.v_gone[live]
+        serving = vgone == np.inf
+        rf = np.where(serving, np.clip((t1 - np.maximum(vr, t0)) / T, 0.0, 1.0), 0.0)
+        hf = np.clip((np.minimum(vgone, t1) - t0) / T, 0.0, 1.0)
+        vb = vg % NB
+        n_ready = _bincount(vg, rf, G)
+        stat_w = self.cfg_static_w[vc]
+        psr = _bincount(vg, rf * stat_w, G)
+        psa = _bincount(vg, hf * stat_w, G)
+        usd_g = _bincount(vg, hf * self.cfg_usd_s[vc], G) * T
+        usd_ready = _bincount(vg, rf * self.cfg_usd_s[vc], G)
+        slots = _bincount(vg, rf * self.cfg_maxb[vc], G)
+        acc = self.group_acc
+        acc["usd"] += usd_g
+        acc["chip_s"] += _bincount(vg, hf * self.cfg_chips[vc], G) * T
+        acc["static_j"] += psa * T
+        avail = np.full(G, np.inf)
+        dom = np.full(G, -1, dtype=np.int64)
+        if vg.size:
+            np.minimum.at(avail, vg[serving], np.maximum(vr[serving], t0))
+            score = rf + 1e-3 * serving
+            order = np.lexsort((-score, vg))
+            first = np.ones(order.size, dtype=bool)
+            first[1:] = vg[order][1:] != vg[order][:-1]
+            dom[vg[order][first]] = vc[order][first]
+        if (dom < 0).any():  # groups without a vPod: their target's configuration, else the bucket's best fit
+            dom = np.where(dom >= 0, dom, self._dom_targets())
+            dom = np.where(dom >= 0, dom, self._fallback)
+        unavail = np.clip(np.where(np.isfinite(avail), avail, t1) - t0, 0.0, T)
+        # ---- prefill: token fluid per group
+        gp = self._route(0, _AR)
+        q0_tok = self.q_tok[0].copy()
+        self.q_tok[0][gp, _AR] += tok[0]
+        self.q_req[0][gp, _AR] += cnt[0]
+        D_tok, D_req = self.q_tok[0], self.q_req[0]
+        domp = dom[:NB]
+        tps_best = np.maximum(self.tps[domp][:, :, -1], 1e-12)  # (group, request bucket) tokens/s
+        work = D_tok / tps_best
+        W = work.sum(axis=1)
+        tps_v = self.tps[vc, vb] / np.maximum(self.tps[vc, vb, -1:], 1e-300)
+        pre = vg < NB
+        cap = np.zeros((NB, J))
+        pbusy = np.zeros((NB, J))
+        if pre.any():
+            np.add.at(cap, vg[pre], rf[pre, None] * tps_v[pre])
+            np.add.at(pbusy, vg[pre], rf[pre, None] * self.pow[vc[pre], vb[pre]])
+        ok = cap >= (W / T)[:, None] - 1e-9
+        jp = np.where(ok.any(axis=1), np.argmax(ok, axis=1), J - 1)
+        cj = cap[_AR, jp]
+        servable = cj * T
+        phi = np.where(W > 0, np.minimum(1.0, servable / np.maximum(W, 1e-300)), 1.0)
+        busy = np.where(servable > 0, W * phi / np.maximum(servable, 1e-300), 0.0)
+        pb = pbusy[_AR, jp]
+        e_busy_p = T * busy * pb
+        energy = np.zeros(G)
+        energy[:NB] = e_busy_p + T * ((1.0 - busy) * psr[:NB] + psa[:NB] - psr[:NB])
+        S_tok = phi[:, None] * D_tok
+        S_req = phi[:, None] * D_req
+        miss_p = self._ttft_misses(vg, vc, vr, serving, tps_v, k_start, k_len, k_pre, q0_tok, gp, domp, tps_best)
+        self.q_tok[0] = D_tok - S_tok
+        self.q_req[0] = D_req - S_req
+        served_p = float(S_req.sum())
+        tokens_p = float(S_tok.sum())
+        acc["tokens"][:NB] += S_tok.sum(axis=1)
+        acc["batch_tok"][:NB] += S_tok.sum(axis=1) * self.cfg_levels[domp, jp]
+        prof = self.profile
+        # ---- decode: Little's law per group
+        act = self._active_groups(1)
+        f_tok, f_req = self._decode_split(act)
+        q0_tok = self.q_tok[1].sum(axis=1)
+        self.q_tok[1] += f_tok.T * tok[1][None, :]
+        self.q_req[1] += f_req.T * cnt[1][None, :]
+        D, Dr = self.q_tok[1], self.q_req[1]
+        domd = dom[NB:]
+        latd = self.lat[domd]  # (group, bucket, level)
+        nj = np.einsum("gb,gbj->gj", D, latd) / T  # jobs in service on average (Little), per level
+        nr = n_ready[NB:]
+        # the request level batches every job active at some point of a sub-step: jobs in service + the
+        # sub-step's arrivals (a job shorter than a sub-step still takes a batch slot in it)
+        n_sub = nj + (Dr.sum(axis=1) / T * c.substep_s)[:, None]
+        bper = n_sub / np.maximum(nr, 1e-12)[:, None]
+        lv = np.minimum(np.searchsorted(LEVELS, np.ceil(np.maximum(bper, 1.0) - 1e-9)), J - 1)
+        js = np.argmax(lv <= np.arange(J)[None, :], axis=1)
+        slot_n = np.floor(slots[NB:] + 1e-9)
+        # admission: slot-seconds of work at the single-request TPOT (as the request level admits jobs)
+        need0 = nj[:, 0]
+        phid = np.where(need0 > 0, np.minimum(1.0, slot_n / np.maximum(need0, 1e-300)), 1.0)
+        phid = np.where(nr > 0, phid, np.where(need0 > 0, 0.0, 1.0))
+        n_act = np.minimum(n_sub[_AR, js] * phid, slot_n)
+        bb = np.maximum(1.0, n_act / np.maximum(nr, 1e-12))
+        jd = np.minimum(np.searchsorted(LEVELS, np.ceil(bb - 1e-9)), J - 1)
+        # busy share of the ready vPods: job-seconds of service over the batch they share
+        busyd = np.where(nr > 0, np.minimum(1.0, phid * nj[_AR, jd] / np.maximum(bb * nr, 1e-12)), 0.0)
+        S = phid[:, None] * D
+        Sr = phid[:, None] * Dr
+        tpot = self.lat[domd[:, None], _AR[None, :], jd[:, None]]
+        jpt = self.pow[domd[:, None], _AR[None, :], jd[:, None]] / np.maximum(
+            self.tps[domd[:, None], _AR[None, :], jd[:, None]], 1e-300)
+        e_busy_d = (S * jpt).sum(axis=1)
+        energy[NB:] = e_busy_d + T * ((1.0 - busyd) * psr[NB:] + psa[NB:] - psr[NB:])
+        # effective TPOT = TPOT + wait / output tokens (wait: mean queue over throughput, or the boot wait)
+        q1_tok = (D - S).sum(axis=1)
+        thr = S.sum(axis=1) / T
+        wait = np.where(thr > 0, 0.5 * (q0_tok + q1_tok) / np.maximum(thr, 1e-300), 0.0)
+        room = self.slo_d[None, :] - tpot
+        safe_room = np.maximum(room, 1e-300)
+        ud = unavail[NB:, None]
+        share_d = np.zeros((NB, NB))
+        if wait.any():
+            share_d = osl_share_below(prof.osl_cdf, self._bucket_grid, wait[:, None] / safe_room)
+        if ud.any():
+            miss_u = osl_share_below(prof.osl_cdf, self._bucket_grid, 0.5 * ud / safe_room)
+            share_d = (1.0 - ud / T) * share_d + (ud / T) * np.maximum(share_d, miss_u)
+        share_d = np.where(room < 0, 1.0, share_d)
+        miss_d = Sr * share_d
+        self.q_tok[1] = D - S
+        self.q_req[1] = Dr - Sr
+        self.n_act = n_act
+        tokens_d = float(S.sum())
+        acc["tokens"][NB:] += S.sum(axis=1)
+        acc["batch_tok"][NB:] += S.sum(axis=1) * bb
+        acc["energy_j"] += energy
+        acc["energy_busy_j"][:NB] += e_busy_p
+        acc["energy_busy_j"][NB:] += e_busy_d
+        # ---- requests finish with their decode; a request misses if its TTFT or its TPOT does
+        fin = float(Sr.sum())
+        rate_p = miss_p / max(float(cnt[0].sum()), 1e-12) if cnt[0].sum() > 0 else (1.0 if served_p > 0 else 0.0)
+        md = float(miss_d.sum())
+        rate_d = md / fin if fin > 0 else 0.0
+        before = self.finished
+        self.finished += fin
+        m.finished += int(round(self.finished) - round(before))
+        m.slo_total += fin
+        m.slo_met += fin * np.array([1.0 - rate_p, 1.0 - rate_d, (1.0 - rate_p) * (1.0 - rate_d)])
+        if fin > 0:
+            self.recent_slo = np.array([1.0 - rate_p, 1.0 - rate_d])
+        self.n_finished = int(round(self.finished))
+        # open requests already past their SLO: queued beyond what arrived within the SLO
+        r_p = cnt[0] / T
+        r_d = cnt[1] / T
+        lp = np.maximum(self.q_req[0] - (r_p * self.slo_p)[None, :], 0.0).sum()
+        osl_b = np.where(cnt[1] > 0, tok[1] / np.maximum(cnt[1], 1e-12), 1.0)
+        ld = np.maximum(self.q_req[1] - (r_d * self.slo_d * osl_b)[None, :], 0.0).sum()
+        self._late_pd = (float(lp), float(ld))
+        self._late = float(lp + ld)
+        # ---- totals of the interval
+        m.energy_j += np.array([energy[:NB].sum(), energy[NB:].sum()])
+        m.usd += np.array([usd_g[:NB].sum(), usd_g[NB:].sum()])
+        m.energy_busy_j += np.array([e_busy_p.sum(), e_busy_d.sum()])
+        m.usd_busy += np.array([float((T * busy * usd_ready[:NB]).sum()), float((T * busyd * usd_ready[NB:]).sum())])
+        m.tokens += np.array([tokens_p, tokens_d])
+        self.util = np.concatenate([np.where(n_ready[:NB] > 0, busy, 0.0), np.zeros(NB)])
+        self.now = t1
+        keepv = self.v_gone > t1
+        if not keepv.all():
+            self.v_group, self.v_cfg = self.v_group[keepv], self.v_cfg[keepv]
+            self.v_ready, self.v_gone = self.v_ready[keepv], self.v_gone[keepv]
+        self.peak_queue = np.maximum(self.peak_queue, self._queue())
+        self._reconcile()
+
+    def _ttft_misses(self, vg: NDArray[np.int64], vc: NDArray[np.int64], vr: NDArray[np.float64],
+                     serving: NDArray[np.bool_], tps_v: NDArray[np.float64], k_start: NDArray[np.float64],
+                     k_len: NDArray[np.float64], k_pre: NDArray[np.float64], q0_tok: NDArray[np.float64],
+                     gp: NDArray[np.int64], domp: NDArray[np.int64], tps_best: NDArray[np.float64]) -> float:
+        """Expected TTFT misses among the interval's prefill arrivals. Per profile bin (the request level picks
+        its operating level per sub-step, so a burst queues even when the interval's mean does not): the
+        backlog ahead (Lindley recursion over the bins at the largest level's capacity, each vPod counted
+        for the share of the bin it is ready, so a group still booting queues its requests), the share of
+        the bin's arrivals that find more than their slack (SLO - batch latency) of work ahead, and for the
+        others the M/G/1 tail of the wait at the bin's utilization of its operating level."""
+        J = LEVELS.size
+        nk = k_len.size
+        prof = self.profile
+        pre = (vg < NB) & serving
+        cap = np.zeros((NB, nk, J))  # vPod-equivalents per bin and level
+        if pre.any():
+            ends = k_start + k_len
+            rfk = np.clip((ends[None, :] - np.maximum(vr[pre, None], k_start[None, :])) / k_len[None, :], 0.0, 1.0)
+            np.add.at(cap, vg[pre], rfk[:, :, None] * tps_v[pre, None, :])
+        n_k, tok_k = k_pre[:, 0], k_pre[:, 1]  # (bins, bucket)
+        rt = tps_best[gp, _AR]  # tokens/s of a job's group's dominant configuration at its bucket
+        work = tok_k / rt[None, :]  # (bins, bucket) vPod-seconds
+        d = np.zeros((nk, NB))
+        np.add.at(d, (slice(None), gp), work)
+        cmax = cap[:, :, -1].T * k_len[:, None]  # (bins, group) work one bin can serve
+        b0 = (q0_tok / tps_best).sum(axis=1)
+        # Lindley over the bins: B_k = S_k - min(-B_0, S_1..S_k), S = cumulative (arrivals - capacity)
+        S = np.cumsum(d - cmax, axis=0)
+        B = S - np.minimum.accumulate(np.minimum(S, -b0[None, :]), axis=0)
+        prev = np.vstack([b0[None, :], B[:-1]])
+        dem = prev + d
+        ok = cap.transpose(1, 0, 2) * k_len[:, None, None] >= dem[:, :, None] - 1e-9  # (bins, group, level)
+        jk = np.where(ok.any(axis=2), np.argmax(ok, axis=2), J - 1)
+        cj = np.take_along_axis(cap.transpose(1, 0, 2), jk[:, :, None], axis=2)[:, :, 0]  # (bins, group)
+        rho = np.clip(dem / np.maximum(cj * k_len[:, None], 1e-300), 0.0, 0.999)
+        # per (bin, bucket): the bucket's group
+        jb = jk[:, gp]
+        lat = self.lat[domp[gp][None, :], _AR[None, :], jb]
+        slack = self.slo_p[None, :] - lat
+        c_rate = np.maximum(cap[gp, :, -1].T, 1e-300)  # (bins, bucket) work/s at the largest level
+        # a job waits for the work ahead of it, not its own: the threshold adds one mean job of its bucket
+        thr = np.maximum(slack, 0.0) * c_rate + (prof.isl_m1 / rt)[None, :]
+        pv, grow = prev[:, gp], (d - cmax)[:, gp]
+        # share of the bin's arrivals (uniform in it) that find more than thr of work ahead
+        up = np.clip(1.0 - (thr - pv) / np.where(grow > 0, grow, 1.0), 0.0, 1.0)
+        down = np.clip((pv - thr) / np.where(grow < 0, -grow, 1.0), 0.0, 1.0)
+        late = np.where(grow > 0, up, np.where(grow < 0, down, (pv > thr).astype(float)))
+        late = np.where(cap[gp, :, -1].T > 0, late, 1.0)
+        # within the bin: FCFS wait of an M/G/1 server at the operating level (Pollaczek-Khinchine mean)
+        s1 = prof.isl_m1 / rt / np.maximum(cj[:, gp], 1e-12)
+        s2 = prof.isl_m2 / rt ** 2 / np.maximum(cj[:, gp], 1e-12) ** 2
+        r = rho[:, gp]
+        # the request level sizes each sub-step's level on its realized arrivals, so the queue never outlives the
+        # sub-step: the wait is at most its work (utilization x sub-step), and the mean at most half that
+        dt = self.config.substep_s
+        wq = np.minimum(r * s2 / np.maximum(2.0 * s1 * (1.0 - r), 1e-300), 0.5 * r * dt)
+        tail = np.where((wq > 0) & (slack < r * dt),
+                        r * np.exp(-r * np.maximum(slack, 0.0) / np.maximum(wq, 1e-300)), 0.0)
+        miss = np.where(slack < 0, 1.0, late + (1.0 - late) * tail)
+        return float((n_k * miss).sum())
+
+    # ------------------------------------------------------------------ accounting
+    def late_count(self) -> int:
+        """Open requests already past their SLO (estimated from the queues)."""
+        return int(round(self._late))
+
+    def decode_jobs(self) -> NDArray[np.float64]:
+        """Decode jobs in service per decode group (48) at the last interval's end."""
+        return self.n_act.copy()
+
+    def open_requests(self) -> NDArray[np.int64]:
+        """The fluid keeps no request ids: always empty (see :meth:`counters` for the counts)."""
+        return np.zeros(0, dtype=np.int64)
+
+    def counters(self) -> dict[str, int]:
+        """arrived, finished, queued (waiting for prefill or a decode slot) and in_flight requests (rounded)."""
+        arrived = int(round(self.arrived if self.arrived > self.next_req else self.next_req))
+        finished = int(round(self.finished))
+        queued = int(round(float(self.q_req[0].sum())))
+        return {"arrived": arrived, "finished": finished, "queued": min(queued, arrived - finished),
+                "in_flight": max(arrived - finished - queued, 0)}
+
+    def summary(self) -> dict[str, float]:
+        """:meth:`NPUCluster.summary` with the open requests past their SLO estimated from the queues."""
+        s = super().summary()
+        met = np.zeros(3)
+        tot = 0.0
+        for h in self.history:
+            met += h.slo_met
+            tot += h.slo_total
+        lp, ld = self._late_pd
+        for key, i, late in (("ttft_violation_pct", 0, lp), ("tpot_violation_pct", 1, ld),
+                             ("slo_violation_pct", 2, lp + ld)):
+            n = tot + late
+            s[key] = 100.0 * (1.0 - met[i] / n) if n else 0.0
+        s["requests_finished"] = float(self.finished)
+        s["requests_open"] = max(float(self.next_req) - self.finished, 0.0)
+        return s
+
+
+def make_cluster(config: ClusterConfig, workload: NPUWorkload, seed: int = 0, catalog: ConfigCatalog | None = None,
+                 fidelity: str = "request") -> NPUCluster:
+    """The simulator of ``fidelity`` (:data:`FIDELITIES`) for the same arguments as :class:`NPUCluster`."""
+    if fidelity not in FIDELITIES:
+        raise ConfigError(f"fidelity = {fidelity!r} is unknown; allowed: {', '.join(FIDELITIES)}")
+    cls = FluidCluster if fidelity == "fluid" else NPUCluster
+    return cls(config, workload, seed=seed, catalog=catalog)
