@@ -12,7 +12,10 @@ oracle-normalized reward; and in ``action_mode="residual"`` with the reward rela
 runs Base's whole episode in it). Env construction (DSE catalog + workload) is timed separately. Run:
     .venv/bin/python benchmarks/npu_env_speed.py [--hours 24]
         [--drivers random,heuristic,neuscale,residual-zero,residual-random]
-        [--out benchmarks/results/npu_env_speed.md]
+        [--fidelity fluid,request] [--out benchmarks/results/npu_env_speed.md]
+Each driver runs once per fidelity (``fluid``, the default, and ``request``; the ratio is measured in the same
+process). Steps per CPU-second = steps / CPU seconds of the steps; the residual reset (Base's episode, computed
+once per scenario and cached) is reported separately.
 """
 
 from __future__ import annotations
@@ -65,7 +68,8 @@ def run(env: NPUAutoscaleEnv, driver: str, seed: int) -> dict:
         steps += 1
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     s = env.sim.summary()
-    return {"driver": driver, "steps": steps, "reset_s": reset_s, "wall_s": wall, "cpu_s": cpu,
+    return {"driver": driver, "fidelity": env.config.fidelity, "steps_per_cpu_s": steps / max(cpu, 1e-9),
+            "steps": steps, "reset_s": reset_s, "wall_s": wall, "cpu_s": cpu,
             "episode_s": reset_s + wall, "episode_cpu_s": reset_cpu_s + cpu, "ms_per_step": 1e3 * wall / steps,
             "return": ret, "tokens_per_j": tokens / energy, "tokens_per_usd": tokens / usd,
             "slo_violation_pct": s["slo_violation_pct"], "mean_vpods": float(np.mean(vpods)),
@@ -77,18 +81,23 @@ def main() -> None:
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--drivers", default="random,heuristic,neuscale,residual-zero,residual-random")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fidelity", default="fluid,request")
     ap.add_argument("--out", default=None, help="write a markdown table here")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    env = NPUAutoscaleEnv({"hours": args.hours, "split": None})  # the configured default scenario
+    fids = args.fidelity.split(",")
+    envs = {f: NPUAutoscaleEnv({"hours": args.hours, "split": None, "fidelity": f}) for f in fids}
+    env = envs[fids[0]]
     t_init = time.perf_counter() - t0
-    res_env = NPUAutoscaleEnv({"hours": args.hours, "split": None, **RESIDUAL})
+    res_envs = {f: NPUAutoscaleEnv({"hours": args.hours, "split": None, "fidelity": f, **RESIDUAL}) for f in fids}
+    res_env = res_envs[fids[0]]
     print(json.dumps({"init_s": t_init, "groups": env.groups, "nvec": env.action_space.nvec.tolist(),
                       "obs_dim": env.observation_space.shape[0], "requests": len(env.workload.requests)}), flush=True)
     rows = []
     for d in args.drivers.split(","):
-        rows.append(run(res_env if d.startswith("residual") else env, d, args.seed))
-        print(json.dumps(rows[-1]), flush=True)
+        for f in fids:
+            rows.append(run(res_envs[f] if d.startswith("residual") else envs[f], d, args.seed))
+            print(json.dumps(rows[-1]), flush=True)
     if args.out:
         cfg = env.config
         lines = [f"# NPUAutoscale-v0 episode speed ({platform.processor() or platform.machine()}, shared 2-core dev "
@@ -103,11 +112,11 @@ def main() -> None:
                  f"at the end: {os.getloadavg()[0]:.1f} on 2 cores, so CPU time is given beside wall time. BLAS threads: "
                  f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset (library default)')}; the "
                  "simulator's group sums use np.bincount, so its speed does not depend on it.", "",
-                 "| driver | steps | reset s | steps wall s | episode wall s | episode CPU s | ms/step | return | "
+                 "| driver | fidelity | steps/CPU-s | steps | reset s | steps wall s | episode wall s | episode CPU s | ms/step | return | "
                  "tokens/J | tokens/USD | SLO viol. % | mean vPods | max vPods |",
-                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
-            lines.append(f"| {r['driver']} | {r['steps']} | {r['reset_s']:.1f} | {r['wall_s']:.1f} | {r['episode_s']:.1f} | "
+            lines.append(f"| {r['driver']} | {r['fidelity']} | {r['steps_per_cpu_s']:,.0f} | {r['steps']} | {r['reset_s']:.1f} | {r['wall_s']:.1f} | {r['episode_s']:.1f} | "
                          f"{r['episode_cpu_s']:.1f} | {r['ms_per_step']:.0f} | "
                          f"{r['return']:.0f} | {r['tokens_per_j']:.3f} | {r['tokens_per_usd']:.3g} | "
                          f"{r['slo_violation_pct']:.2f} | {r['mean_vpods']:.1f} | {r['max_vpods']} |")

@@ -226,6 +226,7 @@ from servegym.envs.npu.sim.cluster import (
     Observation,
     ScalingDecision,
 )
+from servegym.envs.npu.sim.fluid import make_cluster
 from servegym.envs.npu.sim.roofline import PHASES
 from servegym.envs.npu.sim.workloads import (
     NPUWorkload,
@@ -416,7 +417,8 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
             self.scenario = sc
             sim_seed = sc["simulation_seed"]
         self.simulation_seed = sim_seed
-        self.sim = sim = NPUCluster(self.cluster_config, self.workload, seed=sim_seed, catalog=self.catalog)
+        self.sim = sim = make_cluster(self.cluster_config, self.workload, seed=sim_seed, catalog=self.catalog,
+                                      fidelity=self.config.fidelity)
         w = self.workload
         dur = max(w.duration_s, 1.0)
         self._mean_rate = max(len(w.requests) / dur, 1e-9)
@@ -434,6 +436,7 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
         self._update_reference()
         info = self._state_info()
         info["scenario"] = dict(self.scenario)
+        info["fidelity"] = self.config.fidelity  # which simulator produced this episode's figures
         return self._obs(self.last_ctx), info
 
     # ------------------------------------------------------------------------------------------ step

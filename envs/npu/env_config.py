@@ -15,6 +15,7 @@ from servegym.envs.npu.sim.cluster import (
     ClusterConfig,
 )
 from servegym.envs.npu.sim.dse import OBJECTIVES
+from servegym.envs.npu.sim.fluid import FIDELITIES
 from servegym.envs.npu.sim.workloads import (
     BURSTY_BASE_RPM,
     TABLE4_RATE_RPM,
@@ -88,6 +89,7 @@ class NPUEnvConfig:
     reward_mode: str = "oracle"  # one of REWARD_MODES: normalize by the oracle, or relative to Base per epoch
     safety_layer: bool | None = None  # emergency scale-out between epochs (None: on in residual mode only)
     max_group_vpods: int = 1024  # cap on any simulator group's vPod target (bounds the reward)
+    fidelity: str = "fluid"  # simulator: "fluid" (per-interval aggregates, the default) or "request" (every request)
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -149,6 +151,8 @@ class NPUEnvConfig:
         if self.safety_layer is not None and not isinstance(self.safety_layer, (bool, np.bool_)):
             raise ConfigError(f"safety_layer = {self.safety_layer!r}; allowed: null (on in residual mode), true "
                               "or false")
+        if self.fidelity not in FIDELITIES:
+            raise ConfigError(f"fidelity = {self.fidelity!r} is unknown; allowed: {', '.join(FIDELITIES)}")
         mg = self.max_group_vpods
         if isinstance(mg, bool) or not isinstance(mg, (int, np.integer)) or not max(lv) <= mg <= 100_000:
             raise ConfigError(f"max_group_vpods = {mg!r}; allowed: an integer in [max(count_levels) = {max(lv)}, "

@@ -13,9 +13,9 @@ import time
 from typing import Any
 
 from servegym.baselines.npu import make_policy, run_policy
-from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog, NPUCluster
-from servegym.envs.npu.fluid import FluidCluster
-from servegym.envs.npu.workloads import NPUWorkload
+from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog, NPUCluster
+from servegym.envs.npu.sim.fluid import FluidCluster
+from servegym.envs.npu.sim.workloads import NPUWorkload
 
 ENERGY_COST_TOL = 0.03
 """Largest relative difference of energy and cost (fluid vs request level) the cross-check accepts."""

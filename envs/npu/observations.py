@@ -13,7 +13,6 @@ from servegym.envs.npu.env_config import (
 )
 from servegym.envs.npu.sim.catalog import VERSIONS
 from servegym.envs.npu.sim.cluster import (
-    NB,
     Observation,
 )
 from servegym.envs.npu.sim.roofline import PHASES
@@ -75,12 +74,12 @@ class ObservationsMixin:
         gb = np.array(self.group_bucket)
         util = ctx.util[gp, gb].copy()
         sim = self.sim
-        if sim is not None and sim.d_g.size:
+        if sim is not None:
             # the simulator's util is the prefill fluid's busy share; for decode, batch-slot occupancy
-            act = np.bincount(sim.d_g[sim.d_active], minlength=2 * NB).reshape(2, NB)
+            act = sim.decode_jobs()
             dec = gp == 1
             slots = ctx.slots[1, gb[dec]]
-            util[dec] = np.where(slots > 0, np.minimum(act[1, gb[dec]] / np.maximum(slots, 1e-9), 1.0), 0.0)
+            util[dec] = np.where(slots > 0, np.minimum(act[gb[dec]] / np.maximum(slots, 1e-9), 1.0), 0.0)
         per_v = np.zeros((len(VERSIONS), G))
         for g, key in enumerate(self.groups):
             for cid, k in ctx.counts.get(key, {}).items():

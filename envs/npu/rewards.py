@@ -16,18 +16,37 @@ from servegym.baselines.npu import (
 from servegym.envs.npu.env_config import (
     BASELINES,
 )
+from servegym.envs.npu.scenarios import _LRU
 from servegym.envs.npu.sim.cluster import (
     NB,
+    ConfigCatalog,
     EpochMetrics,
     NPUCluster,
     Observation,
     ScalingDecision,
 )
+from servegym.envs.npu.sim.fluid import make_cluster
+from servegym.envs.npu.sim.workloads import NPUWorkload
 
 from servegym.errors import (
     ActionError,
     ConfigError,
 )
+
+BASE_CACHE_MAX = 64
+"""Base's per-epoch flows kept per process (a few kB each): the residual mode's reward subtracts Base's flows of
+the same episode, so Base runs once per scenario (settings, fidelity, workload, simulator seed, horizon), not at
+every reset of it."""
+_BASE_RUNS: _LRU = _LRU(BASE_CACHE_MAX)
+
+
+def workload_fingerprint(w: NPUWorkload) -> tuple:
+    """A cheap identity of a workload's requests (name, horizon, count and a few arrivals and lengths)."""
+    r = w.requests
+    n = len(r)
+    probe = [0, n // 3, n // 2, (2 * n) // 3, n - 1] if n else []
+    return (w.name, float(w.duration_s), n, w.description,
+            tuple((float(r.arrival_s[i]), int(r.input_tokens[i]), int(r.output_tokens[i])) for i in probe))
 
 
 class RewardsMixin:
@@ -92,16 +111,10 @@ class RewardsMixin:
         return max(tot / n_epochs, 1e-12)
 
     def _late_count(self, sim: NPUCluster | None = None) -> int:
-        """Open requests already past their SLO (TTFT before the first token, or TPOT x output tokens)."""
+        """Open requests already past their SLO (:meth:`NPUCluster.late_count`)."""
         sim = self.sim if sim is None else sim
         assert sim is not None
-        ids = sim.open_requests()
-        if ids.size == 0:
-            return 0
-        age = sim.now - sim.arr[ids]
-        lp = np.isnan(sim.ttft[ids]) & (age > sim.slo_p[sim.bk_p[ids]])
-        ld = age > sim.slo_d[sim.bk_d[ids]] * sim.osl[ids]
-        return int((lp | ld).sum())
+        return sim.late_count()
 
     def _raw_flows(self, sim: NPUCluster, spans: list[EpochMetrics], arrived: int, late_prev: int
                    ) -> tuple[dict[str, Any], int]:
@@ -144,13 +157,23 @@ class RewardsMixin:
         return -(r_obj + r_slo)
 
     def _base_run(self) -> dict[str, NDArray[np.float64]]:
-        """Base's per-epoch flows on this episode (same workload and simulator seed; cached per episode)."""
+        """Base's per-epoch flows on this episode (same workload and simulator seed), computed once per scenario
+        and cached per process (:data:`BASE_CACHE_MAX`)."""
         key = (id(self.workload), self.simulation_seed, self.horizon)
         if self._base_key == key and self._base_flows is not None:
             return self._base_flows
-        _, infos = self._policy_epochs("base")
-        out = {k: np.array([f[k] for f in infos], dtype=np.float64)
-               for k in ("energy_j", "cost_usd", "slo_misses", "arrived")}
+
+        def run() -> dict[str, NDArray[np.float64]]:
+            _, infos = self._policy_epochs("base")
+            out = {k: np.array([f[k] for f in infos], dtype=np.float64)
+                   for k in ("energy_j", "cost_usd", "slo_misses", "arrived")}
+            for v in out.values():
+                v.setflags(write=False)
+            return out
+
+        scenario = (ConfigCatalog.key_of(self.cluster_config), self.config.fidelity,
+                    workload_fingerprint(self.workload), self.simulation_seed, self.horizon)
+        out = dict(_BASE_RUNS.get_or_make(scenario, run))
         out["objective"] = out["energy_j"] if self.config.objective == "energy" else out["cost_usd"]
         self._base_key = key
         return out
@@ -159,7 +182,8 @@ class RewardsMixin:
         """Run Base or NeuScale (their own 60-s loop and warm start, run_policy) on a fresh simulator with
         this episode's workload and seed; (summary, per-epoch raw flows with state keys)."""
         assert self.simulation_seed is not None
-        sim = NPUCluster(self.cluster_config, self.workload, seed=self.simulation_seed, catalog=self.catalog)
+        sim = make_cluster(self.cluster_config, self.workload, seed=self.simulation_seed,
+                               catalog=self.catalog, fidelity=self.config.fidelity)
         cc = self.cluster_config
         per = round(cc.epoch_s / cc.check_s)
         infos: list[dict[str, Any]] = []
@@ -214,7 +238,8 @@ class RewardsMixin:
         out: dict[str, Any] = {"policy": policy, "seed": seed, "simulation_seed": self.simulation_seed,
                                "length": self.horizon}
         if policy == "ideal":
-            sim = NPUCluster(self.cluster_config, self.workload, seed=self.simulation_seed, catalog=self.catalog)
+            sim = make_cluster(self.cluster_config, self.workload, seed=self.simulation_seed,
+                               catalog=self.catalog, fidelity=self.config.fidelity)
             hours = self.horizon * self.cluster_config.epoch_s / 3600.0
             s = ideal_metrics(sim, hours=hours)
             n = s["requests_finished"]

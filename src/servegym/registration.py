@@ -43,6 +43,8 @@ PD_MAX_STEPS = 1440
 NPU_MAX_STEPS = 288
 #: pd's native vector env: N scenarios stepped in one numpy batch (servegym.envs.pd.vector)
 PD_VECTOR = "servegym.envs.pd.vector:PDVectorEnv"
+#: npu's native vector env (servegym.envs.npu.vector)
+NPU_VECTOR = "servegym.envs.npu.vector:NPUVectorEnv"
 
 # Each family adds its ids here; tests/test_registration.py makes every one of them.
 ENV_SPECS: tuple[EnvSpecEntry, ...] = (
@@ -59,10 +61,11 @@ ENV_SPECS: tuple[EnvSpecEntry, ...] = (
     EnvSpecEntry("servegym/PDProvisionFront-v0", "servegym.envs.pd.env:PDProvisionEnv", PD_MAX_STEPS,
                  kwargs={"action_mode": "front"}, vector_entry_point=PD_VECTOR),
     # npu: one step per 5-min epoch; the env truncates at its horizon (config "hours", 24 h) itself
-    EnvSpecEntry("servegym/NPUAutoscale-v0", "servegym.envs.npu.env:NPUAutoscaleEnv", NPU_MAX_STEPS),
+    EnvSpecEntry("servegym/NPUAutoscale-v0", "servegym.envs.npu.env:NPUAutoscaleEnv", NPU_MAX_STEPS,
+                 vector_entry_point=NPU_VECTOR),
     # npu learnable mode: per-group changes around NeuScale's decision, reward relative to Base
     EnvSpecEntry("servegym/NPUAutoscaleResidual-v0", "servegym.envs.npu.env:NPUAutoscaleEnv", NPU_MAX_STEPS,
-                 kwargs={"action_mode": "residual", "reward_mode": "base"}),
+                 kwargs={"action_mode": "residual", "reward_mode": "base"}, vector_entry_point=NPU_VECTOR),
 )
 
 

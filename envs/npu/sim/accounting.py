@@ -33,6 +33,20 @@ class AccountingMixin:
         """Ids of arrived requests not yet finished (some job queued, in service or migrating)."""
         return np.unique(np.concatenate([self.p_req, self.c_req, self.d_req, self.m_req]))
 
+    def late_count(self) -> int:
+        """Open requests already past their SLO (TTFT before the first token, or TPOT x output tokens)."""
+        ids = self.open_requests()
+        if ids.size == 0:
+            return 0
+        age = self.now - self.arr[ids]
+        lp = np.isnan(self.ttft[ids]) & (age > self.slo_p[self.bk_p[ids]])
+        ld = age > self.slo_d[self.bk_d[ids]] * self.osl[ids]
+        return int((lp | ld).sum())
+
+    def decode_jobs(self) -> np.ndarray:
+        """Decode jobs in service per decode group (48)."""
+        return np.bincount(self.d_g[self.d_active] - NB, minlength=NB).astype(float) if self.d_g.size else np.zeros(NB)
+
     def counters(self) -> dict[str, int]:
         """arrived, finished, queued (no job started yet) and in_flight requests.
 

@@ -106,30 +106,15 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
 
     def __init__(self, config: ClusterConfig, workload: NPUWorkload, seed: int = 0,
                  catalog: ConfigCatalog | None = None) -> None:
-        if not isinstance(config, ClusterConfig):
-            raise ConfigError("config must be a ClusterConfig")
-        if not isinstance(workload, NPUWorkload):
-            raise ConfigError("workload must be an NPUWorkload (servegym.envs.npu.sim.workloads.make_workload)")
-        self.config = c = config
-        self.workload = workload
-        self.rng = np.random.default_rng(seed)
-        self.model = model(c.model)
-        cat = catalog if catalog is not None else ConfigCatalog(c)
-        if cat.key != ConfigCatalog.key_of(c):
-            raise ConfigError(f"catalog was built for {cat.key}, config needs {ConfigCatalog.key_of(c)}")
-        self.catalog = cat
-        self.__dict__.update(cat.fields)
+        self._init_model(config, workload, seed, catalog)
+        c = self.config
         req = workload.requests
-        self.n_req = len(req)
         self.arr = req.arrival_s
         self.isl = req.input_tokens
         self.osl = req.output_tokens
         tot = self.isl + self.osl
         self.bk_p = np.searchsorted(self.edges, np.minimum(self.isl, self.edges[-1]), side="left")
         self.bk_d = np.searchsorted(self.edges, np.minimum(tot, self.edges[-1]), side="left")
-        slo = self.table.slo_s
-        self.slo_p = np.array([slo[("prefill", int(e))] for e in self.edges])
-        self.slo_d = np.array([slo[("decode", int(e))] for e in self.edges])
         # per-request outcomes
         self.ttft = np.full(self.n_req, np.nan)
         self.dec_time = np.zeros(self.n_req)
@@ -137,20 +122,7 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
         self.done_s = np.full(self.n_req, np.nan)
         self.started = np.zeros(self.n_req, dtype=bool)
         self._fresh_finished = np.zeros(0, dtype=np.int64)
-        self.next_req = 0
-        self.now = 0.0
-        self.n_finished = 0
-        self.n_migrations = 0
-        self.max_held = dict.fromkeys(VERSIONS, 0.0)  # peak chips held per version (quota checks)
-        self.quota = {v: (np.inf if (c.quota_chips or {}).get(v) is None else float(c.quota_chips[v]))
-                      for v in VERSIONS}
-        # vPods (parallel lists, compacted when deleted ones expire)
-        self.v_group = np.zeros(0, dtype=np.int64)
-        self.v_cfg = np.zeros(0, dtype=np.int64)
-        self.v_ready = np.zeros(0)
-        self.v_gone = np.zeros(0)  # inf while not deleting; end of deletion otherwise
-        self.targets: dict[int, dict[int, int]] = {}
-        self.target_order: list[int] = []
+        self._init_fleet()
         # prefill fluid state per group
         G = 2 * NB
         self.A = np.zeros(G)
@@ -177,6 +149,47 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
         self.m_t = np.zeros(0)
         self.m_bk = np.zeros(0, dtype=np.int64)
         self.m_delay = np.zeros(0)
+        del c
+
+    def _init_model(self, config: ClusterConfig, workload: NPUWorkload, seed: int,
+                    catalog: ConfigCatalog | None) -> None:
+        """Validated settings, workload, generator, catalog (step tables) and per-bucket SLOs (both fidelities)."""
+        if not isinstance(config, ClusterConfig):
+            raise ConfigError("config must be a ClusterConfig")
+        if not isinstance(workload, NPUWorkload):
+            raise ConfigError("workload must be an NPUWorkload (servegym.envs.npu.sim.workloads.make_workload)")
+        self.config = c = config
+        self.workload = workload
+        self.rng = np.random.default_rng(seed)
+        self.model = model(c.model)
+        cat = catalog if catalog is not None else ConfigCatalog(c)
+        if cat.key != ConfigCatalog.key_of(c):
+            raise ConfigError(f"catalog was built for {cat.key}, config needs {ConfigCatalog.key_of(c)}")
+        self.catalog = cat
+        self.__dict__.update(cat.fields)
+        self.n_req = len(workload.requests)
+        slo = self.table.slo_s
+        self.slo_p = np.array([slo[("prefill", int(e))] for e in self.edges])
+        self.slo_d = np.array([slo[("decode", int(e))] for e in self.edges])
+
+    def _init_fleet(self) -> None:
+        """vPods, targets, monitor and accounting at t = 0 (both fidelities)."""
+        c = self.config
+        self.next_req = 0
+        self.now = 0.0
+        self.n_finished = 0
+        self.n_migrations = 0
+        self.max_held = dict.fromkeys(VERSIONS, 0.0)  # peak chips held per version (quota checks)
+        self.quota = {v: (np.inf if (c.quota_chips or {}).get(v) is None else float(c.quota_chips[v]))
+                      for v in VERSIONS}
+        # vPods (parallel lists, compacted when deleted ones expire)
+        self.v_group = np.zeros(0, dtype=np.int64)
+        self.v_cfg = np.zeros(0, dtype=np.int64)
+        self.v_ready = np.zeros(0)
+        self.v_gone = np.zeros(0)  # inf while not deleting; end of deletion otherwise
+        self.targets: dict[int, dict[int, int]] = {}
+        self.target_order: list[int] = []
+        G = 2 * NB
         # monitor
         self.nbins_w = round(c.window_s / c.rate_bin_s)
         self.bin_counts = np.zeros((self.nbins_w, 2, NB))
@@ -364,6 +377,11 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
         """Advance one epoch (``epoch_s``) without intermediate decisions; returns its metrics."""
         return self.advance(self.config.epoch_s)
 
+    def _chunk_substeps(self, K: int) -> int:
+        """Sub-steps per serving chunk of an advance of ``K`` sub-steps: ``check_s`` worth, so the rate monitor
+        and reconcile happen at a steady cadence."""
+        return round(self.config.check_s / self.config.substep_s)
+
     def advance(self, duration_s: float) -> EpochMetrics:
         """Advance ``duration_s`` (a multiple of ``substep_s``); returns the totals of that span."""
         c = self.config
@@ -375,8 +393,7 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
         t0 = self.now
         m = EpochMetrics(t0, t0 + duration_s, np.zeros(2), np.zeros(2), np.zeros(2), 0, np.zeros(3), 0.0,
                          np.zeros((2, NB)))
-        # process in check_s chunks so the rate monitor and reconcile happen at a steady cadence
-        kc = round(c.check_s / c.substep_s)
+        kc = self._chunk_substeps(K)
         done = 0
         while done < K:
             k = min(kc, K - done)

@@ -155,14 +155,17 @@ class ServingMixin:
         m.usd_busy += busy_u
         m.tokens += tokens
         self.now = t1
-        # drop vPods whose deletion has ended
-        keepv = self.v_gone > t1
-        if not keepv.all():
-            self.v_group, self.v_cfg = self.v_group[keepv], self.v_cfg[keepv]
-            self.v_ready, self.v_gone = self.v_ready[keepv], self.v_gone[keepv]
+        self._drop_gone(t1)
         self.peak_queue = np.maximum(self.peak_queue, self._queue())
         self._slo_tally(m, t0, t1)
         self._reconcile()
+
+    def _drop_gone(self, t: float) -> None:
+        """Drop the vPods whose deletion has ended by ``t``."""
+        keepv = self.v_gone > t
+        if not keepv.all():
+            self.v_group, self.v_cfg = self.v_group[keepv], self.v_cfg[keepv]
+            self.v_ready, self.v_gone = self.v_ready[keepv], self.v_gone[keepv]
 
     def _start_prefill(self, t0: float, t1: float, K: int, dt: float, cap: np.ndarray, jop: np.ndarray,
                        dom: np.ndarray, tokens: np.ndarray, avail: np.ndarray) -> None:

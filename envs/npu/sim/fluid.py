@@ -5,7 +5,7 @@ decision points, vPod lifecycle (Table 3 overheads, quota, reconcile), routing m
 step tables are the simulator's own, so Base, NeuScale and the env drive it unchanged. Per decision interval
 (``check_s``) and vPod group the serving step computes, in numpy over all 96 groups at once:
 
-* **Arrivals** from the workload's per-10-s bins (:mod:`~servegym.envs.npu.fluid_profile`): prefill tokens
+* **Arrivals** from the workload's per-10-s bins (:mod:`~servegym.envs.npu.sim.fluid_profile`): prefill tokens
   and requests by input bucket, decode by total-length bucket, routed by the same length-to-group map;
   decode's misrouted share (1 - ``osl_accuracy``) goes uniformly to the active groups at or above the
   request's input bucket, and the part of a short-routed request beyond 2x its group's edge to its true
@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import NDArray
-from servegym.envs.npu.catalog import VERSIONS, model
-from servegym.envs.npu.cluster import (
+from servegym.envs.npu.sim.cluster import (
     LEVELS,
     NB,
     ClusterConfig,
@@ -40,8 +39,8 @@ from servegym.envs.npu.cluster import (
     EpochMetrics,
     NPUCluster,
 )
-from servegym.envs.npu.fluid_profile import osl_share_below, workload_profile
-from servegym.envs.npu.workloads import NPUWorkload
+from servegym.envs.npu.sim.fluid_profile import osl_share_below, workload_profile
+from servegym.envs.npu.sim.workloads import NPUWorkload
 
 from servegym.errors import ConfigError
 
@@ -63,24 +62,8 @@ class FluidCluster(NPUCluster):
 
     def __init__(self, config: ClusterConfig, workload: NPUWorkload, seed: int = 0,
                  catalog: ConfigCatalog | None = None) -> None:
-        if not isinstance(config, ClusterConfig):
-            raise ConfigError("config must be a ClusterConfig")
-        if not isinstance(workload, NPUWorkload):
-            raise ConfigError("workload must be an NPUWorkload (servegym.envs.npu.workloads.make_workload)")
-        self.config = c = config
-        self.workload = workload
-        self.rng = np.random.default_rng(seed)
-        self.model = model(c.model)
-        cat = catalog if catalog is not None else ConfigCatalog(c)
-        if cat.key != ConfigCatalog.key_of(c):
-            raise ConfigError(f"catalog was built for {cat.key}, config needs {ConfigCatalog.key_of(c)}")
-        self.catalog = cat
-        self.__dict__.update(cat.fields)
-        self.profile = workload_profile(workload, self.edges, c.rate_bin_s)
-        self.n_req = len(workload.requests)
-        slo = self.table.slo_s
-        self.slo_p = np.array([slo[("prefill", int(e))] for e in self.edges])
-        self.slo_d = np.array([slo[("decode", int(e))] for e in self.edges])
+        self._init_model(config, workload, seed, catalog)
+        self.profile = workload_profile(workload, self.edges, config.rate_bin_s)
         self._init_fleet()
         self._fallback = np.array([(self.cand.get((("prefill", "decode")[g // NB], int(self.edges[g % NB]))) or [0])[0]
                                    for g in range(2 * NB)], dtype=np.int64)
@@ -99,35 +82,12 @@ class FluidCluster(NPUCluster):
         self.d_g = np.zeros(0, dtype=np.int64)
         self.d_active = np.zeros(0, dtype=bool)
 
-    def _init_fleet(self) -> None:
-        """vPods, targets, monitor and accounting at t = 0 (as :class:`NPUCluster` sets them)."""
-        c = self.config
-        G = 2 * NB
-        self.next_req = 0
-        self.now = 0.0
-        self.n_finished = 0
-        self.n_migrations = 0
-        self.max_held = dict.fromkeys(VERSIONS, 0.0)
-        self.quota = {v: (np.inf if (c.quota_chips or {}).get(v) is None else float(c.quota_chips[v]))
-                      for v in VERSIONS}
-        self.v_group = np.zeros(0, dtype=np.int64)
-        self.v_cfg = np.zeros(0, dtype=np.int64)
-        self.v_ready = np.zeros(0)
-        self.v_gone = np.zeros(0)
-        self.targets: dict[int, dict[int, int]] = {}
-        self.target_order: list[int] = []
-        self.nbins_w = round(c.window_s / c.rate_bin_s)
-        self.bin_counts = np.zeros((self.nbins_w, 2, NB))
-        self.bin_tokens = np.zeros((self.nbins_w, 2, NB))
-        self.bin_index = 0
-        self.peak_queue = np.zeros(G)
-        self.util = np.zeros(G)
-        self.recent_slo = np.ones(2)
-        self.history: list[EpochMetrics] = []
-        self._epoch_acc = None
-        self.totals = {k: np.zeros(2) for k in ("energy_j", "usd", "tokens", "energy_busy_j", "usd_busy")}
-        self.group_acc = {k: np.zeros(G) for k in ("tokens", "energy_j", "usd", "chip_s", "energy_busy_j",
-                                                   "batch_tok", "static_j")}
+    def _chunk_substeps(self, K: int) -> int:
+        """Without a quota, the whole advance is one chunk (nothing waits for chips between decision points,
+        and the chunk's per-bin arrivals keep the bursts); with one, ``check_s`` worth, as the request level."""
+        if all(np.isinf(q) for q in self.quota.values()):
+            return K
+        return super()._chunk_substeps(K)
 
     # ------------------------------------------------------------------ per-request views for the oracle
     @property
@@ -270,7 +230,7 @@ class FluidCluster(NPUCluster):
         J = LEVELS.size
         cnt, tok, arrived, k_start, k_len, k_pre = self._arrivals(t0, t1)
         self._monitor_bins(t0, t1)
-        self.next_req = int(round(arrived))
+        self.next_req = round(arrived)
         # ---- the fleet over the interval: ready and held shares of each vPod
         live = self.v_gone > t0
         vg, vc = self.v_group[live], self.v_cfg[live]
@@ -410,7 +370,7 @@ class FluidCluster(NPUCluster):
         m.slo_met += fin * np.array([1.0 - rate_p, 1.0 - rate_d, (1.0 - rate_p) * (1.0 - rate_d)])
         if fin > 0:
             self.recent_slo = np.array([1.0 - rate_p, 1.0 - rate_d])
-        self.n_finished = int(round(self.finished))
+        self.n_finished = round(self.finished)
         # open requests already past their SLO: queued beyond what arrived within the SLO
         r_p = cnt[0] / T
         r_d = cnt[1] / T
@@ -427,10 +387,7 @@ class FluidCluster(NPUCluster):
         m.tokens += np.array([tokens_p, tokens_d])
         self.util = np.concatenate([np.where(n_ready[:NB] > 0, busy, 0.0), np.zeros(NB)])
         self.now = t1
-        keepv = self.v_gone > t1
-        if not keepv.all():
-            self.v_group, self.v_cfg = self.v_group[keepv], self.v_cfg[keepv]
-            self.v_ready, self.v_gone = self.v_ready[keepv], self.v_gone[keepv]
+        self._drop_gone(t1)
         self.peak_queue = np.maximum(self.peak_queue, self._queue())
         self._reconcile()
 
@@ -498,7 +455,7 @@ class FluidCluster(NPUCluster):
     # ------------------------------------------------------------------ accounting
     def late_count(self) -> int:
         """Open requests already past their SLO (estimated from the queues)."""
-        return int(round(self._late))
+        return round(self._late)
 
     def decode_jobs(self) -> NDArray[np.float64]:
         """Decode jobs in service per decode group (48) at the last interval's end."""
@@ -510,9 +467,9 @@ class FluidCluster(NPUCluster):
 
     def counters(self) -> dict[str, int]:
         """arrived, finished, queued (waiting for prefill or a decode slot) and in_flight requests (rounded)."""
-        arrived = int(round(self.arrived if self.arrived > self.next_req else self.next_req))
-        finished = int(round(self.finished))
-        queued = int(round(float(self.q_req[0].sum())))
+        arrived = round(self.arrived if self.arrived > self.next_req else self.next_req)
+        finished = round(self.finished)
+        queued = round(float(self.q_req[0].sum()))
         return {"arrived": arrived, "finished": finished, "queued": min(queued, arrived - finished),
                 "in_flight": max(arrived - finished - queued, 0)}
 

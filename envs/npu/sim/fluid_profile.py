@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from servegym.envs.npu.workloads import NPUWorkload
+from servegym.envs.npu.sim.workloads import NPUWorkload
 
 #: Output-length grid of the per-bucket distribution: 8 points per doubling from 1 to 2^21 tokens.
 OSL_GRID = 2.0 ** (np.arange(0, 21 * 8 + 1) / 8.0)

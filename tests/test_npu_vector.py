@@ -1,0 +1,76 @@
+"""The npu VectorEnv (make_vec's vector entry point) equals N separate envs; the fluid mode is the default and
+its request-level cross-check holds on a small scenario."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from servegym.envs.npu.env import NPUAutoscaleEnv
+from servegym.envs.npu.vector import NPUVectorEnv
+
+import servegym  # noqa: F401 (registers the ids)
+from servegym.errors import ActionError, ConfigError
+
+# one model, 20-min episodes, so a vector of 3 ends and autoresets within the test
+SMALL = {"hours": 1.0 / 3.0, "split_models": ["Llama-3-70B"]}
+
+
+@pytest.mark.parametrize("env_id", ["servegym/NPUAutoscale-v0", "servegym/NPUAutoscaleResidual-v0"])
+def test_make_vec_vector_entry_point_equals_separate_envs(env_id: str) -> None:
+    n = 3
+    venv = gym.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point", **SMALL)
+    assert isinstance(venv.unwrapped, NPUVectorEnv)
+    envs = [gym.make(env_id, **SMALL) for _ in range(n)]
+    assert venv.single_action_space == envs[0].action_space
+    obs, _ = venv.reset(seed=3)
+    for i, e in enumerate(envs):
+        o, info = e.reset(seed=3 + i)
+        assert np.array_equal(obs[i], o) and info["fidelity"] == "fluid"
+    venv.action_space.seed(1)
+    done = np.zeros(n, dtype=bool)
+    ends = 0
+    for _ in range(6):
+        acts = venv.action_space.sample()
+        o_v, r_v, te_v, tr_v, info_v = venv.step(acts)
+        for i, e in enumerate(envs):
+            if done[i]:
+                o, _ = e.reset()
+                r, te, tr = 0.0, False, False
+            else:
+                o, r, te, tr, info = e.step(acts[i])
+                assert info_v["energy_j"][i] == info["energy_j"]
+            assert np.array_equal(o_v[i], o) and r_v[i] == r and te_v[i] == te and tr_v[i] == tr
+        done = te_v | tr_v
+        ends += int(done.sum())
+    assert ends >= n
+    with pytest.raises(ActionError):  # an invalid action of one env leaves every env as it was
+        venv.step(np.full(venv.action_space.shape, 99))
+    with pytest.raises(ConfigError, match="num_envs"):
+        NPUVectorEnv(0)
+    venv.close()
+
+
+def test_fidelity_switch_is_validated_and_request_mode_runs() -> None:
+    with pytest.raises(ConfigError, match="fidelity"):
+        NPUAutoscaleEnv({"fidelity": "coarse"})
+    env = NPUAutoscaleEnv({**SMALL, "fidelity": "request"})
+    _, info = env.reset(seed=0)
+    assert info["fidelity"] == "request"
+    env.step(env.action_space.sample())
+
+
+@pytest.mark.slow
+def test_fluid_crosschecks_the_request_level_on_a_small_scenario() -> None:
+    from servegym.envs.npu.env import draw_scenario
+    from servegym.envs.npu.fluid_check import ENERGY_COST_TOL, SLO_TOL_PP, crosscheck
+    from servegym.envs.npu.sim.cluster import ClusterConfig
+    from servegym.envs.npu.sim.workloads import make_workload
+
+    sc = draw_scenario("test", 0)
+    wl = make_workload("azure", hours=1.0, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"],
+                       azure_trace="azure-code", start_hour=sc["start_hour"], segment=tuple(sc["segment"]))
+    for row in crosscheck(ClusterConfig(model="Llama-3-70B", n_candidates=1), wl, seed=sc["simulation_seed"]):
+        assert abs(row["energy_rel"]) <= ENERGY_COST_TOL and abs(row["usd_rel"]) <= ENERGY_COST_TOL
+        assert abs(row["slo_pp"]) <= SLO_TOL_PP
+        assert row["cpu_s_fluid"] < row["cpu_s_request"]
