@@ -615,10 +615,13 @@ class CompareResult:
 def compare(model_name: str = "Llama-3-70B", trace: str = "azure", hours: float = 2.0,
             policies: tuple[str, ...] = ("base", "neuscale", "ideal"), seed: int = 0,
             objective: str = "energy", rate_rpm: float | None = None, quota: dict[str, int] | None = None,
-            osl_accuracy: float = 0.6, progress: bool = False, day: int | None = None) -> list[CompareResult]:
+            osl_accuracy: float = 0.6, progress: bool = False, day: int | None = None,
+            fidelity: str = "request") -> list[CompareResult]:
     """Run each policy on the same workload and simulator settings (Ideal: the §5.1 oracle bound); ``day``:
-    the day of the 2024 Azure week (:func:`~servegym.envs.npu.workloads.make_workload`)."""
+    the day of the 2024 Azure week (:func:`~servegym.envs.npu.workloads.make_workload`); ``fidelity``: the
+    request-level simulator or the fluid one (:func:`~servegym.envs.npu.sim.fluid.make_cluster`)."""
     from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog
+    from servegym.envs.npu.sim.fluid import make_cluster
     from servegym.envs.npu.workloads import make_workload
 
     for p in policies:
@@ -643,7 +646,7 @@ def compare(model_name: str = "Llama-3-70B", trace: str = "azure", hours: float 
         bar = Progress(epochs * len(played), "npu compare", "epoch", what=f"{', '.join(policies)} on {model_name}, "
                        f"{trace}, {hours:g} h (seed {seed})")
     for name in policies:
-        sim = NPUCluster(cfg, wl, seed=seed, catalog=cat)
+        sim = make_cluster(cfg, wl, seed=seed, catalog=cat, fidelity=fidelity)
         if name == "ideal":
             s = ideal_metrics(sim)
             out.append(CompareResult(name, s, np.zeros((0, 2, NB)), np.zeros(0), np.zeros(0)))

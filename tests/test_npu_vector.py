@@ -74,3 +74,13 @@ def test_fluid_crosschecks_the_request_level_on_a_small_scenario() -> None:
         assert abs(row["energy_rel"]) <= ENERGY_COST_TOL and abs(row["usd_rel"]) <= ENERGY_COST_TOL
         assert abs(row["slo_pp"]) <= SLO_TOL_PP
         assert row["cpu_s_fluid"] < row["cpu_s_request"]
+
+
+def test_compare_fast_uses_the_fluid_simulator() -> None:
+    from servegym.baselines.npu import compare
+
+    fast = compare("Llama-3-8B", "azure", 0.25, ("base",), fidelity="fluid")[0].summary
+    slow = compare("Llama-3-8B", "azure", 0.25, ("base",), fidelity="request")[0].summary
+    assert fast["usd"] == pytest.approx(slow["usd"], rel=0.03)
+    assert fast["energy_j"] == pytest.approx(slow["energy_j"], rel=0.03)
+    assert "requests_open" in fast and fast != slow

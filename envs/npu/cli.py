@@ -118,6 +118,10 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--osl-accuracy", type=float, default=0.6, help="output-length prediction accuracy (0.6)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print a JSON list of per-policy results")
+    p.add_argument("--fidelity", default=None, choices=("request", "fluid"),
+                   help="simulator: request (default, every request) or fluid (per-interval aggregates, 3-4x "
+                        "less CPU; benchmarks/results/npu_fluid_crosscheck.md)")
+    p.add_argument("--fast", action="store_true", help="the fluid simulator (same as --fidelity fluid)")
     p.add_argument("--max-requests", type=int, default=MAX_EXPECTED_REQUESTS,
                    help="ceiling on the expected requests of a run (default %(default)s: about 3 GB of per-request arrays)")
     p.add_argument("--plot-dir", default=None, help="write vpods_over_time.png and energy_vs_slo.png here")
@@ -142,15 +146,18 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     check_request_count(rate * 60.0 * args.hours, args.max_requests,
                         f"--rate-rpm {rate:g} x --hours {args.hours:g}", "--max-requests")
     pols = tuple(x.strip() for x in args.policies.split(",") if x.strip())
+    fidelity = args.fidelity or ("fluid" if args.fast else "request")
     res = compare(args.model, args.trace, args.hours, pols, seed=args.seed, objective=args.objective,
-                  rate_rpm=args.rate_rpm, osl_accuracy=args.osl_accuracy, progress=not args.json, day=args.day)
+                  rate_rpm=args.rate_rpm, osl_accuracy=args.osl_accuracy, progress=not args.json, day=args.day,
+                  fidelity=fidelity)
     if args.plot_dir:
         plot_compare(res, args.plot_dir, f"{args.model} {args.trace} {args.hours:g} h")
-    rows = [r.row() for r in res]
+    rows = [{**r.row(), "fidelity": fidelity} for r in res]
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"{args.model} on {args.trace}, {args.hours:g} h, seed {args.seed} (ideal = oracle bound, uses true lengths)")
+    print(f"{args.model} on {args.trace}, {args.hours:g} h, seed {args.seed}, {fidelity} simulator (ideal = oracle "
+          "bound, uses true lengths)")
     headers = ["policy", "tokens/J", "tokens/USD", "SLO viol. (%)", "TTFT viol. (%)", "TPOT viol. (%)", "energy (MJ)",
                "cost (USD)"]
     cols = [report.format_column([float(r[k]) * scale for r in rows], decimals=d) for k, scale, d in (
