@@ -279,8 +279,8 @@ def text_table(summary: pd.DataFrame) -> str:
 
 def plot_tradeoff(summary: pd.DataFrame, path: str | Path, title: str = "", ax: Any = None) -> Path | None:
     """The paper's Fig. 4a: carbon saving vs RR (%) against SLO violation (%), one point per policy (95% CI
-    bars with several seeds), named in a legend beside the axes (no text labels to collide). Points that
-    coincide are drawn as nested hollow markers, larger first, so each stays visible; the better corner
+    bars with several seeds), named in a legend beside the axes. Points that coincide are drawn as nested
+    hollow markers, larger first, so each stays visible, with one small label naming the group; the better corner
     (more saving, fewer violations: top left) is marked. Writes a PNG at ``path`` unless drawing into ``ax``."""
     import matplotlib
 
@@ -311,6 +311,15 @@ def plot_tradeoff(summary: pd.DataFrame, path: str | Path, title: str = "", ax: 
                     ms=max(18.0 - 2.4 * depth[i], 4.0), capsize=3, zorder=3 + depth[i])
         # legend entries at one size (the nested sizes only keep coinciding points apart)
         handles.append(Line2D([], [], marker=marker, color=color, mfc="none", mew=1.6, ms=8, ls="none", label=pol))
+    # name the nests: one small label per group of coinciding points ("rr = ll"), offset from the markers
+    names = [str(p) for p in summary["policy"]]
+    for i in range(len(xs)):
+        group = [j for j in range(len(xs)) if abs(xs[j] - xs[i]) <= 0.02 * xspan and abs(ys[j] - ys[i]) <= 0.02 * yspan]
+        if len(group) > 1 and group[0] == i:
+            right = xs[i] > float(np.nanmin(xs)) + 0.7 * xspan  # near the right edge: label on the left
+            ax.annotate(" / ".join(names[j] for j in group), (xs[i], ys[i]), xytext=(-12 if right else 12, -16),
+                        textcoords="offset points", fontsize=7, color="0.2", zorder=10,
+                        ha="right" if right else "left")
     ax.set_xlabel("SLO violation (%)")
     ax.set_ylabel("carbon saving vs RR (%)")
     if float(np.nanmax(xs, initial=0.0)) > 10.0:
