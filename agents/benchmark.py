@@ -870,7 +870,10 @@ def _plot_profiles(scores_by_env: dict[str, dict[str, np.ndarray]], path: Path) 
     n = len(scores_by_env)
     cols = min(n, 4)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.9 * rows), squeeze=False)
+    # each panel's legend goes below it, in two columns, off the curves (rows taller by the legend's room)
+    most = max((len(s) for s in scores_by_env.values()), default=1)
+    legend_in = 0.16 * math.ceil(most / 2)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, (3.6 + legend_in) * rows), squeeze=False)
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     for ax, (env_id, scores) in zip(axes.flat[:n], scores_by_env.items(), strict=True):
@@ -880,7 +883,7 @@ def _plot_profiles(scores_by_env: dict[str, dict[str, np.ndarray]], path: Path) 
         plot_utils.plot_performance_profiles(profiles, taus, performance_profile_cis=cis, ax=ax,
                                              xlabel=r"normalized score $\tau$", ylabel=r"fraction of episodes $> \tau$")
         ax.set_title(env_id.split("/")[-1], fontsize=10)
-        ax.legend(loc="lower left", fontsize=7, frameon=False)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.34), ncol=2, fontsize=7, frameon=False)
     fig.suptitle("test split: 0 = naive, 100 = oracle (or the paper's method where an id has no oracle; "
                  "leaderboard.md names each panel's scale)", fontsize=10)
     fig.tight_layout()
