@@ -108,7 +108,10 @@ NPU_METRICS = (
 
 
 def _unknown(family: str, name: str, allowed: tuple[str, ...]) -> ConfigError:
-    return ConfigError(f"baseline = {name!r} unknown for family {family!r}; allowed: {', '.join(allowed)}")
+    from servegym.errors import near_miss
+
+    return ConfigError(f"baseline = {name!r} unknown for family {family!r}{near_miss(name, allowed)}; "
+                       f"allowed: {', '.join(allowed)}")
 
 
 #: ``min-power+forecast`` takes a utilization target: ``min-power+forecast:0.95``; ``oracle`` is the

@@ -239,7 +239,10 @@ def resolve_policy(env_id: str, name: str) -> str:
     fam = family_for(env_id)
     if family_accepts(fam, name):
         return name
-    raise ConfigError(f"--policy = {name!r} is unknown for {env_id}; allowed: {', '.join(policy_names(env_id))}")
+    from servegym.errors import near_miss
+
+    names = policy_names(env_id)
+    raise ConfigError(f"--policy = {name!r} is unknown for {env_id}{near_miss(name, names)}; allowed: {', '.join(names)}")
 
 
 def follow_action(env: Any) -> Any:

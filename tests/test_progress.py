@@ -46,3 +46,15 @@ def test_allowed_lists_and_near_miss_hints() -> None:
     msg = str(exc.value)
     assert "'greedy' is not allowed (did you mean 'greedy:<alpha>'" in msg and "'rrr' is not allowed (did you " \
         "mean 'rr'?)" in msg and "allowed: rr, ll, greedy:<alpha>" in msg and "['" not in msg
+
+
+def test_near_miss_hints_for_env_ids_and_policies() -> None:
+    from servegym.agents import protocol
+    from servegym.env_ids import check_env_id
+
+    from servegym.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"\(did you mean 'servegym/PDProvision-v0'\?\); allowed: servegym/"):
+        check_env_id("PDProvison-v0")
+    with pytest.raises(ConfigError, match=r"\(did you mean 'naive'\?\); allowed: naive, paper"):
+        protocol.resolve_policy("servegym/PDProvision-v0", "nauve")

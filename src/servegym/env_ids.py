@@ -42,5 +42,9 @@ def check_env_id(env_id: Any, source: str = "--env") -> str:
                               f"never imports code named in an env id; {allowed}")
         env_id = rest
     if env_id not in gym.registry:
-        raise ConfigError(f"{source} = {shown(env_id)} is not a registered env id; {allowed}")
+        from servegym.errors import near_miss
+
+        ids = servegym_ids()
+        hint = near_miss(env_id, ids) or near_miss(f"servegym/{env_id}", ids)
+        raise ConfigError(f"{source} = {shown(env_id)} is not a registered env id{hint}; {allowed}")
     return env_id
