@@ -327,8 +327,8 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
         from servegym.progress import train_estimate
 
         n_evals = (timesteps // eval_freq + 1) if eval_freq > 0 else 1
-        what = (f"{spec.name} on {cfg.env_id}, seed {cfg.seed}, {n_envs} env(s); {n_evals} evaluations on "
-                f"{len(eval_seeds)} seeds (agent and {len(baselines)} baselines)")
+        what = (f"{spec.name} on {cfg.env_id}, seed {cfg.seed}, {n_envs} env(s); {n_evals} evaluation{'s' if n_evals != 1 else ''} on "
+                f"{len(eval_seeds)} seed{'s' if len(eval_seeds) != 1 else ''} (agent and {len(baselines)} baselines)")
         callbacks.append(TqdmCallback(timesteps, disable=False, what=what,
                                       estimate=train_estimate(cfg.env_id, timesteps)))
     tb_name = f"{cfg.env_id.split('/')[-1]}_{spec.name}_s{cfg.seed}"

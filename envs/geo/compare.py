@@ -160,7 +160,7 @@ def run_comparison(config: GeoConfig, policies: Sequence[str], seeds: int | Sequ
         from servegym.progress import Progress
 
         where = "in this process" if workers == 1 or len(tasks) == 1 else f"on {min(workers, len(tasks))} processes"
-        bar = Progress(len(tasks), "geo compare", "run", what=f"{len(run_specs)} policies x {len(seed_list)} seeds "
+        bar = Progress(len(tasks), "geo compare", "run", what=f"{len(run_specs)} policies x {len(seed_list)} seed{'s' if len(seed_list) != 1 else ''} "
                        f"{where}")
     rows: list[dict[str, Any]] = []
     if workers == 1 or len(tasks) == 1:
