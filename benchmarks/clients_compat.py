@@ -34,6 +34,7 @@ ROWS: dict[str, str] = {
     "test_torchrl_gym_env": "TorchRL GymEnv + check_env_specs (+ ActionMask)",
     "test_tianshou_collector": "Tianshou DummyVectorEnv",
     "test_rl_zoo3_train_and_enjoy": "rl-zoo3 train + enjoy (benchmarks/rl_zoo3/ppo.yml)",
+    "test_rl_zoo3_conf_has_every_id_with_the_shipped_ppo_settings": "rl-zoo3 conf entry = the id's shipped ppo settings",
     "test_unknown_keyword_is_a_type_error_in_pythons_words": "unknown keyword -> TypeError",
     "test_rgb_array_is_a_small_picture_of_the_state": "render_mode='rgb_array'",
     "test_env_pickles_after_reset_and_continues_identically": "pickles mid-episode",
