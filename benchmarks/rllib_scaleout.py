@@ -1,10 +1,10 @@
 """Scale-out training on RLlib: PPO on a two-node local Ray cluster against SB3's PPO on the same env and budget.
 
-Usage (in the environment of the ``rllib`` extra, which pins an older gymnasium; about 4 min on a
+Usage (in the environment of the ``rllib`` extra, which pins an older gymnasium; about 2 min on a quiet
 shared 2-core machine; not in CI)::
 
     python3.11 -m venv .venv-rllib && .venv-rllib/bin/pip install "torch==2.13.0" -e ".[rl,rllib,marl]"
-    nice -n 15 .venv-rllib/bin/python benchmarks/rllib_scaleout.py [--steps 1024] [--ma-steps 1024]
+    nice -n 15 .venv-rllib/bin/python benchmarks/rllib_scaleout.py [--steps 16384] [--ma-steps 8192]
 
 1. Starts a Ray cluster on this machine: ``ray start --head --num-cpus 1`` and a worker node
    ``ray start --address HEAD --num-cpus 1`` with its own temporary folder.
@@ -204,8 +204,8 @@ def run_sb3(multi_agent: bool, steps: int, seed: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=1024, help="PDProvision-v0 env steps per library")
-    ap.add_argument("--ma-steps", type=int, default=1024, help="multi-agent geo env steps per library")
+    ap.add_argument("--steps", type=int, default=16384, help="PDProvision-v0 env steps per library")
+    ap.add_argument("--ma-steps", type=int, default=8192, help="multi-agent geo env steps per library")
     ap.add_argument("--port", type=int, default=6393)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=OUT / "rllib_scaleout.md")
