@@ -129,7 +129,7 @@ class ObservationsMixin:
         lines.append(f"{'group':>16} {'config':>28} {'alive':>5} {'ready':>5} {'queue':>6} {'util':>5}")
         for g, key in enumerate(self.groups):
             p, b = PHASES.index(key[0]), self.group_bucket[g]
-            cid = self.options[g][int(self._option[g])]
+            cid = self.options[g][self.action_type.option_index(self, g)]  # the residual mode offsets its choices
             lines.append(f"{key[0] + ' <=' + str(key[1]):>16} {self.catalog.configs[cid].label:>28} "
                          f"{int(ctx.alive[p, b]):>5} {int(ctx.ready[p, b]):>5} {int(ctx.queue[p, b]):>6} "
                          f"{ctx.util[p, b]:>5.2f}")
