@@ -91,7 +91,7 @@ def shifts(models: Path, env_id: str, kwargs: dict[str, Any], splits: list[str],
         seeds = seeds_from(TEST_SEED, episodes)
         res = run_policy_episodes(env_id, env, [strongest, protocol.FOLLOW], seeds)
         agent_res = []
-        for k, (model, norm, _) in enumerate(agents):
+        for model, norm, _ in agents:
             act = agent_act_fn(model, norm)
             for s in seeds:
                 r = play_episode(env, act, s, "agent", fam.metrics)

@@ -20,9 +20,9 @@ import platform
 import time
 
 from servegym.envs.npu.env import NPUEnvConfig, draw_scenario
+from servegym.envs.npu.fluid_check import ENERGY_COST_TOL, SLO_TOL_PP, crosscheck
 from servegym.envs.npu.sim.catalog import MODELS
 from servegym.envs.npu.sim.cluster import ConfigCatalog
-from servegym.envs.npu.fluid_check import ENERGY_COST_TOL, SLO_TOL_PP, crosscheck
 from servegym.envs.npu.sim.workloads import make_workload
 
 from servegym.outputs import atomic_path

@@ -50,8 +50,8 @@ def test_allowed_lists_and_near_miss_hints() -> None:
 
 def test_near_miss_hints_for_env_ids_and_policies() -> None:
     from servegym.agents import protocol
-    from servegym.env_ids import check_env_id
 
+    from servegym.env_ids import check_env_id
     from servegym.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"\(did you mean 'servegym/PDProvision-v0'\?\); allowed: servegym/"):
