@@ -312,12 +312,13 @@ def plot_tradeoff(summary: pd.DataFrame, path: str | Path, title: str = "", ax: 
         # legend entries at one size (the nested sizes only keep coinciding points apart)
         handles.append(Line2D([], [], marker=marker, color=color, mfc="none", mew=1.6, ms=8, ls="none", label=pol))
     # name the nests: one small label per group of coinciding points ("rr = ll"), offset from the markers
+    # (near the right edge the label ends below its own point, not beside the next policy's marker)
     names = [str(p) for p in summary["policy"]]
     for i in range(len(xs)):
         group = [j for j in range(len(xs)) if abs(xs[j] - xs[i]) <= 0.02 * xspan and abs(ys[j] - ys[i]) <= 0.02 * yspan]
         if len(group) > 1 and group[0] == i:
-            right = xs[i] > float(np.nanmin(xs)) + 0.7 * xspan  # near the right edge: label on the left
-            ax.annotate(" / ".join(names[j] for j in group), (xs[i], ys[i]), xytext=(-12 if right else 12, -16),
+            right = xs[i] > float(np.nanmin(xs)) + 0.7 * xspan  # near the right edge: the label ends under the point
+            ax.annotate(" / ".join(names[j] for j in group), (xs[i], ys[i]), xytext=(8, -24) if right else (12, -16),
                         textcoords="offset points", fontsize=7, color="0.2", zorder=10,
                         ha="right" if right else "left")
     ax.set_xlabel("SLO violation (%)")
