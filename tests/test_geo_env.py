@@ -382,6 +382,7 @@ MODES = [
     (GeoRouteEnv, {"action_mode": "direct"}),
     (GeoRouteEnv, {"action_mode": "residual", "reference": "milp"}),
     (GeoRouteEnv, {"action_mode": "residual", "reference": "greedy:0.5"}),
+    (GeoRouteEnv, {"action_mode": "residual", "reference": "iter-ilp", "decide_at": "window"}),
     (GeoRouteWindowEnv, {"action_mode": "direct"}),
     (GeoRouteWindowEnv, {"action_mode": "residual", "reference": "milp"}),
     (GeoRouteEnv, {"ci_time_scale": 1800.0, "ci_forecast_h": 2, "ci_forecast_noise": 0.2}),
@@ -487,6 +488,29 @@ def test_window_residual_action_zero_is_the_milp_exactly(cfg: dict) -> None:
     np.testing.assert_array_equal(env.sim.placed_dc, sim.placed_dc)
 
 
+@pytest.mark.parametrize(("cfg", "ref"), [(MINI, "iter-ilp"), ({**SMALL, "geo": {"duration_s": 4.0}}, "ilp")])
+def test_route_residual_decided_at_windows_is_the_reference_exactly(cfg: dict, ref: str) -> None:
+    """GeoRoute-v0 residual with decide_at = "window": the zero action at every request reproduces the
+    window scheduler's own run (windows, solve delays, snapshots), and the runner's return equals the env's."""
+    from servegym.agents.adapters import run_geo_baseline
+    from servegym.baselines.geo import make_policy
+
+    env = GeoRouteEnv(config={**cfg, "action_mode": "residual", "reference": ref, "decide_at": "window"})
+    assert env.decision_mode == "request" and env.simulator_mode() == "window"
+    total, _, info = _episode(env, lambda e: e.n_dcs, 5)
+    sim = GeoSimulation(env.episode_config, seed=env.scenario["sim_seed"])
+    theirs = sim.run(make_policy(ref)).summary
+    mine = info["episode_metrics"]
+    for key in ("carbon_g", "carbon_with_drain_g", "slo_violation_pct", "ttft_p99_s", "finished",
+                "sched_overhead_ms"):
+        assert mine[key] == theirs[key], key
+    np.testing.assert_array_equal(env.sim.placed_dc, sim.placed_dc)
+    assert run_geo_baseline(env, ref, 5).reward == pytest.approx(total, rel=1e-9)
+    # deciding at arrival (the default) is a different run: no window wait, no solve delay
+    arrival = GeoRouteEnv(config={**cfg, "action_mode": "residual", "reference": ref})
+    assert _episode(arrival, lambda e: e.n_dcs, 5)[2]["episode_metrics"]["ttft_p99_s"] != mine["ttft_p99_s"]
+
+
 def test_window_residual_over_admits_a_clean_dc() -> None:
     """Scaling the cleanest DC's capacity up admits more there than the MILP's headroom allows
     (high load: the headroom binds); scaling it down admits less."""
@@ -511,6 +535,12 @@ def test_residual_bad_references() -> None:
         GeoRouteWindowEnv(config={**MINI, "action_mode": "residual", "reference": "greedy:0"})
     with pytest.raises(ConfigError, match="action_mode"):
         GeoRouteEnv(config={**MINI, "action_mode": "shares"})
+    for bad in ({"decide_at": "window"}, {"action_mode": "residual", "reference": "moer", "decide_at": "window"},
+                {"action_mode": "residual", "decide_at": "close"}):
+        with pytest.raises(ConfigError, match="decide_at"):
+            GeoRouteEnv(config={**MINI, **bad})
+    with pytest.raises(ConfigError, match="decide_at"):
+        GeoRouteWindowEnv(config={**MINI, "action_mode": "residual", "decide_at": "window"})
 
 
 #: A compressed grid day: 1800 CI-clock seconds per simulated second (a 4 s run crosses two hours).

@@ -125,6 +125,8 @@ REWARD_MODES = ("dense", "poll")
 MAX_STEPS = 1_000_000_000
 #: Action modes (``GeoEnvConfig.action_mode``).
 ACTION_MODES = ("direct", "residual")
+#: When GeoRoute-v0's residual mode places a request (``GeoEnvConfig.decide_at``).
+DECIDE_AT = ("arrival", "window")
 
 #: Per-DC snapshot features, in observation order (each a block of D values, DC index order).
 DC_FEATURES: tuple[str, ...] = (
@@ -189,6 +191,14 @@ class GeoEnvConfig:
         reference: the baseline of the residual mode (``servegym.envs.geo.reference``):
             ``"milp"`` (default), ``"ilp"``, ``"iter-ilp"``, ``"moer"`` or ``"greedy:<alpha>"``
             (GeoRouteWindow-v0: a window scheduler only).
+        decide_at: when GeoRoute-v0's residual mode places a request: ``"arrival"`` (default: each
+            request leaves its scheduler at arrival, on the snapshot of its arrival's poll interval,
+            the reference's window plan shown at the window's first request) or ``"window"`` (a
+            window reference only: the simulator cuts the request stream into the reference's windows,
+            one step per request of a window, every request of it leaving at the window's close plus
+            the reference's modelled solve delay, on the snapshot of the close's poll interval; the
+            zero action then reproduces the reference's own run exactly, tested).
+            GeoRouteWindow-v0 decides per window anyway and allows ``"arrival"`` only.
         ci_time_scale: CI-clock seconds per simulated second, in [1, 3600] (:class:`GridClock`):
             1 follows the real hourly series in real time; 120 makes a 30 s episode span an hour
             of grid, so the ranking of DCs changes within episodes. Above 1, a split starts the
@@ -222,6 +232,7 @@ class GeoEnvConfig:
     reward: str = "dense"
     action_mode: str = "direct"
     reference: str = "milp"
+    decide_at: str = "arrival"
     ci_time_scale: float = 1.0
     ci_forecast_h: int = 0
     ci_forecast_noise: float = 0.0
@@ -237,7 +248,14 @@ class GeoEnvConfig:
             raise ConfigError(f"action_mode = {self.action_mode!r} is not allowed; allowed: {', '.join(map(str, ACTION_MODES))}")
         from servegym.envs.geo.reference import make_reference
 
-        make_reference(self.reference)
+        ref = make_reference(self.reference)
+        if self.decide_at not in DECIDE_AT:
+            raise ConfigError(f"decide_at = {self.decide_at!r} is not allowed; allowed: {', '.join(map(str, DECIDE_AT))}")
+        if self.decide_at == "window" and (self.action_mode != "residual"
+                                           or getattr(ref, "decision_mode", "request") != "window"):
+            raise ConfigError(f"decide_at = 'window' needs action_mode = 'residual' and a window reference (got "
+                              f"{self.action_mode!r}, {self.reference!r}); allowed: 'arrival', or 'window' with "
+                              "reference 'milp', 'ilp' or 'iter-ilp'")
         if self.reward not in REWARD_MODES:
             raise ConfigError(f"reward = {self.reward!r} is not allowed; allowed: {', '.join(map(str, REWARD_MODES))}")
         if self.preset not in PRESETS:
@@ -652,7 +670,7 @@ class GeoEnvBase(gym.Env):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(f"render_mode = {render_mode!r} is not allowed; allowed: None, 'ansi', 'rgb_array'")
         self.render_mode = render_mode
-        self.geo_config = self.config.geo_config(self.decision_mode)
+        self.geo_config = self.config.geo_config(self.simulator_mode())
         self.n_dcs, self.n_regions = _n_dcs_regions(self.geo_config)
         self._fc_n = self.config.ci_forecast_h * self.n_dcs  # forecast features, after the time block
         self._res_n = 2 * self.n_dcs if self.config.observe_residuals else 0  # residuals, after the forecast
@@ -664,6 +682,11 @@ class GeoEnvBase(gym.Env):
         self._episode_over = True
         if self.config.split is not None:  # a split with no start day for this span fails here, not at reset
             _split_days(self.geo_config.topology, self.config.split, self._span_h())
+
+    def simulator_mode(self) -> str:
+        """The simulator's ``decision_mode`` (what hands out decisions); :attr:`decision_mode` is the env's step
+        unit (one request or one window) and may differ (GeoRoute-v0 with ``decide_at = "window"``)."""
+        return self.decision_mode
 
     # -- episode plumbing ------------------------------------------------------------------
     def _span_h(self) -> int:

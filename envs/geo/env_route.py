@@ -16,7 +16,10 @@ request. ``action_mode="residual"``: ``Discrete(D + 1)``, where action ``D`` mea
 reference scheduler (``reference``, the facility MILP's window plan by default, or greedy)
 would do for this request", computed on the same snapshot and own-dispatch counts
 (:mod:`servegym.envs.geo.reference`); the observation then ends with a one-hot of that choice
-(``ref[d]``, D values). Anything else (out of range, a float, a bool, a wrong shape) raises
+(``ref[d]``, D values). With a window reference and ``decide_at="window"`` the simulator hands out the
+reference's own windows (one step per request of a window, all leaving at the window's close plus the
+reference's modelled solve delay), so action ``D`` at every step is the reference's own run exactly
+(tested); by default (``decide_at="arrival"``) each request leaves at its arrival instead. Anything else (out of range, a float, a bool, a wrong shape) raises
 :class:`~servegym.errors.ActionError` and changes nothing. :meth:`GeoRouteEnv.action_masks`
 gives the SLO-feasible DCs under the shared estimator (``Estimates.mask``: all DCs when none is
 feasible; the reference action is always allowed), the mask sb3-contrib's MaskablePPO reads.
@@ -111,6 +114,12 @@ class GeoRouteEnv(GeoEnvBase):
             g = self.geo_config
             self._ref = ReferencePlanner(self.config.reference, g.window_s, g.window_max_requests)
         self._ctx: DecisionContext | None = None
+        self._window = self.config.decide_at == "window"
+
+    def simulator_mode(self) -> str:
+        """``"window"`` with ``decide_at = "window"`` (the simulator hands out the reference's windows), else
+        ``"request"``."""
+        return "window" if self.config.decide_at == "window" else "request"
 
     @property
     def observation_names(self) -> list[str]:
@@ -165,7 +174,8 @@ class GeoRouteEnv(GeoEnvBase):
         decision, and return the settlement (dense) or the measured cost (poll)."""
         assert self.sim is not None and self._tracker is not None and self._ctx is not None
         ctx, rows = self._ctx, np.arange(self._n)
-        self.sim.apply(ctx, self._actions)
+        # decide_at = "window": the window leaves after the reference's modelled solve delay, as in its own run
+        self.sim.apply(ctx, self._actions, self._ref.delay_s if self._window and self._ref is not None else 0.0)
         if self._dense or self._res_n:
             est = ctx.estimates
             self._tracker.record(ctx.request_id, self._cost[rows, self._actions] if self._dense else rows[:0],

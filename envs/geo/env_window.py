@@ -150,6 +150,9 @@ class GeoRouteWindowEnv(GeoEnvBase):
                  **overrides: Any) -> None:
         super().__init__(config, render_mode, **overrides)
         d, r = self.n_dcs, self.n_regions
+        if self.config.decide_at != "arrival":
+            raise ConfigError(f"decide_at = {self.config.decide_at!r} is for GeoRoute-v0; allowed for "
+                              "GeoRouteWindow-v0: 'arrival' (the default: it decides per window anyway)")
         self.residual = self.config.action_mode == "residual"
         k = 16 if self.residual else 15
         self.obs_dim = k * d + r + 8 + self._fc_n + self._res_n

@@ -23,7 +23,9 @@ baseline policy itself (:mod:`servegym.baselines.geo`, one model, two drivers) o
   run by itself, both stated: the plan of a window is shown at its first request's arrival, so
   it uses the prompt lengths of requests that arrive up to ``window_s`` later (the window
   scheduler would wait for them), and the agent's placements leave at arrival, without the window
-  wait and the modelled solve delay.
+  wait and the modelled solve delay. GeoRoute-v0's ``decide_at="window"`` removes both: the env then
+  steps through the simulator's own windows and applies each one after :attr:`ReferencePlanner.delay_s`,
+  the reference's modelled solve delay, so that following is the reference's run exactly.
 """
 
 from __future__ import annotations
@@ -112,6 +114,7 @@ class ReferencePlanner:
         """A new poll interval (a request-mode batch context): nothing planned yet."""
         n = ctx.n_requests
         self.ctx = ctx
+        self.delay_s = 0.0  # the modelled solve delay (s) of the latest window planned in this context
         self.sched = np.asarray(ctx.scheduler, dtype=np.int64)
         self.choice = np.full(n, -1, dtype=np.int64)
         if self.window:
@@ -138,6 +141,7 @@ class ReferencePlanner:
             rows = i + np.flatnonzero(self.sched[i:] == self.sched[i])[:GREEDY_HORIZON]
             sub = sub_context(ctx, rows, dispatched, "request", float(ctx.decision_s[rows[-1]]))
         self.choice[rows] = np.asarray(self.policy.decide(sub), dtype=np.int64)
+        self.delay_s = float(self.policy.sched_delay_s(sub))
         return int(self.choice[i])
 
     def deviated(self, i: int) -> None:
