@@ -62,6 +62,33 @@ def test_residual_zero_reproduces_neuscale_epoch_by_epoch(over: dict[str, Any]) 
     assert env.sim is not None and env.sim.summary() == ref["summary"]
 
 
+def test_residual_zero_around_base_reproduces_base_epoch_by_epoch() -> None:
+    """reference = "base": the all-zero action is Base's episode, so against Base every step's reward is 0."""
+    env = make(action_mode="residual", reference="base", reward_mode="base")
+    ref = env.run_baseline("base", seed=3)
+    env.reset(seed=3)
+    rewards, infos = [], []
+    for _ in range(env.horizon):
+        _, r, _, _, info = env.step(zero(env))
+        rewards.append(r)
+        infos.append(info)
+    for mine, theirs in zip(infos, ref["infos"], strict=True):
+        assert {k: mine[k] for k in FLOW_KEYS} == {k: theirs[k] for k in FLOW_KEYS}
+    assert rewards == [0.0] * env.horizon and ref["reward"] == 0.0
+    assert env.sim is not None and env.sim.summary() == ref["summary"]
+    # a change does move it away from Base
+    env.reset(seed=3)
+    moved = [env.step(np.full(env.action_space.shape, 1))[1] for _ in range(env.horizon)]
+    assert any(r != 0.0 for r in moved)
+
+
+def test_reference_is_validated() -> None:
+    with pytest.raises(ConfigError, match="reference = 'ideal' is unknown; allowed: neuscale, base"):
+        make(action_mode="residual", reference="ideal")
+    with pytest.raises(ConfigError, match="needs action_mode = 'residual'"):
+        make(reference="base")
+
+
 def test_residual_changes_move_counts_along_the_ladder() -> None:
     env = make(action_mode="residual")
     env.reset(seed=1)

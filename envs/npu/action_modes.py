@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
-from servegym.baselines.npu import NeuScalePolicy, warm_start
+from servegym.baselines.npu import make_policy, warm_start
 from servegym.envs.npu.env_config import RESIDUAL_STEPS
 from servegym.envs.npu.sim.records import ScalingDecision
 from servegym.envs.npu.sim.roofline import PHASES
@@ -85,9 +85,10 @@ class AbsoluteAction:
 
 
 class ResidualAction:
-    """``residual``: per group a change of NeuScale's decision by ``RESIDUAL_STEPS`` count levels (and, with
-    ``residual_options``, an option; 0 keeps NeuScale's), so the all-zero action reproduces NeuScale (module
-    docstring of the env, "Residual action")."""
+    """``residual``: per group a change of the reference's decision (``reference``: NeuScale by default, or
+    Base) by ``RESIDUAL_STEPS`` count levels (and, with ``residual_options``, an option; 0 keeps the
+    reference's), so the all-zero action reproduces the reference (module docstring of the env, "Residual
+    action")."""
 
     name = "residual"
     residual = True
@@ -128,7 +129,7 @@ class ResidualAction:
         # the reference drives this simulator exactly as run_policy does: its own warm start at t = 0,
         # then one decision per epoch boundary (computed when the boundary is observed, applied with the
         # agent's changes by the next step)
-        env._ref_policy = pol = NeuScalePolicy()
+        env._ref_policy = pol = make_policy(env.config.reference)
         pol.reset(sim)
         sim.provision(ScalingDecision(env._capped(warm_start(sim, pol))))
         pol.targets = env._capped({k: v for k, v in pol.targets.items() if v})
@@ -154,7 +155,7 @@ class ResidualAction:
             env._pending = env._ref_policy.decide(env.last_ctx)
 
     def reference_counts(self, env: NPUAutoscaleEnv) -> NDArray[np.float64]:
-        """NeuScale's decision for the next epoch (its warm start before the first), summed per env group."""
+        """The reference's decision for the next epoch (its warm start before the first), summed per env group."""
         assert env._ref_policy is not None
         ref = np.zeros(len(env.groups))
         tg = env._pending.targets if env._pending is not None else env._ref_policy.targets

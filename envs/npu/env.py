@@ -36,7 +36,9 @@ and missing ones created (73-108 s + download + start + load); creations that do
 **Residual action** ``MultiDiscrete([5] * n_groups)`` (``[5, n_options + 1] * n_groups`` with
 ``residual_options``): per env group a change of the reference's vPod count by ``RESIDUAL_STEPS[v]`` =
 (0, +1, -1, +2, -2) count levels, so **the all-zero action reproduces the reference exactly** (tested
-against ``run_baseline("neuscale")`` epoch by epoch). The reference is NeuScale's decision, not
+against ``run_baseline("neuscale")`` and, with ``reference="base"``, ``run_baseline("base")`` epoch by
+epoch). ``reference="base"`` acts around Base, the strongest npu baseline on the validation split (an agent
+that only copies it scores exactly Base). The default reference is NeuScale's decision, not
 :meth:`NPUAutoscaleEnv.heuristic_action`: NeuScale is the paper's method (the protocol's ``best``), and it
 carries what the heuristic lacks (EWMA of R_peak, x2 / ÷2 limits, coalescing, fail-over under a
 quota, the emergency layer), so an agent starts at the paper's score and learns corrections. NeuScale
@@ -185,6 +187,7 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 from servegym.baselines.npu import (
+    BasePolicy,
     NeuScalePolicy,
     emergency_decision,
 )
@@ -299,7 +302,7 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
         self.simulation_seed: int | None = None  # NPUCluster seed of the current episode (set by reset)
         self.last_ctx: Observation | None = None
         self._t = 0
-        self._ref_policy: NeuScalePolicy | None = None  # residual mode: the reference (NeuScale) on the env's sim
+        self._ref_policy: NeuScalePolicy | BasePolicy | None = None  # residual mode: the reference on the env's sim
         self._pending: ScalingDecision | None = None  # its decision for the next epoch (None: keep the warm start)
         self._targets: dict[tuple[str, int], dict[int, int]] = {}  # the agent's current targets
         self._ref_counts = np.zeros(len(self.groups))  # reference's target vPods per env group

@@ -43,6 +43,9 @@ ACTION_MODES: tuple[str, ...] = ("absolute", "residual")
 """``action_mode`` values: absolute per-group targets (the original mode), or changes around NeuScale's decision."""
 REWARD_MODES: tuple[str, ...] = ("oracle", "base")
 """``reward_mode`` values: objective per the Ideal oracle's mean epoch (the original), or relative to Base per epoch."""
+RESIDUAL_REFERENCES: tuple[str, ...] = ("neuscale", "base")
+"""``reference`` values: the policy whose decision the residual mode changes (the paper's NeuScale, or Base,
+the strongest npu baseline on the validation split; servegym.agents.protocol.YARDSTICKS)."""
 RESIDUAL_STEPS: tuple[int, ...] = (0, 1, -1, 2, -2)
 """Count-level change of a residual action value (value 0 = follow the reference, so all-zero reproduces it)."""
 
@@ -86,6 +89,7 @@ class NPUEnvConfig:
     split_models: tuple[str, ...] = SPLIT_MODELS  # models a named split draws from (uniformly)
     action_mode: str = "absolute"  # one of ACTION_MODES (see the module docstring)
     residual_options: bool = False  # residual mode: also choose each group's configuration (default: best fit)
+    reference: str = "neuscale"  # residual mode: the policy the all-zero action reproduces (RESIDUAL_REFERENCES)
     reward_mode: str = "oracle"  # one of REWARD_MODES: normalize by the oracle, or relative to Base per epoch
     safety_layer: bool | None = None  # emergency scale-out between epochs (None: on in residual mode only)
     max_group_vpods: int = 1024  # cap on any simulator group's vPod target (bounds the reward)
@@ -145,9 +149,14 @@ class NPUEnvConfig:
         for name in ("residual_options",):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ConfigError(f"{name} = {getattr(self, name)!r}; allowed: true or false")
+        if self.reference not in RESIDUAL_REFERENCES:
+            raise ConfigError(f"reference = {self.reference!r} is unknown; allowed: {', '.join(RESIDUAL_REFERENCES)}")
+        if self.reference != "neuscale" and self.action_mode != "residual":
+            raise ConfigError(f"reference = {self.reference!r} needs action_mode = 'residual' (the absolute mode "
+                              "has no reference to change)")
         if self.action_mode == "residual" and not self.warm_start:
             raise ConfigError("warm_start = False needs action_mode = 'absolute': the residual mode follows "
-                              "NeuScale, which starts from its warm start (run_policy)")
+                              "its reference, which starts from its warm start (run_policy)")
         if self.safety_layer is not None and not isinstance(self.safety_layer, (bool, np.bool_)):
             raise ConfigError(f"safety_layer = {self.safety_layer!r}; allowed: null (on in residual mode), true "
                               "or false")
