@@ -1,0 +1,163 @@
+"""The yardsticks of every env id, checked on real episodes and on the shipped leaderboard (issue 23's
+done-when):
+
+* every split of every registered env id has a well-posed scale: one episode of naive, the paper's method
+  and the oracle on the leaderboard's own config (shortened), played through the benchmark's own path,
+  gives an oracle - naive margin the protocol can scale, on which naive scores 0 and the oracle 100;
+* ``benchmarks/results/leaderboard.json`` carries, for every env id, naive, paper, strongest, follow (where
+  the id has a residual mode), oracle and the agents, each with its score, KPIs, SLO violation and paired
+  verdict against the strongest baseline, with naive at 0 and the oracle at 100.
+
+The three pd ids share one simulator and one scenario draw (they differ only in the action mode, which the
+family baselines do not use), so PDProvision-v0 plays every split here and the two other pd ids are checked
+to draw the same scenarios; their own full episodes run in the slow suite.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import REPO_ROOT
+from servegym.agents import benchmark as bm
+from servegym.agents import protocol
+from servegym.agents.families import family_for
+
+import servegym  # noqa: F401  (registers the ids)
+from servegym.splits import splits_of
+
+LEADERBOARD = REPO_ROOT / "benchmarks" / "results" / "leaderboard.json"
+#: Per family: how the leaderboard's config is shortened for one cheap episode (geo 8 s of arrivals, npu
+#: half an hour = 6 epochs; pd keeps its whole day: on 4-h windows of flat load static-peak can be the
+#: optimum itself, see test_pd_oracle).
+SHORTEN: dict[str, dict[str, Any]] = {"geo": {"geo": {"duration_s": 8.0}}, "npu": {"hours": 0.5}, "pd": {}}
+#: Env id -> (the strongest its shipped rows were scored against, why): rows played before the registry's
+#: strongest changed. Every other check of the leaderboard test still runs on them; only the name check is
+#: an expected failure until the rows are rebuilt.
+STALE: dict[str, tuple[str, str]] = {
+    env_id: ("neuscale", "npu rows played before the 2024 days and the fluid default, when neuscale was the "
+                         "strongest; the registry's is now base (rebuilt with the npu quick rerun)")
+    for env_id in ("servegym/NPUAutoscale-v0", "servegym/NPUAutoscaleResidual-v0")}
+PD_TWINS = ("servegym/PDProvisionResidual-v0", "servegym/PDProvisionFront-v0")
+
+
+def _quick_kwargs(env_id: str) -> dict[str, Any]:
+    """The quick suite's env kwargs of ``env_id``, shortened per family (:data:`SHORTEN`)."""
+    entry = next(e for e in bm.SUITE["quick"] if e.env_id == env_id)
+    kw = copy.deepcopy(entry.env_kwargs)
+    cfg = kw.setdefault("config", {})
+    for key, val in SHORTEN[family_for(env_id).name].items():
+        cfg[key] = {**cfg.get(key, {}), **val} if isinstance(val, dict) else val
+    return kw
+
+
+def _cases() -> list[Any]:
+    out = []
+    for env_id in sorted(protocol.YARDSTICKS):
+        for split in splits_of(family_for(env_id).name):
+            marks = [pytest.mark.slow] if env_id in PD_TWINS else []
+            out.append(pytest.param(env_id, split, marks=marks, id=f"{env_id.split('/')[1]}-{split}"))
+    return out
+
+
+@pytest.mark.parametrize("env_id,split", _cases())
+def test_every_split_of_every_id_is_well_posed(env_id: str, split: str) -> None:
+    """One episode (reset seed 0) of naive, paper and oracle: the oracle - naive margin is one the protocol
+    scales (above REFERENCE_GAP_MIN of the returns' size), naive scores 0 and the oracle 100 on it, every
+    anchor reports its KPI and SLO violation, and an oracle documented as an optimum or a relaxation is
+    not below the paper's method (a relaxation is also free of SLO misses and below naive's KPI)."""
+    y = protocol.yardsticks(env_id)
+    env = bm.make_split_env(env_id, split, _quick_kwargs(env_id))
+    try:
+        runs = bm.run_policy_episodes(env_id, env, [y.naive, y.paper, y.oracle], [0])
+        kpi = protocol.kpi_metric(env)
+    finally:
+        env.close()
+    n, p, o = (runs[name][0] for name in (y.naive, y.paper, y.oracle))
+    assert o.reward - n.reward > protocol.REFERENCE_GAP_MIN * max(abs(o.reward), abs(n.reward), 1e-12)
+    scale = protocol.make_scale(env_id, [n], [p], [o])
+    assert scale.oracle
+    np.testing.assert_allclose(scale.scores([n, o]), [0.0, 100.0], atol=1e-9)
+    for res in (n, p, o):
+        assert math.isfinite(res.metrics[kpi]) and math.isfinite(res.metrics[protocol.SLO_METRIC])
+    if y.oracle_kind in ("optimum", "relaxation"):
+        assert o.reward >= p.reward - 1e-9 * max(1.0, abs(p.reward))
+    if y.oracle_kind == "relaxation":
+        assert o.metrics[protocol.SLO_METRIC] == 0.0 and o.metrics[kpi] < n.metrics[kpi]
+
+
+@pytest.mark.parametrize("twin", PD_TWINS)
+def test_pd_ids_draw_the_same_scenarios(twin: str) -> None:
+    """The pd ids other than PDProvision-v0 draw, on every split, the scenario PDProvision-v0 draws (so its
+    episodes above are theirs: the family baselines and the oracle do not use the action mode)."""
+    for split in splits_of("pd"):
+        a = bm.make_split_env("servegym/PDProvision-v0", split, _quick_kwargs("servegym/PDProvision-v0"))
+        b = bm.make_split_env(twin, split, _quick_kwargs(twin))
+        try:
+            for seed in (0, 7):
+                assert a.reset(seed=seed)[1]["scenario"] == b.reset(seed=seed)[1]["scenario"], (split, seed)
+        finally:
+            a.close()
+            b.close()
+
+
+# ------------------------------------------------------------------------------------- leaderboard.json
+def _board() -> dict[str, list[dict[str, Any]]]:
+    rows = json.loads(LEADERBOARD.read_text())
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(r["env"], []).append(r)
+    return out
+
+
+def test_leaderboard_has_a_section_for_every_env_id() -> None:
+    assert set(_board()) == set(protocol.YARDSTICKS)
+
+
+@pytest.mark.parametrize("env_id", sorted(protocol.YARDSTICKS))
+def test_leaderboard_carries_every_yardstick_with_score_kpis_slo_and_verdict(env_id: str) -> None:
+    """For ``env_id`` on the test split: naive, paper, strongest, follow (residual ids), oracle and at
+    least one agent, named as the registry names them; each row with a finite score, its KPIs, its SLO
+    violation and (all but the strongest's own row) the paired verdict against the strongest baseline;
+    naive 0 and the oracle 100 on every episode; the strongest's row carries the headroom, 100 - its score."""
+    rows = _board()[env_id]
+    y = protocol.yardsticks(env_id)
+    by_policy = {r["policy"]: r for r in rows}
+    roles = y.roles()
+    for role, name in roles.items():
+        assert name in by_policy, f"{env_id}: no row for {role} ({name})"
+    assert by_policy[y.naive]["role"] == "naive" and by_policy[y.oracle]["role"] == "oracle"
+    if y.follow:
+        assert by_policy[protocol.FOLLOW]["role"] == "follow"
+    assert any(r["role"] == "agent" for r in rows), f"{env_id}: no agent row"
+    strongest = [r for r in rows if "headroom" in r]
+    assert len(strongest) == 1, f"{env_id}: {len(strongest)} rows carry the headroom"
+    s = strongest[0]
+    assert s["headroom"] == pytest.approx(100.0 - s["score_mean"], abs=1e-9)
+    assert s["headroom_ci"][0] <= s["headroom"] <= s["headroom_ci"][1]
+    for r in rows:
+        assert r["split"] == "test" and r["episodes"] >= 1
+        assert math.isfinite(r["score_mean"]) and len(r["score_ci"]) == 2
+        assert r["kpis"] and all(math.isfinite(v) for v in r["kpis"].values())
+        assert math.isfinite(r["slo_violation_pct"])
+        assert r["scale"].startswith("0 = naive") and f"100 = oracle ({y.oracle}" in r["scale"]
+        if r is s:
+            assert r["vs_strongest"] is None
+            continue
+        v = r["vs_strongest"]
+        assert v["baseline"] == s["policy"] and v["kpi"] in r["kpis"]
+        assert isinstance(v["beats"], bool) and len(v["kpi_diff_ci"]) == 2 and len(v["slo_diff_ci"]) == 2
+        assert v["slo_tolerance_pp"] >= 0.05
+    for name, want in ((y.naive, 0.0), (y.oracle, 100.0)):
+        r = by_policy[name]
+        assert r["score_mean"] == pytest.approx(want, abs=1e-9)
+        assert r["score_ci"] == pytest.approx([want, want], abs=1e-9)
+    if env_id in STALE and s["policy"] == STALE[env_id][0]:
+        pytest.xfail(STALE[env_id][1])
+    assert s["policy"] == roles["strongest"], (
+        f"{env_id}: the row carrying the headroom is {s['policy']!r}, not the registry's strongest "
+        f"{roles['strongest']!r}: rebuild the id's rows (servegym benchmark --suite --rescore --fill-baselines)")
