@@ -277,6 +277,10 @@ class SuiteEntry:
     hyperparams: str | None = None
 
 
+#: pd env kwargs of the quick suite: the reference (the residual mode's zero action, every mode's observed
+#: suggestion and the warm start's teacher) is the pd ids' strongest non-learned baseline.
+PD_STRONGEST: dict[str, Any] = {"config": {"reference": "min-power+forecast:0.97"}}
+
 #: The suite per budget. ``quick`` is sized to fit 30 minutes per env id on 2 cores with all seeds
 #: (the README and the leaderboard state what was measured); ``full`` is the default configs at the
 #: hyperparameter files' budgets or more (its estimated cost: :data:`FULL_COST_S_PER_SEED`, :func:`budget_cost`).
@@ -294,14 +298,21 @@ SUITE: dict[str, tuple[SuiteEntry, ...]] = {
                    50_000, 5, 10, 3, baselines=("ll", "greedy:0.5", "moer", "ilp"),
                    note="mini preset (3 DCs, 30 s), residual around the facility MILP (action 0 = MILP), "
                         "stale snapshots (poll interval 5 s)"),
-        SuiteEntry("servegym/PDProvisionResidual-v0", "maskable-ppo", {}, 204_800, 5, 10, 3,
-                   note="full day, 60-s periods, changes around min-power+lookahead (1 h -> 4 h -> 1 day curriculum)"),
+        # pd: every mode's reference is the strongest baseline (min-power+forecast:0.97), cloned before RL
+        SuiteEntry("servegym/PDProvisionResidual-v0", "maskable-ppo", PD_STRONGEST, 102_400, 5, 10, 3,
+                   hyperparams="PDProvisionResidual-v0.quick.yml",
+                   note="full day, 60-s periods, changes around the strongest baseline (min-power+forecast:0.97), "
+                        "warm start by cloning it (20,000 steps), 1 h -> 4 h -> 1 day curriculum"),
         SuiteEntry("servegym/NPUAutoscaleResidual-v0", "maskable-ppo", {"config": {"hours": 2.0}}, 6_144, 5, 10, 3,
                    note="2-h episodes (24 epochs), changes around NeuScale, reward relative to Base"),
-        SuiteEntry("servegym/PDProvisionFront-v0", "maskable-ppo", {}, 51_200, 5, 10, 3,
-                   note="full day, 60-s periods, a choice on the current epsilon-Pareto front"),
-        SuiteEntry("servegym/PDProvision-v0", "maskable-ppo", {}, 51_200, 5, 10, 3,
-                   note="full day, 60-s periods, absolute (n_P, n_D) targets"),
+        SuiteEntry("servegym/PDProvisionFront-v0", "maskable-ppo", PD_STRONGEST, 51_200, 5, 10, 3,
+                   hyperparams="PDProvisionFront-v0.quick.yml",
+                   note="full day, 60-s periods, a choice on the current epsilon-Pareto front, warm start by "
+                        "cloning the strongest baseline's front slot (20,000 steps)"),
+        SuiteEntry("servegym/PDProvision-v0", "maskable-ppo", PD_STRONGEST, 51_200, 5, 10, 3,
+                   hyperparams="PDProvision-v0.quick.yml",
+                   note="full day, 60-s periods, absolute (n_P, n_D) targets, warm start by cloning the "
+                        "strongest baseline's deployment (20,000 steps)"),
         SuiteEntry("servegym/NPUAutoscale-v0", "maskable-ppo", {"config": {"hours": 2.0}}, 10_240, 5, 10, 3,
                    note="2-h episodes (24 epochs), absolute counts and vPod options"),
     ),

@@ -1,8 +1,10 @@
-"""Warm start by behaviour cloning: before RL, fit the policy to the residual mode's ``follow`` action.
+"""Warm start by behaviour cloning: before RL, fit the policy to the reference's action (the teacher).
 
 In a residual action mode the zero action (:func:`servegym.agents.protocol.follow_action`) plays the
 reference baseline exactly, so "clone the reference's trajectories" reduces to "make the follow action
-the policy's choice on the states the reference visits". A hyperparameter section turns it on with::
+the policy's choice on the states the reference visits". An env that defines ``reference_action()`` (pd:
+every action mode, so the absolute and front modes clone the reference's deployment too) names its teacher
+itself; otherwise the teacher is the follow action. A hyperparameter section turns it on with::
 
     warm_start: {steps: 4096, epochs: 10, learning_rate: 1.0e-3}
 
@@ -69,12 +71,19 @@ def parse_warm_start(raw: Any, source: str) -> WarmStart | None:
     return WarmStart(**out)
 
 
-def follow_rollout(make_env: Callable[[], gym.Env], steps: int, seed: int
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """(observations, follow actions, action masks or None) of ``steps`` steps of the follow action,
-    episodes reset with seeds ``seed, seed + 1, ...``."""
+def teacher_action(env: gym.Env) -> Any:
+    """The action to clone in ``env``'s current state: the env's ``reference_action()`` where it defines one
+    (pd: the reference's deployment in every action mode), else the residual follow action."""
     from servegym.agents.protocol import follow_action
 
+    fn = getattr(env.unwrapped, "reference_action", None)
+    return fn() if callable(fn) else follow_action(env)
+
+
+def follow_rollout(make_env: Callable[[], gym.Env], steps: int, seed: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(observations, teacher actions (:func:`teacher_action`), action masks or None) of ``steps`` steps of
+    the teacher, episodes reset with seeds ``seed, seed + 1, ...``."""
     env = make_env()
     try:
         masked = callable(getattr(env.unwrapped, "action_masks", None))
@@ -82,7 +91,7 @@ def follow_rollout(make_env: Callable[[], gym.Env], steps: int, seed: int
         ep = 0
         obs, _ = env.reset(seed=seed)
         while len(obs_l) < steps:
-            a = follow_action(env)
+            a = teacher_action(env)
             obs_l.append(np.asarray(obs, dtype=np.float32))
             act_l.append(np.asarray(a))
             if masked:

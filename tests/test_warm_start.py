@@ -127,3 +127,25 @@ def test_warm_started_run_evaluates_the_clone_before_rl(tmp_path) -> None:
     run = json.loads(res.run_file.read_text())
     assert [h["timesteps"] for h in run["eval_history"]] == [0.0, 64.0]
     assert run["warm_start"]["steps"] == 512 and res.best_model_path is not None
+
+
+@pytest.mark.parametrize("pd_id", ["servegym/PDProvision-v0", "servegym/PDProvisionFront-v0"])
+def test_pd_teacher_is_the_reference_action_in_every_mode(pd_id: str) -> None:
+    """The absolute and front modes have no follow action: the warm start's teacher is the env's
+    reference_action(), and in the absolute mode that is the strongest baseline's own deployment."""
+    from servegym.baselines.pd import MinPowerForecast
+
+    kw = {"config": {"reference": "min-power+forecast:0.97", "scenario": {"horizon_steps": 60}}}
+    obs, act, masks = follow_rollout(lambda: gym.make(pd_id, **kw), 80, seed=5)
+    assert obs.shape[0] == act.shape[0] == 80 and masks is not None and masks.shape[0] == 80
+    env = gym.make(pd_id, **kw)
+    o, info = env.reset(seed=5)
+    base = MinPowerForecast(rho_bar=0.97)
+    base.reset(env.unwrapped, info)
+    for k in range(60):  # the first episode: the recorded actions are the env's reference_action()
+        ref = env.unwrapped.reference_action()
+        assert np.array_equal(act[k], ref) and np.array_equal(obs[k], o)
+        if pd_id.endswith("PDProvision-v0"):
+            assert np.array_equal(ref, base.act(o, info))
+        o, _, term, trunc, info = env.step(ref)
+    assert term or trunc
