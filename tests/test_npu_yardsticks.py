@@ -67,3 +67,16 @@ def test_registered_strongest_is_strongest_on_validation() -> None:
     y = protocol.yardsticks(ENV)
     ranked = bm.select_strongest(ENV, ["base", "neuscale"], episodes=3, env_kwargs={"config": {"hours": 2.0}})
     assert ranked[0].policy == (y.strongest or y.paper)
+
+
+def test_osl_accuracy_moves_neuscale_not_base() -> None:
+    """The output-length prediction accuracy is not an inert knob in the env's default (fluid) mode: it
+    routes NeuScale's decode requests among its length groups, so a test episode where NeuScale holds
+    several decode groups (seed 1, half an hour) changes its energy between 20 % and 100 % accuracy, while
+    Base (one group, nothing to predict) is unchanged. The size is small: npu_yardsticks.md measures it."""
+    energy = {}
+    for acc in (0.2, 1.0):
+        runs = _runs(ENV, "test", ["base", "neuscale"], [1], {"config": {"hours": 0.5, "osl_accuracy": acc}})
+        energy[acc] = {k: v[0].metrics["energy_j"] for k, v in runs.items()}
+    assert energy[0.2]["base"] == energy[1.0]["base"]
+    assert energy[0.2]["neuscale"] != energy[1.0]["neuscale"]
