@@ -30,6 +30,39 @@ def _tree() -> dict[str, float]:
     return out
 
 
+#: Marks the disk cache folder this test run made (inherited by pytest-xdist workers and by the subprocesses
+#: tests start), so the tests never read or write the user's cache folder (servegym.user_cache).
+_TEST_CACHE_VAR = "_SERVEGYM_TEST_CACHE_DIR"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point servegym's disk cache at a temporary folder shared by the whole run (workers included), so tests
+    write only to tmp folders and the parallel workers exercise the cache's concurrent writers."""
+    if os.environ.get(_TEST_CACHE_VAR):
+        return  # a pytest-xdist worker: the controller's folder
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="servegym-test-cache-")
+    config._servegym_cache_before = {k: os.environ.get(k) for k in ("SERVEGYM_CACHE_DIR", "SERVEGYM_NO_CACHE")}  # type: ignore[attr-defined]
+    os.environ[_TEST_CACHE_VAR] = os.environ["SERVEGYM_CACHE_DIR"] = folder
+    os.environ.pop("SERVEGYM_NO_CACHE", None)
+    config._servegym_cache_dir = folder  # type: ignore[attr-defined]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = getattr(config, "_servegym_cache_dir", None)
+    if folder is not None:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(_TEST_CACHE_VAR, None)
+        for k, v in config._servegym_cache_before.items():  # type: ignore[attr-defined]
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     if not hasattr(session.config, "workerinput"):  # the controlling process only (pytest-xdist workers skip)
         session.config._servegym_tree = _tree()

@@ -58,3 +58,47 @@ def test_near_miss_hints_for_env_ids_and_policies() -> None:
         check_env_id("PDProvison-v0")
     with pytest.raises(ConfigError, match=r"\(did you mean 'naive'\?\); allowed: naive, paper"):
         protocol.resolve_policy("servegym/PDProvision-v0", "nauve")
+
+
+@pytest.mark.parametrize(("env_id", "config", "field", "hint"), [
+    ("servegym/PDProvision-v0", {"objective": "enrgy"}, "objective", "energy"),
+    ("servegym/PDProvision-v0", {"mode": "fluidd"}, "mode", "fluid"),
+    ("servegym/PDProvision-v0", {"action_mode": "residul"}, "action_mode", "residual"),
+    ("servegym/NPUAutoscale-v0", {"fidelity": "requests"}, "fidelity", "request"),
+    ("servegym/NPUAutoscale-v0", {"reward_mode": "zzz"}, "reward_mode", None),
+    ("servegym/NPUAutoscale-v0", {"split": None, "model": "llama-3-7b"}, "model", "Llama-3-70B"),
+    ("servegym/NPUAutoscale-v0", {"split": None, "trace": "lvevl"}, "trace", "lveval"),
+    ("servegym/GeoRoute-v0", {"preset": "mni"}, "preset", "mini"),
+])
+def test_config_values_get_one_line_with_a_near_miss_hint(env_id: str, config: dict, field: str,
+                                                          hint: str | None) -> None:
+    """pd, npu and geo config values: one line naming the field, the hint for a near miss, ``allowed: a, b``."""
+    import gymnasium as gym
+
+    from servegym.errors import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        gym.make(env_id, config=config)
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith(f"{field} = {config[field]!r} is ") and "; allowed: " in msg
+    assert "['" not in msg.split("; allowed: ", 1)[1]  # a comma list, never a Python list
+    if hint is None:
+        assert "did you mean" not in msg
+    else:
+        assert f"(did you mean {hint!r}" in msg
+
+
+@pytest.mark.parametrize(("env_id", "policy", "config", "line"), [
+    ("servegym/NPUAutoscale-v0", "base", '{"fidelity": "fluidd"}',
+     "fidelity = 'fluidd' is unknown (did you mean 'fluid'?); allowed: fluid, request"),
+    ("servegym/PDProvision-v0", "naive", '{"objective": "enrgy"}',
+     "objective = 'enrgy' is unknown (did you mean 'energy'?); allowed: energy, "),
+])
+def test_a_mistyped_value_on_the_command_line_exits_2(env_id: str, policy: str, config: str, line: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from servegym.cli import main
+
+    rc = main(["dataset", "--env", env_id, "--policy", policy, "--episodes", "1",
+               "--env-kwargs", f'{{"config": {config}}}'])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and line in err[0], err

@@ -33,6 +33,7 @@ from servegym.errors import (
     MAX_REQUEST_CEILING,
     WEEK_S,
     ConfigError,
+    check_choice,
     check_field_types,
     check_range,
     check_request_count,
@@ -252,8 +253,7 @@ def _check_int(name: str, value: Any, low: int) -> None:
 
 
 def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{name} = {value!r} is not allowed; allowed: {', '.join(map(str, allowed))}")
+    check_choice(name, value, allowed, verb="is not allowed")
 
 
 def _model_entry(model: str) -> tuple[str, float, str, tuple[float, float, float]]:

@@ -97,6 +97,7 @@ from servegym.envs.geo.provisioner import Snapshot
 from servegym.errors import (
     ActionError,
     ConfigError,
+    check_choice,
     check_field_types,
     check_keywords,
     check_range,
@@ -244,34 +245,28 @@ class GeoEnvConfig:
         check_split("geo", self.split)
         if not isinstance(self.observe_residuals, bool):
             raise ConfigError(f"observe_residuals = {self.observe_residuals!r} is not allowed; allowed: True, False")
-        if self.action_mode not in ACTION_MODES:
-            raise ConfigError(f"action_mode = {self.action_mode!r} is not allowed; allowed: {', '.join(map(str, ACTION_MODES))}")
+        check_choice("action_mode", self.action_mode, ACTION_MODES, verb="is not allowed")
         from servegym.envs.geo.reference import make_reference
 
         ref = make_reference(self.reference)
-        if self.decide_at not in DECIDE_AT:
-            raise ConfigError(f"decide_at = {self.decide_at!r} is not allowed; allowed: {', '.join(map(str, DECIDE_AT))}")
+        check_choice("decide_at", self.decide_at, DECIDE_AT, verb="is not allowed")
         if self.decide_at == "window" and (self.action_mode != "residual"
                                            or getattr(ref, "decision_mode", "request") != "window"):
             raise ConfigError(f"decide_at = 'window' needs action_mode = 'residual' and a window reference (got "
                               f"{self.action_mode!r}, {self.reference!r}); allowed: 'arrival', or 'window' with "
                               "reference 'milp', 'ilp' or 'iter-ilp'")
-        if self.reward not in REWARD_MODES:
-            raise ConfigError(f"reward = {self.reward!r} is not allowed; allowed: {', '.join(map(str, REWARD_MODES))}")
-        if self.preset not in PRESETS:
-            raise ConfigError(f"preset = {self.preset!r} is not allowed; allowed: {', '.join(map(str, PRESETS))}")
+        check_choice("reward", self.reward, REWARD_MODES, verb="is not allowed")
+        check_choice("preset", self.preset, PRESETS, verb="is not allowed")
         object.__setattr__(self, "model", PAPER_MODELS.resolve(self.model))  # canonical spelling
-        if self.load not in LOADS:
-            raise ConfigError(f"load = {self.load!r} is not allowed; allowed: {', '.join(map(str, LOADS))}")
+        check_choice("load", self.load, LOADS, verb="is not allowed")
         if not isinstance(self.geo, dict):
             raise ConfigError(f"geo = {self.geo!r} is not allowed; allowed: a dict of GeoConfig fields")
         for name in ("decision_mode", "seed"):
             if name in self.geo:
                 raise ConfigError(f"geo.{name} is set by the environment (decision_mode: the env id; seed: "
                                   f"reset(seed=...)); allowed: the other GeoConfig fields")
-        if self.geo.get("osl_mode", "mean") not in ("mean", "oracle", "predicted"):
-            raise ConfigError(f"geo.osl_mode = {self.geo['osl_mode']!r} is not allowed in the envs; "
-                              "allowed: ['mean', 'oracle', 'predicted']")
+        check_choice("geo.osl_mode", self.geo.get("osl_mode", "mean"), ("mean", "oracle", "predicted"),
+                     verb="is not allowed in the envs")
         for name, lo, hi in (("ci_time_scale", 1.0, 3600.0), ("ci_forecast_noise", 0.0, 2.0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)):

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from servegym.errors import ConfigError
+from servegym.errors import ConfigError, check_choice
 
 SNAPSHOT_DC_FIELDS = ("batch", "queued_tokens", "kv_tokens", "kv_frac", "prefill_duty", "in_flight")
 
@@ -107,8 +107,7 @@ class Provisioner:
     def __init__(self, n_dcs: int, engines_per_dc: int, interval_s: float, mode: str,
                  ci_at: Callable[[float], NDArray[np.float64]], pue: NDArray[np.float64],
                  dc_region: NDArray[np.int64], rtt_s: NDArray[np.float64]) -> None:
-        if mode not in ("sync", "async"):
-            raise ConfigError(f"poll_mode = {mode!r} is not allowed; allowed: ['sync', 'async']")
+        check_choice("poll_mode", mode, ("sync", "async"), verb="is not allowed")
         self.n_dcs = n_dcs
         self.engines_per_dc = engines_per_dc
         self.interval_s = float(interval_s)

@@ -37,7 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 from servegym.envs.geo.decisions import DecisionContext
 
-from servegym.errors import ConfigError
+from servegym.errors import ConfigError, choice_error
 
 #: Requests of a scheduler a request-mode reference plans ahead at once (exact for each of them while
 #: the agent follows; a deviation replans from the next one, so short plans keep that cheap).
@@ -51,7 +51,7 @@ def make_reference(spec: Any) -> Any:
     from servegym.baselines.geo import make_policy
 
     if not isinstance(spec, str) or not (spec in REFERENCE_SPECS[:4] or spec.startswith("greedy:")):
-        raise ConfigError(f"reference = {spec!r} is not allowed; allowed: {', '.join(map(str, REFERENCE_SPECS))}")
+        raise choice_error("reference", spec, REFERENCE_SPECS, verb="is not allowed")
     try:
         return make_policy(spec)
     except ConfigError as exc:

@@ -26,6 +26,7 @@ from servegym.errors import (
     MAX_EXPECTED_REQUESTS,
     MAX_REQUEST_CEILING,
     ConfigError,
+    check_choice,
     check_field_types,
     check_range,
     check_request_count,
@@ -112,10 +113,8 @@ class NPUEnvConfig:
                     raise ConfigError(f"{name} = {getattr(self, name)!r} is drawn by split = {self.split!r}; "
                                       "allowed: the default, or split = None for a fixed scenario"
                                       + (" (or pin the model with split_models)" if name == "model" else ""))
-        if self.trace not in WORKLOADS:
-            raise ConfigError(f"trace = {self.trace!r} is unknown; allowed: {', '.join(WORKLOADS)}")
-        if self.objective not in OBJECTIVES:
-            raise ConfigError(f"objective = {self.objective!r} is unknown; allowed: {', '.join(OBJECTIVES)}")
+        check_choice("trace", self.trace, WORKLOADS)
+        check_choice("objective", self.objective, OBJECTIVES)
         check_range("hours", self.hours, 5.0 / 60.0, 24.0 * 7)
         if abs(self.hours * 12.0 - round(self.hours * 12.0)) > 1e-9:
             raise ConfigError(f"hours = {self.hours!r} must be a whole number of 5-min epochs (a multiple of 1/12)")
@@ -142,10 +141,8 @@ class NPUEnvConfig:
                               "with at least one positive level")
         check_range("objective_weight", self.objective_weight, 0.0, None)
         check_range("slo_penalty", self.slo_penalty, 0.0, None)
-        if self.action_mode not in ACTION_MODES:
-            raise ConfigError(f"action_mode = {self.action_mode!r} is unknown; allowed: {', '.join(ACTION_MODES)}")
-        if self.reward_mode not in REWARD_MODES:
-            raise ConfigError(f"reward_mode = {self.reward_mode!r} is unknown; allowed: {', '.join(REWARD_MODES)}")
+        check_choice("action_mode", self.action_mode, ACTION_MODES)
+        check_choice("reward_mode", self.reward_mode, REWARD_MODES)
         for name in ("residual_options",):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ConfigError(f"{name} = {getattr(self, name)!r}; allowed: true or false")
@@ -160,8 +157,7 @@ class NPUEnvConfig:
         if self.safety_layer is not None and not isinstance(self.safety_layer, (bool, np.bool_)):
             raise ConfigError(f"safety_layer = {self.safety_layer!r}; allowed: null (on in residual mode), true "
                               "or false")
-        if self.fidelity not in FIDELITIES:
-            raise ConfigError(f"fidelity = {self.fidelity!r} is unknown; allowed: {', '.join(FIDELITIES)}")
+        check_choice("fidelity", self.fidelity, FIDELITIES)
         mg = self.max_group_vpods
         if isinstance(mg, bool) or not isinstance(mg, (int, np.integer)) or not max(lv) <= mg <= 100_000:
             raise ConfigError(f"max_group_vpods = {mg!r}; allowed: an integer in [max(count_levels) = {max(lv)}, "

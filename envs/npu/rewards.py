@@ -30,7 +30,7 @@ from servegym.envs.npu.sim.workloads import NPUWorkload
 
 from servegym.errors import (
     ActionError,
-    ConfigError,
+    choice_error,
 )
 
 BASE_CACHE_MAX = 64
@@ -232,7 +232,7 @@ class RewardsMixin:
         ``length`` the horizon.
         """
         if policy not in BASELINES:
-            raise ConfigError(f"policy = {policy!r} is unknown; allowed: {', '.join(BASELINES)}")
+            raise choice_error("policy", policy, BASELINES)
         self.reset(seed=seed)
         assert self.simulation_seed is not None
         out: dict[str, Any] = {"policy": policy, "seed": seed, "simulation_seed": self.simulation_seed,

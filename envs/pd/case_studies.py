@@ -33,7 +33,7 @@ from servegym.envs.pd.simulator import PDSimulator
 from servegym.envs.pd.workload_moments import WorkloadMoments
 from servegym.envs.workload import FixedLengths, Requests
 
-from servegym.errors import ConfigError, check_range
+from servegym.errors import ConfigError, check_range, choice_error
 
 SETTLE_S = 60.0  # s excluded at the start of each phase from its steady-state figures
 
@@ -282,7 +282,7 @@ CASE_STUDIES: dict[str, CaseStudy] = {
 
 def get_case_study(name: str) -> CaseStudy:
     if name not in CASE_STUDIES:
-        raise ConfigError(f"case study {name!r} is unknown; allowed: {', '.join(CASE_STUDIES)}")
+        raise choice_error("case study", name, CASE_STUDIES)
     return CASE_STUDIES[name]
 
 

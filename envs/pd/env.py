@@ -173,6 +173,7 @@ from servegym.errors import (
     MAX_REQUEST_CEILING,
     ActionError,
     ConfigError,
+    check_choice,
     check_field_types,
     check_keywords,
     check_range,
@@ -259,12 +260,9 @@ class PDEnvConfig:
         check_field_types(self)
         check_split("pd", self.split)
         check_split_fields(self.scenario, self.split)
-        if self.mode not in MODES:
-            raise ConfigError(f"mode = {self.mode!r}; allowed: {', '.join(MODES)}")
-        if self.arrivals not in ARRIVALS:
-            raise ConfigError(f"arrivals = {self.arrivals!r}; allowed: {', '.join(ARRIVALS)}")
-        if self.objective not in OBJECTIVES:
-            raise ConfigError(f"objective = {self.objective!r}; allowed: {', '.join(OBJECTIVES)}")
+        check_choice("mode", self.mode, MODES)
+        check_choice("arrivals", self.arrivals, ARRIVALS)
+        check_choice("objective", self.objective, OBJECTIVES)
         for name in ("gpu_budget", "max_prefill", "max_decode"):
             v = getattr(self, name)
             if isinstance(v, bool) or int(v) != v:
@@ -279,8 +277,7 @@ class PDEnvConfig:
         check_range("tpot_slo_s", self.tpot_slo_s, 0.0, 60.0, low_inclusive=False)
         for name in ("objective_weight", "slo_weight", "cap_weight", "backlog_weight"):
             check_range(name, getattr(self, name), 0.0, 1e6)
-        if self.action_mode not in ACTION_MODES:
-            raise ConfigError(f"action_mode = {self.action_mode!r}; allowed: {', '.join(ACTION_MODES)}")
+        check_choice("action_mode", self.action_mode, ACTION_MODES)
         if isinstance(self.residual_levels, bool) or int(self.residual_levels) != self.residual_levels:
             raise ConfigError(f"residual_levels = {self.residual_levels!r}; allowed: an integer in [1, 8]")
         check_range("residual_levels", self.residual_levels, 1, 8)

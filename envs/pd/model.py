@@ -65,7 +65,7 @@ from scipy.optimize import brentq
 from servegym.envs.pd.catalog import PDSystem, paper_system
 from servegym.envs.pd.workload_moments import WorkloadMoments
 
-from servegym.errors import ConfigError
+from servegym.errors import ConfigError, choice_error
 
 #: Admission semantics of the capacity model (see the module docstring): ``paper`` (default) charges the
 #: whole Kingman prefill wait to KV reservations; ``sglang`` holds KV only once admitted.
@@ -181,7 +181,7 @@ class PDModel:
     def __init__(self, workload: WorkloadMoments, system: PDSystem | None = None, *,
                  semantics: str = "paper") -> None:
         if semantics not in SEMANTICS:
-            raise ConfigError(f"semantics = {semantics!r}; allowed: {', '.join(map(str, SEMANTICS))}")
+            raise choice_error("semantics", semantics, SEMANTICS)
         self.semantics = semantics
         self.system = paper_system() if system is None else system
         self.workload = w = workload

@@ -31,7 +31,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from servegym.envs.pd.model import CapacityGrid, PDModel, deployment_label
 
-from servegym.errors import ConfigError, check_range
+from servegym.errors import ConfigError, check_range, choice_error
 
 DEFAULT_EPS = 0.03
 DEFAULT_RHO_BAR = 0.85  # §2.2: "Prior work uses values of 0.85 and 0.90"
@@ -110,7 +110,7 @@ def _power(grid: CapacityGrid, model: PDModel | None, rate: float, power_at: Pow
         if model is None:
             raise ConfigError("power_at='rate' needs the PDModel that built the grid")
         return np.asarray(model.power_w(grid.n_p, grid.n_d, np.full(len(grid), rate), mu=grid.mu), dtype=float)
-    raise ConfigError(f"power_at = {power_at!r}; allowed: 'capacity', 'rate'")
+    raise choice_error("power_at", power_at, ("capacity", "rate"))
 
 
 def _select(grid: CapacityGrid, mask: NDArray[np.bool_], keys: tuple[NDArray, ...], power: NDArray[np.float64]

@@ -51,7 +51,14 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from servegym.errors import MONTH_S, ConfigError, check_field_types, check_range, known_overrides
+from servegym.errors import (
+    MONTH_S,
+    ConfigError,
+    check_field_types,
+    check_range,
+    choice_error,
+    known_overrides,
+)
 
 #: Length-mix components, in the column order of ``mix_knots``.
 MIX_COMPONENTS: tuple[str, ...] = ("azure-code", "azure-conv", "mooncake")
@@ -145,7 +152,7 @@ class DayScenario:
         check_range("scenario.mix_block_s", self.mix_block_s, self.period_s, 86_400.0)
         check_range("scenario.start_hour", self.start_hour, 0.0, 24.0, high_inclusive=False)
         if self.pattern_trace not in PATTERN_TRACES:
-            raise ConfigError(f"scenario.pattern_trace = {self.pattern_trace!r}; allowed: {', '.join(map(str, PATTERN_TRACES))}")
+            raise choice_error("scenario.pattern_trace", self.pattern_trace, PATTERN_TRACES)
         seg = self.pattern_segment
         if (len(seg) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in seg)
                 or not 0.0 <= seg[0] < seg[1] <= 1.0):

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from servegym.envs.pd import WORKLOAD_SPECS
 
-from servegym.errors import ConfigError
+from servegym.errors import ConfigError, choice_error
 
 #: App. B.4 input-length filters (tokens) per trace workload.
 TRACE_MAX_INPUT_TOKENS: dict[str, int] = {"azure-conv": 32_768, "azure-code": 32_768, "mooncake": 38_000}
@@ -148,7 +148,7 @@ def trace_lengths(name: str) -> tuple[np.ndarray, np.ndarray]:
     Read through ``servegym.envs.traces.load_trace`` (the project's trace layer).
     """
     if name not in TRACE_MAX_INPUT_TOKENS:
-        raise ConfigError(f"unknown trace {name!r}; allowed: {', '.join(TRACE_MAX_INPUT_TOKENS)}")
+        raise choice_error("trace", name, TRACE_MAX_INPUT_TOKENS)
     limit = TRACE_MAX_INPUT_TOKENS[name]
     try:
         from servegym.envs.traces import load_trace

@@ -111,6 +111,24 @@ def near_miss(given: Any, choices: Any) -> str:
     return f" (did you mean {match!r}?)"
 
 
+def choice_error(name: str, value: Any, allowed: Any, verb: str = "is unknown") -> ConfigError:
+    """The one error for a value outside a fixed set: ``name = 'x' is unknown (did you mean 'y'?); allowed: a, b``
+    (the hint only for a near miss, :func:`near_miss`)."""
+    allowed = tuple(allowed)
+    return ConfigError(f"{name} = {shown(value)} {verb}{near_miss(value, allowed)}; allowed: {listing(allowed)}")
+
+
+def check_choice(name: str, value: Any, allowed: Any, verb: str = "is unknown") -> None:
+    """Raise :func:`choice_error` unless ``value`` is one of ``allowed``."""
+    allowed = tuple(allowed)
+    try:
+        ok = value in allowed
+    except TypeError:  # an unhashable value against a set-like ``allowed``
+        ok = False
+    if not ok:
+        raise choice_error(name, value, allowed, verb)
+
+
 def known_overrides(overrides: Mapping[str, Any] | None, config_cls: type, what: str = "config key") -> dict[str, Any]:
     """A mutable copy of ``overrides`` (None -> empty) after checking every key is a field of the dataclass
     ``config_cls``: the highway-env-style ``config={...}`` dicts of the envs are partial updates of their

@@ -79,7 +79,9 @@ def resolve(name: object, allowed: Iterable[str], field: str = "model") -> str:
         for index in _INDEX.values():
             if index.get(k) in allowed:
                 return index[k]
-    raise ConfigError(f"{field} = {name!r} is unknown; allowed: {', '.join(allowed)} "
+    from servegym.errors import near_miss
+
+    raise ConfigError(f"{field} = {name!r} is unknown{near_miss(name, allowed)}; allowed: {', '.join(allowed)} "
                       "(case and '-', '_', ' ' are ignored)")
 
 

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 from servegym.envs.workload import Requests
 
-from servegym.errors import ConfigError, check_range
+from servegym.errors import check_range, choice_error
 
 TRACES: tuple[str, ...] = ("coding", "conversation")
 FIRST_DAY = {"coding": "2024-05-10", "conversation": "2024-05-12"}
@@ -75,7 +75,7 @@ def _cdfs() -> dict[tuple[str, str], np.ndarray]:
 
 def _check_trace(trace: str) -> str:
     if trace not in TRACES:
-        raise ConfigError(f"azure2024 trace = {trace!r} is unknown; allowed: {', '.join(TRACES)}")
+        raise choice_error("azure2024 trace", trace, TRACES)
     return trace
 
 

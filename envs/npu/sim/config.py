@@ -13,7 +13,7 @@ from servegym.envs.npu.sim.catalog import MODELS, VERSIONS
 from servegym.envs.npu.sim.dse import SEQ_BUCKETS, check_versions
 from servegym.envs.npu.sim.roofline import PHASES, RooflineParams
 
-from servegym.errors import WEEK_S, ConfigError, check_range
+from servegym.errors import WEEK_S, ConfigError, check_choice, check_range
 from servegym.names import resolve
 
 #: Most chips a version's quota may hold (the paper's cluster has hundreds; a quota is a count of chips).
@@ -104,10 +104,8 @@ class ClusterConfig:
         check_range("rate_bin_s", self.rate_bin_s, 1.0, self.epoch_s)
         check_range("osl_accuracy", self.osl_accuracy, 0.0, 1.0)
         check_range("n_candidates", self.n_candidates, 1, 16)
-        if self.fit_at not in FIT_AT:
-            raise ConfigError(f"fit_at = {self.fit_at!r} is unknown; allowed: {', '.join(FIT_AT)}")
-        if self.step_models not in STEP_MODELS:
-            raise ConfigError(f"step_models = {self.step_models!r} is unknown; allowed: {', '.join(STEP_MODELS)}")
+        check_choice("fit_at", self.fit_at, FIT_AT)
+        check_choice("step_models", self.step_models, STEP_MODELS)
         for name, s in (("check_s", self.check_s), ("epoch_s", self.epoch_s), ("window_s", self.window_s)):
             if abs(s / self.substep_s - round(s / self.substep_s)) > 1e-9:
                 raise ConfigError(f"{name} = {s:g} must be a multiple of substep_s = {self.substep_s:g}")
@@ -118,8 +116,7 @@ class ClusterConfig:
         if not self.versions or any(v not in VERSIONS for v in self.versions):
             raise ConfigError(f"versions = {self.versions!r}; allowed: a non-empty subset of {', '.join(VERSIONS)}")
         for v, q in (self.quota_chips or {}).items():
-            if v not in VERSIONS:
-                raise ConfigError(f"quota_chips key {v!r} is unknown; allowed: {', '.join(VERSIONS)}")
+            check_choice("quota_chips key", v, VERSIONS)
             if q is not None:
                 check_range(f"quota_chips[{v}]", q, 0, MAX_QUOTA_CHIPS)
         if self.phase_versions is not None:
@@ -127,8 +124,7 @@ class ClusterConfig:
                 raise ConfigError(f"phase_versions = {self.phase_versions!r}; allowed: None or a mapping "
                                   f"phase ({', '.join(PHASES)}) -> chip versions")
             for ph, vs in self.phase_versions.items():
-                if ph not in PHASES:
-                    raise ConfigError(f"phase_versions key {ph!r} is unknown; allowed: {', '.join(PHASES)}")
+                check_choice("phase_versions key", ph, PHASES)
                 # a subset of the explored versions: the others have no DSE entries to run
                 check_versions(f"phase_versions[{ph!r}]", vs, self.versions)
 

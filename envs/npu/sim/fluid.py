@@ -42,7 +42,7 @@ from servegym.envs.npu.sim.cluster import (
 from servegym.envs.npu.sim.fluid_profile import osl_share_below, workload_profile
 from servegym.envs.npu.sim.workloads import NPUWorkload
 
-from servegym.errors import ConfigError
+from servegym.errors import choice_error
 
 FIDELITIES: tuple[str, ...] = ("fluid", "request")
 """Simulator modes: ``fluid`` (:class:`FluidCluster`, per-interval aggregates) or ``request`` (:class:`NPUCluster`,
@@ -495,6 +495,6 @@ def make_cluster(config: ClusterConfig, workload: NPUWorkload, seed: int = 0, ca
                  fidelity: str = "request") -> NPUCluster:
     """The simulator of ``fidelity`` (:data:`FIDELITIES`) for the same arguments as :class:`NPUCluster`."""
     if fidelity not in FIDELITIES:
-        raise ConfigError(f"fidelity = {fidelity!r} is unknown; allowed: {', '.join(FIDELITIES)}")
+        raise choice_error("fidelity", fidelity, FIDELITIES)
     cls = FluidCluster if fidelity == "fluid" else NPUCluster
     return cls(config, workload, seed=seed, catalog=catalog)

@@ -127,7 +127,7 @@ from servegym.envs.npu.sim.catalog import (
     chip,
 )
 
-from servegym.errors import ConfigError, check_range
+from servegym.errors import ConfigError, check_choice, check_range
 
 PHASES: tuple[str, ...] = ("prefill", "decode")
 COLLECTIVE_MODELS: tuple[str, ...] = ("ring", "hop")
@@ -169,8 +169,7 @@ class RooflineParams:
     kv_layouts: bool = False
 
     def __post_init__(self) -> None:
-        if self.collectives not in COLLECTIVE_MODELS:
-            raise ConfigError(f"collectives = {self.collectives!r} is unknown; allowed: {', '.join(COLLECTIVE_MODELS)}")
+        check_choice("collectives", self.collectives, COLLECTIVE_MODELS)
         for name in ("eta_compute", "eta_memory", "eta_ici", "hbm_usable_frac"):
             check_range(name, getattr(self, name), 0.0, 1.0, low_inclusive=False)
         check_range("static_power_frac", self.static_power_frac, 0.0, 1.0)

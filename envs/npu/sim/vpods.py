@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 from servegym.envs.npu.sim.catalog import CHIPS, VERSIONS, model
 from servegym.envs.npu.sim.config import ENGINE_START_S, LEVELS, LOAD_GBPS_PER_CHIP, NB, ClusterConfig
-from servegym.envs.npu.sim.dse import SEQ_BUCKETS, BestFit, BestFitTable, run_dse
+from servegym.envs.npu.sim.dse import SEQ_BUCKETS, BestFit, BestFitTable
 from servegym.envs.npu.sim.roofline import PHASES, RooflineParams, evaluate, space_for, weight_bytes_per_chip
+from servegym.envs.npu.sim.table_cache import cached_run_dse, flush
 
 from servegym.errors import ConfigError
 
@@ -74,10 +75,11 @@ class ConfigCatalog:
                                   f"{config.step_models!r} needs")
         # the SLO is set on the scoring model (§2.4 sets it on the production simulator); the selection
         # model chooses against it with its own latency estimates
-        self.scoring_table = scoring_table if scoring_table is not None else run_dse(config.model, params=sco, **kw)
+        # the tables come from the disk cache when built before (servegym.envs.npu.sim.table_cache)
+        self.scoring_table = scoring_table if scoring_table is not None else cached_run_dse(config.model, params=sco, **kw)
         if table is None:
             table = (self.scoring_table if sel == sco else
-                     run_dse(config.model, params=sel, slo_s=self.scoring_table.slo_s, test_params=sco, **kw))
+                     cached_run_dse(config.model, params=sel, slo_s=self.scoring_table.slo_s, test_params=sco, **kw))
         self.table = table
         for t in (self.table, self.scoring_table):
             if t.objective != config.objective:
@@ -87,6 +89,7 @@ class ConfigCatalog:
             raise ConfigError("the simulator needs the DSE's default 48 sequence-length buckets")
         before = set(self.__dict__)
         self._build_configs()
+        flush(self.table, self.scoring_table)  # store them with the Pareto fronts _build_configs computed
         self._build_tables()
         self.fields = {k: v for k, v in self.__dict__.items()
                        if k not in before or k in ("table", "scoring_table", "edges", "kv_bytes_tok")}

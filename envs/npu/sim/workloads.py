@@ -39,7 +39,7 @@ from servegym.envs.workload import (
     rate_schedule_arrivals,
 )
 
-from servegym.errors import ConfigError, check_range
+from servegym.errors import ConfigError, check_range, choice_error
 
 BIN_S = 10.0
 """Resolution (s) of the rate profile taken from the Azure 2023 trace."""
@@ -119,9 +119,9 @@ def make_workload(name: str, hours: float = 24.0, seed: int = 0, rate_rpm: float
     from servegym.envs.npu.sim import azure2024
 
     if name not in WORKLOADS:
-        raise ConfigError(f"trace = {name!r} is unknown; allowed: {', '.join(WORKLOADS)}")
+        raise choice_error("trace", name, WORKLOADS)
     if azure_trace not in AZURE2024_TRACE:
-        raise ConfigError(f"azure_trace = {azure_trace!r} is unknown; allowed: azure-code, azure-conv")
+        raise choice_error("azure_trace", azure_trace, ("azure-code", "azure-conv"))
     rng = np.random.default_rng(seed)
     if name == "bursty":
         return _bursty(hours, rng, rate_rpm)
