@@ -13,7 +13,7 @@ from servegym.envs.npu.sim.catalog import MODELS, VERSIONS
 from servegym.envs.npu.sim.dse import SEQ_BUCKETS, check_versions
 from servegym.envs.npu.sim.roofline import PHASES, RooflineParams
 
-from servegym.errors import WEEK_S, ConfigError, check_choice, check_range
+from servegym.errors import WEEK_S, ConfigError, check_choice, check_range, listing, near_miss
 from servegym.names import resolve
 
 #: Most chips a version's quota may hold (the paper's cluster has hundreds; a quota is a count of chips).
@@ -116,7 +116,8 @@ class ClusterConfig:
         if not self.versions or any(v not in VERSIONS for v in self.versions):
             raise ConfigError(f"versions = {self.versions!r}; allowed: a non-empty subset of {', '.join(VERSIONS)}")
         for v, q in (self.quota_chips or {}).items():
-            check_choice("quota_chips key", v, VERSIONS)
+            if v not in VERSIONS:
+                raise ConfigError(f"quota_chips key {v!r} is unknown{near_miss(v, VERSIONS)}; allowed: {listing(VERSIONS)}")
             if q is not None:
                 check_range(f"quota_chips[{v}]", q, 0, MAX_QUOTA_CHIPS)
         if self.phase_versions is not None:
@@ -124,7 +125,9 @@ class ClusterConfig:
                 raise ConfigError(f"phase_versions = {self.phase_versions!r}; allowed: None or a mapping "
                                   f"phase ({', '.join(PHASES)}) -> chip versions")
             for ph, vs in self.phase_versions.items():
-                check_choice("phase_versions key", ph, PHASES)
+                if ph not in PHASES:
+                    raise ConfigError(f"phase_versions key {ph!r} is unknown{near_miss(ph, PHASES)}; "
+                                      f"allowed: {listing(PHASES)}")
                 # a subset of the explored versions: the others have no DSE entries to run
                 check_versions(f"phase_versions[{ph!r}]", vs, self.versions)
 
