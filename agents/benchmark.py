@@ -903,6 +903,20 @@ def _plot_profiles(scores_by_env: dict[str, dict[str, np.ndarray]], path: Path) 
     return path
 
 
+def _above_strongest(sub: pd.DataFrame) -> str:
+    """A sentence naming the shipped baselines that score above the strongest on this board's episodes (the
+    strongest is one per id, chosen on the validation split, so on the test split another can lead)."""
+    strong = sub[sub.headroom.notna()] if "headroom" in sub else sub.iloc[0:0]
+    if not len(strong):
+        return ""
+    above = sub[~sub.role.isin(["agent", "follow", "oracle"]) & (sub.score_mean > strong.score_mean.iloc[0])]
+    if not len(above):
+        return ""
+    names = ", ".join(f"`{p}` {_f(v)}" for p, v in zip(above.policy, above.score_mean, strict=True))
+    return (f" Above the strongest on these test episodes (it is one per id, chosen on the validation split): "
+            f"{names}.")
+
+
 def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]], budget: str,
               files: dict[str, Path]) -> str:
     b = res.leaderboard
@@ -933,7 +947,7 @@ def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[di
                   f"{e.note}; `gym.make` kwargs `{json.dumps(e.env_kwargs)}`; agent {e.algo}, {e.timesteps:,} steps x "
                   f"{e.seeds} seeds, checkpoint on {e.val_episodes} validation episodes x {e.evals} evaluations; "
                   f"{e.episodes} test episodes; {roles}. {_run_text(res.entry_runs.get(e.env_id))}", "",
-                  f"Scale: {scale}." + (f" Missing: {notes}." if notes else "") + f" {head}", ""]
+                  f"Scale: {scale}." + (f" Missing: {notes}." if notes else "") + f" {head}{_above_strongest(sub)}", ""]
         kpi = sub["kpi"].iloc[0] if len(sub) else "kpi"
         lines += [f"| policy | role | score mean [95% CI] | score IQM [95% CI] | {kpi} | SLO viol. % "
                   f"| vs strongest: {kpi} diff [95% CI] | beats strongest | gap closed [95% CI] | wall s | env steps |",

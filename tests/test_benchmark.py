@@ -493,3 +493,17 @@ def test_suite_sigterm_then_same_command_resumes(tmp_path: Path) -> None:
     a = pd.read_csv(out / "leaderboard_smoke.csv").drop(columns=["wall_s"])
     b = pd.read_csv(tmp_path / "ref" / "leaderboard_smoke.csv").drop(columns=["wall_s"])
     pd.testing.assert_frame_equal(a, b)
+
+
+def test_leaderboard_names_the_baselines_above_the_strongest() -> None:
+    """The strongest is one per id, chosen on validation: a section names the shipped baselines scoring above
+    it on the test episodes (not agents, follow or the oracle), and says nothing when none does."""
+    nan = math.nan
+    sub = pd.DataFrame({"policy": ["rr", "milp", "iter-ilp", "moer", "follow", "oracle", "agent:ppo"],
+                        "role": ["naive", "paper", "strongest", "baseline", "follow", "oracle", "agent"],
+                        "score_mean": [0.0, 88.5, 94.4, 98.7, 98.2, 100.0, 99.0],
+                        "headroom": [nan, nan, 5.6, nan, nan, nan, nan]})
+    text = bm._above_strongest(sub)
+    assert "`moer` 98.7" in text and "follow" not in text and "agent" not in text and "oracle" not in text
+    assert bm._above_strongest(sub[sub.policy != "moer"]) == ""
+    assert bm._above_strongest(sub.drop(columns="headroom")) == ""
