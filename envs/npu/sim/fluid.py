@@ -39,6 +39,7 @@ from servegym.envs.npu.sim.cluster import (
     EpochMetrics,
     NPUCluster,
 )
+from servegym.envs.npu.sim.fluid_fleet import FleetView, fleet_view
 from servegym.envs.npu.sim.fluid_profile import osl_share_below, workload_profile
 from servegym.envs.npu.sim.workloads import NPUWorkload
 
@@ -48,10 +49,6 @@ FIDELITIES: tuple[str, ...] = ("fluid", "request")
 """Simulator modes: ``fluid`` (:class:`FluidCluster`, per-interval aggregates) or ``request`` (:class:`NPUCluster`,
 every request)."""
 _AR = np.arange(NB)
-
-
-def _bincount(g: NDArray[np.int64], w: NDArray[np.float64], n: int) -> NDArray[np.float64]:
-    return np.bincount(g, weights=w, minlength=n) if g.size else np.zeros(n)
 
 
 class FluidCluster(NPUCluster):
@@ -68,6 +65,9 @@ class FluidCluster(NPUCluster):
         self._fallback = np.array([(self.cand.get((("prefill", "decode")[g // NB], int(self.edges[g % NB]))) or [0])[0]
                                    for g in range(2 * NB)], dtype=np.int64)
         self._signature: tuple | None = None
+        self.targets_version = 0  # bumped whenever the targets' content changes
+        self._tkey: tuple = ()
+        self._fleet_cache: tuple | None = None
         self._bucket_grid = np.broadcast_to(_AR, (NB, NB))
         # fluid state: per phase, queued tokens and requests per (group bucket, request bucket)
         self.q_tok = np.zeros((2, NB, NB))
@@ -101,18 +101,18 @@ class FluidCluster(NPUCluster):
         return self.profile.bk_d
 
     # ------------------------------------------------------------------ decisions
-    def apply(self, decision) -> None:  # type: ignore[no-untyped-def]
-        self._signature = None  # targets may change: reconcile
-        super().apply(decision)
-
     def _reconcile(self) -> None:
-        """:meth:`NPUCluster._reconcile`, skipped when it cannot change anything: no new targets since the last
+        """:meth:`NPUCluster._reconcile`, skipped when it cannot change anything: the same targets as at the last
         one, no vPod gone or newly ready (so no orphaned queue), and no quota (so no creation waits for chips)."""
-        sig = (self.v_group.size, int(np.count_nonzero(self.v_ready <= self.now)))
+        tkey = tuple((g, tuple(t.items())) for g, t in self.targets.items())
+        if tkey != self._tkey:  # new targets: the fleet view (fluid_fleet.py) changes with them
+            self._tkey = tkey
+            self.targets_version += 1
+        sig = (self.targets_version, self.v_group.size, int(np.count_nonzero(self.v_ready <= self.now)))
         if self._signature == sig and all(np.isinf(q) for q in self.quota.values()):
             return
         super()._reconcile()
-        self._signature = (self.v_group.size, int(np.count_nonzero(self.v_ready <= self.now)))
+        self._signature = (self.targets_version, self.v_group.size, int(np.count_nonzero(self.v_ready <= self.now)))
 
     # ------------------------------------------------------------------ routing and queues
     def _reroute_orphans(self) -> None:
@@ -231,55 +231,26 @@ class FluidCluster(NPUCluster):
         cnt, tok, arrived, k_start, k_len, k_pre = self._arrivals(t0, t1)
         self._monitor_bins(t0, t1)
         self.next_req = round(arrived)
-        # ---- the fleet over the interval: ready and held shares of each vPod
-        live = self.v_gone > t0
-        vg, vc = self.v_group[live], self.v_cfg[live]
-        vr, vgone = self.v_ready[live], self.v_gone[live]
-        serving = vgone == np.inf
-        rf = np.where(serving, np.clip((t1 - np.maximum(vr, t0)) / T, 0.0, 1.0), 0.0)
-        hf = np.clip((np.minimum(vgone, t1) - t0) / T, 0.0, 1.0)
-        vb = vg % NB
-        n_ready = _bincount(vg, rf, G)
-        stat_w = self.cfg_static_w[vc]
-        psr = _bincount(vg, rf * stat_w, G)
-        psa = _bincount(vg, hf * stat_w, G)
-        usd_g = _bincount(vg, hf * self.cfg_usd_s[vc], G) * T
-        usd_ready = _bincount(vg, rf * self.cfg_usd_s[vc], G)
-        slots = _bincount(vg, rf * self.cfg_maxb[vc], G)
+        # ---- the fleet over the interval (fluid_fleet.py: cached while it cannot change)
+        fv = fleet_view(self, t0, t1)
+        n_ready, psr, psa, usd_ready, slots, dom, unavail = (fv.n_ready, fv.psr, fv.psa, fv.usd_ready, fv.slots,
+                                                            fv.dom, fv.unavail)
+        usd_g = fv.usd_s * T
         acc = self.group_acc
         acc["usd"] += usd_g
-        acc["chip_s"] += _bincount(vg, hf * self.cfg_chips[vc], G) * T
+        acc["chip_s"] += fv.chip_s * T
         acc["static_j"] += psa * T
-        avail = np.full(G, np.inf)
-        dom = np.full(G, -1, dtype=np.int64)
-        if vg.size:
-            np.minimum.at(avail, vg[serving], np.maximum(vr[serving], t0))
-            score = rf + 1e-3 * serving
-            order = np.lexsort((-score, vg))
-            first = np.ones(order.size, dtype=bool)
-            first[1:] = vg[order][1:] != vg[order][:-1]
-            dom[vg[order][first]] = vc[order][first]
-        if (dom < 0).any():  # groups without a vPod: their target's configuration, else the bucket's best fit
-            dom = np.where(dom >= 0, dom, self._dom_targets())
-            dom = np.where(dom >= 0, dom, self._fallback)
-        unavail = np.clip(np.where(np.isfinite(avail), avail, t1) - t0, 0.0, T)
         # ---- prefill: token fluid per group
-        gp = self._route(0, _AR)
+        gp = fv.gp
         q0_tok = self.q_tok[0].copy()
         self.q_tok[0][gp, _AR] += tok[0]
         self.q_req[0][gp, _AR] += cnt[0]
         D_tok, D_req = self.q_tok[0], self.q_req[0]
         domp = dom[:NB]
-        tps_best = np.maximum(self.tps[domp][:, :, -1], 1e-12)  # (group, request bucket) tokens/s
+        tps_best = fv.tps_best  # (group, request bucket) tokens/s
         work = D_tok / tps_best
         W = work.sum(axis=1)
-        tps_v = self.tps[vc, vb] / np.maximum(self.tps[vc, vb, -1:], 1e-300)
-        pre = vg < NB
-        cap = np.zeros((NB, J))
-        pbusy = np.zeros((NB, J))
-        if pre.any():
-            np.add.at(cap, vg[pre], rf[pre, None] * tps_v[pre])
-            np.add.at(pbusy, vg[pre], rf[pre, None] * self.pow[vc[pre], vb[pre]])
+        cap, pbusy = fv.cap, fv.pbusy
         ok = cap >= (W / T)[:, None] - 1e-9
         jp = np.where(ok.any(axis=1), np.argmax(ok, axis=1), J - 1)
         cj = cap[_AR, jp]
@@ -292,7 +263,7 @@ class FluidCluster(NPUCluster):
         energy[:NB] = e_busy_p + T * ((1.0 - busy) * psr[:NB] + psa[:NB] - psr[:NB])
         S_tok = phi[:, None] * D_tok
         S_req = phi[:, None] * D_req
-        miss_p = self._ttft_misses(vg, vc, vr, serving, tps_v, k_start, k_len, k_pre, q0_tok, gp, domp, tps_best)
+        miss_p = self._ttft_misses(fv, k_start, k_len, k_pre, q0_tok)
         self.q_tok[0] = D_tok - S_tok
         self.q_req[0] = D_req - S_req
         served_p = float(S_req.sum())
@@ -301,14 +272,13 @@ class FluidCluster(NPUCluster):
         acc["batch_tok"][:NB] += S_tok.sum(axis=1) * self.cfg_levels[domp, jp]
         prof = self.profile
         # ---- decode: Little's law per group
-        act = self._active_groups(1)
-        f_tok, f_req = self._decode_split(act)
+        f_tok, f_req = self._decode_split(fv.act)
         q0_tok = self.q_tok[1].sum(axis=1)
         self.q_tok[1] += f_tok.T * tok[1][None, :]
         self.q_req[1] += f_req.T * cnt[1][None, :]
         D, Dr = self.q_tok[1], self.q_req[1]
         domd = dom[NB:]
-        latd = self.lat[domd]  # (group, bucket, level)
+        latd = fv.latd  # (group, bucket, level)
         nj = np.einsum("gb,gbj->gj", D, latd) / T  # jobs in service on average (Little), per level
         nr = n_ready[NB:]
         # the request level batches every job active at some point of a sub-step: jobs in service + the
@@ -391,10 +361,8 @@ class FluidCluster(NPUCluster):
         self.peak_queue = np.maximum(self.peak_queue, self._queue())
         self._reconcile()
 
-    def _ttft_misses(self, vg: NDArray[np.int64], vc: NDArray[np.int64], vr: NDArray[np.float64],
-                     serving: NDArray[np.bool_], tps_v: NDArray[np.float64], k_start: NDArray[np.float64],
-                     k_len: NDArray[np.float64], k_pre: NDArray[np.float64], q0_tok: NDArray[np.float64],
-                     gp: NDArray[np.int64], domp: NDArray[np.int64], tps_best: NDArray[np.float64]) -> float:
+    def _ttft_misses(self, fv: FleetView, k_start: NDArray[np.float64], k_len: NDArray[np.float64],
+                     k_pre: NDArray[np.float64], q0_tok: NDArray[np.float64]) -> float:
         """Expected TTFT misses among the interval's prefill arrivals. Per profile bin (the request level picks
         its operating level per sub-step, so a burst queues even when the interval's mean does not): the
         backlog ahead (Lindley recursion over the bins at the largest level's capacity, each vPod counted
@@ -404,12 +372,18 @@ class FluidCluster(NPUCluster):
         J = LEVELS.size
         nk = k_len.size
         prof = self.profile
-        pre = (vg < NB) & serving
-        cap = np.zeros((NB, nk, J))  # vPod-equivalents per bin and level
-        if pre.any():
-            ends = k_start + k_len
-            rfk = np.clip((ends[None, :] - np.maximum(vr[pre, None], k_start[None, :])) / k_len[None, :], 0.0, 1.0)
-            np.add.at(cap, vg[pre], rfk[:, :, None] * tps_v[pre, None, :])
+        gp, domp, tps_best = fv.gp, fv.dom[:NB], fv.tps_best
+        if fv.steady:  # every vPod ready for the whole interval: each bin has the interval's capacity
+            cap = np.broadcast_to(fv.cap[:, None, :], (NB, nk, J))
+        else:
+            vg, serving = fv.vg, fv.serving
+            pre = (vg < NB) & serving
+            cap = np.zeros((NB, nk, J))  # vPod-equivalents per bin and level
+            if pre.any():
+                ends = k_start + k_len
+                rfk = np.clip((ends[None, :] - np.maximum(fv.vr[pre, None], k_start[None, :])) / k_len[None, :],
+                              0.0, 1.0)
+                np.add.at(cap, vg[pre], rfk[:, :, None] * fv.tps_v[pre, None, :])
         n_k, tok_k = k_pre[:, 0], k_pre[:, 1]  # (bins, bucket)
         rt = tps_best[gp, _AR]  # tokens/s of a job's group's dominant configuration at its bucket
         work = tok_k / rt[None, :]  # (bins, bucket) vPod-seconds

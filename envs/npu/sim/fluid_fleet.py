@@ -1,0 +1,130 @@
+"""The fleet as the fluid NPU model's serving step sees it over one interval, cached while it cannot change.
+
+Per interval [t0, t1) of :meth:`~servegym.envs.npu.sim.fluid.FluidCluster._chunk` the serving step needs, per
+group, the ready vPod-equivalents, static and rental rates, batch slots, the dominant configuration, the
+prefill capacity per batch level, and the routes. They depend on the vPods (group, configuration, ready and
+deletion times), the targets and the interval, not on the traffic. In steady state (every live vPod ready by
+t0 and none being deleted) each vPod counts for the whole interval (ready and held shares exactly 1.0), so
+the view is the same for every interval of the same length until the fleet or the targets change: it is
+computed once and reused (a 24-h episode mostly runs in steady state between scaling decisions). The cache
+key is the content of the vPod arrays, the targets' version and the interval length, so a hit returns the
+arrays the full computation would give, bit for bit (tested against the uncached view).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import NDArray
+from servegym.envs.npu.sim.config import LEVELS, NB
+
+if TYPE_CHECKING:
+    from servegym.envs.npu.sim.fluid import FluidCluster
+
+_AR = np.arange(NB)
+
+
+def _bincount(g: NDArray[np.int64], w: NDArray[np.float64], n: int) -> NDArray[np.float64]:
+    return np.bincount(g, weights=w, minlength=n) if g.size else np.zeros(n)
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """Fleet aggregates of one interval of length ``T`` (s). Per group (96): ``n_ready`` ready vPod-equivalents,
+    ``psr`` / ``psa`` static power (W) of the ready / held vPods, ``usd_s`` / ``usd_ready`` rental (USD/s) of the
+    held / ready vPods, ``chip_s`` chips held (per s), ``slots`` batch slots of the ready vPods, ``unavail`` the
+    wait (s) for the group's first ready vPod, ``dom`` the dominant configuration. Prefill (48 groups x levels):
+    ``cap`` capacity in best-level vPod-equivalents, ``pbusy`` busy power (W). ``tps_best`` (48 groups x 48
+    buckets) tokens/s of each prefill group's dominant configuration at its best level; ``latd`` decode step
+    latency (s) per (group, bucket, level) of each decode group's dominant configuration. ``vg``, ``vc``,
+    ``vr``, ``serving``, ``tps_v``: the live vPods' group, configuration, ready time, not-deleting flag and
+    per-level tokens/s relative to their best level (the per-bin TTFT capacity reads them); ``steady``: every
+    live vPod counts for the whole interval (then a bin's capacity is ``cap``). ``gp``: prefill route of every
+    input bucket; ``act``: the routable decode groups (bucket indices)."""
+
+    T: float
+    n_ready: NDArray[np.float64]
+    psr: NDArray[np.float64]
+    psa: NDArray[np.float64]
+    usd_s: NDArray[np.float64]
+    usd_ready: NDArray[np.float64]
+    chip_s: NDArray[np.float64]
+    slots: NDArray[np.float64]
+    unavail: NDArray[np.float64]
+    dom: NDArray[np.int64]
+    cap: NDArray[np.float64]
+    pbusy: NDArray[np.float64]
+    tps_best: NDArray[np.float64]
+    latd: NDArray[np.float64]
+    vg: NDArray[np.int64]
+    vc: NDArray[np.int64]
+    vr: NDArray[np.float64]
+    serving: NDArray[np.bool_]
+    tps_v: NDArray[np.float64]
+    steady: bool
+    gp: NDArray[np.int64]
+    act: NDArray[np.int64]
+
+
+def fleet_view(sim: FluidCluster, t0: float, t1: float) -> FleetView:
+    """The :class:`FleetView` of ``sim`` over [t0, t1) (module docstring), from its cache when steady."""
+    live = sim.v_gone > t0
+    vr_all = sim.v_ready[live]
+    steady = bool((sim.v_gone[live] == np.inf).all() and (vr_all <= t0).all())
+    key = None
+    if steady:
+        key = (t1 - t0, sim.targets_version, sim.v_group[live].tobytes(), sim.v_cfg[live].tobytes())
+        hit = sim._fleet_cache
+        if hit is not None and hit[0] == key:
+            return hit[1]
+    view = _compute(sim, live, t0, t1, steady)
+    if key is not None:
+        sim._fleet_cache = (key, view)
+    return view
+
+
+def _compute(sim: FluidCluster, live: NDArray[np.bool_], t0: float, t1: float, steady: bool) -> FleetView:
+    T = t1 - t0
+    G = 2 * NB
+    J = LEVELS.size
+    vg, vc = sim.v_group[live], sim.v_cfg[live]
+    vr, vgone = sim.v_ready[live], sim.v_gone[live]
+    serving = vgone == np.inf
+    rf = np.where(serving, np.clip((t1 - np.maximum(vr, t0)) / T, 0.0, 1.0), 0.0)
+    hf = np.clip((np.minimum(vgone, t1) - t0) / T, 0.0, 1.0)
+    vb = vg % NB
+    n_ready = _bincount(vg, rf, G)
+    stat_w = sim.cfg_static_w[vc]
+    psr = _bincount(vg, rf * stat_w, G)
+    psa = _bincount(vg, hf * stat_w, G)
+    usd_s = _bincount(vg, hf * sim.cfg_usd_s[vc], G)
+    usd_ready = _bincount(vg, rf * sim.cfg_usd_s[vc], G)
+    slots = _bincount(vg, rf * sim.cfg_maxb[vc], G)
+    chip_s = _bincount(vg, hf * sim.cfg_chips[vc], G)
+    avail = np.full(G, np.inf)
+    dom = np.full(G, -1, dtype=np.int64)
+    if vg.size:
+        np.minimum.at(avail, vg[serving], np.maximum(vr[serving], t0))
+        score = rf + 1e-3 * serving
+        order = np.lexsort((-score, vg))
+        first = np.ones(order.size, dtype=bool)
+        first[1:] = vg[order][1:] != vg[order][:-1]
+        dom[vg[order][first]] = vc[order][first]
+    if (dom < 0).any():  # groups without a vPod: their target's configuration, else the bucket's best fit
+        dom = np.where(dom >= 0, dom, sim._dom_targets())
+        dom = np.where(dom >= 0, dom, sim._fallback)
+    unavail = np.clip(np.where(np.isfinite(avail), avail, t1) - t0, 0.0, T)
+    tps_v = sim.tps[vc, vb] / np.maximum(sim.tps[vc, vb, -1:], 1e-300)
+    pre = vg < NB
+    cap = np.zeros((NB, J))
+    pbusy = np.zeros((NB, J))
+    if pre.any():
+        np.add.at(cap, vg[pre], rf[pre, None] * tps_v[pre])
+        np.add.at(pbusy, vg[pre], rf[pre, None] * sim.pow[vc[pre], vb[pre]])
+    domp = dom[:NB]
+    tps_best = np.maximum(sim.tps[domp][:, :, -1], 1e-12)
+    latd = sim.lat[dom[NB:]]
+    return FleetView(T, n_ready, psr, psa, usd_s, usd_ready, chip_s, slots, unavail, dom, cap, pbusy, tps_best, latd,
+                     vg, vc, vr, serving, tps_v, steady, sim._route(0, _AR), sim._active_groups(1))
