@@ -51,14 +51,42 @@ class WorkloadProfile:
         return int(self.counts.shape[0])
 
 
+_LUTS: dict[tuple[int, ...], tuple[int, NDArray[np.int64]]] = {}
+_OSL_TOP = int(OSL_GRID[-1])  # 2^21, exactly
+
+
+def _osl_lut() -> NDArray[np.int64]:
+    """Grid index (first grid point >= x, at most the last) of every integer output length 0..2^21."""
+    lut = _LUTS.get(())
+    if lut is None:
+        lut = _LUTS[()] = (1, np.minimum(np.searchsorted(OSL_GRID, np.arange(_OSL_TOP + 1), side="left"),
+                                         OSL_GRID.size - 1))
+    return lut[1]
+
+
+def length_bucket(edges: NDArray[np.int64], x: NDArray[np.int64]) -> NDArray[np.int64]:
+    """``np.searchsorted(edges, np.minimum(x, edges[-1]), side="left")`` for integer lengths ``x`` >= 0, by a
+    table lookup (5-10x faster on the millions of requests of a day): with q the edges' greatest common divisor,
+    edge_i >= x exactly when edge_i / q >= ceil(x / q), so the table has edges[-1] / q + 1 entries (8,193 for
+    the DSE's buckets)."""
+    key = tuple(int(e) for e in edges)
+    hit = _LUTS.get(key)
+    if hit is None:
+        q = int(np.gcd.reduce(np.asarray(edges, dtype=np.int64)))
+        top = int(edges[-1]) // q
+        hit = _LUTS[key] = (q, np.searchsorted(np.asarray(edges) // q, np.arange(top + 1), side="left"))
+    q, lut = hit
+    return lut[(np.minimum(x, int(edges[-1])) + (q - 1)) // q]
+
+
 def build_profile(workload: NPUWorkload, edges: NDArray[np.int64], bin_s: float) -> WorkloadProfile:
     """The profile of ``workload`` (see :class:`WorkloadProfile`)."""
     nb = int(edges.size)
     r = workload.requests
     arr, isl, osl = r.arrival_s, r.input_tokens, r.output_tokens
     tot = isl + osl
-    bk_p = np.searchsorted(edges, np.minimum(isl, edges[-1]), side="left")
-    bk_d = np.searchsorted(edges, np.minimum(tot, edges[-1]), side="left")
+    bk_p = length_bucket(edges, isl)
+    bk_d = length_bucket(edges, tot)
     n_bins = int(np.ceil(max(workload.duration_s, float(arr[-1]) + 1e-9 if arr.size else 0.0) / bin_s)) + 1
     kb = np.minimum((arr // bin_s).astype(np.int64), n_bins - 1)
     counts = np.zeros((n_bins, 2, nb))
@@ -81,7 +109,7 @@ def build_profile(workload: NPUWorkload, edges: NDArray[np.int64], bin_s: float)
     isl_m1 = np.bincount(bk_p, weights=isl, minlength=nb) / n_in
     isl_m2 = np.bincount(bk_p, weights=isl.astype(float) ** 2, minlength=nb) / n_in
     g = OSL_GRID.size
-    gi = np.minimum(np.searchsorted(OSL_GRID, osl, side="left"), g - 1)  # first grid point >= osl
+    gi = _osl_lut()[np.minimum(osl, _OSL_TOP)]  # first grid point >= osl (the last for longer outputs)
     hist = np.bincount(bk_d * g + gi, minlength=nb * g).reshape(nb, g)
     cdf = np.cumsum(hist, axis=1) / np.maximum(hist.sum(axis=1, keepdims=True), 1)
     for a in (counts, tokens, cum, in_given_tot, isl_mean, osl_mean, isl_m1, isl_m2, cdf):
