@@ -207,19 +207,23 @@ class FluidCluster(NPUCluster):
             np.stack([cnt_k[:, 0], tok_k], axis=1)
 
     def _monitor_bins(self, t0: float, t1: float) -> None:
+        """The rate monitor's bins of [t0, t1) from the profile (one fancy assignment for the span's bins)."""
         c = self.config
         prof = self.profile
         nbin = round((t1 - t0) / c.rate_bin_s)
-        for b in range(nbin):
-            i = self.bin_index % self.nbins_w
-            k = int((t0 + b * c.rate_bin_s) // prof.bin_s)
-            if k < prof.n_bins:
-                self.bin_counts[i] = prof.counts[k]
-                self.bin_tokens[i] = prof.tokens[k]
-            else:
-                self.bin_counts[i] = 0.0
-                self.bin_tokens[i] = 0.0
-            self.bin_index += 1
+        if nbin <= 0:
+            return
+        b = np.arange(nbin)
+        i = (self.bin_index + b) % self.nbins_w
+        k = ((t0 + b * c.rate_bin_s) // prof.bin_s).astype(np.int64)
+        have = k < prof.n_bins
+        if nbin > self.nbins_w:  # only the last nbins_w bins stay in the window (later ones overwrite earlier)
+            i, k, have = i[-self.nbins_w:], k[-self.nbins_w:], have[-self.nbins_w:]
+        self.bin_counts[i[have]] = prof.counts[k[have]]
+        self.bin_tokens[i[have]] = prof.tokens[k[have]]
+        self.bin_counts[i[~have]] = 0.0
+        self.bin_tokens[i[~have]] = 0.0
+        self.bin_index += nbin
 
     def _chunk(self, K: int, m: EpochMetrics) -> None:
         c = self.config
@@ -311,12 +315,19 @@ class FluidCluster(NPUCluster):
         room = self.slo_d[None, :] - tpot
         safe_room = np.maximum(room, 1e-300)
         ud = unavail[NB:, None]
+        # only groups that serve requests need their miss share (elsewhere Sr = 0); a group waits (wait > 0)
+        # or has no ready vPod for part of the interval (ud > 0) in a few rows at most
         share_d = np.zeros((NB, NB))
-        if wait.any():
-            share_d = osl_share_below(prof.osl_cdf, self._bucket_grid, wait[:, None] / safe_room)
-        if ud.any():
-            miss_u = osl_share_below(prof.osl_cdf, self._bucket_grid, 0.5 * ud / safe_room)
-            share_d = (1.0 - ud / T) * share_d + (ud / T) * np.maximum(share_d, miss_u)
+        served = Sr.any(axis=1)
+        w_rows = np.flatnonzero(served & (wait > 0))
+        if w_rows.size:
+            share_d[w_rows] = osl_share_below(prof.osl_cdf, self._bucket_grid[w_rows],
+                                              wait[w_rows, None] / safe_room[w_rows])
+        u_rows = np.flatnonzero(served & (ud[:, 0] > 0))
+        if u_rows.size:
+            miss_u = osl_share_below(prof.osl_cdf, self._bucket_grid[u_rows], 0.5 * ud[u_rows] / safe_room[u_rows])
+            sh = share_d[u_rows]
+            share_d[u_rows] = (1.0 - ud[u_rows] / T) * sh + (ud[u_rows] / T) * np.maximum(sh, miss_u)
         share_d = np.where(room < 0, 1.0, share_d)
         miss_d = Sr * share_d
         self.q_tok[1] = D - S
