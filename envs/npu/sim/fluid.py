@@ -3,7 +3,9 @@
 :class:`FluidCluster` is :class:`~servegym.envs.npu.cluster.NPUCluster` with the serving step replaced; the
 decision points, vPod lifecycle (Table 3 overheads, quota, reconcile), routing map, monitor, observation and
 step tables are the simulator's own, so Base, NeuScale and the env drive it unchanged. Per decision interval
-(``check_s``) and vPod group the serving step computes, in numpy over all 96 groups at once:
+(``check_s``) and vPod group the serving step computes, for all 96 groups at once (the fleet's aggregates in
+numpy, :mod:`~servegym.envs.npu.sim.fluid_fleet`, cached while the fleet is steady; the traffic arithmetic in one
+compiled loop, :func:`~servegym.envs.npu.sim.fluid_kernels.serve`):
 
 * **Arrivals** from the workload's per-10-s bins (:mod:`~servegym.envs.npu.sim.fluid_profile`): prefill tokens
   and requests by input bucket, decode by total-length bucket, routed by the same length-to-group map;
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import NDArray
+from servegym.envs.npu.sim import fluid_kernels as fk
 from servegym.envs.npu.sim.cluster import (
     LEVELS,
     NB,
@@ -39,8 +42,8 @@ from servegym.envs.npu.sim.cluster import (
     EpochMetrics,
     NPUCluster,
 )
-from servegym.envs.npu.sim.fluid_fleet import FleetView, fleet_view
-from servegym.envs.npu.sim.fluid_profile import osl_share_below, workload_profile
+from servegym.envs.npu.sim.fluid_fleet import fleet_view
+from servegym.envs.npu.sim.fluid_profile import workload_profile
 from servegym.envs.npu.sim.workloads import NPUWorkload
 
 from servegym.errors import choice_error
@@ -49,6 +52,7 @@ FIDELITIES: tuple[str, ...] = ("fluid", "request")
 """Simulator modes: ``fluid`` (:class:`FluidCluster`, per-interval aggregates) or ``request`` (:class:`NPUCluster`,
 every request)."""
 _AR = np.arange(NB)
+_NO_CAP3 = np.zeros((1, 1, 1))  # the kernel's per-bin capacity when the fleet is steady (unused then)
 
 
 class FluidCluster(NPUCluster):
@@ -68,7 +72,6 @@ class FluidCluster(NPUCluster):
         self.targets_version = 0  # bumped whenever the targets' content changes
         self._tkey: tuple = ()
         self._fleet_cache: tuple | None = None
-        self._bucket_grid = np.broadcast_to(_AR, (NB, NB))
         # fluid state: per phase, queued tokens and requests per (group bucket, request bucket)
         self.q_tok = np.zeros((2, NB, NB))
         self.q_req = np.zeros((2, NB, NB))
@@ -231,119 +234,48 @@ class FluidCluster(NPUCluster):
         t0 = self.now
         t1 = t0 + T
         G = 2 * NB
-        J = LEVELS.size
         cnt, tok, arrived, k_start, k_len, k_pre = self._arrivals(t0, t1)
         self._monitor_bins(t0, t1)
         self.next_req = round(arrived)
         # ---- the fleet over the interval (fluid_fleet.py: cached while it cannot change)
         fv = fleet_view(self, t0, t1)
-        n_ready, psr, psa, usd_ready, slots, dom, unavail = (fv.n_ready, fv.psr, fv.psa, fv.usd_ready, fv.slots,
-                                                            fv.dom, fv.unavail)
+        psa = fv.psa
         usd_g = fv.usd_s * T
         acc = self.group_acc
         acc["usd"] += usd_g
         acc["chip_s"] += fv.chip_s * T
         acc["static_j"] += psa * T
-        # ---- prefill: token fluid per group
-        gp = fv.gp
-        q0_tok = self.q_tok[0].copy()
-        self.q_tok[0][gp, _AR] += tok[0]
-        self.q_req[0][gp, _AR] += cnt[0]
-        D_tok, D_req = self.q_tok[0], self.q_req[0]
-        domp = dom[:NB]
-        tps_best = fv.tps_best  # (group, request bucket) tokens/s
-        work = D_tok / tps_best
-        W = work.sum(axis=1)
-        cap, pbusy = fv.cap, fv.pbusy
-        ok = cap >= (W / T)[:, None] - 1e-9
-        jp = np.where(ok.any(axis=1), np.argmax(ok, axis=1), J - 1)
-        cj = cap[_AR, jp]
-        servable = cj * T
-        phi = np.where(W > 0, np.minimum(1.0, servable / np.maximum(W, 1e-300)), 1.0)
-        busy = np.where(servable > 0, W * phi / np.maximum(servable, 1e-300), 0.0)
-        pb = pbusy[_AR, jp]
-        e_busy_p = T * busy * pb
-        energy = np.zeros(G)
-        energy[:NB] = e_busy_p + T * ((1.0 - busy) * psr[:NB] + psa[:NB] - psr[:NB])
-        S_tok = phi[:, None] * D_tok
-        S_req = phi[:, None] * D_req
-        miss_p = self._ttft_misses(fv, k_start, k_len, k_pre, q0_tok)
-        self.q_tok[0] = D_tok - S_tok
-        self.q_req[0] = D_req - S_req
-        served_p = float(S_req.sum())
-        tokens_p = float(S_tok.sum())
-        acc["tokens"][:NB] += S_tok.sum(axis=1)
-        acc["batch_tok"][:NB] += S_tok.sum(axis=1) * self.cfg_levels[domp, jp]
-        prof = self.profile
-        # ---- decode: Little's law per group
+        # ---- serving (fluid_kernels.serve): prefill fluid, TTFT misses, decode by Little's law, SLO shares
+        cap3 = _NO_CAP3
+        if not fv.steady:  # a vPod ready or deleted within the interval: each profile bin's own capacity
+            nk = k_len.size
+            vg = fv.vg
+            pre = (vg < NB) & fv.serving
+            cap3 = np.zeros((NB, nk, LEVELS.size))
+            if pre.any():
+                rfk = np.clip((k_start + k_len - np.maximum(fv.vr[pre, None], k_start[None, :])) / k_len[None, :],
+                              0.0, 1.0)
+                np.add.at(cap3, vg[pre], rfk[:, :, None] * fv.tps_v[pre, None, :])
         f_tok, f_req = self._decode_split(fv.act)
-        q0_tok = self.q_tok[1].sum(axis=1)
-        self.q_tok[1] += f_tok.T * tok[1][None, :]
-        self.q_req[1] += f_req.T * cnt[1][None, :]
-        D, Dr = self.q_tok[1], self.q_req[1]
-        domd = dom[NB:]
-        latd = fv.latd  # (group, bucket, level)
-        nj = np.einsum("gb,gbj->gj", D, latd) / T  # jobs in service on average (Little), per level
-        nr = n_ready[NB:]
-        # the request level batches every job active at some point of a sub-step: jobs in service + the
-        # sub-step's arrivals (a job shorter than a sub-step still takes a batch slot in it)
-        n_sub = nj + (Dr.sum(axis=1) / T * c.substep_s)[:, None]
-        bper = n_sub / np.maximum(nr, 1e-12)[:, None]
-        lv = np.minimum(np.searchsorted(LEVELS, np.ceil(np.maximum(bper, 1.0) - 1e-9)), J - 1)
-        js = np.argmax(lv <= np.arange(J)[None, :], axis=1)
-        slot_n = np.floor(slots[NB:] + 1e-9)
-        # admission: slot-seconds of work at the single-request TPOT (as the request level admits jobs)
-        need0 = nj[:, 0]
-        phid = np.where(need0 > 0, np.minimum(1.0, slot_n / np.maximum(need0, 1e-300)), 1.0)
-        phid = np.where(nr > 0, phid, np.where(need0 > 0, 0.0, 1.0))
-        n_act = np.minimum(n_sub[_AR, js] * phid, slot_n)
-        bb = np.maximum(1.0, n_act / np.maximum(nr, 1e-12))
-        jd = np.minimum(np.searchsorted(LEVELS, np.ceil(bb - 1e-9)), J - 1)
-        # busy share of the ready vPods: job-seconds of service over the batch they share
-        busyd = np.where(nr > 0, np.minimum(1.0, phid * nj[_AR, jd] / np.maximum(bb * nr, 1e-12)), 0.0)
-        S = phid[:, None] * D
-        Sr = phid[:, None] * Dr
-        tpot = self.lat[domd[:, None], _AR[None, :], jd[:, None]]
-        jpt = self.pow[domd[:, None], _AR[None, :], jd[:, None]] / np.maximum(
-            self.tps[domd[:, None], _AR[None, :], jd[:, None]], 1e-300)
-        e_busy_d = (S * jpt).sum(axis=1)
-        energy[NB:] = e_busy_d + T * ((1.0 - busyd) * psr[NB:] + psa[NB:] - psr[NB:])
-        # effective TPOT = TPOT + wait / output tokens (wait: mean queue over throughput, or the boot wait)
-        q1_tok = (D - S).sum(axis=1)
-        thr = S.sum(axis=1) / T
-        wait = np.where(thr > 0, 0.5 * (q0_tok + q1_tok) / np.maximum(thr, 1e-300), 0.0)
-        room = self.slo_d[None, :] - tpot
-        safe_room = np.maximum(room, 1e-300)
-        ud = unavail[NB:, None]
-        # only groups that serve requests need their miss share (elsewhere Sr = 0); a group waits (wait > 0)
-        # or has no ready vPod for part of the interval (ud > 0) in a few rows at most
-        share_d = np.zeros((NB, NB))
-        served = Sr.any(axis=1)
-        w_rows = np.flatnonzero(served & (wait > 0))
-        if w_rows.size:
-            share_d[w_rows] = osl_share_below(prof.osl_cdf, self._bucket_grid[w_rows],
-                                              wait[w_rows, None] / safe_room[w_rows])
-        u_rows = np.flatnonzero(served & (ud[:, 0] > 0))
-        if u_rows.size:
-            miss_u = osl_share_below(prof.osl_cdf, self._bucket_grid[u_rows], 0.5 * ud[u_rows] / safe_room[u_rows])
-            sh = share_d[u_rows]
-            share_d[u_rows] = (1.0 - ud[u_rows] / T) * sh + (ud[u_rows] / T) * np.maximum(sh, miss_u)
-        share_d = np.where(room < 0, 1.0, share_d)
-        miss_d = Sr * share_d
-        self.q_tok[1] = D - S
-        self.q_req[1] = Dr - Sr
+        prof = self.profile
+        energy, e_busy, tokens, batch_tok, util = (np.empty(G) for _ in range(5))
+        n_act = np.empty(NB)
+        res = np.empty(fk.N_RES)
+        fk.serve(T, c.substep_s, fv.steady, LEVELS, cnt, tok, k_len, k_pre, self.q_tok, self.q_req, fv.gp, fv.n_ready,
+                 fv.psr, psa, fv.usd_ready, fv.slots, fv.unavail, fv.dom, fv.cap, cap3, fv.pbusy, fv.tps_best, fv.latd,
+                 f_tok, f_req, self.lat, self.pow, self.tps, self.cfg_levels, self.slo_p, self.slo_d, prof.isl_m1,
+                 prof.isl_m2, prof.osl_cdf, energy, e_busy, tokens, batch_tok, n_act, util, res)
         self.n_act = n_act
-        tokens_d = float(S.sum())
-        acc["tokens"][NB:] += S.sum(axis=1)
-        acc["batch_tok"][NB:] += S.sum(axis=1) * bb
+        self.util = util
+        acc["tokens"] += tokens
+        acc["batch_tok"] += batch_tok
         acc["energy_j"] += energy
-        acc["energy_busy_j"][:NB] += e_busy_p
-        acc["energy_busy_j"][NB:] += e_busy_d
+        acc["energy_busy_j"] += e_busy
         # ---- requests finish with their decode; a request misses if its TTFT or its TPOT does
-        fin = float(Sr.sum())
-        rate_p = miss_p / max(float(cnt[0].sum()), 1e-12) if cnt[0].sum() > 0 else (1.0 if served_p > 0 else 0.0)
-        md = float(miss_d.sum())
-        rate_d = md / fin if fin > 0 else 0.0
+        fin = res[fk.R_FIN]
+        n_p = float(cnt[0].sum())
+        rate_p = res[fk.R_MISS_P] / max(n_p, 1e-12) if n_p > 0 else (1.0 if res[fk.R_SERVED_P] > 0 else 0.0)
+        rate_d = res[fk.R_MISS_D] / fin if fin > 0 else 0.0
         before = self.finished
         self.finished += fin
         m.finished += int(round(self.finished) - round(before))
@@ -352,90 +284,19 @@ class FluidCluster(NPUCluster):
         if fin > 0:
             self.recent_slo = np.array([1.0 - rate_p, 1.0 - rate_d])
         self.n_finished = round(self.finished)
-        # open requests already past their SLO: queued beyond what arrived within the SLO
-        r_p = cnt[0] / T
-        r_d = cnt[1] / T
-        lp = np.maximum(self.q_req[0] - (r_p * self.slo_p)[None, :], 0.0).sum()
-        osl_b = np.where(cnt[1] > 0, tok[1] / np.maximum(cnt[1], 1e-12), 1.0)
-        ld = np.maximum(self.q_req[1] - (r_d * self.slo_d * osl_b)[None, :], 0.0).sum()
-        self._late_pd = (float(lp), float(ld))
-        self._late = float(lp + ld)
+        lp, ld = float(res[fk.R_LATE_P]), float(res[fk.R_LATE_D])
+        self._late_pd = (lp, ld)
+        self._late = lp + ld
         # ---- totals of the interval
-        m.energy_j += np.array([energy[:NB].sum(), energy[NB:].sum()])
+        m.energy_j += res[[fk.R_E_P, fk.R_E_D]]
         m.usd += np.array([usd_g[:NB].sum(), usd_g[NB:].sum()])
-        m.energy_busy_j += np.array([e_busy_p.sum(), e_busy_d.sum()])
-        m.usd_busy += np.array([float((T * busy * usd_ready[:NB]).sum()), float((T * busyd * usd_ready[NB:]).sum())])
-        m.tokens += np.array([tokens_p, tokens_d])
-        self.util = np.concatenate([np.where(n_ready[:NB] > 0, busy, 0.0), np.zeros(NB)])
+        m.energy_busy_j += res[[fk.R_EB_P, fk.R_EB_D]]
+        m.usd_busy += res[[fk.R_USDB_P, fk.R_USDB_D]]
+        m.tokens += res[[fk.R_TOKENS_P, fk.R_TOKENS_D]]
         self.now = t1
         self._drop_gone(t1)
         self.peak_queue = np.maximum(self.peak_queue, self._queue())
         self._reconcile()
-
-    def _ttft_misses(self, fv: FleetView, k_start: NDArray[np.float64], k_len: NDArray[np.float64],
-                     k_pre: NDArray[np.float64], q0_tok: NDArray[np.float64]) -> float:
-        """Expected TTFT misses among the interval's prefill arrivals. Per profile bin (the request level picks
-        its operating level per sub-step, so a burst queues even when the interval's mean does not): the
-        backlog ahead (Lindley recursion over the bins at the largest level's capacity, each vPod counted
-        for the share of the bin it is ready, so a group still booting queues its requests), the share of
-        the bin's arrivals that find more than their slack (SLO - batch latency) of work ahead, and for the
-        others the M/G/1 tail of the wait at the bin's utilization of its operating level."""
-        J = LEVELS.size
-        nk = k_len.size
-        prof = self.profile
-        gp, domp, tps_best = fv.gp, fv.dom[:NB], fv.tps_best
-        if fv.steady:  # every vPod ready for the whole interval: each bin has the interval's capacity
-            cap = np.broadcast_to(fv.cap[:, None, :], (NB, nk, J))
-        else:
-            vg, serving = fv.vg, fv.serving
-            pre = (vg < NB) & serving
-            cap = np.zeros((NB, nk, J))  # vPod-equivalents per bin and level
-            if pre.any():
-                ends = k_start + k_len
-                rfk = np.clip((ends[None, :] - np.maximum(fv.vr[pre, None], k_start[None, :])) / k_len[None, :],
-                              0.0, 1.0)
-                np.add.at(cap, vg[pre], rfk[:, :, None] * fv.tps_v[pre, None, :])
-        n_k, tok_k = k_pre[:, 0], k_pre[:, 1]  # (bins, bucket)
-        rt = tps_best[gp, _AR]  # tokens/s of a job's group's dominant configuration at its bucket
-        work = tok_k / rt[None, :]  # (bins, bucket) vPod-seconds
-        d = np.zeros((nk, NB))
-        np.add.at(d, (slice(None), gp), work)
-        cmax = cap[:, :, -1].T * k_len[:, None]  # (bins, group) work one bin can serve
-        b0 = (q0_tok / tps_best).sum(axis=1)
-        # Lindley over the bins: B_k = S_k - min(-B_0, S_1..S_k), S = cumulative (arrivals - capacity)
-        S = np.cumsum(d - cmax, axis=0)
-        B = S - np.minimum.accumulate(np.minimum(S, -b0[None, :]), axis=0)
-        prev = np.vstack([b0[None, :], B[:-1]])
-        dem = prev + d
-        ok = cap.transpose(1, 0, 2) * k_len[:, None, None] >= dem[:, :, None] - 1e-9  # (bins, group, level)
-        jk = np.where(ok.any(axis=2), np.argmax(ok, axis=2), J - 1)
-        cj = np.take_along_axis(cap.transpose(1, 0, 2), jk[:, :, None], axis=2)[:, :, 0]  # (bins, group)
-        rho = np.clip(dem / np.maximum(cj * k_len[:, None], 1e-300), 0.0, 0.999)
-        # per (bin, bucket): the bucket's group
-        jb = jk[:, gp]
-        lat = self.lat[domp[gp][None, :], _AR[None, :], jb]
-        slack = self.slo_p[None, :] - lat
-        c_rate = np.maximum(cap[gp, :, -1].T, 1e-300)  # (bins, bucket) work/s at the largest level
-        # a job waits for the work ahead of it, not its own: the threshold adds one mean job of its bucket
-        thr = np.maximum(slack, 0.0) * c_rate + (prof.isl_m1 / rt)[None, :]
-        pv, grow = prev[:, gp], (d - cmax)[:, gp]
-        # share of the bin's arrivals (uniform in it) that find more than thr of work ahead
-        up = np.clip(1.0 - (thr - pv) / np.where(grow > 0, grow, 1.0), 0.0, 1.0)
-        down = np.clip((pv - thr) / np.where(grow < 0, -grow, 1.0), 0.0, 1.0)
-        late = np.where(grow > 0, up, np.where(grow < 0, down, (pv > thr).astype(float)))
-        late = np.where(cap[gp, :, -1].T > 0, late, 1.0)
-        # within the bin: FCFS wait of an M/G/1 server at the operating level (Pollaczek-Khinchine mean)
-        s1 = prof.isl_m1 / rt / np.maximum(cj[:, gp], 1e-12)
-        s2 = prof.isl_m2 / rt ** 2 / np.maximum(cj[:, gp], 1e-12) ** 2
-        r = rho[:, gp]
-        # the request level sizes each sub-step's level on its realized arrivals, so the queue never outlives the
-        # sub-step: the wait is at most its work (utilization x sub-step), and the mean at most half that
-        dt = self.config.substep_s
-        wq = np.minimum(r * s2 / np.maximum(2.0 * s1 * (1.0 - r), 1e-300), 0.5 * r * dt)
-        tail = np.where((wq > 0) & (slack < r * dt),
-                        r * np.exp(-r * np.maximum(slack, 0.0) / np.maximum(wq, 1e-300)), 0.0)
-        miss = np.where(slack < 0, 1.0, late + (1.0 - late) * tail)
-        return float((n_k * miss).sum())
 
     # ------------------------------------------------------------------ accounting
     def late_count(self) -> int:

@@ -1,0 +1,298 @@
+"""Compiled serving step of the fluid NPU model (:class:`~servegym.envs.npu.sim.fluid.FluidCluster`).
+
+The fluid's serving step is a few hundred small array operations per interval over 48 groups x 48 buckets x
+batch levels; as numpy calls each costs microseconds of dispatch, more than its arithmetic, so the step
+is written once here as loops and compiled with numba (``cache=True``, as the geo engine's kernels: the
+first import compiles once, later processes load the cached machine code). Without numba the same
+functions run as plain Python (correct, much slower). The model is the one :mod:`~servegym.envs.npu.sim.fluid`
+documents (prefill token fluid, TTFT misses per profile bin, decode by Little's law, miss shares from the
+output-length CDF, requests past their SLO); the caller passes the fleet view
+(:mod:`~servegym.envs.npu.sim.fluid_fleet`), the interval's arrivals and the queues, and the kernel updates
+the queues and per-group accumulators in place. Sums run in loop order, so the figures equal the earlier
+numpy formulation's to rounding (relative 1e-12; tested).
+
+Times are seconds, energies joules, power watts, tokens and requests counts (fractional: a fluid).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+try:
+    from numba import njit
+except ImportError:  # pragma: no cover - numba is a core dependency; this keeps a pure-Python fallback
+
+    def njit(*args, **kwargs):  # type: ignore[no-redef]
+        if args and callable(args[0]):
+            return args[0]
+        return lambda f: f
+
+
+# slots of the kernel's scalar results (``res``)
+(R_MISS_P, R_SERVED_P, R_TOKENS_P, R_TOKENS_D, R_FIN, R_MISS_D, R_LATE_P, R_LATE_D, R_E_P, R_E_D, R_EB_P, R_EB_D,
+ R_USDB_P, R_USDB_D) = range(14)
+N_RES = 14
+
+
+@njit(cache=True)
+def _level_index(levels, x):  # pragma: no cover - compiled
+    """First index i with levels[i] >= x (``np.searchsorted(levels, x, side="left")``), at most the last."""
+    n = levels.size
+    for i in range(n):
+        if levels[i] >= x:
+            return i
+    return n - 1
+
+
+@njit(cache=True)
+def _osl_share(cdf, b, x):  # pragma: no cover - compiled
+    """Share of total-length bucket ``b``'s requests with fewer than ``x`` output tokens
+    (:func:`~servegym.envs.npu.sim.fluid_profile.osl_share_below` for one value)."""
+    if x <= 1.0:
+        return 0.0
+    g = cdf.shape[1]
+    top = 2.0 ** ((g - 1) / 8.0)
+    lx = math.log2(min(x, top)) * 8.0
+    lo = math.floor(lx)
+    hi = min(lo + 1, g - 1)
+    a = cdf[b, lo]
+    return a + (cdf[b, hi] - a) * (lx - lo)
+
+
+@njit(cache=True)
+def _cap(cap, cap3, steady, g, k, j):  # pragma: no cover - compiled
+    return cap[g, j] if steady else cap3[g, k, j]
+
+
+@njit(cache=True)
+def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, lat, slo_p, isl_m1,
+                isl_m2):  # pragma: no cover - compiled
+    """Expected TTFT misses among the interval's prefill arrivals (the fluid module's model): per profile bin,
+    the backlog ahead by a Lindley recursion at the largest level's capacity, the share of the bin's arrivals
+    that find more work ahead than their slack, and the M/G/1 tail of the wait at the operating level."""
+    nb = gp.size
+    nk = k_len.size
+    J = cap.shape[1]
+    rt = np.empty(nb)
+    for b in range(nb):
+        rt[b] = tps_best[gp[b], b]
+    # per bin and group: arriving work d and what the largest level serves in the bin (cmax)
+    d = np.zeros((nk, nb))
+    cmax = np.empty((nk, nb))
+    for k in range(nk):
+        for b in range(nb):
+            d[k, gp[b]] += k_pre[k, 1, b] / rt[b]
+        for g in range(nb):
+            cmax[k, g] = _cap(cap, cap3, steady, g, k, J - 1) * k_len[k]
+    # per bin and group: the backlog ahead at the bin's start (Lindley: B_k = S_k - min(-B_0, S_1..S_k), S the
+    # cumulative arrivals - capacity), the operating level, its capacity and the utilization
+    prev = np.empty((nk, nb))
+    jk = np.empty((nk, nb), dtype=np.int64)
+    cj = np.empty((nk, nb))
+    rho = np.empty((nk, nb))
+    for g in range(nb):
+        b0 = 0.0
+        for b in range(nb):
+            b0 += q0p[g, b] / tps_best[g, b]
+        s = 0.0
+        low = -b0
+        pv = b0
+        for k in range(nk):
+            prev[k, g] = pv
+            dem = pv + d[k, g]
+            jj = J - 1
+            for j in range(J):
+                if _cap(cap, cap3, steady, g, k, j) * k_len[k] >= dem - 1e-9:
+                    jj = j
+                    break
+            jk[k, g] = jj
+            cj[k, g] = _cap(cap, cap3, steady, g, k, jj)
+            rho[k, g] = min(max(dem / max(cj[k, g] * k_len[k], 1e-300), 0.0), 0.999)
+            s += d[k, g] - cmax[k, g]
+            low = min(low, s)
+            pv = s - low
+    miss = 0.0
+    for k in range(nk):
+        for b in range(nb):
+            n = k_pre[k, 0, b]
+            if n == 0.0:
+                continue
+            g = gp[b]
+            slack = slo_p[b] - lat[dom[g], b, jk[k, g]]
+            if slack < 0.0:
+                miss += n
+                continue
+            c_top = _cap(cap, cap3, steady, g, k, J - 1)
+            grow = d[k, g] - cmax[k, g]
+            pv = prev[k, g]
+            # a job waits for the work ahead of it, not its own: the threshold adds one mean job
+            thr = slack * max(c_top, 1e-300) + isl_m1[b] / rt[b]
+            if c_top <= 0.0:
+                late = 1.0
+            elif grow > 0.0:
+                late = min(max(1.0 - (thr - pv) / grow, 0.0), 1.0)
+            elif grow < 0.0:
+                late = min(max((pv - thr) / -grow, 0.0), 1.0)
+            else:
+                late = 1.0 if pv > thr else 0.0
+            # within the bin: FCFS wait of an M/G/1 server at the operating level (Pollaczek-Khinchine mean),
+            # at most half the sub-step's work (the request level sizes each sub-step's level on its arrivals)
+            cjs = max(cj[k, g], 1e-12)
+            s1 = isl_m1[b] / rt[b] / cjs
+            s2 = isl_m2[b] / rt[b] ** 2 / cjs ** 2
+            r = rho[k, g]
+            wq = min(r * s2 / max(2.0 * s1 * (1.0 - r), 1e-300), 0.5 * r * dt)
+            tail = 0.0
+            if wq > 0.0 and slack < r * dt:
+                tail = r * math.exp(-r * slack / max(wq, 1e-300))
+            miss += n * (late + (1.0 - late) * tail)
+    return miss
+
+
+@njit(cache=True)
+def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_ready, psr, psa, usd_ready, slots,
+          unavail, dom, cap, cap3, pbusy, tps_best, latd, f_tok, f_req, lat, pw, tps, cfg_levels, slo_p, slo_d,
+          isl_m1, isl_m2, osl_cdf, energy, e_busy, tokens, batch_tok, n_act, util, res):  # pragma: no cover
+    """One interval of ``T`` seconds of the fluid serving step (module docstring). Updates ``q_tok`` /
+    ``q_req`` (2 phases x 48 groups x 48 request buckets), writes per group (96) ``energy``, ``e_busy``
+    (request-attributed energy), ``tokens`` and ``batch_tok`` (served tokens x batch) of the interval, the
+    decode jobs in service ``n_act`` (48) and the prefill busy share ``util`` (96), and the scalars ``res``
+    (the ``R_*`` slots)."""
+    nb = gp.size
+    J = cap.shape[1]
+    for i in range(res.size):
+        res[i] = 0.0
+    # ---- prefill: token fluid per group
+    q0p = q_tok[0].copy()
+    for b in range(nb):
+        q_tok[0, gp[b], b] += tok[0, b]
+        q_req[0, gp[b], b] += cnt[0, b]
+    for g in range(nb):
+        W = 0.0
+        for b in range(nb):
+            W += q_tok[0, g, b] / tps_best[g, b]
+        need = W / T - 1e-9
+        jp = J - 1
+        for j in range(J):
+            if cap[g, j] >= need:
+                jp = j
+                break
+        servable = cap[g, jp] * T
+        phi = min(1.0, servable / max(W, 1e-300)) if W > 0.0 else 1.0
+        busy = W * phi / max(servable, 1e-300) if servable > 0.0 else 0.0
+        eb = T * busy * pbusy[g, jp]
+        e_busy[g] = eb
+        energy[g] = eb + T * ((1.0 - busy) * psr[g] + psa[g] - psr[g])
+        st = 0.0
+        for b in range(nb):
+            s_tok = phi * q_tok[0, g, b]
+            s_req = phi * q_req[0, g, b]
+            q_tok[0, g, b] -= s_tok
+            q_req[0, g, b] -= s_req
+            st += s_tok
+            res[R_SERVED_P] += s_req
+        tokens[g] = st
+        batch_tok[g] = st * cfg_levels[dom[g], jp]
+        res[R_TOKENS_P] += st
+        res[R_E_P] += energy[g]
+        res[R_EB_P] += eb
+        res[R_USDB_P] += T * busy * usd_ready[g]
+        util[g] = busy if n_ready[g] > 0.0 else 0.0
+        util[nb + g] = 0.0
+    res[R_MISS_P] = ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, lat, slo_p, isl_m1,
+                                isl_m2)
+    # ---- decode: Little's law per group
+    nj = np.empty(J)
+    for g in range(nb):
+        G = nb + g
+        dg = dom[G]
+        q0 = 0.0
+        for b in range(nb):
+            q0 += q_tok[1, g, b]
+            q_tok[1, g, b] += f_tok[b, g] * tok[1, b]
+            q_req[1, g, b] += f_req[b, g] * cnt[1, b]
+        dr = 0.0
+        for j in range(J):
+            nj[j] = 0.0
+        for b in range(nb):
+            dr += q_req[1, g, b]
+            for j in range(J):
+                nj[j] += q_tok[1, g, b] * latd[g, b, j]
+        for j in range(J):
+            nj[j] /= T
+        nr = n_ready[G]
+        # the request level batches every job active at some point of a sub-step: jobs in service + the
+        # sub-step's arrivals (a job shorter than a sub-step still takes a batch slot in it)
+        arr_sub = dr / T * dt
+        js = 0
+        for j in range(J):
+            bper = (nj[j] + arr_sub) / max(nr, 1e-12)
+            if _level_index(levels, math.ceil(max(bper, 1.0) - 1e-9)) <= j:
+                js = j
+                break
+        slot_n = math.floor(slots[G] + 1e-9)
+        # admission: slot-seconds of work at the single-request TPOT (as the request level admits jobs)
+        need0 = nj[0]
+        if nr > 0.0:
+            phid = min(1.0, slot_n / max(need0, 1e-300)) if need0 > 0.0 else 1.0
+        else:
+            phid = 0.0 if need0 > 0.0 else 1.0
+        na = min((nj[js] + arr_sub) * phid, slot_n)
+        n_act[g] = na
+        bb = max(1.0, na / max(nr, 1e-12))
+        jd = _level_index(levels, math.ceil(bb - 1e-9))
+        busyd = min(1.0, phid * nj[jd] / max(bb * nr, 1e-12)) if nr > 0.0 else 0.0
+        ebd = 0.0
+        sd = 0.0
+        q1 = 0.0
+        served = False
+        for b in range(nb):
+            s = phid * q_tok[1, g, b]
+            ebd += s * (pw[dg, b, jd] / max(tps[dg, b, jd], 1e-300))
+            sd += s
+            q1 += q_tok[1, g, b] - s
+            if phid * q_req[1, g, b] != 0.0:
+                served = True
+        e_busy[G] = ebd
+        energy[G] = ebd + T * ((1.0 - busyd) * psr[G] + psa[G] - psr[G])
+        # effective TPOT = TPOT + wait / output tokens (wait: mean queue over throughput, or the boot wait)
+        thr = sd / T
+        wait = 0.5 * (q0 + q1) / max(thr, 1e-300) if thr > 0.0 else 0.0
+        ud = unavail[G]
+        md = 0.0
+        fin = 0.0
+        for b in range(nb):
+            sr = phid * q_req[1, g, b]
+            fin += sr
+            room = slo_d[b] - lat[dg, b, jd]
+            if room < 0.0:
+                share = 1.0
+            elif not served:
+                share = 0.0
+            else:
+                safe = max(room, 1e-300)
+                share = _osl_share(osl_cdf, b, wait / safe) if wait > 0.0 else 0.0
+                if ud > 0.0:
+                    mu = _osl_share(osl_cdf, b, 0.5 * ud / safe)
+                    share = (1.0 - ud / T) * share + (ud / T) * max(share, mu)
+            md += sr * share
+            q_tok[1, g, b] -= phid * q_tok[1, g, b]
+            q_req[1, g, b] -= sr
+        tokens[G] = sd
+        batch_tok[G] = sd * bb
+        res[R_TOKENS_D] += sd
+        res[R_FIN] += fin
+        res[R_MISS_D] += md
+        res[R_E_D] += energy[G]
+        res[R_EB_D] += ebd
+        res[R_USDB_D] += T * busyd * usd_ready[G]
+    # ---- open requests already past their SLO: queued beyond what arrived within the SLO
+    for b in range(nb):
+        lim_p = cnt[0, b] / T * slo_p[b]
+        osl_b = tok[1, b] / max(cnt[1, b], 1e-12) if cnt[1, b] > 0.0 else 1.0
+        lim_d = cnt[1, b] / T * slo_d[b] * osl_b
+        for g in range(nb):
+            res[R_LATE_P] += max(q_req[0, g, b] - lim_p, 0.0)
+            res[R_LATE_D] += max(q_req[1, g, b] - lim_d, 0.0)

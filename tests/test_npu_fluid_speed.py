@@ -1,0 +1,95 @@
+"""The fluid npu simulator's speed-ups change no result: the compiled serving step (fluid_kernels) equals its plain
+Python form and the numpy formulation it replaced, the cached fleet view equals the uncached one, and the
+table lookups of the workload profile equal np.searchsorted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from servegym.envs.npu.env import NPUAutoscaleEnv
+from servegym.envs.npu.sim import fluid_fleet
+from servegym.envs.npu.sim import fluid_kernels as fk
+from servegym.envs.npu.sim.dse import SEQ_BUCKETS
+from servegym.envs.npu.sim.fluid_profile import _OSL_TOP, OSL_GRID, _osl_lut, length_bucket
+
+# Episode figures of the numpy formulation of the fluid serving step (commit 4b8e0ff, before the kernel): 1-h
+# episodes of the default scenario, random valid actions from np.random.default_rng(seed).
+NUMPY_FIGURES = {
+    "absolute": (0, {"return": -2353.3922721878143, "energy_j": 1949530072.6054947,
+                     "slo_violation_pct": 55.515016977352914, "tokens": 165959062.95837882,
+                     "requests_finished": 66706.0}),
+    "residual": (3, {"return": -261.00725069240235, "energy_j": 47373138.170291334,
+                     "slo_violation_pct": 45.32512111898151, "tokens": 166599598.0, "requests_finished": 66706.0}),
+}
+
+
+def _random_episode(env: NPUAutoscaleEnv, seed: int) -> float:
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    splits = np.cumsum(env.action_space.nvec)[:-1]
+    ret, truncated = 0.0, False
+    while not truncated:
+        a = np.array([rng.choice(np.flatnonzero(m)) for m in np.split(env.action_masks(), splits)])
+        _, r, _, truncated, _ = env.step(a)
+        ret += r
+    return ret
+
+
+@pytest.mark.parametrize("mode", ["absolute", "residual"])
+def test_fluid_episode_equals_the_numpy_formulation(mode: str) -> None:
+    kw = {"hours": 1.0, "split": None}
+    if mode == "residual":
+        kw.update(action_mode="residual", reward_mode="base")
+    env = NPUAutoscaleEnv(kw)
+    seed, want = NUMPY_FIGURES[mode]
+    got = {"return": _random_episode(env, seed), **env.sim.summary()}
+    for key, value in want.items():  # summation order differs (loops vs numpy's pairwise sums): rounding only
+        assert got[key] == pytest.approx(value, rel=1e-12, abs=1e-9), key
+
+
+def test_kernel_equals_its_python_form_and_the_fleet_cache_the_uncached_view() -> None:
+    env = NPUAutoscaleEnv({"hours": 1.0, "split": None})
+    env.reset(seed=1)
+    sim = env.sim
+    calls: list[list] = []
+    real = fk.serve
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        calls.append([a.copy() if isinstance(a, np.ndarray) else a for a in args])
+        return real(*args)
+
+    fk.serve = spy
+    try:
+        for _ in range(3):
+            env.step(np.zeros(env.action_space.shape, dtype=np.int64))
+            t0 = sim.now
+            hit = fluid_fleet.fleet_view(sim, t0, t0 + sim.config.epoch_s)
+            live = sim.v_gone > t0
+            fresh = fluid_fleet._compute(sim, live, t0, t0 + sim.config.epoch_s, hit.steady)
+            for name in hit.__dataclass_fields__:
+                a, b = getattr(hit, name), getattr(fresh, name)
+                assert np.array_equal(a, b), name
+    finally:
+        fk.serve = real
+    assert calls
+    for args in (calls[0], calls[-1]):
+        outs = []
+        for f in (real, real.py_func):
+            copy = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+            f(*copy)
+            outs.append(copy)
+        for a, b in zip(*outs, strict=True):
+            if isinstance(a, np.ndarray):
+                np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 3_000_000), min_size=1, max_size=200))
+def test_length_tables_equal_searchsorted(values: list[int]) -> None:
+    edges = SEQ_BUCKETS
+    x = np.array(values + [int(e) for e in edges] + [int(e) + 1 for e in edges], dtype=np.int64)
+    assert np.array_equal(length_bucket(edges, x), np.searchsorted(edges, np.minimum(x, edges[-1]), side="left"))
+    assert np.array_equal(_osl_lut()[np.minimum(x, _OSL_TOP)],
+                          np.minimum(np.searchsorted(OSL_GRID, x, side="left"), OSL_GRID.size - 1))
