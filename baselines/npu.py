@@ -162,6 +162,59 @@ def emergency_decision(sim: NPUCluster, ctx: Observation,
     return ScalingDecision(em)
 
 
+def trace_peak(sim: NPUCluster) -> tuple[float, np.ndarray, np.ndarray]:
+    """The trace metadata both policies size their configurations by (§5.1: Base provisions "for the peak
+    demand"): the peak ``rate_bin_s`` request rate (req/s), and per phase and bucket the mean tokens per
+    request of the whole trace that fall in that bucket (input tokens by input length for prefill, output
+    tokens by total length for decode), shape (2, NB); and the per-phase mean tokens per request (2,)."""
+    req = sim.workload.requests
+    n = len(req)
+    share = np.zeros((2, NB))
+    if n == 0:
+        return 0.0, share, np.ones(2)
+    bins = (req.arrival_s // sim.config.rate_bin_s).astype(np.int64)
+    peak_rps = float(np.bincount(bins).max()) / sim.config.rate_bin_s
+    isl, osl = req.input_tokens.astype(float), req.output_tokens.astype(float)
+    bp = np.searchsorted(sim.edges, np.minimum(isl, sim.edges[-1]))
+    bd = np.searchsorted(sim.edges, np.minimum(isl + osl, sim.edges[-1]))
+    share[0] = np.bincount(bp, weights=isl, minlength=NB) / n
+    share[1] = np.bincount(bd, weights=osl, minlength=NB) / n
+    return peak_rps, share, np.array([isl.mean(), osl.mean()])
+
+
+def operating_picks(sim: NPUCluster) -> dict[tuple[int, int], int]:
+    """Per (phase index, bucket index): the operating-point best fit (:meth:`NPUCluster.op_fit`) at the demand of the
+    group the bucket will be served in, from the trace's peak demand. Fixed for the run, like the paper's offline
+    best-fit database. A bucket's demand is its share of the trace's peak, W_b = peak req/s x the trace's tokens
+    in bucket b per request (tokens/s); consecutive buckets whose picks share an allocation form one group (as
+    :meth:`NeuScalePolicy.groups` forms them), whose configuration is the pick of its top bucket at the group's
+    summed demand, given to every member. Members then share an allocation, so groups only merge; repeated until
+    none does (at most NB rounds). A bucket without traffic keeps its pick at 1 token/s."""
+    peak_rps, share, _ = trace_peak(sim)
+    out: dict[tuple[int, int], int] = {}
+    for p in (0, 1):
+        ph = PHASES[p]
+        w = peak_rps * share[p]
+        pick = {b: sim.op_fit(ph, int(sim.edges[b]), float(w[b])) for b in range(NB)}
+        live = np.flatnonzero(w > 0).tolist()
+        for _ in range(NB):
+            runs: list[list[int]] = []
+            for b in live:
+                if runs and sim.configs[pick[b]].entry.alloc_index == sim.configs[pick[runs[-1][-1]]].entry.alloc_index:
+                    runs[-1].append(b)
+                else:
+                    runs.append([b])
+            new = dict(pick)
+            for run in runs:
+                c = sim.op_fit(ph, int(sim.edges[run[-1]]), float(w[run].sum()))
+                new.update({b: c for b in run})
+            if new == pick:
+                break
+            pick = new
+        out.update({(p, b): c for b, c in pick.items()})
+    return out
+
+
 class NeuScalePolicy:
     """NeuScale's autoscaler (§3.4); ``coalesce_below`` is N_L (0.5), ``coalescing=False`` disables it."""
 
@@ -191,6 +244,11 @@ class NeuScalePolicy:
         self.rule = _CountRule(alpha=self.rule.alpha, halve_window_s=sim.config.window_s)
         self.targets = {}
         self.main: dict[tuple[str, int], int] = {}
+        # fit_at = "operating": each bucket's configuration is fixed before the run (§5.1: "We generate the
+        # best-fit allocations for each unique sequence length for each model before running the experiments";
+        # §3.3: the DSE "only needs to be performed once"), at the operating point the trace puts that bucket
+        # at: its share of the trace's peak demand (the trace metadata Base sizes its one configuration by)
+        self.fixed = operating_picks(sim) if sim.config.fit_at == "operating" else {}
 
     def groups(self, ctx: Observation, phase: int, signal: np.ndarray) -> list[tuple[int, float, float, int]]:
         """(bucket index, token rate W (tokens/s), per-vPod capacity C (tokens/s), best-fit id, R_peak
@@ -335,7 +393,7 @@ class NeuScalePolicy:
         edge = int(ctx.bucket_edges[b])
         ph = PHASES[phase]
         if self.sim.config.fit_at == "operating":
-            return self.sim.op_fit(ph, edge, w_tokens_s)
+            return self.fixed[(phase, b)]
         return self.sim.candidates(ph, edge)[0]
 
     def _serves_within_slo(self, phase: int, cid: int, buckets: list[int]) -> bool:
@@ -440,12 +498,8 @@ class BasePolicy:
             # the same rule as NeuScale's, for the largest length, "to provision for the peak demand" (§5.1): the
             # trace's peak 10-s request rate x its mean tokens per request and phase (trace metadata, like the
             # maximum lengths); one configuration for the whole run
-            req = w.requests
-            n = len(req)
-            peak_rps = (float(np.bincount((req.arrival_s // sim.config.rate_bin_s).astype(np.int64)).max())
-                        / sim.config.rate_bin_s) if n else 0.0
-            mean_tok = (float(req.input_tokens.mean()), float(req.output_tokens.mean())) if n else (1.0, 1.0)
-            self.cfg = {k: sim.op_fit(k[0], k[1], peak_rps * mean_tok[i]) for i, k in enumerate(self.keys)}
+            peak_rps, _, mean_tok = trace_peak(sim)
+            self.cfg = {k: sim.op_fit(k[0], k[1], peak_rps * float(mean_tok[i])) for i, k in enumerate(self.keys)}
         else:
             self.cfg = {k: sim.candidates(*k)[0] for k in self.keys}
         self.targets = {}
@@ -616,10 +670,11 @@ def compare(model_name: str = "Llama-3-70B", trace: str = "azure", hours: float 
             policies: tuple[str, ...] = ("base", "neuscale", "ideal"), seed: int = 0,
             objective: str = "energy", rate_rpm: float | None = None, quota: dict[str, int] | None = None,
             osl_accuracy: float = 0.6, progress: bool = False, day: int | None = None,
-            fidelity: str = "request") -> list[CompareResult]:
+            fidelity: str = "request", fit_at: str = "best-batch") -> list[CompareResult]:
     """Run each policy on the same workload and simulator settings (Ideal: the §5.1 oracle bound); ``day``:
     the day of the 2024 Azure week (:func:`~servegym.envs.npu.workloads.make_workload`); ``fidelity``: the
-    request-level simulator or the fluid one (:func:`~servegym.envs.npu.sim.fluid.make_cluster`)."""
+    request-level simulator or the fluid one (:func:`~servegym.envs.npu.sim.fluid.make_cluster`); ``fit_at``:
+    :attr:`ClusterConfig.fit_at` (the DSE's best fits, or best fits at the operating point)."""
     from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog
     from servegym.envs.npu.sim.fluid import make_cluster
     from servegym.envs.npu.workloads import make_workload
@@ -631,7 +686,7 @@ def compare(model_name: str = "Llama-3-70B", trace: str = "azure", hours: float 
         raise ConfigError(f"policies is empty; allowed: a non-empty subset of {', '.join(POLICIES)}")
     check_range("hours", hours, 5.0 / 60.0, 24.0 * 7)
     cfg = ClusterConfig(model=model_name, objective=objective, quota_chips=quota, osl_accuracy=osl_accuracy,
-                        n_candidates=1)  # the policies use only the best fit and the fail-overs
+                        n_candidates=1, fit_at=fit_at)  # the policies use only the best fit and the fail-overs
     if day is not None and trace in ("azure-2023", "bursty"):
         raise ConfigError(f"day = {day} is a day of the 2024 Azure trace; allowed: None with trace = {trace}")
     wl = make_workload(trace, hours=hours, seed=seed, rate_rpm=rate_rpm, day=None if trace == "bursty" else day)

@@ -54,9 +54,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hours", type=float, default=2.0)
     ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--fit-at", default="best-batch", choices=("best-batch", "operating"),
+                    help="ClusterConfig.fit_at; 'operating' writes %(prog)s's files with an _operating suffix")
     args = ap.parse_args()
+    name = "npu_failover" + ("" if args.fit_at == "best-batch" else "_operating")
     t0 = time.process_time()
-    cfg = ClusterConfig(model="Llama-3-8B", objective="cost", n_candidates=1, quota_chips=QUOTA, versions=VERSIONS)
+    cfg = ClusterConfig(model="Llama-3-8B", objective="cost", n_candidates=1, quota_chips=QUOTA, versions=VERSIONS,
+                        fit_at=args.fit_at)
     cat = ConfigCatalog(cfg)
     rows = []
     for rate in RATES:
@@ -72,7 +76,8 @@ def main() -> None:
             print(rate, pol, round(s["cost_efficiency"]), round(s["slo_violation_pct"], 2), held, flush=True)
     cpu = time.process_time() - t0
     L = ["# Fail-over under scarcity (Figure 28): Llama3-8B, 32 NPU-A + 64 NPU-B + 64 NPU-D chips", "",
-         f"Command: `nice .venv/bin/python benchmarks/npu_failover.py` ({cpu:.0f} CPU-s). Cost objective; the 2024 "
+         f"Command: `nice .venv/bin/python benchmarks/npu_failover.py --fit-at {args.fit_at}` ({cpu:.0f} CPU-s). "
+         "Cost objective; the 2024 "
          f"Azure coding day rescaled to each week-mean rate, {args.hours:g} h from 12:00. Peak chips held per version "
          "in the last column (the quota binds where it reaches 32 / 64 / 64).", "",
          "| req/min (week mean) | requests | policy | tokens/USD | decode tokens/USD | prefill tokens/USD | "
@@ -83,7 +88,7 @@ def main() -> None:
                  f"{r['cost_efficiency_decode']:,.0f} | {r['cost_efficiency_prefill']:,.0f} | "
                  f"{r['slo_violation_pct']:.2f} | {r['ttft_violation_pct']:.2f} | {r['tpot_violation_pct']:.2f} | "
                  f"{h['NPU-A']}/{h['NPU-B']}/{h['NPU-D']} |")
-    md, fig, ax = start_report(args.out, "npu_failover", L)
+    md, fig, ax = start_report(args.out, name, L)
     for pol, style in (("base", "s--"), ("neuscale", "o-")):
         rr = [r for r in rows if r["policy"] == pol]
         ax[0].plot([r["rate"] for r in rr], [r["cost_efficiency_decode"] for r in rr], style, label=pol)
@@ -96,7 +101,7 @@ def main() -> None:
     ax[0].legend()
     fig.suptitle("Llama3-8B, 32 A + 64 B + 64 D chips (Figure 28 setting)", fontsize=9)
     fig.tight_layout()
-    png = save_figure(fig, os.path.join(args.out, "npu_failover.png"), dpi=110)
+    png = save_figure(fig, os.path.join(args.out, name + ".png"), dpi=110)
     print(md, png)
 
 

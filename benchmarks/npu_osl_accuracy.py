@@ -30,7 +30,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--fit-at", default="best-batch", choices=("best-batch", "operating"),
+                    help="ClusterConfig.fit_at; 'operating' writes %(prog)s's files with an _operating suffix")
     args = ap.parse_args()
+    name = "npu_osl_accuracy" + ("" if args.fit_at == "best-batch" else "_operating")
     t0 = time.process_time()
     wl = make_workload("azure", hours=args.hours, seed=0)
     cat = None
@@ -38,7 +41,7 @@ def main() -> None:
     base = None
     for coalescing in (True, False):
         for acc in ACCURACIES:
-            cfg = ClusterConfig(model=MODEL, n_candidates=1, osl_accuracy=acc)
+            cfg = ClusterConfig(model=MODEL, n_candidates=1, osl_accuracy=acc, fit_at=args.fit_at)
             cat = cat or ConfigCatalog(cfg)
             if base is None:
                 base = run_policy(NPUCluster(cfg, wl, seed=0, catalog=cat), make_policy("base"))
@@ -51,7 +54,8 @@ def main() -> None:
                   round(s["slo_violation_pct"], 2), sim.n_migrations, flush=True)
     cpu = time.process_time() - t0
     L = ["# Output-length prediction accuracy (Figure 27): DeepSeekV3-671B, Azure 2024 weekday", "",
-         f"Command: `nice .venv/bin/python benchmarks/npu_osl_accuracy.py --hours {args.hours:g}` ({cpu:.0f} CPU-s). "
+         f"Command: `nice .venv/bin/python benchmarks/npu_osl_accuracy.py --hours {args.hours:g} --fit-at {args.fit_at}` "
+         f"({cpu:.0f} CPU-s). "
          "Energy objective; ratios over Base (one group, which the prediction does not affect): Base "
          f"{base['energy_efficiency']:.3f} tokens/J whole pool, {base['energy_efficiency_busy']:.3f} busy, "
          f"SLO violation {base['slo_violation_pct']:.2f} %.", "",
@@ -66,7 +70,7 @@ def main() -> None:
                  f"{r['cost_efficiency'] / base['cost_efficiency']:.3f} | {r['slo_violation_pct']:.2f} | "
                  f"{r['tpot_violation_pct']:.2f} | {r['migrations']:,} | {r['decode_groups_mean']:.2f} | "
                  f"{r['decode_vpods_mean']:.2f} |")
-    md, fig, ax = start_report(args.out, "npu_osl_accuracy", L)
+    md, fig, ax = start_report(args.out, name, L)
     for coalescing, mk in ((True, "o-"), (False, "s--")):
         rs = [r for r in rows if r["coalescing"] == coalescing]
         x = [100 * r["acc"] for r in rs]
@@ -86,7 +90,7 @@ def main() -> None:
         a.grid(alpha=0.3)
     fig.suptitle(f"DeepSeekV3-671B, Azure 2024 weekday, {args.hours:g} h (Figure 27 setting)", fontsize=9)
     fig.tight_layout()
-    png = save_figure(fig, os.path.join(args.out, "npu_osl_accuracy.png"), dpi=110)
+    png = save_figure(fig, os.path.join(args.out, name + ".png"), dpi=110)
     print(md, png)
 
 

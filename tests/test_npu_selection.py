@@ -57,9 +57,14 @@ def test_fit_at_is_validated_and_switchable() -> None:
     assert ClusterConfig().fit_at == "best-batch"
 
 
-def test_operating_point_cluster_runs_deterministically() -> None:
+@pytest.fixture(scope="module")
+def op_catalog() -> tuple[ClusterConfig, ConfigCatalog]:
     cfg = ClusterConfig(model="Llama-3-8B", n_candidates=1, fit_at="operating")
-    cat = ConfigCatalog(cfg)
+    return cfg, ConfigCatalog(cfg)
+
+
+def test_operating_point_cluster_runs_deterministically(op_catalog) -> None:
+    cfg, cat = op_catalog
     wl = make_workload("azure", hours=0.25, seed=0, start_hour=10.0)
     out = []
     for _ in range(2):
@@ -76,3 +81,40 @@ def test_operating_point_cluster_runs_deterministically() -> None:
     lo, hi = sim.op_fit("decode", 1024, 1.0), sim.op_fit("decode", 1024, 1e6)
     assert sim.configs[lo].chips <= sim.configs[hi].chips
     assert np.isfinite(sim.max_rps(lo, "decode", 1024, 1.0))
+
+
+def test_operating_picks_are_fixed_before_the_run(op_catalog) -> None:
+    """With fit_at = operating NeuScale's per-bucket configurations come from the trace's peak demand before the
+    run (§5.1: best fits generated "before running the experiments") and do not follow the epoch's demand: a group
+    whose pick changed with every demand level recreated its vPods, and the backlog of the boot set off emergency
+    scale-outs of one batch-1 vPod per queued request (1,475 decode vPods on the focal scenario)."""
+    from servegym.baselines.npu import operating_picks, trace_peak
+
+    cfg, cat = op_catalog
+    wl = make_workload("azure", hours=0.25, seed=0, start_hour=10.0)
+    sim = NPUCluster(cfg, wl, seed=0, catalog=cat)
+    peak, share, mean_tok = trace_peak(sim)
+    # the per-bucket shares split each phase's mean tokens per request
+    assert np.allclose(share.sum(axis=1), mean_tok)
+    assert peak * 10.0 >= 1.0
+    picks = operating_picks(sim)
+    b = int(np.argmax(share[1]))
+    # the bucket's group: the run of consecutive buckets with traffic that share its allocation; its pick is the
+    # top bucket's at the group's summed demand
+    alloc = [sim.configs[picks[(1, x)]].entry.alloc_index for x in range(len(sim.edges))]
+    live = np.flatnonzero(share[1] > 0).tolist()
+    i = j = live.index(b)
+    while i > 0 and alloc[live[i - 1]] == alloc[b]:
+        i -= 1
+    while j + 1 < len(live) and alloc[live[j + 1]] == alloc[b]:
+        j += 1
+    run = live[i:j + 1]
+    w = peak * share[1, run].sum()
+    assert picks[(1, b)] == sim.op_fit("decode", int(sim.edges[run[-1]]), w)
+    assert w >= peak * share[1, b]
+    pol = NeuScalePolicy()
+    run_policy(sim, pol)
+    assert pol.fixed == picks
+    ctx = sim.observe()
+    # the pick ignores the demand it is asked at
+    assert pol._pick(ctx, 1, b, 1.0) == pol._pick(ctx, 1, b, 1e6) == picks[(1, b)]

@@ -121,6 +121,9 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fidelity", default=None, choices=("request", "fluid"),
                    help="simulator: request (default, every request) or fluid (per-interval aggregates, 3-4x "
                         "less CPU; benchmarks/results/npu_fluid_crosscheck.md)")
+    p.add_argument("--fit-at", default="best-batch", choices=("best-batch", "operating"),
+                   help="best fits at the DSE's best batch (default) or at the operating point: each bucket's "
+                        "configuration chosen at the batch it runs at the trace's peak demand, static power included")
     p.add_argument("--fast", action="store_true", help="the fluid simulator (same as --fidelity fluid)")
     p.add_argument("--max-requests", type=int, default=MAX_EXPECTED_REQUESTS,
                    help="ceiling on the expected requests of a run (default %(default)s: about 3 GB of per-request arrays)")
@@ -149,10 +152,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     fidelity = args.fidelity or ("fluid" if args.fast else "request")
     res = compare(args.model, args.trace, args.hours, pols, seed=args.seed, objective=args.objective,
                   rate_rpm=args.rate_rpm, osl_accuracy=args.osl_accuracy, progress=not args.json, day=args.day,
-                  fidelity=fidelity)
+                  fidelity=fidelity, fit_at=args.fit_at)
     if args.plot_dir:
         plot_compare(res, args.plot_dir, f"{args.model} {args.trace} {args.hours:g} h")
-    rows = [{**r.row(), "fidelity": fidelity} for r in res]
+    rows = [{**r.row(), "fidelity": fidelity, "fit_at": args.fit_at} for r in res]
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
