@@ -64,6 +64,8 @@ from servegym.envs.npu.roofline import PHASES
 
 from servegym.errors import ConfigError, check_range
 
+_BUCKETS = np.arange(NB)
+
 POLICIES: tuple[str, ...] = ("base", "neuscale", "ideal")
 
 
@@ -300,7 +302,8 @@ class NeuScalePolicy:
         for b in live.tolist():
             top = top_of[b]
             cid = group_cid[top]
-            cap_b = sim.max_rps(cid, ph, int(ctx.bucket_edges[b]), 1.0)  # tokens/s of one vPod at bucket b
+            # tokens/s of one vPod at bucket b (= sim.max_rps(cid, ph, edge of b, 1.0), read from the table)
+            cap_b = float(sim.tps[cid, b, sim.jmax[cid, b]])
             w = float(signal[phase, b] * tpr[b])
             g = groups.setdefault(top, [0.0, 0.0, cid, 0.0])
             g[1] += w / cap_b  # vPods needed (at full batch) for this bucket's tokens
@@ -514,7 +517,7 @@ class BasePolicy:
             cid = self.cfg[key]
             w = float((signal[p] * ctx.tokens_per_req[p]).sum())
             # T_pod at the requests' own lengths: tokens/s of the configuration at each bucket, weighted
-            cap = np.array([sim.max_rps(cid, key[0], int(e), 1.0) for e in ctx.bucket_edges])
+            cap = sim.tps[cid, _BUCKETS, sim.jmax[cid]]  # = sim.max_rps(cid, phase, edge, 1.0) per bucket
             wb = signal[p] * ctx.tokens_per_req[p]
             # vPods needed at full batch for the group's peak (the aggregate's peak, not the buckets' sum)
             vpod_s = float((wb / np.maximum(cap, 1e-300)).sum()) * coincidence(ctx, p, np.arange(cap.size), cap)
