@@ -2,7 +2,8 @@
 baseline, both chosen on the validation split only; then, on the test split and the named shifts, the
 scores of naive, the paper's method, the strongest baseline, ``follow`` (PDProvisionResidual-v0's zero
 action), the hindsight oracle and its start-up-free relaxation (an upper bound), with 95 % bootstrap CIs,
-and the headroom (oracle - strongest).
+and the headroom (oracle - strongest); per split, every candidate baseline is played too, and the best one
+is named beside the strongest (``split_best``: the strongest is one per id, chosen on validation).
 
     python benchmarks/pd_yardsticks.py [--val-episodes 10] [--episodes 10] [--shift-episodes 10]
 
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import split_best  # the sibling module (benchmarks/ is on sys.path when run as a script)
 from servegym.agents import benchmark as bm
 from servegym.agents import protocol
 from servegym.agents.rollout import seeds_from
@@ -60,7 +62,9 @@ def split_table(split: str, episodes: int, strongest: str) -> dict[str, Any]:
     """Yardstick scores on ``episodes`` episodes of ``split`` (reset seeds from 0)."""
     seeds = seeds_from(bm.TEST_SEED, episodes)
     y = protocol.yardsticks(ENV)
-    names = list(dict.fromkeys([y.naive, y.paper, strongest, "min-power+forecast", "oracle"]))
+    cands = list(dict.fromkeys([y.naive, y.paper, strongest, *OTHERS, "min-power+forecast",
+                                *(f"min-power+forecast:{r:g}" for r in RHO_GRID)]))
+    names = [*cands, "oracle"]
     env = bm.make_split_env(ENV, split)
     try:
         runs = bm.run_policy_episodes(ENV, env, names, seeds)
@@ -94,11 +98,13 @@ def split_table(split: str, episodes: int, strongest: str) -> dict[str, Any]:
                  "score_ci": list(bst.mean_ci), "kpi": math.nan, "slo_violation_pct": math.nan,
                  "beats_strongest": None})
     head, head_ci = protocol.headroom(strong_by_seed)
+    best = split_best.best_baseline({c: protocol.seed_scores(runs[c], scale.scores(runs[c])) for c in cands},
+                                    strongest)
     margin = np.array([o[s] - n[s] for s in seeds])
     m_ci = protocol._paired_ci([margin], protocol._mean_along)
     return {"split": split, "episodes": episodes, "kpi": kpi, "scale": scale.name, "rows": rows,
             "headroom": head, "headroom_ci": list(head_ci), "oracle_minus_naive_return": float(margin.mean()),
-            "oracle_minus_naive_ci": list(m_ci)}
+            "oracle_minus_naive_ci": list(m_ci), "best": best}
 
 
 def _fmt(v: float) -> str:
@@ -135,6 +141,7 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {r['role']} | {r['policy']} | {_fmt(r['score_mean'])} [{_fmt(r['score_ci'][0])}, "
                          f"{_fmt(r['score_ci'][1])}] | {kpi} | {slo} | {b} |")
         lines.append("")
+    lines += split_best.markdown([(t["split"], t["best"]) for t in report["splits"] if "best" in t], ENV)
     lines += [f"Wall time {report['wall_s']:.0f} s, CPU time {report.get('cpu_s', math.nan):.0f} s on the shared "
               "2-core machine.", ""]
     return "\n".join(lines)
