@@ -303,8 +303,11 @@ SUITE: dict[str, tuple[SuiteEntry, ...]] = {
                    hyperparams="PDProvisionResidual-v0.quick.yml",
                    note="full day, 60-s periods, changes around the strongest baseline (min-power+forecast:0.97), "
                         "warm start by cloning it (20,000 steps), 1 h -> 4 h -> 1 day curriculum"),
-        SuiteEntry("servegym/NPUAutoscaleResidual-v0", "maskable-ppo", {"config": {"hours": 2.0}}, 6_144, 5, 10, 3,
-                   note="2-h episodes (24 epochs), changes around NeuScale, reward relative to Base"),
+        # npu residual: the reference is the strongest npu baseline (Base, chosen on validation), cloned before RL
+        SuiteEntry("servegym/NPUAutoscaleResidual-v0", "maskable-ppo", {"config": {"hours": 2.0, "reference": "base"}},
+                   6_144, 5, 10, 3, hyperparams="NPUAutoscaleResidual-v0.quick.yml",
+                   note="2-h episodes (24 epochs), changes around the strongest baseline (Base), warm start by "
+                        "cloning it (2,048 steps), reward relative to Base"),
         SuiteEntry("servegym/PDProvisionFront-v0", "maskable-ppo", PD_STRONGEST, 51_200, 5, 10, 3,
                    hyperparams="PDProvisionFront-v0.quick.yml",
                    note="full day, 60-s periods, a choice on the current epsilon-Pareto front, warm start by "

@@ -33,7 +33,8 @@ def test_warm_start_section_is_checked_field_by_field() -> None:
         assert "\n" not in str(exc.value)
 
 
-@pytest.mark.parametrize(("env_id", "algo"), [(GEO, "maskable-ppo"), ("servegym/GeoRouteWindow-v0", "ppo")])
+@pytest.mark.parametrize(("env_id", "algo"), [(GEO, "maskable-ppo"), ("servegym/GeoRouteWindow-v0", "ppo"),
+                                             ("servegym/NPUAutoscaleResidual-v0", "maskable-ppo")])
 def test_quick_hyperparameter_files_warm_start(env_id: str, algo: str) -> None:
     name = env_id.split("/")[1] + ".quick.yml"
     hp = load_hyperparams(env_id, algo, shipped_hyperparams(name))
