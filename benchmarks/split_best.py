@@ -57,14 +57,16 @@ def markdown(rows: Sequence[tuple[str, dict[str, Any]]], env: str) -> list[str]:
              "headroom over best | runners-up |", "|---|---|---|---|---|---|"]
     not_best = []
     for label, r in rows:
-        ru = ", ".join(f"`{n}` {_f(m)}" for n, m in r["ranking"][1:4])
-        lines.append(f"| {label} | `{r['strongest']}` {_f(r['strongest_score'])} | `{r['best']}` "
+        # baselines that play the same episodes alike (geo greedy:0 and moer) tie: name them together
+        tied = [n for n, m in r["ranking"] if abs(m - r["best_score"]) <= 1e-9 * max(1.0, abs(m))]
+        ru = ", ".join(f"`{n}` {_f(m)}" for n, m in r["ranking"][len(tied):len(tied) + 3])
+        lines.append(f"| {label} | `{r['strongest']}` {_f(r['strongest_score'])} | {' = '.join(f'`{n}`' for n in tied)} "
                      f"{_f(r['best_score'])} [{_f(r['best_ci'][0])}, {_f(r['best_ci'][1])}] | "
                      f"{_f(r['best_minus_strongest'])} [{_f(r['best_minus_strongest_ci'][0])}, "
                      f"{_f(r['best_minus_strongest_ci'][1])}] | {_f(r['headroom_over_best'])} | {ru} |")
-        if r["best"] != r["strongest"]:
+        if r["strongest"] not in tied:
             sig = r["best_minus_strongest_ci"][0] > 0
-            not_best.append(f"{label} (`{r['best']}`{'' if sig else ', within noise'})")
+            not_best.append(f"{label} ({' = '.join(f'`{n}`' for n in tied)}{'' if sig else ', within noise'})")
     lines += ["", ("The strongest is the best baseline on every split." if not not_best else
                    "The strongest is not the best baseline on: " + "; ".join(not_best) + "."), ""]
     return lines

@@ -161,3 +161,29 @@ def test_leaderboard_carries_every_yardstick_with_score_kpis_slo_and_verdict(env
     assert s["policy"] == roles["strongest"], (
         f"{env_id}: the row carrying the headroom is {s['policy']!r}, not the registry's strongest "
         f"{roles['strongest']!r}: rebuild the id's rows (servegym benchmark --suite --rescore --fill-baselines)")
+
+
+def _split_best() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("split_best", REPO_ROOT / "benchmarks" / "split_best.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_split_best_names_the_best_baseline_beside_the_strongest() -> None:
+    """benchmarks/split_best.py: the best is the highest mean over the episodes every candidate scored (an
+    unscaled episode is left out for all), best - strongest is paired, tied leaders are named together, and
+    the table says on which splits the strongest is not the best."""
+    sb = _split_best()
+    scores = {"a": {0: 90.0, 1: 80.0, 2: math.nan}, "b": {0: 95.0, 1: 85.0, 2: 0.0}, "c": {0: 95.0, 1: 85.0, 2: 1.0}}
+    r = sb.best_baseline(scores, "a")
+    assert r["episodes"] == 2 and r["best"] == "b" and r["best_score"] == pytest.approx(90.0)
+    assert r["best_minus_strongest"] == pytest.approx(5.0) and r["best_minus_strongest_ci"] == pytest.approx([5.0, 5.0])
+    assert r["headroom_over_best"] == pytest.approx(10.0)
+    text = "\n".join(sb.markdown([("test", r), ("shift", sb.best_baseline(scores, "b"))], "servegym/X-v0"))
+    assert "| test | `a` 85.0 | `b` = `c` 90.0" in text
+    assert "not the best baseline on: test (`b` = `c`)." in text
+    with pytest.raises(KeyError):
+        sb.best_baseline(scores, "z")
