@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import split_best  # the sibling module (benchmarks/ is on sys.path when run as a script)
 from servegym.agents import benchmark as bm
 from servegym.agents import protocol
 from servegym.agents.rollout import seeds_from
@@ -65,9 +66,8 @@ def split_table(split: str, episodes: int, strongest: str, kwargs: dict[str, Any
     head, head_ci = protocol.headroom(strong_by_seed)
     # the best shipped non-oracle baseline on this split (for information: the registry's strongest is chosen
     # on validation only)
-    means = {c: float(np.mean(scale.scores(runs[c]))) for c in CANDIDATES}
-    best = max(CANDIDATES, key=lambda c: means[c])
-    best_head, best_head_ci = protocol.headroom(protocol.seed_scores(runs[best], scale.scores(runs[best])))
+    best = split_best.best_baseline({c: protocol.seed_scores(runs[c], scale.scores(runs[c])) for c in CANDIDATES},
+                                    strongest)
     margin = np.array([o.reward - n.reward for o, n in zip(runs["ideal"], runs[y.naive], strict=True)])
     m_ci = protocol._paired_ci([margin], protocol._mean_along)
     table = [("naive", y.naive, runs[y.naive], scale), ("paper", y.paper, runs[y.paper], scale),
@@ -86,8 +86,7 @@ def split_table(split: str, episodes: int, strongest: str, kwargs: dict[str, Any
     below = sum(p.reward < b.reward for p, b in zip(runs[y.paper], runs[y.naive], strict=True))
     verdict = protocol.paired_verdict(runs[y.paper], runs[y.naive], kpi, y.naive)
     return {"split": split, "episodes": episodes, "seeds": seeds, "kpi": kpi, "scale": scale.name, "rows": rows,
-            "headroom": head, "headroom_ci": list(head_ci), "best_on_split": best,
-            "best_headroom": best_head, "best_headroom_ci": list(best_head_ci),
+            "headroom": head, "headroom_ci": list(head_ci), "best": best,
             "oracle_minus_naive_return": float(margin.mean()), "oracle_minus_naive_ci": list(m_ci),
             "paper_below_naive": int(below), "paper_vs_naive": verdict.as_dict(),
             "returns": {n: [r.reward for r in runs[n]] for n in (y.naive, y.paper, "ideal")}}
@@ -108,8 +107,9 @@ def markdown(report: dict[str, Any]) -> str:
              "bootstrap CI] and IQM. `follow` is NPUAutoscaleResidual-v0's zero action (around NeuScale) on the "
              "same reset seeds, scored on that id's own Base/Ideal anchors. **Headroom** = oracle - the "
              "registry's strongest (chosen on validation); since the strongest is Base = naive, it is 100 by "
-             "construction on every split, so each split also gives the headroom over the best shipped "
-             "baseline on that split (base or neuscale, read off the split itself: information, not a choice).",
+             "construction on every split, so each split also names the best shipped baseline on that split "
+             "and the headroom over it (base or neuscale, read off the split itself: information, not a "
+             "choice; benchmarks/split_best.py).",
              "",
              f"## Strongest baseline, chosen on the validation split ({report['val_episodes']} episodes, seeds "
              f"from {bm.VALIDATION_SEED})", "",
@@ -120,21 +120,20 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", f"Strongest: **{report['strongest']}**.", "",
               "## Headroom per split", "",
               "| split | oracle - naive return [95% CI] | headroom over strongest (`"
-              + report["strongest"] + "`) | best shipped on split | headroom over it [95% CI] | "
+              + report["strongest"] + "`) [95% CI] | "
               "paper (neuscale) score | paper vs naive: energy diff MJ [95% CI], SLO diff pp | "
-              "paper below naive |", "|---|---|---|---|---|---|---|---|"]
+              "paper below naive |", "|---|---|---|---|---|---|"]
     for t in report["splits"]:
         paper = next(r for r in t["rows"] if r["role"] == "paper")
         v = t["paper_vs_naive"]
         scale_mj = 1e6 if t["kpi"] == "energy_j" else 1.0
         lines.append(f"| {t['split']} | {t['oracle_minus_naive_return']:.1f} [{t['oracle_minus_naive_ci'][0]:.1f}, "
                      f"{t['oracle_minus_naive_ci'][1]:.1f}] | {_f(t['headroom'])} [{_f(t['headroom_ci'][0])}, "
-                     f"{_f(t['headroom_ci'][1])}] | {t['best_on_split']} | {_f(t['best_headroom'])} "
-                     f"[{_f(t['best_headroom_ci'][0])}, {_f(t['best_headroom_ci'][1])}] | "
-                     f"{_f(paper['score_mean'])} [{_f(paper['score_ci'][0])}, {_f(paper['score_ci'][1])}] | "
+                     f"{_f(t['headroom_ci'][1])}] | {_f(paper['score_mean'])} [{_f(paper['score_ci'][0])}, {_f(paper['score_ci'][1])}] | "
                      f"{v['kpi_diff'] / scale_mj:+.1f} [{v['kpi_diff_ci'][0] / scale_mj:+.1f}, "
                      f"{v['kpi_diff_ci'][1] / scale_mj:+.1f}], {v['slo_diff_pp']:+.2f} | "
                      f"{t['paper_below_naive']} of {t['episodes']} |")
+    lines += ["", *split_best.markdown([(t["split"], t["best"]) for t in report["splits"]], ENV)]
     for t in report["splits"]:
         lines += ["", f"## {t['split']} ({t['episodes']} episodes, seeds {t['seeds'][0]}-{t['seeds'][-1]})", "",
                   "| role | policy | score mean [95% CI] | IQM | energy MJ | SLO viol. % |", "|---|---|---|---|---|---|"]
