@@ -6,9 +6,11 @@ OpenThoughts lengths on the same timestamps), one scenario drawn as the env draw
 (:func:`servegym.envs.npu.env.draw_scenario` for split ``test`` / ``shift-*``, seed ``--seed``, with its start
 hour, rate, workload and simulator seeds; the model and Azure trace set), runs Base and NeuScale with both
 fidelities (:func:`servegym.envs.npu.fluid_check.crosscheck`) for ``--hours`` from the drawn start hour.
-Tolerances: energy and cost within 3 %, SLO violation within 1 pp. Run:
-    nice -n 15 .venv/bin/python benchmarks/npu_fluid_crosscheck.py [--hours 6] [--seed 0] [--write]
-``--write`` writes ``benchmarks/results/npu_fluid_crosscheck.md`` (temp file + rename).
+``--days 2024`` replays the env's own episodes instead: the 2024 trace's test day (within the day) for the
+same drawn start hour, rate and seeds. Tolerances: energy and cost within 3 %, SLO violation within 1 pp. Run:
+    nice -n 15 .venv/bin/python benchmarks/npu_fluid_crosscheck.py [--hours 6] [--seed 0] [--days 2023|2024] [--write]
+``--write`` writes ``benchmarks/results/npu_fluid_crosscheck.md`` (``--days 2024``: ``npu_fluid_crosscheck_2024.md``;
+temp file + rename).
 """
 
 from __future__ import annotations
@@ -21,15 +23,19 @@ import time
 
 from servegym.envs.npu.env import NPUEnvConfig, draw_scenario
 from servegym.envs.npu.fluid_check import ENERGY_COST_TOL, SLO_TOL_PP, crosscheck
+from servegym.envs.npu.scenarios import SPLIT_DAY_SET
+from servegym.envs.npu.sim import azure2024
 from servegym.envs.npu.sim.catalog import MODELS
 from servegym.envs.npu.sim.cluster import ConfigCatalog
-from servegym.envs.npu.sim.workloads import make_workload
+from servegym.envs.npu.sim.workloads import AZURE2024_TRACE, make_workload
 
 from servegym.outputs import atomic_path
+from servegym.splits import segment
 
 WORKLOADS = (("test", "azure-code"), ("test", "azure-conv"), ("shift-lveval", "azure-code"),
              ("shift-openthoughts", "azure-code"))
 OUT = "benchmarks/results/npu_fluid_crosscheck.md"
+OUT_2024 = "benchmarks/results/npu_fluid_crosscheck_2024.md"
 
 
 def main() -> None:
@@ -37,6 +43,8 @@ def main() -> None:
     ap.add_argument("--hours", type=float, default=6.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--days", choices=("2023", "2024"), default="2023",
+                    help="2023: the tiled 2023 hour's test segment (OUT); 2024: the env's test days (OUT_2024)")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     rows = []
@@ -46,8 +54,15 @@ def main() -> None:
         cat = ConfigCatalog(cc)
         for split, azure in WORKLOADS:
             sc = draw_scenario(split, args.seed)
-            wl = make_workload(sc["trace"], hours=args.hours, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"],
-                               azure_trace=azure, start_hour=sc["start_hour"], segment=tuple(sc["segment"]))
+            if args.days == "2024":  # the env's own episodes: a test day of the trace, within the day
+                tr24 = AZURE2024_TRACE[azure]
+                days = azure2024.SPLIT_DAYS[tr24][SPLIT_DAY_SET.get(split, "test")]
+                day = sc["day"] if sc["azure_trace"] == azure else int(days[0])
+                wl = make_workload(sc["trace"], hours=args.hours, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"],
+                                   azure_trace=azure, start_hour=sc["start_hour"], day=day, within_day=True)
+            else:  # the tiled 2023 hour on the split's segment of the trace hour (the earlier scenarios)
+                wl = make_workload(sc["trace"], hours=args.hours, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"],
+                                   azure_trace=azure, start_hour=sc["start_hour"], segment=segment(split))
             for r in crosscheck(cc, wl, seed=sc["simulation_seed"], catalog=cat):
                 r.update(model=m, split=split, workload=sc["trace"] if sc["trace"] != "azure" else azure,
                          start_hour=sc["start_hour"], rate_rpm=sc["rate_rpm"], requests=len(wl.requests))
@@ -55,7 +70,7 @@ def main() -> None:
                 print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
     total = time.process_time() - t0
     if args.write:
-        with atomic_path(OUT) as tmp:
+        with atomic_path(OUT if args.days == "2023" else OUT_2024) as tmp:
             tmp.write_text(render(rows, args, total))
 
 
@@ -67,11 +82,14 @@ def render(rows: list[dict], args: argparse.Namespace, total_cpu_s: float) -> st
         f"# Fluid vs request-level NPU simulator ({platform.processor() or platform.machine()}, shared 2-core machine)",
         "",
         f"Command: `nice -n 15 .venv/bin/python benchmarks/npu_fluid_crosscheck.py --hours {args.hours:g} "
-        f"--seed {args.seed} --write`",
+        f"--seed {args.seed} --days {args.days} --write`",
         "",
         f"Per model and workload of the test split (and its length shifts), the scenario `draw_scenario(split, "
         f"{args.seed})` draws (start hour, rate, workload and simulator seeds; model and Azure trace set), "
-        f"{args.hours:g} h from its start hour; Base and NeuScale run their own 60-s decision loop "
+        f"{args.hours:g} h from its start hour ("
+        + ("the tiled 2023 Azure hour's test segment" if args.days == "2023" else
+           "the 2024 trace's test day, the drawn one where the drawn trace matches, else the trace's first test "
+           "day; within the day") + "); Base and NeuScale run their own 60-s decision loop "
         "(`run_policy`) on the request-level simulator (`NPUCluster`) and on the fluid one (`FluidCluster`). "
         f"Tolerances: energy and cost within {100 * ENERGY_COST_TOL:g} %, SLO violation within {SLO_TOL_PP:g} pp. "
         f"**{n_in} of {len(rows)} rows within all three.** CPU: request level {cpu_req:.1f} s, fluid "

@@ -5,7 +5,8 @@ Usage: ``nice -n 15 .venv/bin/python benchmarks/npu_vector_speed.py [--steps S] 
 (:class:`servegym.envs.npu.vector.NPUVectorEnv`) and ``vectorization_mode="sync"`` each stepped until about S env
 steps (at least 2 vector steps) with the all-zero action (absolute: the smallest count of option 0, masked counts
 adjusted; residual: NeuScale itself), after one untimed reset; the single env stepped S times. 1-hour episodes of
-one model (the train split's scenarios), so that episodes end and reset inside the timed runs. Env steps per CPU
+one model (the train split's scenarios), so that episodes end and reset inside the timed runs. One untimed step
+first loads the fluid kernel (numba's cache) and the catalog. Env steps per CPU
 second (``time.process_time``), one process. ``--write`` writes ``benchmarks/results/npu_vector_speed.md``.
 """
 
@@ -58,6 +59,9 @@ def main() -> None:
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     rows = []
+    warm = gym.make(IDS[0], **KW)  # untimed: load (or compile) the fluid kernel and the model's catalog
+    warm.reset(seed=0)
+    warm.step(np.zeros(warm.action_space.shape, dtype=np.int64))
     for env_id in IDS:
         single = rate_single(env_id, args.steps)
         for n in NS:
