@@ -1,6 +1,7 @@
 """The fluid npu simulator's speed-ups change no result: the compiled serving step (fluid_kernels) equals its plain
-Python form and the numpy formulation it replaced, the cached fleet view equals the uncached one, and the
-table lookups of the workload profile equal np.searchsorted."""
+Python form and the numpy formulation it replaced (to rounding; the SLO model's one change is stated at
+NUMPY_FIGURES), the cached fleet view equals the uncached one, and the table lookups of the workload profile
+equal np.searchsorted."""
 
 from __future__ import annotations
 
@@ -14,14 +15,16 @@ from servegym.envs.npu.sim import fluid_kernels as fk
 from servegym.envs.npu.sim.dse import SEQ_BUCKETS
 from servegym.envs.npu.sim.fluid_profile import _OSL_TOP, OSL_GRID, _osl_lut, length_bucket
 
-# Episode figures of the numpy formulation of the fluid serving step (commit 4b8e0ff, before the kernel): 1-h
-# episodes of the default scenario, random valid actions from np.random.default_rng(seed).
+# Episode figures of the fluid model: 1-h episodes of the default scenario, random valid actions from
+# np.random.default_rng(seed). Energy, tokens and finished requests are the numpy formulation's (commit 4b8e0ff,
+# before the kernel); the SLO figures (and so the return) changed on purpose when the TTFT wait's service-time
+# moments became the group's length mix instead of the job's own bucket (fluid_kernels.ttft_misses; the
+# cross-check against the request level, benchmarks/results/npu_fluid_crosscheck*.md, shows why).
 NUMPY_FIGURES = {
-    "absolute": (0, {"return": -2353.3922721878143, "energy_j": 1949530072.6054947,
-                     "slo_violation_pct": 55.515016977352914, "tokens": 165959062.95837882,
-                     "requests_finished": 66706.0}),
-    "residual": (3, {"return": -261.00725069240235, "energy_j": 47373138.170291334,
-                     "slo_violation_pct": 45.32512111898151, "tokens": 166599598.0, "requests_finished": 66706.0}),
+    "absolute": (0, {"energy_j": 1949530072.6054947, "tokens": 165959062.95837882, "requests_finished": 66706.0,
+                     "slo_violation_pct": 55.70276607031532, "return": -2354.5258643378406}),
+    "residual": (3, {"energy_j": 47373138.170291334, "tokens": 166599598.0, "requests_finished": 66706.0,
+                     "slo_violation_pct": 47.6361144509301, "return": -179.73201340967867}),
 }
 
 
@@ -38,7 +41,7 @@ def _random_episode(env: NPUAutoscaleEnv, seed: int) -> float:
 
 
 @pytest.mark.parametrize("mode", ["absolute", "residual"])
-def test_fluid_episode_equals_the_numpy_formulation(mode: str) -> None:
+def test_fluid_episode_equals_the_recorded_figures(mode: str) -> None:
     kw = {"hours": 1.0, "split": None}
     if mode == "residual":
         kw.update(action_mode="residual", reward_mode="base")

@@ -113,6 +113,18 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
             s += d[k, g] - cmax[k, g]
             low = min(low, s)
             pv = s - low
+    # the service-time moments of each group's arrivals in the bin (in best-level vPod-seconds, before dividing by
+    # the operating capacity): a job's FCFS wait is set by the work of every job ahead of it, the group's whole
+    # length mix, not by jobs of its own length bucket (a 128-token prompt waits behind 4K-token prompts)
+    mix = np.zeros((nk, nb, 3))
+    for k in range(nk):
+        for b in range(nb):
+            n = k_pre[k, 0, b]
+            if n > 0.0:
+                g = gp[b]
+                mix[k, g, 0] += n
+                mix[k, g, 1] += n * (isl_m1[b] / rt[b])
+                mix[k, g, 2] += n * (isl_m2[b] / rt[b] ** 2)
     miss = 0.0
     for k in range(nk):
         for b in range(nb):
@@ -137,11 +149,12 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
                 late = min(max((pv - thr) / -grow, 0.0), 1.0)
             else:
                 late = 1.0 if pv > thr else 0.0
-            # within the bin: FCFS wait of an M/G/1 server at the operating level (Pollaczek-Khinchine mean),
-            # at most half the sub-step's work (the request level sizes each sub-step's level on its arrivals)
+            # within the bin: FCFS wait of an M/G/1 server at the operating level (Pollaczek-Khinchine mean over
+            # the group's mix), at most half the sub-step's work (the request level sizes each sub-step's level on
+            # its arrivals)
             cjs = max(cj[k, g], 1e-12)
-            s1 = isl_m1[b] / rt[b] / cjs
-            s2 = isl_m2[b] / rt[b] ** 2 / cjs ** 2
+            s1 = mix[k, g, 1] / mix[k, g, 0] / cjs
+            s2 = mix[k, g, 2] / mix[k, g, 0] / cjs ** 2
             r = rho[k, g]
             wq = min(r * s2 / max(2.0 * s1 * (1.0 - r), 1e-300), 0.5 * r * dt)
             tail = 0.0
