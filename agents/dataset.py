@@ -243,10 +243,14 @@ def record_dataset(env_id: str, policy: str | None = None, model: str | None = N
         counter = _StepCounter(collector)  # outside the collector, so the stored env spec is the env's own
         t0 = time.perf_counter()
         results = []
+        from servegym.estimates import episode_units, estimate
         from servegym.progress import Progress
 
+        est, basis = estimate(env_id, ["agent" if model is not None else label], episode_units(env), len(seeds),
+                              default_config=not kwargs)
         with Progress(len(seeds), f"dataset {label} on {env_id.split('/')[-1]} ({split})", "episode",
-                      what=f"recording {label}'s episodes as {ds_id}", disable=not progress) as bar:
+                      what=f"recording {label}'s episodes as {ds_id}", estimate_s=est, basis=basis,
+                      disable=not progress) as bar:
             for s in bar.iterate(seeds):
                 before = counter.steps
                 res = run(counter, s)

@@ -192,10 +192,13 @@ def evaluate_model(env_id: str | None, model_path: str | Path, episodes: int = 5
     start = seed if seed is not None else (run.get("eval_seeds") or [EVAL_SEED])[0]
     seeds = seeds_from(start, episodes)
     env = gym.make(env_id, **kwargs)
+    from servegym.estimates import episode_units, estimate
     from servegym.progress import Progress
 
+    est, basis = estimate(env_id, ["agent", *names], episode_units(env), len(seeds), default_config=not kwargs)
     bar = Progress(len(seeds) * (1 + len(names)), f"evaluate {env_id.split('/')[-1]}", "episode",
-                   what=f"the agent and {len(names)} baselines on {len(seeds)} seeds each", disable=not progress)
+                   what=f"the agent and {len(names)} baselines on {len(seeds)} seeds each", estimate_s=est,
+                   basis=basis, disable=not progress)
     try:
         act = agent_act_fn(model, norm)
         results = []

@@ -692,17 +692,25 @@ def compare(model_name: str = "Llama-3-70B", trace: str = "azure", hours: float 
                         n_candidates=1, fit_at=fit_at)  # the policies use only the best fit and the fail-overs
     if day is not None and trace in ("azure-2023", "bursty"):
         raise ConfigError(f"day = {day} is a day of the 2024 Azure trace; allowed: None with trace = {trace}")
+    epochs = int(hours * 3600.0 // cfg.epoch_s)
+    played = [p for p in policies if p != "ideal"]
+    bar = None
+    if progress:  # the start line comes before the workload and the catalog are built (seconds for a day)
+        from servegym.envs.npu.workloads import TABLE4_RATE_RPM
+
+        from servegym.estimates import estimate
+        from servegym.progress import Progress
+
+        rpm = rate_rpm if rate_rpm is not None else TABLE4_RATE_RPM.get(trace)
+        est, basis = estimate("npu compare" if fidelity == "request" else "npu compare fluid", policies,
+                              None if rpm is None else rpm * hours * 60.0 / 1000.0, once=("workload",))
+        bar = Progress(epochs * len(played), "npu compare", "epoch", what=f"{', '.join(policies)} on {model_name}, "
+                       f"{trace}, {hours:g} h (seed {seed})", estimate_s=est, basis=basis)
     wl = make_workload(trace, hours=hours, seed=seed, rate_rpm=rate_rpm, day=None if trace == "bursty" else day)
     cat = ConfigCatalog(cfg)
     out: list[CompareResult] = []
-    epochs = int(wl.duration_s // cfg.epoch_s)
-    played = [p for p in policies if p != "ideal"]
-    bar = None
-    if progress:
-        from servegym.progress import Progress
-
-        bar = Progress(epochs * len(played), "npu compare", "epoch", what=f"{', '.join(policies)} on {model_name}, "
-                       f"{trace}, {hours:g} h (seed {seed})")
+    if epochs != int(wl.duration_s // cfg.epoch_s):
+        raise AssertionError("the workload's length differs from the hours asked")
     for name in policies:
         sim = make_cluster(cfg, wl, seed=seed, catalog=cat, fidelity=fidelity)
         if name == "ideal":

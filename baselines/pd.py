@@ -256,10 +256,13 @@ def compare_policies(config: PDEnvConfig | dict[str, Any] | None = None, *, seed
                                                                           env.signals.base_rate_rps.size)
     bar = None
     if progress:
+        from servegym.estimates import estimate
         from servegym.progress import Progress
 
+        est, basis = estimate("pd compare", [p.name for p in pols], steps,
+                              default_config=env.config.mode == "fluid")
         bar = Progress(steps * len(pols), "pd compare", "step", what=f"{len(pols)} policies on the same scenario "
-                       f"(seed {seed}), {steps:,} periods each")
+                       f"(seed {seed}), {steps:,} periods each", estimate_s=est, basis=basis)
     try:
         return [run_policy(env, p, seed=seed, max_steps=steps, progress=bar) for p in pols]
     finally:

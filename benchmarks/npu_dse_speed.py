@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+
+# the catalog is timed as built, not read from the disk cache of the DSE tables (servegym.user_cache)
+os.environ.setdefault("SERVEGYM_NO_CACHE", "1")
 
 from servegym.envs.npu.catalog import MODELS
 from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog

@@ -15,6 +15,9 @@ import os
 import platform
 import time
 
+# the catalog is timed as built, not read from the disk cache of the DSE tables (servegym.user_cache)
+os.environ.setdefault("SERVEGYM_NO_CACHE", "1")
+
 from servegym.baselines.npu import make_policy, run_policy
 from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog, NPUCluster
 from servegym.envs.npu.workloads import make_workload

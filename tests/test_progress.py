@@ -102,3 +102,47 @@ def test_a_mistyped_value_on_the_command_line_exits_2(env_id: str, policy: str, 
                "--env-kwargs", f'{{"config": {config}}}'])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and line in err[0], err
+
+
+def test_estimates_table_matches_the_measurements(repo_root) -> None:
+    """servegym.estimates.COSTS holds exactly what benchmarks/episode_costs.py measured."""
+    import json
+
+    from servegym.estimates import COSTS
+
+    measured = json.loads((repo_root / "benchmarks/results/episode_costs.json").read_text())
+    assert set(COSTS) == set(measured)
+    for ctx, row in measured.items():
+        assert COSTS[ctx]["setup_cpu_s"] == pytest.approx(row["setup_cpu_s"], rel=1e-3)
+        assert COSTS[ctx]["cpu_s_per_unit"] == pytest.approx(row["cpu_s_per_unit"], rel=1e-3)
+
+
+def test_estimate_rests_on_the_measured_costs() -> None:
+    from servegym.estimates import COSTS, estimate
+
+    row = COSTS["pd compare"]
+    s, basis = estimate("pd compare", ["min-power", "static-peak"], 100)
+    want = (row["cpu_s_per_unit"]["min-power"] + row["cpu_s_per_unit"]["static-peak"]) * 100 + row["setup_cpu_s"]
+    assert s == pytest.approx(want) and "episode_costs.md" in basis and "not measured" not in basis
+    # a parameterised spec takes its measured sibling; an unknown policy the costliest, and says so
+    g = COSTS["geo compare"]["cpu_s_per_unit"]
+    assert estimate("geo compare", ["greedy:0.3"], 1, setup=False)[0] == pytest.approx(
+        max(v for k, v in g.items() if k.startswith("greedy:")))
+    s2, basis2 = estimate("pd compare", ["mystery"], 10, setup=False)
+    assert s2 == pytest.approx(max(row["cpu_s_per_unit"].values()) * 10) and "mystery not measured" in basis2
+    assert estimate("pd compare", ["min-power"], 10, runs=4, workers=2, setup=False)[0] == pytest.approx(
+        row["cpu_s_per_unit"]["min-power"] * 20)
+    assert estimate("CartPole-v1", ["agent"], 10) == (None, "")
+
+
+def test_compare_and_dataset_start_with_an_estimate(capsys: pytest.CaptureFixture[str]) -> None:
+    from servegym.cli import main
+
+    assert main(["pd", "compare", "--steps", "5"]) == 0
+    assert main(["dataset", "--env", "servegym/PDProvision-v0", "--policy", "naive", "--episodes", "1",
+                 "--out", "ds"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    compare_start = next(ln for ln in err if "pd compare:" in ln)
+    dataset_start = next(ln for ln in err if "dataset " in ln and "recording" in ln)  # 'naive' is static-peak
+    for line, ctx in ((compare_start, "pd compare"), (dataset_start, "servegym/PDProvision-v0")):
+        assert "estimated " in line and f"measured for each policy on {ctx}" in line and "episode_costs.md" in line

@@ -160,8 +160,12 @@ def run_comparison(config: GeoConfig, policies: Sequence[str], seeds: int | Sequ
         from servegym.progress import Progress
 
         where = "in this process" if workers == 1 or len(tasks) == 1 else f"on {min(workers, len(tasks))} processes"
+        from servegym.estimates import estimate
+
+        est, basis = estimate("geo compare", run_specs, config.rate_rps * config.duration_s / 1000.0, len(seed_list),
+                              workers=workers)
         bar = Progress(len(tasks), "geo compare", "run", what=f"{len(run_specs)} policies x {len(seed_list)} seed{'s' if len(seed_list) != 1 else ''} "
-                       f"{where}")
+                       f"{where}", estimate_s=est, basis=basis)
     rows: list[dict[str, Any]] = []
     if workers == 1 or len(tasks) == 1:
         for task in tasks:
