@@ -10,8 +10,11 @@ oracle candidate won each episode, and the oracle's CPU seconds per episode (all
 which in the hindsight MILPs' solves). ``--select`` first picks the strongest non-learned baseline of
 each id on the validation split (mean return over the episodes; every family baseline but the oracle).
 
+``--best JSON`` adds to an earlier full result every non-oracle baseline per split and names the best one
+beside the strongest (``split_best``), reusing the stored oracle costs after replaying a check.
+
 Usage: python benchmarks/geo_oracle.py [--episodes 10] [--select-episodes 10] [--selection JSON] [--only LABELS]
-[--out benchmarks/results/geo_oracle]
+[--best JSON] [--out benchmarks/results/geo_oracle]
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import split_best  # the sibling module (benchmarks/ is on sys.path when run as a script)
 
 import servegym  # noqa: F401  (registers the ids)
 
@@ -157,6 +161,32 @@ def run_variant(env_id: str, split: str, extra: dict[str, Any], episodes: int, s
     }
 
 
+def add_best(result: dict[str, Any]) -> None:
+    """Per stored variant, every non-oracle family baseline on the same reset seeds, scored on the oracle
+    scale with the stored per-episode oracle costs (the oracle's cost is its best candidate's, which the
+    result keeps), and the best baseline beside the strongest (``split_best``). The oracle is replayed on
+    the first seed of each variant and rr on all, and both must equal the stored costs (else the stored
+    result is stale: rerun the whole script)."""
+    from servegym.agents.adapters import GEO_BASELINES
+    from servegym.agents.protocol import oracle_scores
+
+    for v in result["variants"]:
+        env = _env(v["env"], v["split"], v["extra"])
+        seeds = range(v["episodes"])
+        orc = np.array([min(c.values()) for c in v["oracle_candidates"]])
+        again = _oracle(env, 0)["cost"]
+        if abs(again - orc[0]) > 1e-9 * max(1.0, abs(again)):
+            raise SystemExit(f"geo_oracle --best: {v['env']} {v['label']}: the oracle's seed-0 cost is {again:.6f} "
+                             f"today against {orc[0]:.6f} stored; rerun without --best")
+        cost = {n: np.array([_baseline(env, n, s)["cost"] for s in seeds]) for n in GEO_BASELINES if n != "oracle"}
+        if abs(float(cost[NAIVE].mean()) - v["policies"][NAIVE]["cost_mean"]) > 1e-9 * max(1.0, float(cost[NAIVE].mean())):
+            raise SystemExit(f"geo_oracle --best: {v['env']} {v['label']}: rr differs from the stored run; rerun without --best")
+        scores = {n: dict(enumerate(oracle_scores(-c, -cost[NAIVE], -orc).tolist())) for n, c in cost.items()}
+        v["best"] = split_best.best_baseline(scores, v["strongest"])
+        print(f"{v['env']} {v['label']}: best {v['best']['best']} {v['best']['best_score']:.1f}, strongest "
+              f"{v['strongest']} {v['best']['strongest_score']:.1f}", file=sys.stderr, flush=True)
+
+
 def _f(x: float, nd: int = 2) -> str:
     return "n/a" if not np.isfinite(x) else f"{x:,.{nd}f}"
 
@@ -212,6 +242,9 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{n} {r['carbon_g']:.2f} / {r['slo_pct']:.2f}" for n, r in v["policies"].items())
                 + f"; largest LP-relaxation gap of the chosen hindsight MILP's windows: {_f(v['lp_gap_max'], 4)}")
         lines.append("")
+        best = [(v["label"], v["best"]) for v in result["variants"] if v["env"] == env_id and "best" in v]
+        if best:
+            lines += split_best.markdown(best, env_id)
     return "\n".join(lines) + "\n"
 
 
@@ -231,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--selection", default=None, help="JSON of an earlier --select run to reuse")
     ap.add_argument("--env", default=None, help="one env id only (default: both)")
     ap.add_argument("--merge", nargs="+", default=None, help="combine the JSON results of earlier partial runs")
+    ap.add_argument("--best", default=None, metavar="JSON",
+                    help="add, to an earlier full result, every baseline per split and the best beside the strongest")
     ap.add_argument("--out", default="benchmarks/results/geo_oracle")
     args = ap.parse_args(argv)
     if not 1 <= args.episodes <= 1000 or not 1 <= args.select_episodes <= 1000:
@@ -243,6 +278,15 @@ def main(argv: list[str] | None = None) -> int:
         variants = sorted((v for p in parts for v in p["variants"]), key=lambda v: order[(v["env"], v["label"])])
         result = {"episodes": parts[0]["episodes"], "selection": parts[0]["selection"], "variants": variants,
                   "wall_s": max(p["wall_s"] for p in parts)}
+        out = Path(args.out)
+        _write_atomic(out.with_suffix(".json"), json.dumps(result, indent=1, default=float) + "\n")
+        _write_atomic(out.with_suffix(".md"), markdown(result))
+        print(markdown(result))
+        return 0
+    if args.best is not None:
+        result = json.loads(Path(args.best).read_text())
+        add_best(result)
+        result["best_wall_s"] = time.perf_counter() - t0
         out = Path(args.out)
         _write_atomic(out.with_suffix(".json"), json.dumps(result, indent=1, default=float) + "\n")
         _write_atomic(out.with_suffix(".md"), markdown(result))
