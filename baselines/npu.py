@@ -15,6 +15,11 @@
 
 :func:`run_policy` drives the simulator's decision loop (the same loop the Gymnasium env drives).
 
+With ``fit_at = "operating"`` both policies fix their configurations before the run at the trace's peak demand
+(:func:`operating_picks`; §5.1: "We generate the best-fit allocations for each unique sequence length for each
+model before running the experiments"): NeuScale per bucket at the demand of the group the bucket lands in, Base for
+the largest length at the whole trace's peak.
+
 Choices the paper leaves open (documented, not tuned): R_peak is the peak 10-s request rate; the EWMA
 is R <- max(P, alpha P + (1 - alpha) R) over each epoch's peak P with alpha = 0.5 (fast scale-in after
 a burst, immediate scale-out); a new group may start at its full N_pod (doubling from 0 is

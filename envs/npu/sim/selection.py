@@ -18,7 +18,9 @@ the bucket's SLO and fits in HBM, both on the selection model and on the scoring
 
 The allocation with the lowest figure wins (ties: fewer chips, then enumeration order); where no allocation
 meets the SLO the DSE's best fit (best attainable latency) stays. Demand levels are powers of two of tokens/s
-(:data:`DEMAND_LEVELS`); a policy looks up the level at or above its forecast.
+(:data:`DEMAND_LEVELS`); a policy looks up the level at or above its forecast. The baselines look up once, before
+the run, at the trace's peak demand (:func:`servegym.baselines.npu.operating_picks`): re-picking at every epoch
+changed configurations every few epochs, and each change booted new vPods.
 
 The step model that chooses is the selection model with what XLA's cost analysis also sees (§2.4 names ICI
 bandwidth among a workload's resource demands): ring collectives and their ICI energy, and the KV cache
