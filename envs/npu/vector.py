@@ -7,8 +7,10 @@ machinery of :mod:`servegym.envs.vector_base` (next-step autoreset, seeds ``seed
 ``max_episode_steps``, infos batched key by key, :meth:`~servegym.envs.vector_base.EnvBatch.action_masks`
 one row per env). Every action is checked before any env steps; then each env runs its own ``step``: an
 npu step is mostly the decision loop (the autoscalers' decisions, vPod reconcile, observation), which is
-Python per env, so the envs are stepped one after another and the batch saves only the per-env wrapper
-overhead of :class:`gymnasium.vector.SyncVectorEnv`. Results equal N separate envs with the same seeds
+Python per env, while the fluid serving step is one compiled call per env and interval
+(:func:`~servegym.envs.npu.sim.fluid_kernels.serve`, about 0.1 ms), so batching it across the envs would save
+little; the envs are stepped one after another and the batch saves only the per-env wrapper overhead of
+:class:`gymnasium.vector.SyncVectorEnv`. Results equal N separate envs with the same seeds
 (tested). Speed: ``benchmarks/npu_vector_speed.py``.
 """
 

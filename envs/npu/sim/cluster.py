@@ -337,13 +337,15 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
     def observe(self) -> Observation:
         c = self.config
         nb_epoch = round(c.epoch_s / c.rate_bin_s)
-        order = (self.bin_index - 1 - np.arange(self.nbins_w)) % self.nbins_w
+        # the last epoch's bins, newest first; the window's sums and maxima need no order (the bins hold request
+        # and token counts, integers, so any summation order gives the same sums, and max commutes with / c)
+        order = (self.bin_index - 1 - np.arange(nb_epoch)) % self.nbins_w
         counts = self.bin_counts[order]
         toks = self.bin_tokens[order]
         rates = counts / c.rate_bin_s
-        recent = counts[:nb_epoch].sum(axis=0) / c.epoch_s
-        tot_c = counts.sum(axis=0)
-        tpr = np.where(tot_c > 0, toks.sum(axis=0) / np.maximum(tot_c, 1), 0.0)
+        recent = counts.sum(axis=0) / c.epoch_s
+        tot_c = self.bin_counts.sum(axis=0)
+        tpr = np.where(tot_c > 0, self.bin_tokens.sum(axis=0) / np.maximum(tot_c, 1), 0.0)
         live = self.v_gone == np.inf
         ready = live & (self.v_ready <= self.now)
         G = 2 * NB
@@ -360,14 +362,14 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
         ctx = Observation(
             time_s=self.now, epoch=int(self.now // c.epoch_s),
             at_epoch_boundary=abs(self.now / c.epoch_s - round(self.now / c.epoch_s)) < 1e-9,
-            bucket_edges=self.edges.copy(), rate_recent=recent, rate_peak=rates.max(axis=0),
-            epoch_peak=rates[:nb_epoch].max(axis=0), tokens_per_req=tpr,
+            bucket_edges=self.edges.copy(), rate_recent=recent, rate_peak=self.bin_counts.max(axis=0) / c.rate_bin_s,
+            epoch_peak=rates.max(axis=0), tokens_per_req=tpr,
             ready=n_ready.reshape(2, NB), alive=n_alive.reshape(2, NB), queue=queue.reshape(2, NB),
             peak_queue=np.maximum(self.peak_queue, queue).reshape(2, NB), slots=slots.reshape(2, NB),
             util=self.util.reshape(2, NB).copy(), slo_recent=self.recent_slo.copy(), counts=cnt,
             targets={(PHASES[g // NB], int(self.edges[g % NB])): dict(t) for g, t in self.targets.items() if t},
             quota_left={v: self.quota[v] - held[v] for v in VERSIONS},
-            epoch_token_bins=toks[:nb_epoch].copy(),
+            epoch_token_bins=toks,
         )
         self.peak_queue = np.zeros(G)
         return ctx
