@@ -67,7 +67,7 @@ from servegym.envs.npu.cluster import NB, NPUCluster, Observation, ScalingDecisi
 from servegym.envs.npu.dse import SEQ_BUCKETS
 from servegym.envs.npu.roofline import PHASES
 
-from servegym.errors import ConfigError, check_range
+from servegym.errors import ConfigError, check_range, choice_error
 
 _BUCKETS = np.arange(NB)
 
@@ -689,7 +689,7 @@ def compare(model_name: str = "Llama-3-70B", trace: str = "azure", hours: float 
 
     for p in policies:
         if p not in POLICIES:
-            raise ConfigError(f"policy = {p!r} is unknown; allowed: {', '.join(POLICIES)}")
+            raise choice_error("policy", p, POLICIES)
     if not policies:
         raise ConfigError(f"policies is empty; allowed: a non-empty subset of {', '.join(POLICIES)}")
     check_range("hours", hours, 5.0 / 60.0, 24.0 * 7)

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from servegym.errors import ConfigError, check_range
+from servegym.errors import ConfigError, check_range, choice_error
 
 __all__ = [
     "CI_SOURCES",
@@ -181,7 +181,7 @@ def load_ci(zone: str) -> pd.Series:
     span 2022 only (8,760 hours). Every shipped series is complete (no gaps, no missing values).
     """
     if zone not in ZONES:
-        raise ConfigError(f"zone = {zone!r} is unknown; allowed: {', '.join(sorted(ZONES))}")
+        raise choice_error("zone", zone, sorted(ZONES))
     s = _ci_table(ZONES[zone].ci_source)[zone].copy()
     s.name = zone
     return s
@@ -582,7 +582,7 @@ def get_topology(name: str) -> Topology:
     (CV 0.571; range 0.331-0.846). The paper (2021-2024, its own sites) reports 0.31-0.94.
     """
     if name not in _PRESETS:
-        raise ConfigError(f"topology = {name!r} is unknown; allowed: {', '.join(_PRESETS)}")
+        raise choice_error("topology", name, _PRESETS)
     spec = _PRESETS[name]
     sites, site_region = [], []
     for i, reg in enumerate(spec.regions):

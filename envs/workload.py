@@ -25,7 +25,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from servegym.errors import ConfigError, check_range
+from servegym.errors import ConfigError, check_range, choice_error
 
 # --------------------------------------------------------------------------------------------- streams
 
@@ -460,7 +460,7 @@ def length_sampler(spec: str) -> LengthSampler:
             return FixedLengths(int(parts[1]), int(parts[2]))
         raise ConfigError(f"lengths = {spec!r} is malformed; expected fixed:IN:OUT with integers >= 1, "
                           "e.g. fixed:4096:256")
-    raise ConfigError(f"lengths = {spec!r} is unknown; allowed: {', '.join(length_specs())}")
+    raise choice_error("lengths", spec, length_specs())
 
 
 # --------------------------------------------------------------------------------------------- streams
@@ -478,7 +478,7 @@ def make_requests(arrival_s: ArrayLike, lengths: LengthSampler, rng: np.random.G
     arrival = np.sort(np.asarray(arrival_s, dtype=np.float64))
     check_range("n_origins", n_origins, 1, 32767)
     if origin not in ORIGIN_MODES:
-        raise ConfigError(f"origin = {origin!r} is unknown; allowed: {', '.join(ORIGIN_MODES)}")
+        raise choice_error("origin", origin, ORIGIN_MODES)
     isl, osl = lengths.sample(arrival.size, rng)
     if origin == "round-robin":
         org = (np.arange(arrival.size) % n_origins).astype(np.int16)

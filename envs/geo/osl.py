@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from servegym.errors import ConfigError
+from servegym.errors import ConfigError, choice_error
 
 #: Bucket edges in output tokens: bucket k holds ``EDGES[k-1] <= osl < EDGES[k]`` (6 buckets).
 BUCKET_EDGES: tuple[int, ...] = (32, 64, 128, 256, 512)
@@ -100,7 +100,7 @@ def _names(field: str, value: str | Sequence[str] | NDArray[Any], n: int, allowe
     """Index of each request's name in ``allowed`` (one name broadcasts to every request)."""
     if isinstance(value, str):
         if value not in allowed:
-            raise ConfigError(f"{field} = {value!r} is unknown; allowed: {', '.join(map(str, allowed))}")
+            raise choice_error(field, value, allowed)
         return np.full(n, allowed.index(value), dtype=np.int64)
     arr = np.asarray(value, dtype=object).reshape(-1)
     if arr.size != n:
@@ -108,7 +108,7 @@ def _names(field: str, value: str | Sequence[str] | NDArray[Any], n: int, allowe
     uniq, inv = np.unique(arr.astype(str), return_inverse=True)
     for u in uniq:
         if u not in allowed:
-            raise ConfigError(f"{field} = {u!r} is unknown; allowed: {', '.join(map(str, allowed))}")
+            raise choice_error(field, u, allowed)
     lut = np.array([allowed.index(u) for u in uniq], dtype=np.int64)
     return lut[inv.reshape(-1)] if n else np.zeros(0, dtype=np.int64)
 
@@ -405,4 +405,4 @@ def make_osl_estimator(mode: str, *, output_tokens: ArrayLike | None = None,
         return OracleOSL(np.asarray(output_tokens))
     if mode == "mean":
         return MeanOSL.load(predictor_path)
-    raise ConfigError(f"osl_mode = {mode!r} is unknown; allowed: {', '.join(map(str, OSL_MODES))}")
+    raise choice_error("osl_mode", mode, OSL_MODES)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from servegym.errors import ConfigError
+from servegym.errors import ConfigError, listing, near_miss
 
 PROFILE_PACKAGE = "servegym.calibration"
 PROFILE_DIR = "profiles/geo"
@@ -281,5 +281,6 @@ def load_profile(name_or_path: str | Path) -> EngineProfile:
         return EngineProfile.load(p)
     res = resources.files(PROFILE_PACKAGE).joinpath(PROFILE_DIR, f"{name_or_path}.json")
     if not res.is_file():
-        raise ConfigError(f"profile = {str(name_or_path)!r} is unknown; allowed: {available_profiles()} or a .json path")
+        raise ConfigError(f"profile = {str(name_or_path)!r} is unknown{near_miss(name_or_path, available_profiles())}; "
+                          f"allowed: {listing(available_profiles())} or a .json path")
     return EngineProfile.from_dict(json.loads(res.read_text()))

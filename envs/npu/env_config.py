@@ -30,6 +30,7 @@ from servegym.errors import (
     check_field_types,
     check_range,
     check_request_count,
+    choice_error,
     known_overrides,
 )
 from servegym.splits import check_split
@@ -147,7 +148,7 @@ class NPUEnvConfig:
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ConfigError(f"{name} = {getattr(self, name)!r}; allowed: true or false")
         if self.reference not in RESIDUAL_REFERENCES:
-            raise ConfigError(f"reference = {self.reference!r} is unknown; allowed: {', '.join(RESIDUAL_REFERENCES)}")
+            raise choice_error("reference", self.reference, RESIDUAL_REFERENCES)
         if self.reference != "neuscale" and self.action_mode != "residual":
             raise ConfigError(f"reference = {self.reference!r} needs action_mode = 'residual' (the absolute mode "
                               "has no reference to change)")
