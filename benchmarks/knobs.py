@@ -1,4 +1,4 @@
-"""Do the scenario knobs that issue 23 found inert change anything today? Each knob is played against the plain
+"""Do the scenario knobs that the yardstick audit found inert change anything today? Each knob is played against the plain
 test split on the same reset seeds, with the leaderboard's configs, and the per-episode paired differences are
 reported (mean with a 95 % bootstrap CI, and on how many episodes anything changed):
 

@@ -1,4 +1,4 @@
-"""What the residual action space around Base (the strongest npu baseline) can gain (issue 24's headroom
+"""What the residual action space around Base (the strongest npu baseline) can gain (the headroom
 check before learning): NPUAutoscaleResidual-v0 with ``reference: "base"`` at the quick suite's 2-h horizon,
 played with constant per-phase changes of Base's vPod count on the validation and the test split, each
 against Base (= ``follow``, the all-zero action) under the protocol's paired verdict (energy lower with the
