@@ -44,7 +44,7 @@ from servegym.envs.npu.sim.dse import (
 )
 from servegym.envs.npu.sim.roofline import PHASES, RooflineParams, enumerate_allocations
 
-from servegym import user_cache
+from servegym.user_cache import content_key, entry_path, read_entry, source_digest, write_entry
 
 FORMAT = "servegym-npu-dse-table"
 FORMAT_VERSION = 1
@@ -60,7 +60,7 @@ MAX_CHIPS = 1024
 
 #: The code's digest, taken once when this module is imported (the modules above are loaded by then), so the key
 #: describes the code this process runs even if the files are edited while it runs.
-CODE_DIGEST: str | None = user_cache.source_digest(CODE_MODULES)
+CODE_DIGEST: str | None = source_digest(CODE_MODULES)
 
 
 class InvalidEntry(ValueError):
@@ -86,7 +86,7 @@ def table_key(spec: ModelSpec, objective: str, versions: tuple[str, ...], slo_fa
         "max_chips": MAX_CHIPS, "test_params": _params(test_params),
         "slo_s": None if slo_s is None else sorted([p, int(s), float(v)] for (p, s), v in slo_s.items()),
     }
-    return user_cache.content_key(inputs)
+    return content_key(inputs)
 
 
 def cached_run_dse(model_name: str | ModelSpec, objective: str = "energy", versions: Iterable[str] = VERSIONS,
@@ -99,9 +99,9 @@ def cached_run_dse(model_name: str | ModelSpec, objective: str = "energy", versi
     versions = tuple(versions)
     params = params or RooflineParams()
     key = table_key(spec, objective, versions, slo_factor, params, slo_s, test_params)
-    path = None if key is None else user_cache.entry_path(KIND, key, ".npz")
+    path = None if key is None else entry_path(KIND, key, ".npz")
     if path is not None:
-        data = user_cache.read_entry(path)
+        data = read_entry(path)
         if data is not None:
             try:
                 table = load_table(data, key, spec, objective, versions, slo_factor, params)  # type: ignore[arg-type]
@@ -129,7 +129,7 @@ def flush(*tables: BestFitTable) -> None:
         path, stored = disk
         if stored == len(t._fronts):
             continue
-        if user_cache.write_entry(path, dump_table(t, path.stem)):
+        if write_entry(path, dump_table(t, path.stem)):
             t._disk = (path, len(t._fronts))  # type: ignore[attr-defined]
 
 
