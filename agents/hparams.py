@@ -13,7 +13,7 @@ Shipped files live in ``servegym/agents/hyperparams/<EnvName>.yml`` (the id with
                              # do not set (nested dicts merged); evaluation envs play env_kwargs as they are
       policy_kwargs: {net_arch: [64, 64], activation_fn: tanh}
       learning_rate: lin_3e-4   # "lin_X": linear decay from X to 0, as in rl-zoo3
-      warm_start: {steps: 4096, epochs: 10}   # behaviour cloning of the residual mode's follow action
+      warm_start: {steps: 4096, epochs: 10}   # behaviour cloning of the reference (teacher action)
                              # before RL (servegym.agents.warm_start)
       n_steps: 256           # everything else goes to the algorithm's constructor
 

@@ -299,7 +299,7 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
         model.num_timesteps = done
 
     warm: dict[str, float] | None = None
-    if hp.warm_start is not None and previous is None:  # behaviour cloning of the follow action, then RL
+    if hp.warm_start is not None and previous is None:  # behaviour cloning of the teacher action, then RL
         from servegym.agents.warm_start import behaviour_clone
 
         warm = behaviour_clone(model, partial(gym.make, cfg.env_id, **train_kwargs), hp.warm_start, cfg.seed)

@@ -8,11 +8,11 @@ itself; otherwise the teacher is the follow action. A hyperparameter section tur
 
     warm_start: {steps: 4096, epochs: 10, learning_rate: 1.0e-3}
 
-:func:`behaviour_clone` then plays the follow action for ``steps`` steps in a training env (episodes
+:func:`behaviour_clone` then plays the teacher action for ``steps`` steps in a training env (episodes
 seeded from the run's seed), and fits the policy for ``epochs`` passes of minibatches on them:
 
-- discrete actions: the cross-entropy of the follow action under the policy's (masked) distribution;
-- continuous actions: the squared error of the policy's mean action to the follow action (the
+- discrete actions: the cross-entropy of the teacher action under the policy's (masked) distribution;
+- continuous actions: the squared error of the policy's mean action to the teacher action (the
   exploration noise, ``log_std``, is left as configured, so RL still explores around the reference).
 
 The value head is not fitted: PPO's first rollouts fit it on the cloned policy's own returns.
@@ -106,8 +106,8 @@ def follow_rollout(make_env: Callable[[], gym.Env], steps: int, seed: int
 
 
 def behaviour_clone(model: Any, make_env: Callable[[], gym.Env], ws: WarmStart, seed: int) -> dict[str, float]:
-    """Fit ``model``'s policy to the follow action (module docstring); returns what it did: steps, final
-    loss, share of the states where the policy's greedy action is the follow action, CPU seconds."""
+    """Fit ``model``'s policy to the teacher action (module docstring); returns what it did: steps, final
+    loss, share of the states where the policy's greedy action is the teacher action, CPU seconds."""
     import torch as th
 
     t0 = time.process_time()
@@ -157,7 +157,7 @@ def _loss(policy: Any, obs: Any, act: Any, masks: np.ndarray | None, discrete: b
 
 
 def _agreement(policy: Any, obs: Any, act: Any, masks: np.ndarray | None, discrete: bool) -> float:
-    """Share of the states whose greedy action is the follow action (continuous: within 0.05 on every entry)."""
+    """Share of the states whose greedy action is the teacher action (continuous: within 0.05 on every entry)."""
     dist = _distribution(policy, obs, masks)
     mode = dist.mode()
     if discrete:  # MultiDiscrete: every entry equal
