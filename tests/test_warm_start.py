@@ -33,9 +33,13 @@ def test_warm_start_section_is_checked_field_by_field() -> None:
         assert "\n" not in str(exc.value)
 
 
-@pytest.mark.parametrize(("env_id", "algo"), [(GEO, "maskable-ppo"), ("servegym/GeoRouteWindow-v0", "ppo"),
-                                             ("servegym/NPUAutoscaleResidual-v0", "maskable-ppo")])
+@pytest.mark.parametrize(("env_id", "algo"), [("servegym/GeoRouteWindow-v0", "ppo"),
+                                             ("servegym/NPUAutoscaleResidual-v0", "maskable-ppo"),
+                                             ("servegym/PDProvisionResidual-v0", "maskable-ppo"),
+                                             ("servegym/PDProvisionFront-v0", "maskable-ppo"),
+                                             ("servegym/PDProvision-v0", "maskable-ppo")])
 def test_quick_hyperparameter_files_warm_start(env_id: str, algo: str) -> None:
+    """The quick files that warm start (GeoRoute-v0's no longer does, geo_ablation.md) have a checked section."""
     name = env_id.split("/")[1] + ".quick.yml"
     hp = load_hyperparams(env_id, algo, shipped_hyperparams(name))
     assert hp.source.endswith(name) and hp.n_envs and hp.warm_start is not None
