@@ -46,6 +46,15 @@ def test_quick_hyperparameter_files_warm_start(env_id: str, algo: str) -> None:
     assert hp.warm_start.steps >= 1024
 
 
+def test_quick_georoute_file_has_no_warm_start() -> None:
+    """GeoRoute-v0's quick entry trains without a clone (a cloned follow action never moved in 40k steps:
+    geo_ablation.md) and acts around iter-ilp at its own windows."""
+    e = next(e for e in SUITE["quick"] if e.env_id == GEO)
+    hp = load_hyperparams(GEO, e.algo, shipped_hyperparams(e.hyperparams))
+    assert hp.warm_start is None and hp.n_envs
+    assert e.env_kwargs["config"]["reference"] == "iter-ilp" and e.env_kwargs["config"]["decide_at"] == "window"
+
+
 def test_suite_entries_name_shipped_hyperparameter_files() -> None:
     for e in (e for entries in SUITE.values() for e in entries if e.hyperparams is not None):
         hp = load_hyperparams(e.env_id, e.algo, shipped_hyperparams(e.hyperparams))
