@@ -217,9 +217,17 @@ class ActionsMixin:
         if self.last_ctx is None:
             raise ActionError("heuristic_action() needs reset() first")
         self.action_type.require_absolute("heuristic_action", "the all-zero action follows the reference (NeuScale)")
+        # a function of the last observation alone: computed once per observation (the absolute mode's
+        # reference counts and a heuristic driver both ask for it every step)
+        memo = getattr(self, "_heuristic_memo", None)
+        if memo is not None and memo[0] is self.last_ctx:
+            return memo[1].copy()
         if self.last_ctx.time_s <= 0.0:  # nothing observed yet: the warm-start sizing
-            return self._warm_action()
-        return self._demand_action(self.last_ctx.rate_peak, self.last_ctx.tokens_per_req)
+            a = self._warm_action()
+        else:
+            a = self._demand_action(self.last_ctx.rate_peak, self.last_ctx.tokens_per_req)
+        self._heuristic_memo = (self.last_ctx, a.copy())
+        return a
 
     def action_from_decision(self, decision: ScalingDecision) -> NDArray[np.int64]:
         """Project a per-bucket :class:`ScalingDecision` (e.g. from ``NeuScalePolicy.decide``) onto the

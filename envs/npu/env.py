@@ -118,12 +118,14 @@ B = objective_weight x max(objective_cap / objective_floor, horizon [base mode o
 slo_penalty x horizon, ``env.reward_bound`` (e.g. 3.5e7 for the defaults: loose, but finite for every
 valid config; typical steps are within +-10).
 
-**Speed** (``benchmarks/npu_env_speed.py``, ``benchmarks/results/npu_env_speed.md``): a 24-h episode of
-the default scenario (2.4 M requests) costs 8-10 s of CPU in absolute mode (random valid actions, the
-heuristic, or NeuScale's projected decisions; any BLAS thread count) and 17 s in residual mode relative
-to Base (9 s of steps + 8.5 s for Base's episode at reset); wall = CPU on a free core, 34-39 s and 67 s
-at a load of 10-12 on the 2-core dev machine. The catalog and workload are built once per process
-(~2-9 s, cached).
+**Speed** (``benchmarks/npu_env_speed.py``, ``benchmarks/results/npu_env_speed.md``; CPU time on the shared
+2-core machine): in the fluid mode (the default) the absolute mode steps about 1,000 env steps per CPU-second
+(24-h train-split episodes, zero action; the heuristic on a 4-h episode about the same; random actions fewer, as
+each rebuilds the fleet), the residual mode about 290 (five 60-s decision points per step: NeuScale's decision,
+four emergency checks, observations and reconcile, the loop shared with the request level); the request level
+runs 45-55. A 24-h reset of a named split builds the day's workload (~2.6 M requests) and its 10-s profile,
+0.4-1.1 CPU-s, plus Base's episode in the residual mode (cached per scenario). The catalogs are built once per
+process (and cached on disk).
 
 **Baselines on the agent's episode.** After ``reset(seed=s)``, :attr:`NPUAutoscaleEnv.simulation_seed` is
 the :class:`~servegym.envs.npu.sim.cluster.NPUCluster` seed of the episode (derived from ``s``; the workload
