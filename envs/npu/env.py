@@ -123,7 +123,7 @@ valid config; typical steps are within +-10).
 (24-h train-split episodes, zero action; the heuristic on a 4-h episode about the same; random actions fewer, as
 each rebuilds the fleet), the residual mode about 290 (five 60-s decision points per step: NeuScale's decision,
 four emergency checks, observations and reconcile, the loop shared with the request level); the request level
-runs 45-55. A 24-h reset of a named split builds the day's workload (~2.6 M requests) and its 10-s profile,
+runs 42-56. A 24-h reset of a named split builds the day's workload (~2.6 M requests) and its 10-s profile,
 0.4-1.1 CPU-s, plus Base's episode in the residual mode (cached per scenario). The catalogs are built once per
 process (and cached on disk).
 
