@@ -59,7 +59,7 @@ def main() -> None:
          "Energy objective; ratios over Base (one group, which the prediction does not affect): Base "
          f"{base['energy_efficiency']:.3f} tokens/J whole pool, {base['energy_efficiency_busy']:.3f} busy, "
          f"SLO violation {base['slo_violation_pct']:.2f} %.", "",
-         "| NeuScale | accuracy | NS/Base energy (pool) | (busy) | NS/Base decode energy (pool) | NS/Base cost (pool) | "
+         "| NeuScale | accuracy | NS/Base energy efficiency (pool) | (busy) | NS/Base decode energy efficiency (pool) | NS/Base cost efficiency (pool) | "
          "NS SLO viol. % | TPOT % | migrations | decode groups (mean) | decode vPods (mean) |",
          "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
