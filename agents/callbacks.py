@@ -76,6 +76,7 @@ class TqdmCallback(BaseCallback):
         self.what = what
         self.estimate = estimate
         self._bar: Any = None
+        self._stepped = False
 
     def _on_training_start(self) -> None:
         from servegym.progress import Progress
@@ -91,6 +92,9 @@ class TqdmCallback(BaseCallback):
                              basis=basis, disable=bool(self.disable))
 
     def _on_step(self) -> bool:
+        if not self._stepped:  # the evaluator's baselines ran between the start line and this first step
+            self._stepped = True
+            self._bar.restart_clock()
         self._bar.update(self.training_env.num_envs)
         return True
 

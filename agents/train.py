@@ -30,6 +30,7 @@ import json
 import math
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -329,8 +330,11 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
         n_evals = (timesteps // eval_freq + 1) if eval_freq > 0 else 1
         what = (f"{spec.name} on {cfg.env_id}, seed {cfg.seed}, {n_envs} env(s); {n_evals} evaluation{'s' if n_evals != 1 else ''} on "
                 f"{len(eval_seeds)} seed{'s' if len(eval_seeds) != 1 else ''} (agent and {len(baselines)} baselines)")
-        callbacks.append(TqdmCallback(timesteps, disable=False, what=what,
-                                      estimate=train_estimate(cfg.env_id, timesteps)))
+        # first in the list, so the start line comes before the evaluator plays the baselines
+        callbacks.insert(0, TqdmCallback(timesteps, disable=False, what=what,
+                                         estimate=_with_evaluations(train_estimate(cfg.env_id, timesteps), cfg.env_id,
+                                                                    make_eval_env, baselines, n_evals,
+                                                                    len(eval_seeds))))
     tb_name = f"{cfg.env_id.split('/')[-1]}_{spec.name}_s{cfg.seed}"
     try:
         if done < timesteps:
@@ -418,3 +422,28 @@ def load_agent(model_path: str | Path, algo: str | None = None, env_id: str | No
     model = load_sb3_model(p, cls, obs_space, act_space, policy=policy if isinstance(policy, str) else None)
     norm = load_obs_normalizer(vecnormalize_path_for(p))
     return model, norm, {**run, "algo": algo}
+
+
+def _with_evaluations(train: tuple[float | None, str], env_id: str, make_env: Any, baselines: Sequence[str],
+                      n_evals: int, n_seeds: int) -> tuple[float | None, str]:
+    """``train``'s estimate (the training steps) plus the evaluations: the agent ``n_evals`` times and the baselines
+    once, each on ``n_seeds`` episodes, at the CPU-s per unit of benchmarks/episode_costs.py
+    (:mod:`servegym.estimates`); ``train`` unchanged when either part has no measured rate."""
+    from servegym.estimates import episode_units, estimate
+
+    est, basis = train
+    if est is None:
+        return train
+    env = make_env()
+    try:
+        units = episode_units(env)
+    finally:
+        env.close()
+    agent, _ = estimate(env_id, ["agent"], units, n_evals * n_seeds, setup=False)
+    base, _ = estimate(env_id, list(baselines), units, n_seeds, setup=False) if baselines else (0.0, "")
+    if agent is None or base is None:
+        return train
+    return est + agent + base, (basis.removesuffix(", evaluations add to it")
+                                + f"; plus the evaluations ({agent + base:.0f} s: the agent {n_evals} x {n_seeds} "
+                                "episodes, the baselines once, at the CPU-s per unit measured in "
+                                "benchmarks/results/episode_costs.md)")

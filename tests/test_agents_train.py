@@ -173,4 +173,7 @@ def test_train_shows_progress_in_logs_and_says_how_it_rounded(tmp_path, capsys) 
                  "--baselines", "none"]) == 0
     out, err = capsys.readouterr()
     assert "train: 128/128 steps done" in err
+    start = next(ln for ln in err.splitlines() if "train: " in ln)
+    # the start line estimates the training steps and the evaluations, before any evaluation runs
+    assert "estimated" in start and "plus the evaluations" in start and "episode_costs.md" in start
     assert "trained 128 steps (asked 100: rounded up to whole rollouts)" in out

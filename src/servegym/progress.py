@@ -122,6 +122,11 @@ class Progress:
                        f"about {duration(left)} left")
             self._last_line = now
 
+    def restart_clock(self) -> None:
+        """Measure the pace from now: work done before the first unit (``train``'s evaluator playing the baselines
+        after the start line) would otherwise make the first measured estimate far too long."""
+        self.t0 = self._last_line = time.monotonic()
+
     def write(self, message: str) -> None:
         """A timestamped line on stderr that does not break the bar."""
         if self._bar is not None:
