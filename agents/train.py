@@ -332,7 +332,7 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
                 f"{len(eval_seeds)} seed{'s' if len(eval_seeds) != 1 else ''} (agent and {len(baselines)} baselines)")
         # first in the list, so the start line comes before the evaluator plays the baselines
         callbacks.insert(0, TqdmCallback(timesteps, disable=False, what=what,
-                                         estimate=_with_evaluations(train_estimate(cfg.env_id, timesteps), cfg.env_id,
+                                         estimate=_with_evaluations(train_estimate(cfg.env_id, timesteps, cfg.env_kwargs), cfg.env_id,
                                                                     make_eval_env, baselines, n_evals,
                                                                     len(eval_seeds))))
     tb_name = f"{cfg.env_id.split('/')[-1]}_{spec.name}_s{cfg.seed}"

@@ -146,3 +146,15 @@ def test_compare_and_dataset_start_with_an_estimate(capsys: pytest.CaptureFixtur
     dataset_start = next(ln for ln in err if "dataset " in ln and "recording" in ln)  # 'naive' is static-peak
     for line, ctx in ((compare_start, "pd compare"), (dataset_start, "servegym/PDProvision-v0")):
         assert "estimated " in line and f"measured for each policy on {ctx}" in line and "episode_costs.md" in line
+
+
+def test_train_estimate_of_the_readme_config_uses_its_own_rate(repo_root) -> None:
+    import json
+
+    line = next(ln for ln in (repo_root / "README.md").read_text().splitlines()
+                if ln.startswith(".venv/bin/servegym train --env servegym/GeoRoute-v0"))
+    readme = json.loads(line.split("--env-kwargs ", 1)[1].strip().strip("'"))  # the rate is for this config
+    s, basis = progress.train_estimate("servegym/GeoRoute-v0", 20_480, readme)
+    assert s == pytest.approx(20_480 / 235.0) and "this id and config" in basis
+    assert progress.train_estimate("servegym/GeoRoute-v0", 20_480, {"config": {"preset": "small"}})[0] == \
+        pytest.approx(20_480 / progress.TRAIN_STEPS_PER_S["servegym/GeoRoute-v0"])

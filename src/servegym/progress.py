@@ -62,8 +62,25 @@ def say(message: str, file: TextIO | None = None) -> None:
     print(f"[{stamp()}] {message}", file=out, flush=True)
 
 
-def train_estimate(env_id: str, timesteps: int) -> tuple[float | None, str]:
-    """Estimated seconds to train ``timesteps`` steps on ``env_id`` and what the estimate rests on."""
+#: Training steps per CPU-s of configs a newcomer runs first, keyed by (id, the ``--env-kwargs`` JSON with sorted
+#: keys). The README's three-command example (GeoRoute-v0, mini preset, residual around the facility MILP): on a
+#: fresh clone on 2026-12-05 it trained 20,480 steps in 107 CPU-s, about 20 of them the evaluations (their estimate),
+#: so ~235 steps per CPU-s, 6x slower than the quick suite's GeoRoute-v0 config (its reference plans per window with
+#: iter-ilp; milp solves a facility MILP).
+TRAIN_STEPS_PER_S_CONFIG: dict[tuple[str, str], float] = {
+    ("servegym/GeoRoute-v0", '{"config": {"action_mode": "residual", "preset": "mini", "reference": "milp"}}'): 235.0,
+}
+
+
+def train_estimate(env_id: str, timesteps: int, env_kwargs: dict[str, Any] | None = None) -> tuple[float | None, str]:
+    """Estimated seconds to train ``timesteps`` steps on ``env_id`` (with ``env_kwargs``) and what it rests on."""
+    import json
+
+    key = (env_id, json.dumps(env_kwargs or {}, sort_keys=True))
+    if key in TRAIN_STEPS_PER_S_CONFIG:
+        rate = TRAIN_STEPS_PER_S_CONFIG[key]
+        return timesteps / rate, (f"training steps only, at the {rate:,.0f} steps per CPU-s measured for this id and "
+                                  "config on a fresh clone; a busy machine differs, evaluations add to it")
     rate = TRAIN_STEPS_PER_S.get(env_id)
     if rate is None:
         return None, "no measured rate for this id"
@@ -158,5 +175,5 @@ class Progress:
         self.close()
 
 
-__all__ = ["ESTIMATE_AFTER_S", "LOG_INTERVAL_S", "TRAIN_STEPS_PER_S", "Progress", "duration", "say", "stamp",
+__all__ = ["ESTIMATE_AFTER_S", "LOG_INTERVAL_S", "TRAIN_STEPS_PER_S", "TRAIN_STEPS_PER_S_CONFIG", "Progress", "duration", "say", "stamp",
            "train_estimate"]
