@@ -106,10 +106,9 @@ def markdown(report: dict[str, Any]) -> str:
              "vPods, no misses) -- a relaxation no feasible policy reaches. Mean score over episodes [95 % "
              "bootstrap CI] and IQM. `follow` is NPUAutoscaleResidual-v0's zero action (around NeuScale) on the "
              "same reset seeds, scored on that id's own Base/Ideal anchors. **Headroom** = oracle - the "
-             "registry's strongest (chosen on validation); since the strongest is Base = naive, it is 100 by "
-             "construction on every split, so each split also names the best shipped baseline on that split "
-             "and the headroom over it (base or neuscale, read off the split itself: information, not a "
-             "choice; benchmarks/split_best.py).",
+             "registry's strongest (chosen on validation; where it is Base = naive, 100 by construction), and "
+             "each split also names the best shipped baseline on that split and the headroom over it (base or "
+             "neuscale, read off the split itself: information, not a choice; benchmarks/split_best.py).",
              "",
              f"## Strongest baseline, chosen on the validation split ({report['val_episodes']} episodes, seeds "
              f"from {bm.VALIDATION_SEED})", "",
