@@ -1,14 +1,15 @@
-"""What the residual action space around Base (the strongest npu baseline) can gain (the headroom
-check before learning): NPUAutoscaleResidual-v0 with ``reference: "base"`` at the quick suite's 2-h horizon,
-played with constant per-phase changes of Base's vPod count on the validation and the test split, each
-against Base (= ``follow``, the all-zero action) under the protocol's paired verdict (energy lower with the
-paired 95 % CI below 0, SLO violation at most max(0.05 pp, 10 % of Base's) above), plus the per-episode
+"""What the residual action space around a reference (``--reference``: Base, or NeuScale, the strongest npu
+baseline since the fluid TTFT fix) can gain (the headroom check before learning): NPUAutoscaleResidual-v0 with
+that ``reference`` at the quick suite's 2-h horizon, played with constant per-phase changes of the reference's
+vPod counts on the validation and the test split, each against the reference (= ``follow``, the all-zero action)
+under the protocol's paired verdict (energy lower with the paired 95 % CI below 0, SLO violation at most
+max(0.05 pp, 10 % of the reference's) above), plus the per-episode
 hindsight best of those constants (the least energy among the constants within the SLO tolerance on that
 episode: it knows the episode's outcome, so it is a yardstick, not a policy).
 
-    nice -n 15 python benchmarks/npu_residual_base.py [--episodes 10] [--hours 2]
+    nice -n 15 python benchmarks/npu_residual_base.py [--reference base|neuscale] [--episodes 10] [--hours 2]
 
-Writes ``benchmarks/results/learnability/npu_base_residual_probe.{md,json}`` (atomically).
+Writes ``benchmarks/results/learnability/npu_<reference>_residual_probe.{md,json}`` (atomically).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ import servegym  # noqa: F401  (registers the ids)
 from servegym.outputs import write_json, write_text
 
 ENV = "servegym/NPUAutoscaleResidual-v0"
-OUT = Path(__file__).resolve().parent / "results" / "learnability" / "npu_base_residual_probe"
-#: constant changes (count levels; RESIDUAL_STEPS) of Base's prefill and decode groups
+OUT = Path(__file__).resolve().parent / "results" / "learnability"
+#: constant changes (count levels; RESIDUAL_STEPS) of the reference's prefill and decode groups
 CONSTANTS: dict[str, tuple[int, int]] = {"follow": (0, 0), "prefill -1": (-1, 0), "prefill -2": (-2, 0),
                                          "decode -1": (0, -1), "prefill -1, decode -1": (-1, -1),
                                          "decode +1": (0, 1), "prefill +1": (1, 0), "prefill +1, decode -1": (1, -1)}
@@ -42,7 +43,7 @@ CONSTANTS: dict[str, tuple[int, int]] = {"follow": (0, 0), "prefill -1": (-1, 0)
 
 def constant_act(prefill: int, decode: int) -> Callable[[Any, Any, gym.Env], np.ndarray]:
     """The action that changes every env group of a phase by the same count-level step (groups where
-    Base has no vPods are masked to 0 by the env, so only Base's one group per phase moves)."""
+    the reference has no vPods are masked to 0 by the env: Base has one group per phase)."""
     vp, vd = RESIDUAL_STEPS.index(prefill), RESIDUAL_STEPS.index(decode)
 
     def act(obs: Any, info: Any, env: gym.Env) -> np.ndarray:
@@ -55,8 +56,8 @@ def constant_act(prefill: int, decode: int) -> Callable[[Any, Any, gym.Env], np.
     return act
 
 
-def play(split: str, episodes: int, hours: float) -> dict[str, Any]:
-    env = gym.make(ENV, split=split, config={"hours": hours, "reference": "base"})
+def play(split: str, episodes: int, hours: float, reference: str) -> dict[str, Any]:
+    env = gym.make(ENV, split=split, config={"hours": hours, "reference": reference})
     seeds = seeds_from(bm.VALIDATION_SEED if split == "validation" else bm.TEST_SEED, episodes)
     metrics = family_for(ENV).metrics
     runs: dict[str, list[EpisodeResult]] = {}
@@ -84,7 +85,7 @@ def play(split: str, episodes: int, hours: float) -> dict[str, Any]:
     runs["hindsight best constant"] = best
     rows = []
     for name, res in runs.items():
-        v = protocol.paired_verdict(res, base, kpi, "base")
+        v = protocol.paired_verdict(res, base, kpi, reference)
         rows.append({"policy": name, "energy_mj": protocol.mean_metric(res, kpi) / 1e6,
                      "slo_violation_pct": protocol.mean_metric(res, protocol.SLO_METRIC),
                      "return": float(np.mean([r.reward for r in res])), "verdict": v.as_dict(),
@@ -95,9 +96,11 @@ def play(split: str, episodes: int, hours: float) -> dict[str, Any]:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    lines = [f"# Residual around Base: constant changes ({ENV}, reference base, {report['hours']:g}-h episodes)", "",
-             f"`{report['command']}` at commit `{report['commit']}`. Every row against Base (= `follow`, the zero "
-             "action) on the same episodes: energy difference (policy - Base) with its paired 95 % bootstrap CI, SLO "
+    ref = report["reference"]
+    lines = [f"# Residual around {ref}: constant changes ({ENV}, reference {ref}, {report['hours']:g}-h episodes)",
+             "", f"`{report['command']}` at commit `{report['commit']}`. Every row against {ref} (= `follow`, the "
+             f"zero action) on the same episodes: energy difference (policy - {ref}) with its paired 95 % bootstrap "
+             "CI, SLO "
              f"violation difference, and the verdict ({protocol.BEATS_RULE}). Return: the env's reward (relative "
              "to Base per epoch, SLO misses at 50x). `hindsight best constant` picks per episode the least-energy "
              "constant within the SLO tolerance *after* seeing the outcomes (a yardstick of this action space, not "
@@ -105,7 +108,7 @@ def markdown(report: dict[str, Any]) -> str:
     for t in report["splits"]:
         lines += [f"## {t['split']} ({len(t['seeds'])} episodes, seeds {t['seeds'][0]}-{t['seeds'][-1]})", "",
                   "| policy | energy MJ | energy diff MJ [95 % CI] | SLO viol. % | SLO diff pp (tol.) | return | "
-                  "beats Base | CPU s |", "|---|---|---|---|---|---|---|---|"]
+                  f"beats {ref} | CPU s |", "|---|---|---|---|---|---|---|---|"]
         for r in t["rows"]:
             v = r["verdict"]
             lines.append(f"| {r['policy']} | {r['energy_mj']:.1f} | {v['kpi_diff'] / 1e6:+.2f} "
@@ -123,17 +126,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--episodes", type=int, default=10)
     ap.add_argument("--hours", type=float, default=2.0)
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--reference", default="base", choices=("base", "neuscale"))
+    ap.add_argument("--out", default=None, help="output path without suffix (default: learnability/"
+                    "npu_<reference>_residual_probe)")
     args = ap.parse_args(argv)
     t0, c0 = time.perf_counter(), os.times()
     report: dict[str, Any] = {"hours": args.hours, "commit": git_commit(),
-                              "command": f"python benchmarks/npu_residual_base.py --episodes {args.episodes} "
+                              "reference": args.reference,
+                              "command": f"python benchmarks/npu_residual_base.py --reference {args.reference} "
+                                         f"--episodes {args.episodes} "
                                          f"--hours {args.hours:g}",
-                              "splits": [play(s, args.episodes, args.hours) for s in ("validation", "test")]}
+                              "splits": [play(s, args.episodes, args.hours, args.reference)
+                                         for s in ("validation", "test")]}
     c1 = os.times()
     report["wall_s"] = time.perf_counter() - t0
     report["cpu_s"] = (c1.user - c0.user) + (c1.system - c0.system)
-    out = Path(args.out)
+    out = Path(args.out) if args.out else OUT / f"npu_{args.reference}_residual_probe"
     out.parent.mkdir(parents=True, exist_ok=True)
     text = markdown(report)
     write_json(out.with_suffix(".json"), report, indent=1, default=float)
