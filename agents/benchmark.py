@@ -34,6 +34,7 @@ import gymnasium as gym
 import numpy as np
 import pandas as pd
 from servegym.agents import protocol
+from servegym.agents import time_to_strongest as tts
 from servegym.agents.families import EpisodeResult, family_for, run_baseline_episodes
 from servegym.agents.rollout import agent_act_fn, play_episode, seeds_from
 
@@ -429,27 +430,38 @@ def follow_available(env_id: str, env_kwargs: dict[str, Any] | None) -> bool:
         env.close()
 
 
+def train_config(task: dict[str, Any]) -> Any:
+    """The :class:`servegym.agents.train.TrainConfig` of one suite training task. The evaluator plays the
+    strongest baseline on the validation seeds too, so the stored run holds the score the time to the
+    strongest (:mod:`servegym.agents.time_to_strongest`) is measured against."""
+    from servegym.agents.train import TrainConfig
+
+    e: SuiteEntry = SuiteEntry(**task["entry"])
+    out = Path(task["run_dir"]) / f"{e.env_id.split('/')[-1]}_{e.algo}_s{task['seed']}" / "model.zip"
+    refs = protocol.checkpoint_references(e.env_id) or {}
+    played = set(refs.values()) | ({protocol.yardsticks(e.env_id).roles()["strongest"]} if refs else set())
+    return TrainConfig(env_id=e.env_id, algo=e.algo, timesteps=e.timesteps, seed=int(task["seed"]),
+                       tb=str(Path(task["run_dir"]) / "tb") if task.get("tb") else None, out=str(out),
+                       env_kwargs=dict(e.env_kwargs), eval_freq=max(e.timesteps // e.evals, 1),
+                       eval_episodes=e.val_episodes, eval_seed=VALIDATION_SEED, eval_split="validation",
+                       baselines=",".join(sorted(played)), checkpoint_freq=0, progress=False, verbose=0,
+                       # the suite owns run_dir (under its lock); a rerun or retried task starts afresh
+                       force=True, hyperparams=shipped_hyperparams(e.hyperparams))
+
+
 def train_task(task: dict[str, Any]) -> dict[str, Any]:
     """One training seed of one env id: train on ``train``, select on ``validation``, play ``test``.
-    Module-level so the process pool and Ray can ship it; returns the test episodes' rows."""
+    Module-level so the process pool and Ray can ship it; returns the test episodes' rows, the validation
+    history and the baselines' validation episodes."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
     torch.set_num_threads(1)
-    from servegym.agents.train import TrainConfig, load_agent, train
+    from servegym.agents.train import load_agent, train
 
     t0 = time.perf_counter()
     e: SuiteEntry = SuiteEntry(**task["entry"])
-    out = Path(task["run_dir"]) / f"{e.env_id.split('/')[-1]}_{e.algo}_s{task['seed']}" / "model.zip"
-    refs = protocol.checkpoint_references(e.env_id) or {}
-    cfg = TrainConfig(env_id=e.env_id, algo=e.algo, timesteps=e.timesteps, seed=int(task["seed"]),
-                      tb=str(Path(task["run_dir"]) / "tb") if task.get("tb") else None, out=str(out),
-                      env_kwargs=dict(e.env_kwargs), eval_freq=max(e.timesteps // e.evals, 1),
-                      eval_episodes=e.val_episodes, eval_seed=VALIDATION_SEED, eval_split="validation",
-                      baselines=",".join(sorted(set(refs.values()))), checkpoint_freq=0, progress=False, verbose=0,
-                      # the suite owns run_dir (under its lock); a rerun or retried task starts afresh
-                      force=True, hyperparams=shipped_hyperparams(e.hyperparams))
-    res = train(cfg)
+    res = train(train_config(task))
     train_s = time.perf_counter() - t0
     chosen = res.best_model_path or res.model_path
     agent, norm, run = load_agent(chosen, env_id=e.env_id, env_kwargs=e.env_kwargs)
@@ -465,7 +477,8 @@ def train_task(task: dict[str, Any]) -> dict[str, Any]:
         env.close()
     return {"kind": "train", "env_id": e.env_id, "seed": int(task["seed"]), "rows": rows,
             "train_s": train_s, "wall_s": time.perf_counter() - t0, "env_steps": int(e.timesteps),
-            "chosen": str(chosen), "validation": run.get("eval_history", [])}
+            "chosen": str(chosen), "validation": run.get("eval_history", []),
+            "validation_baselines": run.get("baseline_eval", {})}
 
 
 def shipped_hyperparams(name: str | None) -> str | None:
@@ -627,7 +640,7 @@ def _rebuild(budget: str, out_dir: str | Path, wall_s: float) -> SuiteResult:
     if not entries:
         raise ConfigError(f"--rescore: no stored runs of budget {budget!r} in {_raw_dir(budget, Path(out_dir))}; "
                           f"run `servegym benchmark --suite --budget {budget}` first")
-    board, records = leaderboard(entries, outs)
+    board, records = leaderboard(entries, outs, tts.stored_references(Path(out_dir) / tts.RESULT_FILE, entries))
     res = SuiteResult(leaderboard=board, records=records, wall_s=wall_s, entry_runs=runs)
     res.files = write_leaderboard(res, entries, outs, budget, Path(out_dir))
     return res
@@ -768,11 +781,13 @@ def env_board(env_id: str, eps: pd.DataFrame) -> EnvBoard:
     return EnvBoard(env_id, by_policy, roles, scale, tuple(notes))
 
 
-def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]]
-                ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]],
+                tts_refs: dict[str, tts.Reference] | None = None) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """One row per env id x policy (agents pooled over training seeds), and the JSON records: the
     protocol object plus role, scale, SLO violation, the paired verdict against the strongest baseline,
-    the share of the gap closed (agents) and the headroom (the strongest baseline's record)."""
+    the share of the gap closed (agents), the agents' time to the strongest on validation
+    (:mod:`servegym.agents.time_to_strongest`; ``tts_refs``: the strongest's validation return and a CPU
+    model per id for runs that do not carry them) and the headroom (the strongest baseline's record)."""
     rows, records = [], []
     for e in entries:
         mine = [o for o in outs if o["env_id"] == e.env_id]
@@ -809,6 +824,12 @@ def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]]
                        vs_strongest=None if verdict is None else verdict.as_dict(),
                        gap_closed=protocol._json_float(closed),
                        gap_closed_ci=[protocol._json_float(v) for v in closed_ci])
+            reach = None
+            if agent:
+                ref = (tts_refs or {}).get(e.env_id, tts.Reference())
+                reach = tts.time_to_strongest([o for o in mine if o["kind"] == "train"],
+                                              {**board.roles, "strongest": strongest}, ref.target, ref.cpu_model)
+                rec.update(time_to_strongest=None if reach is None else reach.as_dict())
             if p == strongest:
                 rec.update(headroom=protocol._json_float(head), headroom_ci=[protocol._json_float(v) for v in head_ci])
             records.append(rec)
@@ -830,7 +851,8 @@ def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]]
                          "headroom_hi": head_ci[1] if p == strongest else math.nan,
                          "scale": board.scale.name, "notes": "; ".join(board.notes),
                          "wall_s": float(sum(o["wall_s"] for o in runs)),
-                         "env_steps": int(sum(o["env_steps"] for o in runs))})
+                         "env_steps": int(sum(o["env_steps"] for o in runs)),
+                         **tts.csv_fields(reach if agent else None)})
     return pd.DataFrame(rows), records
 
 
@@ -933,7 +955,7 @@ def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[di
              "baseline's score (chosen on the validation split), with its CI. Gap closed: an agent's share of the "
              "strongest-to-oracle gap, (S - S_strongest) / (100 - S_strongest). vs strongest: the paired KPI "
              f"difference [95 % CI] on the same episodes. {protocol.BEATS_RULE}. "
-             "Agents: each seed's checkpoint chosen on the validation split only. Generated by "
+             "Agents: each seed's checkpoint chosen on the validation split only. " + tts.LEADERBOARD_NOTE + " Generated by "
              f"`servegym benchmark --suite --budget {budget}` (one `--envs` run per id; each section states its "
              "wall time).", ""]
     if budget == "full":
@@ -955,8 +977,8 @@ def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[di
                   f"Scale: {scale}." + (f" Missing: {notes}." if notes else "") + f" {head}{_above_strongest(sub)}", ""]
         kpi = sub["kpi"].iloc[0] if len(sub) else "kpi"
         lines += [f"| policy | role | score mean [95% CI] | score IQM [95% CI] | {kpi} | SLO viol. % "
-                  f"| vs strongest: {kpi} diff [95% CI] | beats strongest | gap closed [95% CI] | wall s | env steps |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  f"| vs strongest: {kpi} diff [95% CI] | beats strongest | gap closed [95% CI] | wall s | env steps "
+                  f"| {tts.MD_HEADER} |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for _, r in sub.iterrows():
             diff = ("-" if not math.isfinite(r.kpi_diff_vs_strongest) else
                     f"{r.kpi_diff_vs_strongest:+.4g} [{r.kpi_diff_lo:+.4g}, {r.kpi_diff_hi:+.4g}], "
@@ -966,7 +988,8 @@ def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[di
             lines.append(f"| {r.policy} | {r.role} | {_f(r.score_mean)} [{_f(r.score_mean_lo)}, {_f(r.score_mean_hi)}] | "
                          f"{_f(r.score_iqm)} [{_f(r.score_iqm_lo)}, {_f(r.score_iqm_hi)}] | "
                          f"{r.get(kpi, math.nan):.4g} | {r.get(protocol.SLO_METRIC, math.nan):.3f} | {diff} | "
-                         f"{'yes' if r.beats_strongest else 'no'} | {closed} | {r.wall_s:,.0f} | {r.env_steps:,} |")
+                         f"{'yes' if r.beats_strongest else 'no'} | {closed} | {r.wall_s:,.0f} | {r.env_steps:,} | "
+                         f"{r.get('time_to_strongest') or '-'} |")
         lines.append("")
     lines += [f"![performance profiles]({files['profiles'].name})", "",
               f"Files: `{files['csv'].name}` (every column), `{files['json'].name}` (one object per env id x "

@@ -9,6 +9,9 @@ TensorBoard tags written (``<m>`` = a domain scalar of the family, e.g. ``carbon
   (:mod:`servegym.agents.protocol`; 0 = naive, 100 = best) on the evaluation seeds, which ``servegym
   train`` draws from the env's ``validation`` split; the best checkpoint is the one with the highest
   mean normalized score (mean reward for envs without references);
+- each evaluation's history row also carries ``timesteps`` and ``cpu_s``: the process CPU seconds from
+  ``cpu_origin`` (the start of ``servegym train``'s run, so a warm start counts) to the end of that
+  evaluation, what the time-to-the-strongest-baseline figure reads (not logged to TensorBoard);
 - ``baseline/<name>/<m>`` and ``baseline/<name>/mean_reward``: the baselines on the same seeds,
   logged at every evaluation step so they draw as flat reference lines;
 - a Custom Scalars layout (TensorBoard's "Custom Scalars" tab) with one chart per metric that
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -171,9 +175,12 @@ class SeededEvalCallback(BaseCallback):
     def __init__(self, make_env: Callable[[], gym.Env], family: Family, seeds: Sequence[int],
                  baselines: Sequence[str], eval_freq: int, best_path: Path | None, verbose: int = 0,
                  strict_baselines: bool = True, references: dict[str, str] | None = None,
-                 stop: threading.Event | None = None, eval_at_start: bool = False) -> None:
+                 stop: threading.Event | None = None, eval_at_start: bool = False,
+                 cpu_origin: float | None = None) -> None:
         super().__init__(verbose)
         self.stop = stop
+        # time.process_time() at the run's start: each evaluation records the CPU-s spent up to its end
+        self.cpu_origin = time.process_time() if cpu_origin is None else cpu_origin
         # a warm-started policy is a checkpoint candidate before any RL step (RL may only degrade it)
         self.eval_at_start = eval_at_start
         self.references = references
@@ -251,6 +258,9 @@ class SeededEvalCallback(BaseCallback):
                 self.best_mean_reward = max(self.best_mean_reward, float(reward))
         while self._next_eval <= timesteps:
             self._next_eval += self.eval_freq
+        spent = self.history[-1].get("cpu_s") if self.history else None
+        if isinstance(spent, (int, float)) and math.isfinite(spent):  # a resumed run counts on from its CPU-s
+            self.cpu_origin = time.process_time() - float(spent)
 
     def evaluate(self) -> dict[str, float]:
         assert self._env is not None
@@ -287,6 +297,7 @@ class SeededEvalCallback(BaseCallback):
                 writer.add_scalar(f"eval/{key}", value, step)
             writer.flush()
         summary["timesteps"] = float(step)
+        summary["cpu_s"] = time.process_time() - self.cpu_origin
         self.history.append(summary)
         # the protocol's selection: the highest mean normalized score (validation split); else mean reward
         score = summary.get("normalized_score", math.nan)

@@ -225,6 +225,7 @@ def algo_class_name(algo: str) -> str:
 
 def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
     t0 = time.perf_counter()
+    cpu0 = time.process_time()  # each evaluation's cpu_s counts from here (warm start and baselines included)
     if check_env_id(cfg.env_id) != cfg.env_id:  # a "servegym:" prefix: train under the registered id
         from dataclasses import replace
 
@@ -315,7 +316,8 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
     evaluator = SeededEvalCallback(make_eval_env, family, eval_seeds, baselines,
                                    eval_freq if eval_freq > 0 else timesteps + 1, best_path,
                                    verbose=cfg.verbose, strict_baselines=cfg.baselines not in (None, "all"),
-                                   references=refs, stop=stop, eval_at_start=warm is not None)
+                                   references=refs, stop=stop, eval_at_start=warm is not None,
+                                   cpu_origin=cpu0)
     if previous is not None:
         evaluator.resume_from(previous["eval_history"], done)
     callbacks: list[Any] = [StopCallback(stop), EpisodeMetricsCallback(family), evaluator]

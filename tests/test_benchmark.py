@@ -319,6 +319,17 @@ def test_suite_smoke_two_envs_two_seeds(smoke: tuple[Any, Path]) -> None:
     assert len(runs) == 4
     run = json.loads(runs[0].read_text())
     assert run["eval_split"] == "validation" and "normalized_score" in run["eval_history"][-1]
+    # each evaluation records its CPU-s; the strongest is played on the validation seeds, so each agent row
+    # carries its time to the strongest from the stored runs alone
+    cpu = [h["cpu_s"] for h in run["eval_history"]]
+    assert cpu == sorted(cpu) and cpu[0] > 0
+    for rec in records:
+        got = rec.get("time_to_strongest")
+        assert (got is not None) == (rec["role"] == "agent")
+        if got is not None:
+            assert got["seeds"] == 2 and math.isfinite(got["target_score"]) and got["text"] in md
+            assert all(s["cpu_source"] in ("recorded", "-") for s in got["per_seed"])
+    assert set(board[board.role == "agent"].tts_seeds) == {2}
 
 
 def test_suite_stores_each_ids_episodes_and_accumulates_runs(smoke: tuple[Any, Path]) -> None:

@@ -1,0 +1,96 @@
+"""Time to the strongest baseline (servegym.agents.time_to_strongest) on synthetic validation histories."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from servegym.agents import time_to_strongest as tts
+
+ROLES = {"naive": "rr", "paper": "milp", "strongest": "iter-ilp"}
+
+
+def history(points: list[tuple[float, float]], cpu: list[float] | None = None) -> list[dict[str, float]]:
+    """Evaluation rows (steps, validation score), with recorded CPU-s where given."""
+    rows = [{"timesteps": s, "normalized_score": v, "mean_reward": v / 10.0} for s, v in points]
+    for r, c in zip(rows, cpu or [], strict=False):
+        r["cpu_s"] = c
+    return rows
+
+
+def run(seed: int, points: list[tuple[float, float]], cpu: list[float] | None = None,
+        baselines: dict | None = None) -> dict:
+    return {"kind": "train", "seed": seed, "validation": history(points, cpu),
+            **({"validation_baselines": baselines} if baselines else {})}
+
+
+def test_first_evaluation_at_or_above_the_strongest_with_its_recorded_cpu() -> None:
+    h = history([(0, 90.0), (100, 99.9), (200, 101.0), (300, 99.0), (400, 105.0)], cpu=[1.0, 2.0, 3.5, 4.0, 5.0])
+    r = tts.seed_reach(3, h, 100.0)
+    assert (r.reached, r.steps, r.cpu_s, r.cpu_source, r.budget_steps) == (True, 200.0, 3.5, "recorded", 400.0)
+    assert r.best_margin == pytest.approx(5.0)
+    # the order of the rows does not matter; an equal score up to rounding counts as reaching it
+    assert tts.seed_reach(3, list(reversed(h)), 100.0).steps == 200.0
+    assert tts.seed_reach(0, history([(0, 100.0 - 1e-12)]), 100.0).reached
+    assert not tts.seed_reach(0, history([(0, 100.0 - 1e-6)]), 100.0).reached
+
+
+def test_never_within_the_budget() -> None:
+    r = tts.seed_reach(0, history([(0, 50.0), (512, 80.0)]), 100.0)
+    assert not r.reached and r.steps is None and r.cpu_s is None and r.budget_steps == 512.0
+    assert r.best_margin == pytest.approx(-20.0)
+    res = tts.time_to_strongest([run(0, [(0, 50.0)]), run(1, [(0, 60.0)])], ROLES, target=100.0)
+    assert res is not None and res.text() == "never (0/2 seeds)" and math.isnan(res.steps_median)
+
+
+def test_median_over_the_seeds_that_reached_it_and_estimated_cpu() -> None:
+    model = tts.CpuModel((0.0, 100.0), (10.0, 30.0))  # 10 CPU-s at the first evaluation, 0.2 per step after
+    assert model.at(50.0) == pytest.approx(20.0) and model.at(300.0) == pytest.approx(70.0)
+    assert model.at(-5.0) == pytest.approx(10.0)
+    outs = [run(2, [(0, 90.0), (100, 100.0)]), run(0, [(0, 101.0)]), run(1, [(0, 90.0), (100, 95.0), (200, 130.0)]),
+            run(3, [(0, 10.0), (100, 20.0)])]
+    res = tts.time_to_strongest(outs, ROLES, target=100.0, cpu_model=model)
+    assert res is not None
+    assert [s.seed for s in res.seeds] == [0, 1, 2, 3]
+    assert [s.steps for s in res.seeds] == [0.0, 200.0, 100.0, None]
+    assert res.steps_median == 100.0 and res.cpu_s_median == pytest.approx(30.0) and res.cpu_source == "estimated"
+    assert res.text() == "100 steps, 30 CPU-s est. (3/4 seeds)"
+    d = res.as_dict()
+    assert (d["seeds_reached"], d["seeds"], d["strongest"], d["target_score"]) == (3, 4, "iter-ilp", 100.0)
+    fields = tts.csv_fields(res)
+    assert fields["tts_seeds_reached"] == 3 and fields["tts_cpu_source"] == "estimated"
+    assert tts.csv_fields(None)["time_to_strongest"] == "" and math.isnan(tts.csv_fields(None)["tts_steps_median"])
+    # without a CPU model or record the steps stand and the CPU-s are said to be unknown
+    bare = tts.time_to_strongest(outs, ROLES, target=100.0)
+    assert bare is not None and bare.text() == "100 steps, CPU-s n/a (3/4 seeds)"
+
+
+def test_target_from_the_runs_own_validation_baselines_or_100_for_the_paper() -> None:
+    rows = {"rr": [{"seed": 1000, "reward": -10.0}, {"seed": 1001, "reward": -12.0}],
+            "milp": [{"seed": 1000, "reward": -5.0}, {"seed": 1001, "reward": -7.0}],
+            "iter-ilp": [{"seed": 1000, "reward": -4.0}, {"seed": 1001, "reward": -6.0}]}
+    # gap 5 (paper - naive), the strongest 6 above naive: 120 on the checkpoint scale
+    outs = [run(0, [(0, 119.0), (10, 121.0)], baselines=rows)]
+    assert tts.strongest_validation_score(outs, ROLES) == pytest.approx(120.0)
+    res = tts.time_to_strongest(outs, ROLES, target=0.0)  # the run's own figure wins over a stored one
+    assert res is not None and res.target_score == pytest.approx(120.0) and res.seeds[0].steps == 10.0
+    assert tts.strongest_validation_score([run(0, [(0, 1.0)])], {**ROLES, "strongest": "milp"}) == 100.0
+    assert tts.strongest_validation_score([run(0, [(0, 1.0)])], ROLES) is None
+    assert tts.time_to_strongest([run(0, [(0, 1.0)])], ROLES) is None
+
+
+def test_stored_references_only_for_the_same_entry(tmp_path) -> None:
+    from servegym.agents.benchmark import SUITE
+
+    e = SUITE["smoke"][0]
+    path = tmp_path / tts.RESULT_FILE
+    assert tts.stored_references(path, [e]) == {}
+    import json
+
+    path.write_text(json.dumps({"ids": {e.env_id: {"entry": e.__dict__, "target_score": 102.5,
+                                                   "cpu_model": {"steps": [0, 10], "cpu_s": [1, 2]}}}}))
+    got = tts.stored_references(path, [e])[e.env_id]
+    assert got.target == 102.5 and got.cpu_model == tts.CpuModel((0, 10), (1, 2))
+    other = {**e.__dict__, "timesteps": e.timesteps + 1}
+    path.write_text(json.dumps({"ids": {e.env_id: {"entry": other, "target_score": 1.0}}}))
+    assert tts.stored_references(path, [e]) == {}
