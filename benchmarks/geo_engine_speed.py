@@ -18,8 +18,8 @@ import json
 import time
 
 import numpy as np
-from servegym.envs.geo.engine import EnginePool
-from servegym.envs.geo.profile import load_profile
+from servegym.envs.geo.sim.engine import EnginePool
+from servegym.envs.geo.sim.profile import load_profile
 from servegym.envs.geo.validate import cnn_dailymail_lengths
 
 

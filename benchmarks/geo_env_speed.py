@@ -39,9 +39,9 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from servegym.envs.geo.cluster import GeoSimulation
 from servegym.envs.geo.env_common import GeoEnvConfig
 from servegym.envs.geo.env_route import GeoRouteEnv
+from servegym.envs.geo.sim.cluster import GeoSimulation
 
 import servegym  # noqa: F401  (registers the ids)
 

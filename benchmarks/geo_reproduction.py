@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from servegym.baselines.geo.registry import PAPER_POLICIES as PAPER_POLICIES_ORDER
 from servegym.envs.geo.compare import plot_tradeoff, run_one, summarize
-from servegym.envs.geo.config import preset
+from servegym.envs.geo.sim.config import preset
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODELS = ("Llama-3.1-8B", "Mixtral-8x7B")

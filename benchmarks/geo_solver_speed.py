@@ -41,9 +41,9 @@ from servegym.baselines.geo.solver import (
     solve_facility_naive,
 )
 from servegym.baselines.geo.timing import SOLVE_TIME_FILE
-from servegym.envs.geo.cluster import GeoSimulation
-from servegym.envs.geo.config import preset
-from servegym.envs.geo.estimator import J_PER_KWH
+from servegym.envs.geo.sim.cluster import GeoSimulation
+from servegym.envs.geo.sim.config import preset
+from servegym.envs.geo.sim.estimator import J_PER_KWH
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT_MD = ROOT / "benchmarks" / "results" / "geo_solver_speed.md"

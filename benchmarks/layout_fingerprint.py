@@ -1,4 +1,4 @@
-"""Behaviour fingerprint of a family, for refactors that must change nothing (issue #29's layout moves).
+"""Behaviour fingerprint of a family, for refactors that must change nothing (such as moving a family into layers).
 
 Plays a fixed set of short, seeded runs through the public entry points (registered env ids in every
 action mode, several splits and seeds; the multi-agent env; every baseline through the benchmark's own

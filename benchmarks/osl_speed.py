@@ -1,4 +1,4 @@
-"""Inference speed of the shipped OSL predictor (``servegym.envs.geo.osl.OSLPredictor``).
+"""Inference speed of the shipped OSL predictor (``servegym.envs.geo.sim.osl.OSLPredictor``).
 
 The paper's predictor "runs in under 0.1 ms per request". Run:
     .venv/bin/python benchmarks/osl_speed.py [--repeat 20] [--out benchmarks/results/osl_speed.json]
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from servegym.envs.geo.osl import OSLPredictor
+from servegym.envs.geo.sim.osl import OSLPredictor
 from servegym.envs.traces import load_lengths
 
 

@@ -1,11 +1,11 @@
-"""Train the geo paper's OSL predictor (``servegym.envs.geo.osl``) in pure numpy and ship it.
+"""Train the geo paper's OSL predictor (``servegym.envs.geo.sim.osl``) in pure numpy and ship it.
 
     servegym calibrate osl [--seed S] [--epochs N] [--max-rows-per-app N] [--out DIR | --overwrite-shipped | --no-save]
         [--json]
 
 Data: every request of the shipped traces ``azure-code``, ``azure-conv``, ``mooncake`` (all
 12,031 rows, no input filter) and ``arxiv`` (``servegym.envs.traces.load_lengths``), each one
-application served by one model (``servegym.envs.geo.osl.TRACE_MODEL``). Split: per application, a
+application served by one model (``servegym.envs.geo.sim.osl.TRACE_MODEL``). Split: per application, a
 permutation from ``numpy.random.default_rng([seed, app_index])`` puts the first
 ``ceil(test_fraction * n)`` rows in the held-out set. Network: inputs (standardized log ISL, one-hot
 model, one-hot app) -> 128 ReLU -> 128 ReLU -> 6 bucket logits + 3 quantile parameters. Loss:
@@ -17,7 +17,7 @@ weights bit for bit.
 Output (``./servegym-results/calibration/osl/`` by default; the shipped copy in ``calibration/profiles/osl/``
 is replaced only with ``--overwrite-shipped``): ``osl_mlp.npz`` (weights, written with fixed zip timestamps
 so a rerun is byte-identical), ``osl_mlp.json`` (vocabulary, normalization, settings, held-out
-metrics, the per-application mean table of :class:`~servegym.envs.geo.osl.MeanOSL`, the sha256 of the
+metrics, the per-application mean table of :class:`~servegym.envs.geo.sim.osl.MeanOSL`, the sha256 of the
 npz) and ``PROVENANCE.md`` (generated, with the accuracy table).
 """
 
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from servegym.envs.geo.osl import (
+from servegym.envs.geo.sim.osl import (
     APPS,
     BUCKET_EDGES,
     FORMAT,
@@ -140,7 +140,7 @@ def load_dataset(cfg: TrainConfig) -> Dataset:
 
 def _metadata(train: Dataset, cfg: TrainConfig) -> dict[str, Any]:
     """Vocabulary and normalization from the training split only."""
-    from servegym.envs.geo.osl import MODELS
+    from servegym.envs.geo.sim.osl import MODELS
 
     li, lo = np.log(train.isl.astype(np.float64)), np.log(train.osl.astype(np.float64))
     pairs = sorted({(str(m), str(a)) for m, a in zip(train.model, train.app, strict=True)})

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from servegym.calibration.geo import fitting
 from servegym.calibration.geo.anchors import PAPER, anchor_report, saturation_estimate
-from servegym.envs.geo.profile import DecodeTimeModel, PrefillTimeModel, available_profiles, load_profile
+from servegym.envs.geo.sim.profile import DecodeTimeModel, PrefillTimeModel, available_profiles, load_profile
 
 from servegym.cli import main
 from servegym.errors import ConfigError

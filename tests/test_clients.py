@@ -110,8 +110,8 @@ def test_spec_max_episode_steps_never_cuts_the_default_episode(env_id: str) -> N
 
         assert spec.max_episode_steps == NPUEnvConfig().horizon_epochs
     else:
-        from servegym.envs.geo.config import LOADS, PAPER_MODELS, PRESETS
         from servegym.envs.geo.env_common import SHIFT_LOAD_FACTOR, GeoEnvConfig
+        from servegym.envs.geo.sim.config import LOADS, PAPER_MODELS, PRESETS
         from servegym.envs.grid import get_topology
 
         worst = 0.0

@@ -9,8 +9,8 @@ import gymnasium as gym
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from servegym.envs.geo.config import GeoConfig, preset
 from servegym.envs.geo.env_common import GeoEnvConfig
+from servegym.envs.geo.sim.config import GeoConfig, preset
 from servegym.envs.npu.cluster import ClusterConfig
 from servegym.envs.npu.env import NPUEnvConfig
 from servegym.envs.pd.env import PDEnvConfig

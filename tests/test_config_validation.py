@@ -8,8 +8,8 @@ import math
 
 import gymnasium as gym
 import pytest
-from servegym.envs.geo.config import preset
 from servegym.envs.geo.env_common import GeoEnvConfig
+from servegym.envs.geo.sim.config import preset
 from servegym.envs.npu.env import NPUEnvConfig
 from servegym.envs.pd.env import PDEnvConfig
 

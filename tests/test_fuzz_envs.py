@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from servegym.envs.geo.config import GeoConfig
 from servegym.envs.geo.env_common import GeoEnvConfig
+from servegym.envs.geo.sim.config import GeoConfig
 from servegym.envs.npu.env import NPUEnvConfig
 from servegym.envs.pd.env import PDEnvConfig
 from servegym.envs.pd.scenario import DayScenario

@@ -20,8 +20,8 @@ from servegym.baselines.geo.greedy import greedy_choice
 from servegym.baselines.geo.ilp import drained_snapshot, project_assignment, window_headroom
 from servegym.baselines.geo.solver import solve_assignment, solve_facility, solve_facility_naive
 from servegym.baselines.geo.timing import SolverQueue, load_solve_time_models
-from servegym.envs.geo.cluster import GeoSimulation
-from servegym.envs.geo.config import preset
+from servegym.envs.geo.sim.cluster import GeoSimulation
+from servegym.envs.geo.sim.config import preset
 
 from servegym.errors import ConfigError
 

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from servegym.baselines.geo import LeastLoaded, RoundRobin
-from servegym.envs.geo.cluster import GeoSimulation
-from servegym.envs.geo.config import preset
-from servegym.envs.geo.decisions import BasePolicy, DecisionContext
-from servegym.envs.geo.estimator import Estimator
-from servegym.envs.geo.provisioner import Snapshot
+from servegym.envs.geo.sim.cluster import GeoSimulation
+from servegym.envs.geo.sim.config import preset
+from servegym.envs.geo.sim.decisions import BasePolicy, DecisionContext
+from servegym.envs.geo.sim.estimator import Estimator
+from servegym.envs.geo.sim.provisioner import Snapshot
 
 from servegym.errors import ActionError, ConfigError
 

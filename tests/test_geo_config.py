@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from servegym.envs.geo.cluster import GeoSimulation
-from servegym.envs.geo.config import PAPER_MODELS, GeoConfig, preset
+from servegym.envs.geo.sim.cluster import GeoSimulation
+from servegym.envs.geo.sim.config import PAPER_MODELS, GeoConfig, preset
 from servegym.envs.grid import get_topology
 
 from servegym.errors import ConfigError

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from servegym.envs.geo.engine import EnginePool, FinishedRequests
-from servegym.envs.geo.profile import (
+from servegym.envs.geo.sim.engine import EnginePool, FinishedRequests
+from servegym.envs.geo.sim.profile import (
     DecodeTimeModel,
     EngineProfile,
     PrefillTimeModel,

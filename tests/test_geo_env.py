@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from servegym.envs.geo.cluster import GeoSimulation
 from servegym.envs.geo.env_common import GeoEnvConfig
 from servegym.envs.geo.env_route import GeoRouteEnv, route_observation_names
 from servegym.envs.geo.env_window import GeoRouteWindowEnv, assign_within_caps
+from servegym.envs.geo.sim.cluster import GeoSimulation
 
 import servegym  # noqa: F401  (registers the ids)
 from servegym.errors import ActionError, ConfigError

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from servegym.baselines.geo import LeastLoaded
-from servegym.envs.geo.cluster import GeoSimulation
-from servegym.envs.geo.config import GeoConfig, preset
-from servegym.envs.geo.engine import EnginePool
-from servegym.envs.geo.profile import EngineProfile, available_profiles, load_profile
+from servegym.envs.geo.sim.cluster import GeoSimulation
+from servegym.envs.geo.sim.config import GeoConfig, preset
+from servegym.envs.geo.sim.engine import EnginePool
+from servegym.envs.geo.sim.profile import EngineProfile, available_profiles, load_profile
 
 from servegym.errors import ConfigError
 

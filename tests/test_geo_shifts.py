@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from servegym.baselines.geo import make_policy
 from servegym.baselines.geo.oracle import oracle_config
-from servegym.envs.geo.cluster import GeoSimulation
-from servegym.envs.geo.config import preset
+from servegym.envs.geo.sim.cluster import GeoSimulation
+from servegym.envs.geo.sim.config import preset
 
 import servegym  # noqa: F401  (registers the ids)
 from servegym.errors import ConfigError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from servegym.envs.geo.config import PAPER_MODELS, preset
+from servegym.envs.geo.sim.config import PAPER_MODELS, preset
 from servegym.envs.npu.catalog import CHIPS, MODELS, chip, model
 from servegym.envs.pd import catalog as pd_catalog
 

@@ -20,7 +20,7 @@ from servegym.calibration.osl import (
     load_dataset,
     train,
 )
-from servegym.envs.geo.osl import (
+from servegym.envs.geo.sim.osl import (
     APPS,
     N_BUCKETS,
     TRACE_MODEL,
@@ -209,8 +209,8 @@ def test_oracle_and_mean_share_the_interface(shipped: OSLPredictor) -> None:
 
 
 def test_bound_predictor_drives_the_geo_simulation(shipped: OSLPredictor) -> None:
-    from servegym.envs.geo.cluster import GeoSimulation
-    from servegym.envs.geo.config import preset
+    from servegym.envs.geo.sim.cluster import GeoSimulation
+    from servegym.envs.geo.sim.config import preset
 
     cfg = preset("small", duration_s=2.0, drain_s=10.0, rate_rps=40.0, nodes_per_dc=1,
                  lengths="azure-conv", osl_mode="predicted")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import NDArray
-from servegym.envs.geo.decisions import BasePolicy, DecisionContext
+from servegym.envs.geo.sim.decisions import BasePolicy, DecisionContext
 
 
 def _rank_within(keys: NDArray[np.int64], n_keys: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:

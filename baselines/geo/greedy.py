@@ -55,9 +55,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 from servegym.baselines.geo.ilp import project_assignment
-from servegym.envs.geo.decisions import BasePolicy, DecisionContext
-from servegym.envs.geo.estimator import Estimator
-from servegym.envs.geo.provisioner import Snapshot
+from servegym.envs.geo.sim.decisions import BasePolicy, DecisionContext
+from servegym.envs.geo.sim.estimator import Estimator
+from servegym.envs.geo.sim.provisioner import Snapshot
 
 from servegym.errors import ConfigError
 

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import NDArray
-from servegym.envs.geo.decisions import BasePolicy, DecisionContext
-from servegym.envs.geo.estimator import Estimator
+from servegym.envs.geo.sim.decisions import BasePolicy, DecisionContext
+from servegym.envs.geo.sim.estimator import Estimator
 
 from servegym.errors import ConfigError
 

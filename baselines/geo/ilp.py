@@ -7,7 +7,7 @@ Both decide one scheduler's window (the simulator's ``decision_mode="window"``: 
   ``c_{r,d} = E_{r,d} · PUE_d · CI_d / 3.6e6`` with ``E_{r,d}`` (J) r's prefill energy plus
   ``OSL_r`` decode steps, each charging r its share ``e0_dec / (B_d + 1)`` of the fixed step
   energy, its per-request energy ``e_d`` and its mean cache read ``e_k (ISL_r + OSL_r / 2)``
-  (``servegym.envs.geo.estimator``; ``OSL_r`` is the run's OSL estimate).
+  (``servegym.envs.geo.sim.estimator``; ``OSL_r`` is the run's OSL estimate).
 - ``F_r``: the DCs whose estimated TTFT and TPOT meet the budgets.
 - ``H_d`` (requests): the window's batch-slot headroom at d,
   ``H_d = ⌊max(0, H_d(t) − R · n^own_{s,d})⌋`` where
@@ -53,9 +53,9 @@ from numpy.typing import NDArray
 from servegym.baselines.geo.fallback import fallback_assign
 from servegym.baselines.geo.solver import new_highs, solve_assignment
 from servegym.baselines.geo.timing import SolverQueue, check_timing, load_solve_time_models
-from servegym.envs.geo.decisions import BasePolicy, DecisionContext
-from servegym.envs.geo.estimator import MAX_DUTY, Estimates, Estimator
-from servegym.envs.geo.provisioner import Snapshot
+from servegym.envs.geo.sim.decisions import BasePolicy, DecisionContext
+from servegym.envs.geo.sim.estimator import MAX_DUTY, Estimates, Estimator
+from servegym.envs.geo.sim.provisioner import Snapshot
 
 from servegym.errors import ConfigError
 

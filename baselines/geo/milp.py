@@ -44,8 +44,8 @@ import numpy as np
 from numpy.typing import NDArray
 from servegym.baselines.geo.ilp import WindowPolicy
 from servegym.baselines.geo.solver import solve_facility
-from servegym.envs.geo.decisions import DecisionContext
-from servegym.envs.geo.estimator import J_PER_KWH, Estimates, Estimator
+from servegym.envs.geo.sim.decisions import DecisionContext
+from servegym.envs.geo.sim.estimator import J_PER_KWH, Estimates, Estimator
 
 from servegym.errors import ConfigError
 

@@ -54,12 +54,12 @@ from numpy.typing import NDArray
 from servegym.baselines.geo.ilp import drained_snapshot, project_assignment
 from servegym.baselines.geo.milp import wake_costs
 from servegym.baselines.geo.solver import new_highs, solve_facility
-from servegym.envs.geo.cluster import GeoSimulation
-from servegym.envs.geo.config import GeoConfig
-from servegym.envs.geo.decisions import BasePolicy, DecisionContext
-from servegym.envs.geo.estimator import MAX_DUTY, Estimator
-from servegym.envs.geo.metrics import GeoResults
-from servegym.envs.geo.provisioner import Snapshot
+from servegym.envs.geo.sim.cluster import GeoSimulation
+from servegym.envs.geo.sim.config import GeoConfig
+from servegym.envs.geo.sim.decisions import BasePolicy, DecisionContext
+from servegym.envs.geo.sim.estimator import MAX_DUTY, Estimator
+from servegym.envs.geo.sim.metrics import GeoResults
+from servegym.envs.geo.sim.provisioner import Snapshot
 
 from servegym.errors import ConfigError
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from servegym.envs.geo.profile import EngineProfile
+from servegym.envs.geo.sim.profile import EngineProfile
 
 PAPER = {"saturation_req_s": 27.58, "tpot_ms_lowest_rate": 15.5, "tpot_ms_highest_rate": 54.0,
          "ttft_ms_lowest_rate": 71.0}

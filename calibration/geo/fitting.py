@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 from scipy.optimize import lsq_linear, minimize, minimize_scalar
-from servegym.envs.geo.profile import DecodeTimeModel, PrefillTimeModel
+from servegym.envs.geo.sim.profile import DecodeTimeModel, PrefillTimeModel
 
 from servegym.errors import ConfigError
 

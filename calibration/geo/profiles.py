@@ -2,7 +2,7 @@
 
 ``build_profile(name, data)`` composes step tables (:mod:`.tables`), derives step energies
 (:mod:`.power`), fits the paper's forms (:mod:`.fitting`) on a deterministic split and returns
-an :class:`~servegym.envs.geo.profile.EngineProfile` whose ``sources``, ``notes`` and
+an :class:`~servegym.envs.geo.sim.profile.EngineProfile` whose ``sources``, ``notes`` and
 ``fit_mape`` say where every number came from.
 """
 
@@ -17,7 +17,7 @@ from servegym.calibration.geo import fitting, sources
 from servegym.calibration.geo.power import build_power_model
 from servegym.calibration.geo.specs import ARCHS, GIB, GPUS, ModelArch
 from servegym.calibration.geo.tables import StepComposer, decode_grid, prefill_grid
-from servegym.envs.geo.profile import EngineProfile, StepEnergyModel
+from servegym.envs.geo.sim.profile import EngineProfile, StepEnergyModel
 
 from servegym.errors import ConfigError
 

@@ -47,8 +47,8 @@ def speed_bench(preset_name: str = "paper", rate_rps: float | None = 4000.0, sim
     ``overrides`` are GeoConfig fields (e.g. ``decision_mode="window"``). The run stops at the
     end of the arrivals (``drain_s = 0``); requests still in flight then are ``unfinished_at_end``.
     """
-    from servegym.envs.geo.cluster import GeoSimulation
-    from servegym.envs.geo.config import preset
+    from servegym.envs.geo.sim.cluster import GeoSimulation
+    from servegym.envs.geo.sim.config import preset
 
     kw: dict[str, Any] = {"duration_s": float(sim_seconds), "drain_s": 0.0, "seed": seed}
     if rate_rps is not None:

@@ -1,8 +1,8 @@
 """Policy comparison on one geo scenario: policies x seeds -> tidy tables, CSV/markdown, Fig. 4a scatter.
 
 :func:`run_comparison` runs every policy spec (``servegym.baselines.geo.registry``) on every seed
-of one :class:`~servegym.envs.geo.config.GeoConfig` and returns a tidy DataFrame, one row per
-(policy, seed), with the run's summary (``servegym.envs.geo.metrics``) and
+of one :class:`~servegym.envs.geo.sim.config.GeoConfig` and returns a tidy DataFrame, one row per
+(policy, seed), with the run's summary (``servegym.envs.geo.sim.metrics``) and
 ``carbon_saving_pct``: ``100 * (1 - carbon_g / carbon_g of RR on the same seed)``. RR is always
 run as the reference, even when not asked for (it is then dropped from the returned rows only if
 ``keep_reference=False``).
@@ -15,23 +15,24 @@ scheduling delay charged per placed request; for per-request policies that is pe
 the window schedulers it is the solve time of the window a request was placed in).
 
 OSL source (``config.osl_mode``): ``oracle`` (the true OSL), ``mean`` (the workload's mean) or
-``predicted`` (the shipped MLP of :mod:`servegym.envs.geo.osl`). The MLP knows four applications
+``predicted`` (the shipped MLP of :mod:`servegym.envs.geo.sim.osl`). The MLP knows four applications
 (the traces it was trained on); a workload outside them is predicted as its nearest application by
-task (:data:`OSL_APP_PROXY`: CNN-DailyMail summarization -> ``arxiv`` summarization, OpenOrca
+task (:data:`~servegym.envs.geo.sim.osl.OSL_APP_PROXY`: CNN-DailyMail summarization -> ``arxiv`` summarization, OpenOrca
 instructions -> ``azure-conv`` conversation), which the result tables name.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from servegym.envs.geo.config import GeoConfig
+from servegym.envs.geo.sim.config import GeoConfig
+from servegym.envs.geo.sim.osl import OSL_APP_PROXY, osl_app, osl_predictor_for  # noqa: F401 (re-exported)
 
 from servegym import report
 from servegym.errors import ConfigError
@@ -40,9 +41,6 @@ from servegym.errors import ConfigError
 METRICS: tuple[str, ...] = ("carbon_g", "carbon_saving_pct", "slo_violation_pct", "ttft_p50_s", "ttft_p90_s",
                             "ttft_p99_s", "sched_overhead_ms")
 REFERENCE = "rr"
-#: Workload length spec -> OSL predictor application used in ``predicted`` mode.
-OSL_APP_PROXY: dict[str, str] = {"cnn-dailymail": "arxiv", "openorca": "azure-conv"}
-_DEFAULT_APP = "azure-conv"
 
 _RUN_COLUMNS: tuple[str, ...] = (
     "policy", "seed", "osl_mode", "decision_mode", "rate_rps", "carbon_g", "carbon_saving_pct", "energy_kwh",
@@ -50,23 +48,6 @@ _RUN_COLUMNS: tuple[str, ...] = (
     "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "sched_overhead_ms", "arrived", "finished", "unfinished",
     "decisions", "decision_calls", "complete", "wall_s",
 )
-
-
-def osl_app(lengths: str) -> str:
-    """The OSL predictor application standing in for a workload length spec."""
-    from servegym.envs.geo.osl import APPS
-
-    return lengths if lengths in APPS else OSL_APP_PROXY.get(lengths, _DEFAULT_APP)
-
-
-def osl_predictor_for(config: GeoConfig) -> Callable[[Any], Any] | None:
-    """The ``isl -> OSL`` callable ``GeoSimulation`` needs in ``predicted`` mode (None otherwise)."""
-    if config.osl_mode != "predicted":
-        return None
-    from servegym.envs.geo.osl import TRACE_MODEL, OSLPredictor
-
-    app = osl_app(config.lengths)
-    return OSLPredictor.load().bind(TRACE_MODEL[app], app)
 
 
 def check_policies(policies: Sequence[str]) -> list[str]:
@@ -104,7 +85,7 @@ def run_one(config: GeoConfig, spec: str, seed: int) -> dict[str, Any]:
     import time
 
     from servegym.baselines.geo.registry import make_policy, policy_config
-    from servegym.envs.geo.cluster import GeoSimulation
+    from servegym.envs.geo.sim.cluster import GeoSimulation
 
     policy = make_policy(spec)
     cfg = policy_config(config, policy)

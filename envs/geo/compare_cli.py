@@ -71,7 +71,7 @@ def _compare(args: argparse.Namespace) -> int:
         text_table,
         write_outputs,
     )
-    from servegym.envs.geo.config import preset
+    from servegym.envs.geo.sim.config import preset
 
     from servegym.errors import ConfigError, check_range, check_request_count
     from servegym.report import seeds_phrase, wrap
@@ -79,7 +79,7 @@ def _compare(args: argparse.Namespace) -> int:
     check_range("--sim-seconds", args.sim_seconds, 0.0, WEEK_S, low_inclusive=False)
     check_range("--seeds", args.seeds, 1, MAX_SEEDS)
     check_range("--max-requests", args.max_requests, 1, MAX_REQUEST_CEILING)
-    from servegym.envs.geo.config import PAPER_MODELS
+    from servegym.envs.geo.sim.config import PAPER_MODELS
 
     args.model = PAPER_MODELS.resolve(args.model)  # shown in its canonical spelling from here on
     if args.rate is not None:

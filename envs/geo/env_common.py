@@ -1,6 +1,6 @@
 """What the two geo routing environments share: config, reward/metrics, per-DC features, rendering.
 
-Both environments are thin drivers of :class:`~servegym.envs.geo.cluster.GeoSimulation` (DESIGN
+Both environments are thin drivers of :class:`~servegym.envs.geo.sim.cluster.GeoSimulation` (DESIGN
 principle 1): they take decision contexts from the simulator, turn them into observations, and
 hand the agent's placements back through ``sim.apply``; no dynamics live here.
 
@@ -90,9 +90,10 @@ import gymnasium as gym
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
-from servegym.envs.geo.cluster import GeoSimulation
-from servegym.envs.geo.config import LOADS, PAPER_MODELS, PRESETS, GeoConfig, preset
-from servegym.envs.geo.provisioner import Snapshot
+from servegym.envs.geo.sim.cluster import GeoSimulation
+from servegym.envs.geo.sim.config import LOADS, PAPER_MODELS, PRESETS, GeoConfig, preset
+from servegym.envs.geo.sim.osl import osl_predictor_for
+from servegym.envs.geo.sim.provisioner import Snapshot
 
 from servegym.errors import (
     ActionError,
@@ -168,10 +169,10 @@ class GeoEnvConfig:
 
     Fields:
         preset: geo scenario preset (``"paper"``, ``"small"``, ``"mini"``); ``small`` by default.
-        model: paper model key (``servegym.envs.geo.config.PAPER_MODELS``).
+        model: paper model key (``servegym.envs.geo.sim.config.PAPER_MODELS``).
         load: ``"low"``, ``"moderate"`` or ``"high"``: the paper's arrival rate for the model,
             scaled per GPU to the preset.
-        geo: further :class:`~servegym.envs.geo.config.GeoConfig` overrides (e.g.
+        geo: further :class:`~servegym.envs.geo.sim.config.GeoConfig` overrides (e.g.
             ``{"rate_rps": 250, "duration_s": 20, "poll_interval_s": 2}``). ``decision_mode`` is
             the env's own and ``seed`` comes from ``reset(seed=...)``; ``osl_mode`` may be
             ``"mean"`` or ``"oracle"`` (oracle is named in ``info``).
@@ -767,8 +768,6 @@ class GeoEnvBase(gym.Env):
         return self._make_run(geo, seed)[0]
 
     def _make_run(self, geo: GeoConfig, seed: int) -> tuple[GeoSimulation, GridClock]:
-        from servegym.envs.geo.compare import osl_predictor_for
-
         cfg = self.config
         clock = GridClock(geo, cfg.ci_time_scale, cfg.ci_forecast_h, cfg.ci_forecast_noise, seed)
         seen = clock.day_ahead_at if geo.ci_signal == "day-ahead" else None

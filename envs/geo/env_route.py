@@ -1,6 +1,6 @@
 """``servegym/GeoRoute-v0``: route each request of the geo simulator to a DC, one step per request.
 
-A thin driver of :class:`~servegym.envs.geo.cluster.GeoSimulation` in ``request`` decision mode.
+A thin driver of :class:`~servegym.envs.geo.sim.cluster.GeoSimulation` in ``request`` decision mode.
 At each provisioner poll interval the env takes the interval's arrivals as one context
 (``sim.next_batch()``: every one of them is decided on the same snapshot) and hands them to the
 agent one per step, in arrival order; when the last one is decided it applies the interval's
@@ -57,7 +57,6 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
-from servegym.envs.geo.decisions import DecisionContext
 from servegym.envs.geo.env_common import (
     DC_FEATURES,
     TIME_FEATURES,
@@ -66,8 +65,9 @@ from servegym.envs.geo.env_common import (
     forecast_names,
     safe_ratio_squash,
 )
-from servegym.envs.geo.provisioner import Snapshot
 from servegym.envs.geo.reference import ReferencePlanner
+from servegym.envs.geo.sim.decisions import DecisionContext
+from servegym.envs.geo.sim.provisioner import Snapshot
 
 from servegym.errors import ActionError, ConfigError
 

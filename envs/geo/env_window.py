@@ -1,6 +1,6 @@
 """``servegym/GeoRouteWindow-v0``: admit a scheduling window's requests to DCs, one step per window.
 
-A thin driver of :class:`~servegym.envs.geo.cluster.GeoSimulation` in ``window`` decision mode:
+A thin driver of :class:`~servegym.envs.geo.sim.cluster.GeoSimulation` in ``window`` decision mode:
 each regional scheduler collects requests over a window of ``window_s`` (100 ms) or
 ``window_max_requests`` (300), whichever closes first, and the agent decides the whole window
 in one step, like the paper's ILP schedulers, by setting per-DC admission limits.
@@ -65,7 +65,6 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
-from servegym.envs.geo.decisions import DecisionContext
 from servegym.envs.geo.env_common import (
     DC_FEATURES,
     TIME_FEATURES,
@@ -75,7 +74,8 @@ from servegym.envs.geo.env_common import (
     safe_ratio_squash,
     squash,
 )
-from servegym.envs.geo.provisioner import Snapshot
+from servegym.envs.geo.sim.decisions import DecisionContext
+from servegym.envs.geo.sim.provisioner import Snapshot
 
 from servegym.errors import ActionError, ConfigError
 

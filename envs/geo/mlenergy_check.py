@@ -7,7 +7,7 @@ requests), all submitted at once (``--request-rate inf``), with ``max_num_seqs``
 (``servegym/envs/data/ml_energy/mlenergy_v2_a100_chat.csv``: Llama-3.1-8B TP1 and Mixtral-8x7B TP4) gives, per
 run, GPU energy per request (NVML, all TP GPUs), mean TPOT, output throughput and mean output length.
 
-The same workload drives one :class:`~servegym.envs.geo.engine.EnginePool` engine of the shipped profile with the
+The same workload drives one :class:`~servegym.envs.geo.sim.engine.EnginePool` engine of the shipped profile with the
 run's batch cap: 2,000 requests at t = 0, inputs from 500 ShareGPT-like prompts repeated 4 times, outputs drawn
 per request. Lengths (tokens) are an assumption, stated here because ML.ENERGY does not publish its prompt
 lengths: lognormal inputs with mean 161 (the ShareGPT mean input length reported by Kwon et al., "Efficient Memory
@@ -28,8 +28,8 @@ from importlib import resources
 
 import numpy as np
 import pandas as pd
-from servegym.envs.geo.engine import EnginePool
-from servegym.envs.geo.profile import load_profile
+from servegym.envs.geo.sim.engine import EnginePool
+from servegym.envs.geo.sim.profile import load_profile
 
 #: Shipped profile per ML.ENERGY model id.
 PROFILES = {"meta-llama/Meta-Llama-3.1-8B-Instruct": "llama3.1-8b_a100-40gb_tp1",

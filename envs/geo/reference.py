@@ -4,7 +4,7 @@
 reference scheduler would do for this request". :class:`ReferencePlanner` computes that choice
 on the same snapshot and the same own-dispatch counts the agent's request sees, by calling the
 baseline policy itself (:mod:`servegym.baselines.geo`, one model, two drivers) on a
-:class:`~servegym.envs.geo.decisions.DecisionContext` built from the env's poll interval:
+:class:`~servegym.envs.geo.sim.decisions.DecisionContext` built from the env's poll interval:
 
 - a request-mode reference (``greedy:<alpha>``, ``moer``): the policy decides the interval's
   remaining requests of the current request's scheduler from the current one on, with the
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from servegym.envs.geo.decisions import DecisionContext
+from servegym.envs.geo.sim.decisions import DecisionContext
 
 from servegym.errors import ConfigError, choice_error
 

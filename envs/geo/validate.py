@@ -3,7 +3,7 @@
 The paper serves CNN-DailyMail prompts on three Llama-3.1-8B vLLM engines (TP1, A100-40GB),
 round-robin, at Poisson rates from 2 to 50 req/s, and reports: saturation throughput 27.58 req/s,
 TPOT 15.5 ms at the lowest rate and 54 ms at the highest, and TTFT about 71 ms at the lowest rate.
-We replay the same experiment on :class:`~servegym.envs.geo.engine.EnginePool` and compare.
+We replay the same experiment on :class:`~servegym.envs.geo.sim.engine.EnginePool` and compare.
 
 Definitions (ours, the paper does not spell them out):
 
@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 from servegym.envs.geo import DEFAULT_VALIDATION_PROFILE
-from servegym.envs.geo.engine import EnginePool, FinishedRequests
-from servegym.envs.geo.profile import EngineProfile, load_profile
+from servegym.envs.geo.sim.engine import EnginePool, FinishedRequests
+from servegym.envs.geo.sim.profile import EngineProfile, load_profile
 
 from servegym.errors import ConfigError, ServegymError
 
@@ -132,7 +132,7 @@ def saturation_throughput(per_rate: list[dict[str, float]]) -> float:
 
 def step_mape_by_profile() -> dict[str, dict[str, float]]:
     """Held-out step-model MAPE (%) recorded in every shipped profile, keyed by profile name."""
-    from servegym.envs.geo.profile import available_profiles
+    from servegym.envs.geo.sim.profile import available_profiles
 
     return {name: dict(load_profile(name).fit_mape) for name in available_profiles()}
 

@@ -32,7 +32,7 @@ MAX_DEPTH = 32
 def shipped_names() -> frozenset[str]:
     """Names of shipped data that configs may use by name: traces and length sets, geo engine profiles."""
     from servegym.envs.data.catalog import TRACES
-    from servegym.envs.geo.profile import available_profiles
+    from servegym.envs.geo.sim.profile import available_profiles
 
     return frozenset(TRACES) | frozenset(available_profiles())
 
