@@ -202,6 +202,12 @@ def markdown(results: dict[str, dict[str, Any]], budget: str, cpu_total: float) 
         lines.append(f"| {env_id.split('/')[-1]}{note} | `{r['strongest']}` | {_f(r['target_score'], '.2f')} | {per} | "
                      f"{t.get('text', 'no target')} | {t.get('seeds_reached', '-')}/{t.get('seeds', '-')} | "
                      f"{_f(budget_steps)} | {r['references']['score_check_max_abs_diff']:.1e} |")
+    failed = [k.split("/")[-1] for k, r in results.items() if not r["references"]["score_check_ok"]]
+    if failed:
+        lines += ["", f"Score check failed for {', '.join(failed)}: today's code replays those validation episodes "
+                  "differently from the stored run (a simulator change since it was made). Where the strongest is the "
+                  "paper's method its score is 100 on the run's own scale by construction, so the time to it still "
+                  "reads from the stored history; otherwise the id has no target."]
     lines += ["", "## Per seed", "", "| env id | seed | reached at (steps) | CPU-s | best validation score minus the strongest's |", "|---|---|---|---|---|"]
     for env_id, r in results.items():
         for s in (r["time_to_strongest"] or {}).get("per_seed", []):
