@@ -8,7 +8,9 @@ episodes, the baselines' test episodes). This script turns them into the learnab
   against the ``best`` reference on the same 10 test scenarios (KPI ratio, SLO violation, normalized score
   mean), and whether the seed beats ``best`` under the protocol's rule;
 - ``learnability/<id>_curves.png``: each seed's validation normalized score (the checkpoint-selection
-  signal) against training steps, with the test-split score of each seed's selected checkpoint.
+  signal) against training steps, with the test-split score of each seed's selected checkpoint and the
+  strongest baseline's validation score on the same episodes (from the runs, or from
+  ``time_to_strongest.json`` for runs made before they carried it; :mod:`servegym.agents.time_to_strongest`).
 
 Usage::
 
@@ -60,6 +62,13 @@ def report(path: Path, out: Path) -> dict[str, Any]:
             curves.append({"seed": o["seed"], "timesteps": h["timesteps"],
                            "val_score": h.get("normalized_score", math.nan)})
     seeds_df, cur = pd.DataFrame(seeds), pd.DataFrame(curves)
+    from servegym.agents import time_to_strongest as tts
+
+    roles = protocol.yardsticks(e.env_id).roles()
+    trains = [o for o in data["outputs"] if o["kind"] == "train"]
+    ref = tts.stored_references(RESULTS / tts.RESULT_FILE, [e]).get(e.env_id, tts.Reference())
+    strong = tts.strongest_validation_score(trains, roles)
+    strong = (roles["strongest"], strong if strong is not None else ref.target)
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"# {e.env_id}: per training seed on the test split", "",
              f"{e.note}. {e.algo}, {e.timesteps:,} steps per seed; checkpoint chosen on {e.val_episodes} validation "
@@ -72,11 +81,12 @@ def report(path: Path, out: Path) -> dict[str, Any]:
         lines.append(f"| {r.seed} | {r.kpi:.4g} | {r.kpi_vs_best_pct:+.2f} % | {r.slo:.3f} | {r.score_mean:.1f} | "
                      f"{'yes' if r.beats_best else 'no'} | {r.train_s:.0f} | {r.chosen} |")
     (out / f"{name}_seeds.md").write_text("\n".join(lines) + "\n")
-    _plot(cur, seeds_df, e.env_id, out / f"{name}_curves.png")
+    _plot(cur, seeds_df, e.env_id, out / f"{name}_curves.png", strong)
     return {"env": e.env_id, "seeds": seeds}
 
 
-def _plot(cur: pd.DataFrame, seeds: pd.DataFrame, env_id: str, path: Path) -> None:
+def _plot(cur: pd.DataFrame, seeds: pd.DataFrame, env_id: str, path: Path,
+          strongest: tuple[str, float | None] = ("", None)) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -93,7 +103,13 @@ def _plot(cur: pd.DataFrame, seeds: pd.DataFrame, env_id: str, path: Path) -> No
     ax.axhline(100.0, color="0.2", lw=0.9, ls="--")
     ax.text(ax.get_xlim()[0], 100.0, " best", va="bottom", fontsize=7)
     ax.text(ax.get_xlim()[0], 0.0, " naive", va="bottom", fontsize=7)
-    vals = np.concatenate([cur["val_score"].to_numpy(float), seeds["score_mean"].to_numpy(float)]) if len(cur) \
+    name, target = strongest
+    if target is not None and math.isfinite(target) and name:
+        ax.axhline(target, color="tab:red", lw=1.0, ls="-.")
+        ax.text(ax.get_xlim()[1], target, f"strongest: {name} (validation) ", va="top", ha="right", fontsize=7,
+                color="tab:red")
+    extra = [target] if target is not None and math.isfinite(target) else []
+    vals = np.concatenate([cur["val_score"].to_numpy(float), seeds["score_mean"].to_numpy(float), extra]) if len(cur) \
         else np.array([0.0])
     lo, hi = float(np.nanmin(vals)), float(np.nanmax(vals))
     ylabel = "normalized score (mean over episodes)"
@@ -105,7 +121,7 @@ def _plot(cur: pd.DataFrame, seeds: pd.DataFrame, env_id: str, path: Path) -> No
     ax.set_ylim(min(lo * 1.15, -20.0), max(150.0, hi + 20.0))
     ax.set_xlabel("training steps")
     ax.set_ylabel(ylabel)
-    ax.set_title(f"{env_id.split('/')[-1]}: validation score while training;\n"
+    ax.set_title(f"{env_id.split('/')[-1]}: validation score while training (100 = the paper's method);\n"
                  "stars: test score of each seed's selected checkpoint", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, ncol=2, loc="best")
