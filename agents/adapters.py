@@ -162,7 +162,9 @@ register_family(Family(name="pd", env_ids=PD_IDS, metrics=PD_METRICS,
                        recommended_algo=dict.fromkeys(PD_IDS, "maskable-ppo")))
 
 
-NPU_BASELINES = ("base", "neuscale", "ideal")
+#: ``hindsight``: the hindsight provisioning plan (servegym.baselines.npu_hindsight; knows the future demand, plays
+#: about 10 candidate plans per episode on copies of its simulator), a feasible bound beside the Ideal oracle.
+NPU_BASELINES = ("base", "neuscale", "ideal", "hindsight")
 
 
 def run_npu_baseline(env: gym.Env, name: str, seed: int) -> EpisodeResult:

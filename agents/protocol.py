@@ -17,6 +17,13 @@ policy name is accepted (:func:`policy_names`, :func:`resolve_policy`):
 * ``follow``: the residual action mode's zero action (the agent copies the paper's method), for ids whose
   action mode is residual (:func:`follow_action`), so an agent that only copies is visible as such.
 
+Beside the roles, an id may name a second hindsight bound (:attr:`Yardsticks.hindsight`, with its own kind and
+what it knows) that is *not* the 100 of the scale: npu's ``hindsight`` provisioning plan (known future demand,
+the real vPod boot times, played through the simulator: a ``feasible`` policy, so a lower bound on the
+simulator's hindsight optimum) sits beside the Ideal relaxation that stays its ``oracle``. It is reported on the
+oracle's scale (how much of the Ideal's headroom a policy that knows the future actually reaches) and is not a
+leaderboard role.
+
 **Scale.** With an oracle, episode i of return R_i scores ``100 (R_i - N_i) / (O_i - N_i)``, N_i and O_i
 the naive and oracle returns on the *same* scenario (same split and reset seed): naive scores 0 and the
 oracle 100 on every episode, by construction. Per episode and not pooled, because the hindsight oracle
@@ -90,6 +97,10 @@ class Yardsticks:
             the paper's method stands in).
         strongest_note: how it was chosen (split, episodes, the candidates' validation scores).
         follow: the id's action mode is residual, so ``follow`` (its zero action) is a yardstick.
+        hindsight: a second hindsight bound beside the oracle (module docstring), a family baseline name;
+            not a role and not the scale's 100.
+        hindsight_kind: ``optimum`` | ``relaxation`` | ``feasible`` (what its return is).
+        hindsight_knows: what it knows that a policy does not.
     """
 
     naive: str
@@ -100,12 +111,19 @@ class Yardsticks:
     strongest: str | None = None
     strongest_note: str = ""
     follow: bool = False
+    hindsight: str | None = None
+    hindsight_kind: str | None = None
+    hindsight_knows: str = ""
 
     def __post_init__(self) -> None:
         if (self.oracle is None) != (self.oracle_kind is None):
             raise ConfigError("Yardsticks: oracle and oracle_kind are set together")
         if self.oracle_kind is not None and self.oracle_kind not in ORACLE_KINDS:
             raise ConfigError(f"oracle_kind = {self.oracle_kind!r}; allowed: {', '.join(ORACLE_KINDS)}")
+        if (self.hindsight is None) != (self.hindsight_kind is None):
+            raise ConfigError("Yardsticks: hindsight and hindsight_kind are set together")
+        if self.hindsight_kind is not None and self.hindsight_kind not in ORACLE_KINDS:
+            raise ConfigError(f"hindsight_kind = {self.hindsight_kind!r}; allowed: {', '.join(ORACLE_KINDS)}")
 
     def roles(self) -> dict[str, str]:
         """Role -> policy name of every role this id has (``strongest`` falls back to ``paper``)."""
@@ -139,11 +157,24 @@ _PD = Yardsticks(naive="static-peak", paper="min-power+lookahead", oracle="oracl
                                 "same days) 97.1 [95.7, 98.4], the paper's min-power+lookahead 82.8 "
                                 "(benchmarks/results/pd_yardsticks.md)")
 # npu: the paper's Ideal (NeuScale §5.1) on the episode's own requests: a relaxation, since no pool can serve every
-# token at its best fit's full-batch energy with no idle, booting or partly filled vPods
+# token at its best fit's full-batch energy with no idle, booting or partly filled vPods. Beside it, ``hindsight``
+# (servegym.baselines.npu_hindsight): the least-energy provisioning plan with the episode's demand known in advance
+# under the real vPod boot times, solved exactly for its planning model (count DP per group, checked against HiGHS,
+# and a DP over the length-bucket grouping), played through the same simulator and decision loop: a feasible
+# policy, so its return is a lower bound on the simulator's hindsight optimum. The oracle (the scale's 100) stays
+# the Ideal: it bounds every policy from above, which the feasible plan does not (a policy can beat a plan that is
+# optimal only for its planning model), and the npu scores and leaderboard rows of this session are on the Ideal
+# scale; the hindsight plan's score on that scale is how much of the Ideal's headroom knowing the future reaches
+# (benchmarks/results/npu_yardsticks.md).
 _NPU = Yardsticks(naive="base", paper="neuscale", oracle="ideal", oracle_kind="relaxation",
                   oracle_knows="every request's true input and output length in advance; serves each token on its "
                                "length bucket's best-fit vPod at a full batch with no idle, booting or deleting vPods, "
                                "no queueing and no SLO misses (servegym.baselines.npu.ideal_metrics)",
+                  hindsight="hindsight", hindsight_kind="feasible",
+                  hindsight_knows="the episode's arrivals per 10-s bin, phase and length bucket with their true "
+                                  "lengths, a fresh cluster, and in hindsight which of its candidate plans played best "
+                                  "(each played on a copy of the episode's simulator); orders vPods a worst-case boot "
+                                  "time ahead (servegym.baselines.npu_hindsight)",
                   strongest="neuscale",
                   strongest_note="best mean score of the shipped non-oracle baselines (base, neuscale) on 10 "
                                  "validation episodes (seeds 1000-1009) of NPUAutoscale-v0 at the quick suite's "
@@ -174,7 +205,8 @@ def register_yardsticks(env_id: str, **changes: Any) -> Yardsticks:
     named policies must be the family's baselines (or ``follow``)."""
     y = replace(YARDSTICKS.get(env_id) or Yardsticks(**changes), **changes)
     fam = family_for(env_id)
-    for role, name in y.roles().items():
+    named = {**y.roles(), **({"hindsight": y.hindsight} if y.hindsight is not None else {})}
+    for role, name in named.items():
         if name != FOLLOW and not family_accepts(fam, name):
             raise ConfigError(f"yardsticks of {env_id}: {role} = {name!r} is not a baseline of family "
                               f"{fam.name!r}; allowed: {', '.join(fam.baselines)}")

@@ -541,7 +541,11 @@ def make_policy(name: str) -> NeuScalePolicy | BasePolicy:
         return NeuScalePolicy()
     if name == "base":
         return BasePolicy()
-    raise ConfigError(f"policy = {name!r} is unknown; allowed: base, neuscale (ideal is an oracle bound)")
+    if name == "hindsight":  # the hindsight plan (knows the episode's future demand): a feasible bound
+        from servegym.baselines.npu_hindsight import HindsightPolicy
+
+        return HindsightPolicy()  # type: ignore[return-value]
+    raise ConfigError(f"policy = {name!r} is unknown; allowed: base, neuscale, hindsight (ideal is an oracle bound)")
 
 
 def run_policy(sim: NPUCluster, policy: NeuScalePolicy | BasePolicy, hours: float | None = None,

@@ -28,9 +28,9 @@ def env() -> NPUAutoscaleEnv:
 def test_npu_family_lists_its_baselines() -> None:
     fam = family_for(ENV_ID)
     assert fam.name == "npu" and fam.run_baseline is not None
-    assert set(fam.baselines) == {"base", "neuscale", "ideal"} == set(BASELINES) == set(NPU_BASELINES)
+    assert set(fam.baselines) == {"base", "neuscale", "ideal", "hindsight"} == set(BASELINES) == set(NPU_BASELINES)
     assert resolve_baselines(fam, "all") == list(fam.baselines)
-    with pytest.raises(ConfigError, match="allowed: all, none or a comma list of base, neuscale, ideal"):
+    with pytest.raises(ConfigError, match="allowed: all, none or a comma list of base, neuscale, ideal, hindsight"):
         resolve_baselines(fam, "rr")
 
 

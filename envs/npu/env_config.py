@@ -51,8 +51,9 @@ the strongest npu baseline on the validation split; servegym.agents.protocol.YAR
 RESIDUAL_STEPS: tuple[int, ...] = (0, 1, -1, 2, -2)
 """Count-level change of a residual action value (value 0 = follow the reference, so all-zero reproduces it)."""
 
-BASELINES: tuple[str, ...] = ("base", "neuscale", "ideal")
-"""Policies :meth:`NPUAutoscaleEnv.run_baseline` runs on the env's episode (servegym.baselines.npu)."""
+BASELINES: tuple[str, ...] = ("base", "neuscale", "ideal", "hindsight")
+"""Policies :meth:`NPUAutoscaleEnv.run_baseline` runs on the env's episode (servegym.baselines.npu; ``hindsight``:
+the hindsight provisioning plan of servegym.baselines.npu_hindsight, which knows the episode's future demand)."""
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,11 @@ def workload_fingerprint(w: NPUWorkload) -> tuple:
             tuple((float(r.arrival_s[i]), int(r.input_tokens[i]), int(r.output_tokens[i])) for i in probe))
 
 
+def cfg_weight_ok(objective_weight: float) -> bool:
+    """Whether the objective has a positive weight (else the hindsight plan keeps its default SLO weight)."""
+    return objective_weight > 0.0
+
+
 class RewardsMixin:
     """Reward and baseline methods of :class:`~servegym.envs.npu.env.NPUAutoscaleEnv`."""
 
@@ -189,6 +194,9 @@ class RewardsMixin:
         infos: list[dict[str, Any]] = []
         state = {"n0": 0, "late": 0, "emergency": 0}
         pol = make_policy(policy)
+        if policy == "hindsight" and cfg_weight_ok(self.config.objective_weight):
+            # it picks its candidate plan by this env's weights (SLO misses per unit of objective)
+            pol.slo_penalty = self.config.slo_penalty / self.config.objective_weight  # type: ignore[union-attr]
         decide = pol.decide
 
         def counted(ctx: Observation) -> ScalingDecision:  # count the emergency layer's scale-outs, as step does
@@ -219,7 +227,8 @@ class RewardsMixin:
         ``policy``: one of ``BASELINES`` (``base``, ``neuscale``: their own decision loop every
         ``check_s`` = 60 s with their own warm start, :func:`~servegym.baselines.npu.run_policy`;
         ``ideal``: the §5.1 oracle, :func:`~servegym.baselines.npu.ideal_metrics`, which uses true
-        lengths). The env is reset with ``seed`` (so the workload and :attr:`simulation_seed` are the
+        lengths; ``hindsight``: the hindsight provisioning plan, :mod:`servegym.baselines.npu_hindsight`, which knows
+        the episode's future demand and drives the same decision loop). The env is reset with ``seed`` (so the workload and :attr:`simulation_seed` are the
         agent's) and the policy drives a fresh :class:`NPUCluster` with that seed and workload for the
         env's horizon; the env's own simulator is left at the start of that episode.
 

@@ -1,0 +1,443 @@
+"""Hindsight provisioning of :class:`~servegym.envs.npu.cluster.NPUCluster`: the least-energy vPod plan of the
+whole episode with its demand known in advance, under the real vPod boot times, played through the simulator.
+
+**What it knows.** Everything a policy cannot: the episode's arrivals at 10-s resolution per (phase, length
+bucket) with their true lengths (the fluid simulator's own workload profile,
+:func:`~servegym.envs.npu.sim.fluid_profile.workload_profile`), a fresh cluster at t = 0, and in hindsight which of
+its candidate plans played best on the episode (each candidate is played on a copy of the episode's simulator,
+same workload and same generator state, so the copy's run is the real run).
+
+**The planning model** (per phase; prefill and decode pools are separate, as in the simulator). The controller's
+decisions are the simulator's: per group (a bucket edge whose group serves the contiguous range of length buckets
+below it, the simulator's length-to-group map), one configuration for the episode and a vPod count at every 60-s
+decision point (``check_s``).
+
+* *Capacity at the SLO*, in vPods a group needs ready in decision interval k, from the simulator's own tables:
+  prefill, the peak 10-s bin of the interval of sum_b tokens/s_b / tps[c, b, best level] (the fluid sizes its
+  prefill capacity in best-level vPod-seconds and charges TTFT per 10-s bin); decode, the interval's mean of
+  sum_b tokens/s_b x TPOT[c, b, batch 1] / max batch[c] (the fluid admits decode jobs while the batch slots hold
+  their single-request TPOT work, Little's law), with the decode traffic of each group after the router's
+  output-length misprediction (``osl_accuracy``: the simulator's own routing shares,
+  :meth:`FluidCluster._decode_split`). Divided by a utilization target rho and rounded up.
+* *Boot delay.* A vPod ordered at decision point k serves from k + L_c, L_c = ceil((108 s, the longest create
+  time of Table 3, + the configuration's download, engine start and weight load) / 60 s): ready in time for every
+  draw of the creation time. The initial deployment at t = 0 is ready at once (the baselines' warm start).
+* *Energy.* A held vPod (booting or ready) draws its static power; a deleted one holds its chips 15 s more
+  (``DELETE_S``); tokens add their dynamic energy at the full-batch level (per configuration and bucket).
+* *The count problem* of one group is then: minimize the held vPod-intervals (+ 0.25 per deletion) subject to
+  ready(k) >= d(k). It is solved exactly by :func:`count_plan` (one level of the demand at a time: each unit
+  layer holds a vPod over a run of intervals where d >= level, keeps it through a gap no longer than the boot
+  delay plus the deletion hold, else deletes and re-orders it L intervals ahead; exact for this problem, checked
+  against HiGHS's MILP in the tests, :func:`milp_count_plan`, which also gives its LP relaxation).
+* *The grouping* (which length buckets share a group, and each group's configuration among its top bucket's
+  SLO-meeting candidates and fail-overs that serve every member bucket within its SLO at max batch) is chosen by
+  an exact dynamic program over contiguous bucket ranges, each range costed by its exact count plan plus its
+  dynamic energy (decode with exact routing for the DP: the misprediction couples the ranges; the chosen
+  partition is then re-planned with the real routing shares). A one-group-per-phase structure (Base's shape)
+  is planned beside it.
+
+**The played policy** (:class:`HindsightPolicy`, name ``hindsight``): among the candidate plans (the two
+structures per phase x the prefill and decode utilization targets :data:`PREFILL_UTILIZATIONS`,
+:data:`DECODE_UTILIZATIONS`), the one whose played episode has the best
+return as the env's oracle-mode reward counts it (energy per Ideal epoch + ``slo_penalty`` x misses per arrived
+request per epoch, the env's defaults), then played on the real simulator through the same decision loop as
+Base and NeuScale (:func:`~servegym.baselines.npu.run_policy`; no emergency layer: the plan already knows the
+future). Its energy, cost and SLO are the simulator's.
+
+**What the result is.** The played plan is a **feasible** policy of the real simulator, so its return is a
+*lower bound* on the hindsight optimum of the simulator (not an upper bound on anything a policy can do). The
+planning optimum (:attr:`HindsightPlan.planned_energy_j`) is an optimum of the planning model only: the
+simulator charges idle vPods at static power while busy ones draw step power at their operating batch, and its
+SLO (TTFT waits, misprediction, migration) is not the planning model's capacity rule. The paper's Ideal
+(:func:`~servegym.baselines.npu.ideal_metrics`) stays the relaxation (an upper bound on every policy's return).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from servegym.envs.npu.sim.cluster import NB, NPUCluster, Observation, ScalingDecision
+from servegym.envs.npu.sim.config import CREATE_S, DELETE_S
+from servegym.envs.npu.sim.fluid import FluidCluster, make_cluster
+from servegym.envs.npu.sim.roofline import PHASES
+
+from servegym.errors import ConfigError, check_range
+
+#: The prefill utilization targets rho of the candidate plans (capacity planned = demand / rho): the fluid's TTFT
+#: waits grow with a group's utilization, so prefill needs headroom (measured: 25 % TTFT misses at rho = 1).
+PREFILL_UTILIZATIONS: tuple[float, ...] = (0.7, 0.5, 0.35, 0.25)
+#: The decode utilization targets (the first is the one the structure search uses).
+DECODE_UTILIZATIONS: tuple[float, ...] = (1.0, 0.7, 0.5)
+#: The candidate structures per phase: the DP's partition, or one group per phase (Base's shape).
+STRUCTURES: tuple[str, ...] = ("partition", "single")
+
+
+# ----------------------------------------------------------------------------------------- count problem
+def count_plan(demand: NDArray[np.int64], lead: int, delete_cost: float = DELETE_S / 60.0
+               ) -> tuple[NDArray[np.int64], float]:
+    """The least-cost vPod counts of one group (module docstring, *the count problem*).
+
+    ``demand`` (K,): vPods needed ready in each decision interval; ``lead``: intervals from an order to
+    service (>= 1; the count at interval 0 is the initial deployment, ready at once); ``delete_cost``: the
+    held intervals a deletion costs. Returns (target count per interval, cost in held vPod-intervals +
+    ``delete_cost`` per deletion). Per demand level the needed intervals form runs; runs separated by at most
+    ``lead + delete_cost`` intervals share one vPod (holding through the gap costs no more than deleting and
+    re-ordering it), each merged block holding from ``lead`` intervals before its first needed one (interval
+    0 at the earliest) to its last. Levels with the same needed set are handled together."""
+    d = np.asarray(demand, dtype=np.int64)
+    if d.ndim != 1 or (d < 0).any():
+        raise ConfigError("demand must be a 1-D array of non-negative vPod counts")
+    check_range("lead", lead, 1, None)
+    K = d.size
+    held = np.zeros(K, dtype=np.int64)
+    cost = 0.0
+    levels = np.unique(d[d > 0])
+    prev = 0
+    for lv in levels.tolist():
+        mult = lv - prev
+        prev = lv
+        need = np.concatenate([[False], d >= lv, [False]])
+        edges = np.flatnonzero(need[1:] != need[:-1])
+        starts, ends = edges[0::2], edges[1::2] - 1  # runs [start, end] of needed intervals
+        gaps = starts[1:] - ends[:-1] - 1
+        cut = np.concatenate([[True], gaps > lead + delete_cost])  # a new block starts here
+        b_start = starts[cut]
+        b_end = np.concatenate([ends[:-1][cut[1:]], ends[-1:]])
+        h0 = np.maximum(b_start - lead, 0)
+        diff = np.zeros(K + 1, dtype=np.int64)
+        np.add.at(diff, h0, mult)
+        np.add.at(diff, b_end + 1, -mult)
+        held += np.cumsum(diff[:-1])
+        n_del = int(np.count_nonzero(b_end < K - 1))
+        cost += mult * (float((b_end - h0 + 1).sum()) + delete_cost * n_del)
+    return held, cost
+
+
+def milp_count_plan(demand: NDArray[np.int64], lead: int, delete_cost: float = DELETE_S / 60.0,
+                    relax: bool = False) -> float:
+    """The count problem of :func:`count_plan` as a MILP solved by HiGHS (``relax``: its LP relaxation); the
+    optimal cost. Variables per interval k: held h_k, ordered c_k, deleted x_k (integers >= 0);
+    h_k = h_{k-1} + c_k - x_k; ready_k = h_k - sum of c_j over the last ``lead`` - 1 intervals (j >= 1: the
+    initial deployment is ready at once) >= demand_k; minimize sum h_k + ``delete_cost`` x sum x_k."""
+    import highspy
+
+    d = np.asarray(demand, dtype=float)
+    K = d.size
+    inf = highspy.kHighsInf
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("mip_rel_gap", 0.0)
+    # columns: h_0..h_{K-1}, c_0..c_{K-1}, x_0..x_{K-1}
+    for k in range(K):
+        h.addVar(0.0, inf)
+        h.changeColCost(k, 1.0)
+    for _ in range(K):
+        h.addVar(0.0, inf)
+    for k in range(K):
+        h.addVar(0.0, 0.0 if k == 0 else inf)
+        h.changeColCost(2 * K + k, delete_cost)
+    if not relax:
+        for j in range(3 * K):
+            h.changeColIntegrality(j, highspy.HighsVarType.kInteger)
+    for k in range(K):
+        idx = [k, K + k, 2 * K + k] + ([k - 1] if k > 0 else [])
+        val = [1.0, -1.0, 1.0] + ([-1.0] if k > 0 else [])
+        h.addRow(0.0, 0.0, len(idx), np.array(idx, dtype=np.int32), np.array(val))
+        recent = [K + j for j in range(max(1, k - lead + 1), k + 1)]
+        idx = [k, *recent]
+        val = [1.0] + [-1.0] * len(recent)
+        h.addRow(float(d[k]), inf, len(idx), np.array(idx, dtype=np.int32), np.array(val))
+    h.run()
+    return float(h.getInfo().objective_function_value)
+
+
+# ----------------------------------------------------------------------------------------- the plan
+@dataclass(frozen=True)
+class GroupPlan:
+    """One planned group: its key (phase, bucket edge), configuration id, target count per decision interval,
+    and its planned demand (vPods needed ready per interval) and boot lead (intervals)."""
+
+    key: tuple[str, int]
+    config: int
+    counts: NDArray[np.int64]
+    demand: NDArray[np.int64]
+    lead: int
+
+
+@dataclass(frozen=True)
+class HindsightPlan:
+    """A candidate plan: its groups, the structure and utilization target it was planned with, and what the
+    planning model predicts (J): static energy of the held vPods (deletion holds included) + dynamic energy."""
+
+    groups: tuple[GroupPlan, ...]
+    structure: tuple[str, str]
+    utilization: tuple[float, float]
+    planned_energy_j: float
+    planned_static_j: float
+
+    def targets(self, k: int) -> dict[tuple[str, int], dict[int, int]]:
+        """The targets of decision interval ``k`` (every planned group, 0 where it holds no vPod)."""
+        out: dict[tuple[str, int], dict[int, int]] = {}
+        for g in self.groups:
+            n = int(g.counts[min(k, g.counts.size - 1)])
+            out[g.key] = {g.config: n} if n > 0 else {}
+        return out
+
+
+class _Planner:
+    """The planning model of one episode (module docstring) on a fluid twin of ``sim`` (same settings, catalog
+    and workload: its profile and routing shares; the twin is never advanced)."""
+
+    def __init__(self, sim: NPUCluster) -> None:
+        c = sim.config
+        self.sim = sim
+        # a separate twin (never advanced), so planning leaves the played simulator's caches untouched
+        self.fl: FluidCluster = make_cluster(c, sim.workload, seed=0, catalog=sim.catalog,  # type: ignore[assignment]
+                                             fidelity="fluid")
+        prof = self.fl.profile
+        self.dt = c.check_s
+        self.K = max(math.ceil(sim.workload.duration_s / c.check_s - 1e-9), 1)
+        per = round(c.check_s / prof.bin_s)
+        nbin = self.K * per
+        tok = np.zeros((nbin, 2, NB))
+        m = min(nbin, prof.n_bins)
+        tok[:m] = prof.tokens[:m]
+        self.tok = tok.reshape(self.K, per, 2, NB) / prof.bin_s  # tokens/s per (interval, bin, phase, bucket)
+        self.tok_total = tok.sum(axis=0)  # tokens per (phase, bucket) over the episode
+        self.slo = (sim.slo_p, sim.slo_d)
+        self.static_j = sim.cfg_static_w * c.check_s  # J per held vPod-interval
+        self._parts: dict[tuple[int, float], list[tuple[int, int]]] = {}
+
+    def lead(self, cid: int) -> int:
+        return max(math.ceil((CREATE_S[1] + float(self.sim.cfg_boot_s[cid])) / self.dt - 1e-9), 1)
+
+    def per_vpod(self, phase: int, cid: int) -> NDArray[np.float64]:
+        """vPods per token/s of each bucket on configuration ``cid`` (the capacity rule, module docstring)."""
+        s = self.sim
+        if phase == 0:
+            return 1.0 / np.maximum(s.tps[cid, :, -1], 1e-300)
+        return s.lat[cid, :, 0] / max(float(s.cfg_maxb[cid]), 1.0)
+
+    def dyn_j(self, phase: int, cid: int) -> NDArray[np.float64]:
+        """Dynamic J per token of each bucket on ``cid`` at its full-batch level."""
+        s = self.sim
+        return np.maximum(s.pow[cid, :, -1] - s.cfg_static_w[cid], 0.0) / np.maximum(s.tps[cid, :, -1], 1e-300)
+
+    def demand(self, phase: int, cid: int, rate: NDArray[np.float64], rho: float) -> NDArray[np.int64]:
+        """vPods needed ready per interval for the token rates ``rate`` (K, bins, NB) routed to the group."""
+        w = (rate * self.per_vpod(phase, cid)).sum(axis=2)  # (K, bins)
+        need = w.max(axis=1) if phase == 0 else w.mean(axis=1)
+        return np.ceil(need / rho - 1e-9).astype(np.int64)
+
+    def configs(self, phase: int, top: int, members: list[int]) -> list[int]:
+        """Configurations a group keyed at bucket ``top`` may run: its SLO-meeting candidates and fail-overs
+        that serve every member bucket within its SLO at max batch (the DSE's criterion)."""
+        s = self.sim
+        ph, edge = PHASES[phase], int(s.edges[top])
+        out = []
+        for cid in [*s.candidates(ph, edge), *s.failovers(ph, edge)]:
+            if cid not in out and bool(np.all(s.lat[cid, members, -1] <= self.slo[phase][members] + 1e-12)):
+                out.append(cid)
+        return out or list(s.candidates(ph, edge)[:1] or s.failovers(ph, edge)[:1])
+
+    def group_cost(self, phase: int, cid: int, rate: NDArray[np.float64], rho: float
+                   ) -> tuple[float, float, NDArray[np.int64], NDArray[np.int64]]:
+        """(planned energy J, its static part, counts, demand) of one group on ``cid`` for ``rate``."""
+        d = self.demand(phase, cid, rate, rho)
+        counts, held = count_plan(d, self.lead(cid))
+        static = held * float(self.static_j[cid])
+        dyn = float((rate.mean(axis=1).sum(axis=0) * self.dyn_j(phase, cid)).sum()) * self.dt
+        return static + dyn, static, counts, d
+
+    def partition(self, phase: int, rho: float) -> list[tuple[int, int]]:
+        """The DP's grouping of the live buckets (exact routing): [(top bucket, config)], ascending."""
+        if (phase, rho) not in self._parts:
+            self._parts[(phase, rho)] = self._partition(phase, rho)
+        return self._parts[(phase, rho)]
+
+    def _partition(self, phase: int, rho: float) -> list[tuple[int, int]]:
+        live = np.flatnonzero(self.tok_total[phase] > 0).tolist()
+        if not live:
+            return []
+        n = len(live)
+        rate = self.tok[:, :, phase, :]
+        best = np.full(n + 1, np.inf)
+        best[0] = 0.0
+        arg: list[tuple[int, int]] = [(0, -1)] * (n + 1)
+        for j in range(1, n + 1):  # best[j]: the first j live buckets grouped
+            top = live[j - 1]
+            for i in range(j):
+                members = live[i:j]
+                r = np.zeros_like(rate)
+                r[:, :, members] = rate[:, :, members]
+                for cid in self.configs(phase, top, members):
+                    cst = best[i] + self.group_cost(phase, cid, r, rho)[0]
+                    if cst < best[j]:
+                        best[j], arg[j] = cst, (i, cid)
+        out, j = [], n
+        while j > 0:
+            i, cid = arg[j]
+            out.append((live[j - 1], cid))
+            j = i
+        return out[::-1]
+
+    def single(self, phase: int, rho: float) -> list[tuple[int, int]]:
+        """One group per phase at the top live bucket, on its cheapest allowed configuration."""
+        live = np.flatnonzero(self.tok_total[phase] > 0).tolist()
+        if not live:
+            return []
+        rate = self.tok[:, :, phase, :]
+        cands = self.configs(phase, live[-1], live)
+        cid = min(cands, key=lambda c: self.group_cost(phase, c, rate, rho)[0])
+        return [(live[-1], cid)]
+
+    def plan(self, structure: tuple[str, str], rho_prefill: float, rho_decode: float) -> HindsightPlan:
+        """The plan of ``structure`` (per phase) at the phases' utilization targets, decode re-planned on the
+        real routing shares of its groups."""
+        groups: list[GroupPlan] = []
+        total = static = 0.0
+        for phase in (0, 1):
+            rho = (rho_prefill, rho_decode)[phase]
+            parts = self.partition(phase, rho) if structure[phase] == "partition" else self.single(phase, rho)
+            if not parts:
+                continue
+            tops = np.array([t for t, _ in parts], dtype=np.int64)
+            rate = self.tok[:, :, phase, :]
+            if phase == 0:
+                route = np.minimum(np.searchsorted(tops, np.arange(NB), side="left"), tops.size - 1)
+                share = np.zeros((NB, tops.size))
+                share[np.arange(NB), route] = 1.0
+            else:  # the simulator's decode routing shares (tokens of each total bucket -> each active group)
+                f_tok, _ = self.fl._decode_split(tops)
+                share = f_tok[:, tops]
+            for gi, (top, cid) in enumerate(parts):
+                e, s, counts, d = self.group_cost(phase, cid, rate * share[:, gi], rho)
+                total += e
+                static += s
+                groups.append(GroupPlan((PHASES[phase], int(self.sim.edges[top])), cid, counts, d, self.lead(cid)))
+        return HindsightPlan(tuple(groups), structure, (rho_prefill, rho_decode), total, static)
+
+
+# ----------------------------------------------------------------------------------------- the policy
+class _PlanPolicy:
+    """Plays a fixed :class:`HindsightPlan` at every decision point (the run_policy protocol): every group's
+    target at an epoch boundary, only the targets that change at the points between (targets are declarative,
+    so this is the same fleet; the env's ``emergency_scaleouts`` counts those between-epoch changes)."""
+
+    name = "hindsight"
+
+    def __init__(self, plan: HindsightPlan) -> None:
+        self.plan = plan
+        self.last: dict[tuple[str, int], dict[int, int]] = {}
+
+    def reset(self, sim: NPUCluster) -> None:
+        self.sim = sim
+        self.last = {}
+
+    def decide(self, ctx: Observation) -> ScalingDecision:
+        tgt = self.plan.targets(round(ctx.time_s / self.sim.config.check_s))
+        out = tgt if ctx.at_epoch_boundary else {k: v for k, v in tgt.items() if self.last.get(k) != v}
+        self.last = tgt
+        return ScalingDecision(out)
+
+
+def episode_cost(sim: NPUCluster, ideal_epoch: float, slo_penalty: float) -> float:
+    """The env's oracle-mode cost of a played episode (minus its return with the default weights): objective /
+    the Ideal's mean epoch + ``slo_penalty`` x misses / arrivals per epoch (misses: finished requests that missed
+    + open ones already late, as the env's flows sum)."""
+    c = sim.config
+    h = sim.history
+    obj = sum(float(m.energy_j.sum() if c.objective == "energy" else m.usd.sum()) for m in h)
+    misses = sum(float(m.slo_total - m.slo_met[2]) for m in h) + float(sim.late_count())
+    epochs = max(sim.workload.duration_s / c.epoch_s, 1.0)
+    arrivals = max(float(np.searchsorted(sim.workload.requests.arrival_s, sim.now, side="left")), 1.0) / epochs
+    return obj / max(ideal_epoch, 1e-12) + slo_penalty * misses / arrivals
+
+
+@dataclass
+class HindsightPolicy:
+    """The ``hindsight`` policy (module docstring): plans the candidates at ``reset``, plays each on a copy of the
+    episode's simulator, keeps the best, and plays its targets at every decision point.
+
+    The search (each distinct plan played once): every structure pair (prefill, decode) at every prefill
+    utilization target of ``prefill_utilizations`` with decode at the first of ``decode_utilizations``; then the
+    best one at the midpoints next to its prefill target; then at the other decode targets."""
+
+    prefill_utilizations: tuple[float, ...] = PREFILL_UTILIZATIONS
+    decode_utilizations: tuple[float, ...] = DECODE_UTILIZATIONS
+    structures: tuple[str, ...] = STRUCTURES
+    slo_penalty: float = 50.0
+    name: str = "hindsight"
+    plan: HindsightPlan | None = None
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for nm in ("prefill_utilizations", "decode_utilizations"):
+            u = getattr(self, nm)
+            if not u or not all(0.0 < x <= 1.0 for x in u):
+                raise ConfigError(f"{nm} = {u!r}; allowed: a non-empty tuple of values in (0, 1]")
+        if not self.structures:
+            raise ConfigError(f"structures is empty; allowed: a non-empty subset of {', '.join(STRUCTURES)}")
+        for s in self.structures:
+            if s not in STRUCTURES:
+                raise ConfigError(f"structures: {s!r} is unknown; allowed: {', '.join(STRUCTURES)}")
+        check_range("slo_penalty", self.slo_penalty, 0.0, None)
+
+    def reset(self, sim: NPUCluster) -> None:
+        from servegym.baselines.npu import ideal_metrics, run_policy
+
+        if sim.history or sim.now > 0:
+            raise ConfigError("the hindsight policy plans on a fresh simulator (reset before the first advance)")
+        self.sim = sim
+        planner = _Planner(sim)
+        c = sim.config
+        ideal = ideal_metrics(sim)
+        epochs = max(sim.workload.duration_s / c.epoch_s, 1.0)
+        ideal_epoch = (ideal["energy_j"] if c.objective == "energy" else ideal["usd"]) / epochs
+        hours = sim.workload.duration_s / 3600.0
+        rng0 = copy.deepcopy(sim.rng)  # the episode's creation-time draws: each copy replays them
+        played: dict[tuple, float] = {}
+        self.candidates = []
+        best: list[Any] = [math.inf, None, None]
+
+        def play(st: tuple[str, str], rp: float, rd: float) -> None:
+            plan = planner.plan(st, rp, rd)
+            sig = tuple((g.key, g.config, g.counts.tobytes()) for g in plan.groups)
+            if sig not in played:
+                twin = make_cluster(c, sim.workload, seed=0, catalog=sim.catalog, fidelity=sim.fidelity)
+                twin.rng = copy.deepcopy(rng0)
+                summary = run_policy(twin, _PlanPolicy(plan), hours=hours)
+                played[sig] = episode_cost(twin, ideal_epoch, self.slo_penalty)
+                self.candidates.append({"structure": list(st), "utilization": [rp, rd], "cost": played[sig],
+                                        "planned_energy_j": plan.planned_energy_j,
+                                        "played_energy_j": float(summary["energy_j"]),
+                                        "slo_violation_pct": float(summary["slo_violation_pct"])})
+            if played[sig] < best[0]:
+                best[:] = [played[sig], plan, (st, rp, rd)]
+
+        pairs = [(a, b) for a in self.structures for b in self.structures]
+        grid = sorted(self.prefill_utilizations, reverse=True)
+        for st in pairs:
+            for rp in grid:
+                play(st, rp, self.decode_utilizations[0])
+        st, rp, rd = best[2]
+        i = grid.index(rp)
+        for j in (i - 1, i + 1):  # refine the prefill target next to the best
+            if 0 <= j < len(grid):
+                play(st, 0.5 * (rp + grid[j]), rd)
+        st, rp, rd = best[2]
+        for rd2 in self.decode_utilizations[1:]:
+            play(st, rp, rd2)
+        self.plan = best[1]
+        self._play = _PlanPolicy(self.plan)
+        self._play.reset(sim)
+
+    def decide(self, ctx: Observation) -> ScalingDecision:
+        if self.plan is None:
+            raise ConfigError("HindsightPolicy.decide before reset")
+        return self._play.decide(ctx)
