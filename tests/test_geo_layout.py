@@ -24,8 +24,6 @@ LONG_MODULES = {
     # GeoSimulation is one event loop (arrivals, polls, engine steps, finishes, decisions) over shared
     # per-request arrays; its parts are already out (engine, provisioner, estimator, metrics, decisions)
     "sim/cluster.py": 700,
-    # split next (config, episode tracker, observation features, grid clock)
-    "env_common.py": 850,
 }
 #: The model's old module names (``servegym.envs.geo.<name>``), kept for one release.
 OLD_NAMES = ("cluster", "engine", "engine_kernels", "profile", "config", "provisioner", "estimator", "osl",
@@ -77,3 +75,38 @@ def test_old_module_names_are_the_sim_modules(name: str) -> None:
     finally:
         if saved is not None:
             sys.modules[old_name] = saved
+
+
+def test_env_reset_and_step_do_not_branch_on_the_action_mode() -> None:
+    """The action mode is a class (envs/geo/actions.py) chosen from the config; the envs only call it."""
+    import inspect
+    import textwrap
+
+    from servegym.envs.geo.actions import (
+        RouteDirect,
+        RouteResidual,
+        RouteResidualWindow,
+        WindowDirect,
+        WindowResidual,
+    )
+    from servegym.envs.geo.env_route import GeoRouteEnv
+    from servegym.envs.geo.env_window import GeoRouteWindowEnv
+
+    fns = [GeoRouteEnv.reset, GeoRouteEnv.step, GeoRouteEnv._decide, GeoRouteEnv._close_interval,
+           GeoRouteEnv.action_masks, GeoRouteEnv.follow_action, GeoRouteEnv._load_interval,
+           GeoRouteEnv._row_observation, GeoRouteEnv.simulator_mode, GeoRouteWindowEnv.reset,
+           GeoRouteWindowEnv.step, GeoRouteWindowEnv.placements, GeoRouteWindowEnv._observation]
+    for fn in fns:
+        body = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+        if isinstance(body, ast.FunctionDef) and ast.get_docstring(body) is not None:
+            body.body = body.body[1:]
+        src = ast.unparse(body)  # the code, without docstring and comments
+        for word in ("self.residual", "action_mode", "decide_at", "self._ref", "self._policy"):
+            assert word not in src, f"{fn.__qualname__} names {word!r}"
+    mini = {"preset": "mini", "geo": {"duration_s": 1.0}}
+    assert type(GeoRouteEnv(mini).action_type) is RouteDirect
+    assert type(GeoRouteEnv(mini, action_mode="residual").action_type) is RouteResidual
+    env = GeoRouteEnv(mini, action_mode="residual", decide_at="window")
+    assert type(env.action_type) is RouteResidualWindow and env.simulator_mode() == "window"
+    assert type(GeoRouteWindowEnv(mini).action_type) is WindowDirect
+    assert type(GeoRouteWindowEnv(mini, action_mode="residual").action_type) is WindowResidual

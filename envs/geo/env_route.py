@@ -23,6 +23,8 @@ reference's modelled solve delay), so action ``D`` at every step is the referenc
 :class:`~servegym.errors.ActionError` and changes nothing. :meth:`GeoRouteEnv.action_masks`
 gives the SLO-feasible DCs under the shared estimator (``Estimates.mask``: all DCs when none is
 feasible; the reference action is always allowed), the mask sb3-contrib's MaskablePPO reads.
+Each mode is a class of :mod:`servegym.envs.geo.actions` (``RouteDirect``, ``RouteResidual``,
+``RouteResidualWindow``), chosen from the config.
 The mask is advice, not a constraint: a masked DC is a real placement (the estimator may be wrong, and
 sending a request to a predicted-infeasible DC is a choice the agent may make and pay for in the reward), so
 it is executed as chosen and never altered. That is why there is no ``info["action_adjusted"]`` here: pd and
@@ -57,6 +59,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
+from servegym.envs.geo.actions import route_action_class, route_action_type
 from servegym.envs.geo.env_common import (
     DC_FEATURES,
     TIME_FEATURES,
@@ -65,11 +68,10 @@ from servegym.envs.geo.env_common import (
     forecast_names,
     safe_ratio_squash,
 )
-from servegym.envs.geo.reference import ReferencePlanner
 from servegym.envs.geo.sim.decisions import DecisionContext
 from servegym.envs.geo.sim.provisioner import Snapshot
 
-from servegym.errors import ActionError, ConfigError
+from servegym.errors import ActionError
 
 #: Per-DC features of the current request, in observation order.
 REQUEST_DC_FEATURES: tuple[str, ...] = ("ttft", "tpot", "carbon", "feasible", "local")
@@ -100,26 +102,22 @@ class GeoRouteEnv(GeoEnvBase):
                  **overrides: Any) -> None:
         super().__init__(config, render_mode, **overrides)
         d, r = self.n_dcs, self.n_regions
-        self.residual = self.config.action_mode == "residual"
+        self.action_type = route_action_type(self.config, self.geo_config, d)
+        self.residual = self.action_type.residual
         self._base_dim = 14 * d + r + 7 + self._fc_n + self._res_n
         self._res_lo = 14 * d + r + 7 + self._fc_n
-        self.obs_dim = self._base_dim + (d if self.residual else 0)
+        self.obs_dim = self._base_dim + self.action_type.extra_dims
         self.observation_space = spaces.Box(-1.0, 1.0, shape=(self.obs_dim,), dtype=np.float32)
-        self.action_space = spaces.Discrete(d + 1 if self.residual else d)
+        self.action_space = self.action_type.space(d)
         self._disp_lo, self._disp_hi = 8 * d, 9 * d
         self._time_lo = 14 * d + r + 2
         self._dense = self.config.reward == "dense"
-        self._ref: ReferencePlanner | None = None
-        if self.residual:
-            g = self.geo_config
-            self._ref = ReferencePlanner(self.config.reference, g.window_s, g.window_max_requests)
         self._ctx: DecisionContext | None = None
-        self._window = self.config.decide_at == "window"
 
     def simulator_mode(self) -> str:
         """``"window"`` with ``decide_at = "window"`` (the simulator hands out the reference's windows), else
-        ``"request"``."""
-        return "window" if self.config.decide_at == "window" else "request"
+        ``"request"`` (the action mode's, :mod:`servegym.envs.geo.actions`)."""
+        return route_action_class(self.config).simulator_mode
 
     @property
     def observation_names(self) -> list[str]:
@@ -131,8 +129,7 @@ class GeoRouteEnv(GeoEnvBase):
               ) -> tuple[NDArray[np.float32], dict[str, Any]]:
         super().reset(seed=seed)
         sim = self._new_simulation(seed)
-        if self._ref is not None:
-            self._ref.reset(sim.n_dcs, sim.n_regions, sim.seed)
+        self.action_type.reset(sim)
         self._load_interval()
         assert self._tracker is not None
         self._tracker.update()
@@ -158,13 +155,8 @@ class GeoRouteEnv(GeoEnvBase):
         return obs, reward, False, truncated, info
 
     def _decide(self, i: int, a: int) -> float:
-        """Place row ``i`` of the interval on DC ``a`` (or the reference's choice); its dense reward."""
-        if self._ref is not None:
-            ref = self._ref.choice_for(i, self._disp)
-            if a == self.n_dcs:
-                a = ref
-            elif a != ref:
-                self._ref.deviated(i)
+        """Place row ``i`` of the interval on the DC action ``a`` means in the action mode; its dense reward."""
+        a = self.action_type.decide(i, a, self._disp)
         self._actions[i] = a
         self._disp[self._sched[i], a] += 1.0
         return -float(self._cost[i, a]) if self._dense else 0.0
@@ -175,7 +167,7 @@ class GeoRouteEnv(GeoEnvBase):
         assert self.sim is not None and self._tracker is not None and self._ctx is not None
         ctx, rows = self._ctx, np.arange(self._n)
         # decide_at = "window": the window leaves after the reference's modelled solve delay, as in its own run
-        self.sim.apply(ctx, self._actions, self._ref.delay_s if self._window and self._ref is not None else 0.0)
+        self.sim.apply(ctx, self._actions, self.action_type.delay_s())
         if self._dense or self._res_n:
             est = ctx.estimates
             self._tracker.record(ctx.request_id, self._cost[rows, self._actions] if self._dense else rows[:0],
@@ -190,16 +182,12 @@ class GeoRouteEnv(GeoEnvBase):
         (or when no request is pending). A fresh array."""
         if self._ctx is None or self._episode_over:
             return np.ones(self.action_space.n, dtype=bool)
-        if self._ref is not None:
-            return np.append(self._mask[self._i], True)
-        return self._mask[self._i].copy()
+        return self.action_type.mask(self._mask[self._i])
 
     def follow_action(self) -> int:
         """The residual mode's "do what the reference does" action, ``D`` (the benchmark's ``follow``
         policy); the direct mode has none (ConfigError)."""
-        if not self.residual:
-            raise ConfigError("follow_action() needs action_mode = 'residual'; allowed: a residual GeoRoute-v0")
-        return int(self.n_dcs)
+        return self.action_type.follow_action(self.n_dcs)
 
     # -- internals ------------------------------------------------------------------------------
     def _check_action(self, action: Any) -> int:
@@ -246,9 +234,7 @@ class GeoRouteEnv(GeoEnvBase):
         if self._fc_n:
             g[:, o + 7 + r:o + 7 + r + self._fc_n] = self._clock.forecast(t)
         self._rows = g
-        if self._ref is not None:
-            g[:, self._base_dim:] = 0.0
-            self._ref.load(ctx)
+        self.action_type.load(ctx, g, self._base_dim)
         self._mask = np.array(est.mask, dtype=bool)
         if self._dense:
             assert self._tracker is not None
@@ -272,9 +258,7 @@ class GeoRouteEnv(GeoEnvBase):
         row = self._rows[i]
         x = self._disp[self._sched[i]] * self._inv_e
         row[self._disp_lo:self._disp_hi] = x / (1.0 + x)
-        if self._ref is not None:
-            row[self._base_dim:] = 0.0
-            row[self._base_dim + self._ref.choice_for(i, self._disp)] = 1.0
+        self.action_type.write(row, self._base_dim, i, self._disp)
         return row
 
     def _current_snapshot(self) -> Snapshot | None:

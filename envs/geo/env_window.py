@@ -37,6 +37,8 @@ The requests leave after the scheduler's modelled solve delay, as in the baselin
 observation adds the reference's capacities ``ref_cap[d]`` = squash(H_d / window size) (D values,
 after the window block).
 
+The two modes are the classes ``WindowDirect`` and ``WindowResidual`` of :mod:`servegym.envs.geo.actions`.
+
 Out-of-space actions (wrong shape, NaN/inf, outside [-1, 1]) raise
 :class:`~servegym.errors.ActionError` and change nothing.
 
@@ -65,6 +67,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
+from servegym.envs.geo.actions import window_action_type
 from servegym.envs.geo.env_common import (
     DC_FEATURES,
     TIME_FEATURES,
@@ -153,20 +156,11 @@ class GeoRouteWindowEnv(GeoEnvBase):
         if self.config.decide_at != "arrival":
             raise ConfigError(f"decide_at = {self.config.decide_at!r} is for GeoRoute-v0; allowed for "
                               "GeoRouteWindow-v0: 'arrival' (the default: it decides per window anyway)")
-        self.residual = self.config.action_mode == "residual"
-        k = 16 if self.residual else 15
+        self.action_type = window_action_type(self.config)
+        self.residual = self.action_type.residual
+        k = 15 + self.action_type.extra_blocks
         self.obs_dim = k * d + r + 8 + self._fc_n + self._res_n
         self._time_lo = k * d + r + 3
-        self._policy: Any = None
-        if self.residual:
-            from servegym.envs.geo.reference import make_reference
-
-            self._policy = make_reference(self.config.reference)
-            if getattr(self._policy, "decision_mode", "request") != "window":
-                raise ConfigError(f"reference = {self.config.reference!r} is not a window scheduler; allowed "
-                                  "for GeoRouteWindow-v0's residual mode: ['milp', 'ilp', 'iter-ilp']")
-            self._policy.capacity_hook = self._scaled_capacity
-        self._share = np.zeros(d)
         self.observation_space = spaces.Box(-1.0, 1.0, shape=(self.obs_dim,), dtype=np.float32)
         self.action_space = spaces.Box(-1.0, 1.0, shape=(d,), dtype=np.float32)
         self._ctx: DecisionContext | None = None
@@ -182,8 +176,7 @@ class GeoRouteWindowEnv(GeoEnvBase):
               ) -> tuple[NDArray[np.float32], dict[str, Any]]:
         super().reset(seed=seed)
         sim = self._new_simulation(seed)
-        if self._policy is not None:
-            self._policy.reset(sim.n_dcs, sim.n_regions, sim.seed)
+        self.action_type.reset(sim)
         self._ctx = sim.next_decision()
         self._overflow = 0
         assert self._tracker is not None
@@ -203,14 +196,8 @@ class GeoRouteWindowEnv(GeoEnvBase):
         sim, ctx = self.sim, self._ctx
         assert sim is not None and ctx is not None and self._tracker is not None
         est = ctx.estimates
-        if self._policy is not None:
-            self._scale = 2.0 * share - 1.0  # the action itself, in [-1, 1]
-            dc = np.asarray(self._policy.decide(ctx), dtype=np.int64)
-            overflow = 0
-            sim.apply(ctx, dc, self._policy.sched_delay_s(ctx))
-        else:
-            dc, overflow = assign_within_caps(est.carbon_g, ctx.action_mask(), self._caps(ctx, share))
-            sim.apply(ctx, dc)
+        dc, overflow, delay_s = self.action_type.place(self, ctx, share)
+        sim.apply(ctx, dc, delay_s)
         reward = 0.0
         rows = np.arange(dc.size)
         if self.config.reward == "dense":
@@ -232,13 +219,8 @@ class GeoRouteWindowEnv(GeoEnvBase):
         """The DC each request of the current window would get under ``action`` (nothing changes;
         direct mode only: the residual mode's solve advances its scheduler's state)."""
         self._require_running()
-        if self._policy is not None:
-            raise ConfigError("placements() is for action_mode='direct'; the residual mode's placements are "
-                              "the reference scheduler's solve, made by step()")
-        share = self._check_action(action)
-        ctx = self._ctx
-        assert ctx is not None
-        return assign_within_caps(ctx.estimates.carbon_g, ctx.action_mask(), self._caps(ctx, share))[0]
+        assert self._ctx is not None
+        return self.action_type.placements(self, self._ctx, action)
 
     # -- internals ------------------------------------------------------------------------------
     def _check_action(self, action: Any) -> NDArray[np.float64]:
@@ -262,14 +244,6 @@ class GeoRouteWindowEnv(GeoEnvBase):
         """``H'_d``: the estimator's headroom less this scheduler's dispatches since d's poll."""
         h = self._snapshot_features(ctx.snapshot)[1]
         return np.maximum(0.0, h - ctx.dispatched[int(ctx.scheduler[0])])
-
-    def _scaled_capacity(self, ctx: DecisionContext, cap: NDArray[np.float64]) -> NDArray[np.float64]:
-        """The residual mode's ``H'_d`` from the scheduler's ``H_d`` (module docstring)."""
-        a = self._scale
-        if not a.any():
-            return cap  # exactly the reference's capacities
-        n = ctx.n_requests
-        return np.where(a < 0.0, np.floor(cap * (1.0 + a)), cap + np.floor(np.maximum(a, 0.0) * n))
 
     def _caps(self, ctx: DecisionContext, share: NDArray[np.float64]) -> NDArray[np.int64]:
         return np.floor(share * self._headroom(ctx)).astype(np.int64)
@@ -295,12 +269,7 @@ class GeoRouteWindowEnv(GeoEnvBase):
         obs[o + d:o + 4 * d] = safe_ratio_squash(means, scales).ravel()
         obs[o + 4 * d:o + 5 * d] = snap.rtt_s[s] == 0.0
         obs[o + 5 * d:o + 6 * d] = squash(self._headroom(ctx) / max(n, 1))
-        o += 6 * d
-        if self._policy is not None:
-            from servegym.baselines.geo.ilp import window_headroom
-
-            obs[o:o + d] = squash(window_headroom(ctx, sim.estimator) / max(n, 1))
-            o += d
+        o = self.action_type.write(obs, o + 6 * d, ctx, sim)
         obs[o] = min(n / cfg.window_max_requests, 1.0)
         obs[o + 1] = min(float(np.log1p(ctx.input_tokens).mean()) / self._ln_cap, 1.0)
         obs[o + 2] = min(float(np.log1p(ctx.osl_estimate).mean()) / self._ln_cap, 1.0)
