@@ -157,6 +157,19 @@ def _emergency(sim: NPUCluster, ctx: Observation, targets: dict[tuple[str, int],
             out[key] = new
     return out
 
+def emergency_possible(sim: NPUCluster, targets: dict[tuple[str, int], dict[int, int]]) -> bool:
+    """Whether :func:`emergency_decision` could scale anything out now: :func:`_emergency` only acts on a group
+    with a target and a positive peak queue. When none has one, a decision point between epochs needs no
+    observation (``sim.skip_observation()``, then an empty decision): the same dynamics at a fraction of the cost
+    of :meth:`~servegym.envs.npu.sim.cluster.NPUCluster.observe` (between epochs, the usual case)."""
+    pq = sim.peak_queue_now()
+    edges = sim.edges
+    for key, tgt in targets.items():
+        if tgt and pq[PHASES.index(key[0]), int(np.searchsorted(edges, key[1]))] > 0:
+            return True
+    return False
+
+
 def emergency_decision(sim: NPUCluster, ctx: Observation,
                        targets: dict[tuple[str, int], dict[int, int]]) -> ScalingDecision:
     """Between epochs both policies only scale out in an emergency; the new targets stick until the next epoch.
@@ -560,6 +573,12 @@ def run_policy(sim: NPUCluster, policy: NeuScalePolicy | BasePolicy, hours: floa
     per = round(c.epoch_s / c.check_s)
     for e in range(n_epochs):
         for _ in range(per):
+            if not sim.at_epoch_boundary() and not emergency_possible(sim, policy.targets):
+                # between epochs both policies only call emergency_decision, which has nothing to act on
+                sim.skip_observation()
+                sim.apply(ScalingDecision({}))
+                sim.advance(c.check_s)
+                continue
             ctx = sim.observe()
             if e == 0 and ctx.at_epoch_boundary:
                 # the service exists at t = 0, sized by the policy on the first 10 minutes of arrivals

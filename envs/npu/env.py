@@ -192,6 +192,7 @@ from servegym.baselines.npu import (
     BasePolicy,
     NeuScalePolicy,
     emergency_decision,
+    emergency_possible,
 )
 from servegym.envs.npu.action_modes import make_action_mode
 from servegym.envs.npu.actions import ActionsMixin
@@ -492,11 +493,14 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
             # of Base and NeuScale (the same function) acts on the agent's targets, as run_policy does
             spans = [sim.advance(cc.check_s)]
             for _ in range(round(cc.epoch_s / cc.check_s) - 1):
-                ctx = sim.observe()
-                em = emergency_decision(sim, ctx, self._targets)
-                n_emergency += len(em.targets)
-                capped = self._capped(dict(em.targets))
-                self._targets.update(capped)
+                if emergency_possible(sim, self._targets):
+                    em = emergency_decision(sim, sim.observe(), self._targets)
+                    n_emergency += len(em.targets)
+                    capped = self._capped(dict(em.targets))
+                    self._targets.update(capped)
+                else:  # nothing the emergency layer could act on: no observation needed
+                    sim.skip_observation()
+                    capped = {}
                 sim.apply(ScalingDecision(capped))
                 spans.append(sim.advance(cc.check_s))
         else:

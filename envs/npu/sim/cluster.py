@@ -334,6 +334,21 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
         self._reroute_orphans()
 
     # ------------------------------------------------------------------ observation
+    def at_epoch_boundary(self) -> bool:
+        """Whether ``now`` is an epoch boundary (the ``at_epoch_boundary`` of :meth:`observe`)."""
+        c = self.config
+        return abs(self.now / c.epoch_s - round(self.now / c.epoch_s)) < 1e-9
+
+    def peak_queue_now(self) -> np.ndarray:
+        """The ``peak_queue`` (2 x 48 groups) :meth:`observe` would report now, without observing."""
+        return np.maximum(self.peak_queue, self._queue()).reshape(2, NB)
+
+    def skip_observation(self) -> None:
+        """For a decision point that needs no :class:`Observation` (an emergency check that cannot act,
+        :func:`~servegym.baselines.npu.emergency_possible`): the one effect :meth:`observe` has on the
+        simulator, the restart of the peak-queue window."""
+        self.peak_queue = np.zeros(2 * NB)
+
     def observe(self) -> Observation:
         c = self.config
         nb_epoch = round(c.epoch_s / c.rate_bin_s)
@@ -361,7 +376,7 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
         held = self.held_chips()
         ctx = Observation(
             time_s=self.now, epoch=int(self.now // c.epoch_s),
-            at_epoch_boundary=abs(self.now / c.epoch_s - round(self.now / c.epoch_s)) < 1e-9,
+            at_epoch_boundary=self.at_epoch_boundary(),
             bucket_edges=self.edges.copy(), rate_recent=recent, rate_peak=self.bin_counts.max(axis=0) / c.rate_bin_s,
             epoch_peak=rates.max(axis=0), tokens_per_req=tpr,
             ready=n_ready.reshape(2, NB), alive=n_alive.reshape(2, NB), queue=queue.reshape(2, NB),
