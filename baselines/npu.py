@@ -269,6 +269,20 @@ class NeuScalePolicy:
         # §3.3: the DSE "only needs to be performed once"), at the operating point the trace puts that bucket
         # at: its share of the trace's peak demand (the trace metadata Base sizes its one configuration by)
         self.fixed = operating_picks(sim) if sim.config.fit_at == "operating" else {}
+        # per-run lookups of the catalog (decide runs every epoch): each configuration's allocation, and the
+        # merge check's verdicts (a function of the catalog's step tables)
+        self._alloc = [cf.entry.alloc_index for cf in sim.configs]
+        self._slo_ok: dict[tuple[int, int, tuple[int, ...]], bool] = {}
+
+    def _candidates(self, phase: str, edge: int) -> list[int]:
+        """``sim.candidates(phase, edge)`` (best fit first) without its validation and copy for a known group (read only)."""
+        hit = self.sim.cand.get((phase, edge))
+        return hit if hit is not None else self.sim.candidates(phase, edge)
+
+    def _failovers(self, phase: str, edge: int) -> list[int]:
+        """``sim.failovers(phase, edge)`` without its validation and copy for a known group (read only)."""
+        hit = self.sim.failover.get((phase, edge))
+        return hit if hit is not None else self.sim.failovers(phase, edge)
 
     def groups(self, ctx: Observation, phase: int, signal: np.ndarray) -> list[tuple[int, float, float, int]]:
         """(bucket index, token rate W (tokens/s), per-vPod capacity C (tokens/s), best-fit id, R_peak
@@ -287,8 +301,9 @@ class NeuScalePolicy:
         run: list[int] = []
         prev = None
         pick = {b: self._pick(ctx, phase, b, float(ctx.rate_peak[phase, b] * tpr[b])) for b in live.tolist()}
+        alloc_of = self._alloc
         for b in live.tolist():
-            alloc = sim.configs[pick[b]].entry.alloc_index
+            alloc = alloc_of[pick[b]]
             if prev is not None and alloc != prev[1]:
                 run.append(prev[0])
             prev = (b, alloc)
@@ -301,14 +316,15 @@ class NeuScalePolicy:
         # run boundary moving by a bucket does not recreate the group's vPods
         sticky: dict[int, tuple[int, int]] = {}
         if self.sim.config.fit_at == "operating":
-            prev_groups = {sim.configs[c].entry.alloc_index: (int(np.searchsorted(ctx.bucket_edges, k[1])), c)
+            prev_groups = {alloc_of[c]: (int(np.searchsorted(ctx.bucket_edges, k[1])), c)
                            for k, c in self.main.items() if k[0] == ph}
             for i, top in enumerate(ends.tolist()):
-                hit = prev_groups.get(sim.configs[pick[top]].entry.alloc_index)
+                hit = prev_groups.get(alloc_of[pick[top]])
                 nxt = int(ends[i + 1]) if i + 1 < ends.size else NB
                 if hit is not None and top <= hit[0] < nxt:
                     sticky[top] = hit
-        top_of = {b: sticky.get(t, (t, 0))[0] for b in live.tolist() for t in [int(ends[np.searchsorted(ends, b)])]}
+        top_of = {b: sticky.get(t, (t, 0))[0]
+                  for b, t in zip(live.tolist(), ends[np.searchsorted(ends, live)].tolist(), strict=True)}
         # the group's configuration: its top bucket's pick at the group's own forecast demand (the batch the
         # group runs depends on all the tokens it serves), the top bucket's best fit with fit_at = best-batch (a
         # kept group keeps its key; its configuration follows its demand)
@@ -415,16 +431,20 @@ class NeuScalePolicy:
         ph = PHASES[phase]
         if self.sim.config.fit_at == "operating":
             return self.fixed[(phase, b)]
-        return self.sim.candidates(ph, edge)[0]
+        return self._candidates(ph, edge)[0]
 
     def _serves_within_slo(self, phase: int, cid: int, buckets: list[int]) -> bool:
         """Whether a vPod of ``cid`` meets every bucket's SLO (TTFT for prefill, TPOT for decode) at its
         max batch, the DSE's own criterion (a group runs at that batch under load, and the TTFT of a
         prefill batch is the batch's latency): a group may only absorb requests it serves within their SLO."""
-        sim = self.sim
-        slo = sim.slo_p if phase == 0 else sim.slo_d
-        b = np.asarray(buckets, dtype=np.int64)
-        return bool(np.all(sim.lat[cid, b, -1] <= slo[b] + 1e-12))
+        key = (phase, cid, tuple(buckets))
+        hit = self._slo_ok.get(key)
+        if hit is None:
+            sim = self.sim
+            slo = sim.slo_p if phase == 0 else sim.slo_d
+            b = np.asarray(buckets, dtype=np.int64)
+            hit = self._slo_ok[key] = bool(np.all(sim.lat[cid, b, -1] <= slo[b] + 1e-12))
+        return hit
 
     def decide(self, ctx: Observation) -> ScalingDecision:
         sim = self.sim
@@ -475,7 +495,7 @@ class NeuScalePolicy:
         for _w, key, n in sorted(wanted, key=lambda x: -x[0]):
             tgt: dict[int, int] = {}
             left = n
-            first = main.get(key, self.main.get(key, sim.candidates(*key)[0]))
+            first = main.get(key, self.main.get(key, self._candidates(*key)[0]))
             # a group whose configuration changed keeps its old vPods for this epoch, while the new ones boot
             # (make before break; they go at the next epoch)
             old = self.main.get(key)
@@ -484,7 +504,7 @@ class NeuScalePolicy:
                 if keep_old > 0:
                     tgt[old] = keep_old
                     budget[sim.configs[old].version] -= keep_old * sim.configs[old].chips
-            for cid in [first, *sim.failovers(*key)]:
+            for cid in [first, *self._failovers(*key)]:
                 if left <= 0:
                     break
                 cf = sim.configs[cid]

@@ -119,15 +119,16 @@ def test_more_or_fewer_vpods_than_the_reference() -> None:
 
 def test_safety_layer_is_the_baselines_emergency_function(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[bool] = []
-    real = npu_env.emergency_decision
+    real = npu_env.emergency_possible
     env = make(action_mode="residual")
 
-    def spy(sim: Any, ctx: Any, targets: dict) -> Any:
+    def spy(sim: Any, targets: dict) -> Any:
         pol = env._ref_policy
         calls.append(sim is env.sim and pol is not None and targets is pol.targets and targets is env._targets)
-        return real(sim, ctx, targets)
+        return real(sim, targets)
 
-    monkeypatch.setattr(npu_env, "emergency_decision", spy)
+    # the emergency layer's gate (emergency_decision runs, on a full observation, where it says so)
+    monkeypatch.setattr(npu_env, "emergency_possible", spy)
     env.reset(seed=0)
     for _ in range(2):
         env.step(zero(env))
@@ -138,6 +139,35 @@ def test_safety_layer_is_the_baselines_emergency_function(monkeypatch: pytest.Mo
     off.reset(seed=0)
     off.step(zero(off))
     assert calls == []
+
+
+@pytest.mark.parametrize("fidelity", ["fluid", "request"])
+def test_the_emergency_gate_skips_only_points_where_nothing_scales_out(monkeypatch: pytest.MonkeyPatch,
+                                                                       fidelity: str) -> None:
+    # wherever emergency_possible lets the env skip the observation, the emergency layer on a full observation
+    # (taken here without its side effect) would have scaled out nothing; a starved agent also meets points where
+    # it does scale out
+    real = npu_env.emergency_possible
+    seen: list[tuple[bool, bool]] = []
+
+    def gate(sim: Any, targets: dict) -> bool:
+        out = real(sim, targets)
+        keep = sim.peak_queue.copy()
+        ctx = sim.observe()
+        sim.peak_queue = keep
+        seen.append((out, bool(npu_env.emergency_decision(sim, ctx, dict(targets)).targets)))
+        return out
+
+    monkeypatch.setattr(npu_env, "emergency_possible", gate)
+    env = make(safety_layer=True, trace="azure-2023", fidelity=fidelity, hours=0.25)
+    env.reset(seed=0)
+    for _ in range(env.horizon):
+        a = env.heuristic_action()
+        a[0::2] = [1 if g in env.top_group else 0 for g in range(len(env.groups))]
+        env.step(a)
+    assert len(seen) == 4 * env.horizon
+    assert all(out or not acted for out, acted in seen)
+    assert any(acted for _, acted in seen) and not all(out for out, _ in seen)
 
 
 def test_safety_layer_scales_out_a_starved_agent() -> None:

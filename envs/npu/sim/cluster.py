@@ -188,6 +188,7 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
         self.v_ready = np.zeros(0)
         self.v_gone = np.zeros(0)  # inf while not deleting; end of deletion otherwise
         self.targets: dict[int, dict[int, int]] = {}
+        self.targets_touched = False  # set by apply() (the fluid's reconcile reads and clears it)
         self.target_order: list[int] = []
         G = 2 * NB
         # monitor
@@ -248,11 +249,10 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
 
     def held_chips(self) -> dict[str, float]:
         """Chips held per version now (creating, ready or deleting)."""
-        out = dict.fromkeys(VERSIONS, 0.0)
-        live = self.v_gone > self.now
-        for vi, v in enumerate(VERSIONS):
-            out[v] = float(self.cfg_chips[self.v_cfg[live]][self.cfg_ver[self.v_cfg[live]] == vi].sum())
-        return out
+        cfg = self.v_cfg[self.v_gone > self.now]
+        # chip counts are whole numbers, so the per-version sums are exact in any order
+        held = np.bincount(self.cfg_ver[cfg], weights=self.cfg_chips[cfg], minlength=len(VERSIONS))
+        return {v: float(held[vi]) for vi, v in enumerate(VERSIONS)}
 
     # ------------------------------------------------------------------ decisions
     def provision(self, decision: ScalingDecision) -> None:
@@ -287,6 +287,8 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
                 if int(cnt) > 0:
                     tgt[int(cid)] = int(cnt)
             parsed.append((g, tgt))
+        if parsed:
+            self.targets_touched = True  # the fluid compares the targets' content at its next reconcile
         for g, tgt in parsed:
             self.targets[g] = tgt
             if g in self.target_order:

@@ -68,6 +68,7 @@ class FluidCluster(NPUCluster):
         self._init_fleet()
         self._fallback = np.array([(self.cand.get((("prefill", "decode")[g // NB], int(self.edges[g % NB]))) or [0])[0]
                                    for g in range(2 * NB)], dtype=np.int64)
+        self._unlimited = all(np.isinf(q) for q in self.quota.values())  # no quota on any version
         self._signature: tuple | None = None
         self.targets_version = 0  # bumped whenever the targets' content changes
         self._tkey: tuple = ()
@@ -88,7 +89,7 @@ class FluidCluster(NPUCluster):
     def _chunk_substeps(self, K: int) -> int:
         """Without a quota, the whole advance is one chunk (nothing waits for chips between decision points,
         and the chunk's per-bin arrivals keep the bursts); with one, ``check_s`` worth, as the request level."""
-        if all(np.isinf(q) for q in self.quota.values()):
+        if self._unlimited:
             return K
         return super()._chunk_substeps(K)
 
@@ -107,12 +108,14 @@ class FluidCluster(NPUCluster):
     def _reconcile(self) -> None:
         """:meth:`NPUCluster._reconcile`, skipped when it cannot change anything: the same targets as at the last
         one, no vPod gone or newly ready (so no orphaned queue), and no quota (so no creation waits for chips)."""
-        tkey = tuple((g, tuple(t.items())) for g, t in self.targets.items())
-        if tkey != self._tkey:  # new targets: the fleet view (fluid_fleet.py) changes with them
-            self._tkey = tkey
-            self.targets_version += 1
+        if self.targets_touched:  # only apply() sets targets: compare their content only after one
+            self.targets_touched = False
+            tkey = tuple((g, tuple(t.items())) for g, t in self.targets.items())
+            if tkey != self._tkey:  # new targets: the fleet view (fluid_fleet.py) changes with them
+                self._tkey = tkey
+                self.targets_version += 1
         sig = (self.targets_version, self.v_group.size, int(np.count_nonzero(self.v_ready <= self.now)))
-        if self._signature == sig and all(np.isinf(q) for q in self.quota.values()):
+        if self._signature == sig and self._unlimited:
             return
         super()._reconcile()
         self._signature = (self.targets_version, self.v_group.size, int(np.count_nonzero(self.v_ready <= self.now)))
@@ -206,8 +209,9 @@ class FluidCluster(NPUCluster):
         tok_k = w[:, None] * prof.tokens[i0:i1, 0]
         last = i1 - 1
         arrived = float(prof.cum_counts[last]) + w[-1] * float(prof.cum_counts[last + 1] - prof.cum_counts[last])
-        return cnt_k.sum(axis=0), np.tensordot(w, prof.tokens[i0:i1], axes=1), arrived, np.maximum(lo, t0), length, \
-            np.stack([cnt_k[:, 0], tok_k], axis=1)
+        # np.tensordot(w, tokens, axes=1) without its Python overhead: the same dot on the same (1, k) x (k, 2 NB) layout
+        tok = np.dot(w.reshape(1, -1), prof.tokens[i0:i1].reshape(i1 - i0, -1)).reshape(2, NB)
+        return cnt_k.sum(axis=0), tok, arrived, np.maximum(lo, t0), length, np.stack([cnt_k[:, 0], tok_k], axis=1)
 
     def _monitor_bins(self, t0: float, t1: float) -> None:
         """The rate monitor's bins of [t0, t1) from the profile (one fancy assignment for the span's bins)."""
