@@ -70,7 +70,7 @@ from servegym.errors import ConfigError, check_range
 
 #: The prefill utilization targets rho of the candidate plans (capacity planned = demand / rho): the fluid's TTFT
 #: waits grow with a group's utilization, so prefill needs headroom (measured: 25 % TTFT misses at rho = 1).
-PREFILL_UTILIZATIONS: tuple[float, ...] = (0.7, 0.5, 0.35, 0.25)
+PREFILL_UTILIZATIONS: tuple[float, ...] = (1.0, 0.85, 0.7, 0.5, 0.35, 0.25)
 #: The decode utilization targets (the first is the one the structure search uses).
 DECODE_UTILIZATIONS: tuple[float, ...] = (1.0, 0.7, 0.5)
 #: The candidate structures per phase: the DP's partition, or one group per phase (Base's shape).
@@ -346,17 +346,36 @@ class _PlanPolicy:
         return ScalingDecision(out)
 
 
-def episode_cost(sim: NPUCluster, ideal_epoch: float, slo_penalty: float) -> float:
-    """The env's oracle-mode cost of a played episode (minus its return with the default weights): objective /
-    the Ideal's mean epoch + ``slo_penalty`` x misses / arrivals per epoch (misses: finished requests that missed
-    + open ones already late, as the env's flows sum)."""
+def interval_costs(sim: NPUCluster, ideal_epoch: float, slo_penalty: float) -> NDArray[np.float64]:
+    """The env's oracle-mode cost of each played decision interval (its share of minus the return): objective /
+    the Ideal's mean epoch + ``slo_penalty`` x misses / arrivals per epoch (misses: finished requests that missed;
+    the open ones already late at the end are added to the last interval, as the env's flows sum them)."""
     c = sim.config
     h = sim.history
-    obj = sum(float(m.energy_j.sum() if c.objective == "energy" else m.usd.sum()) for m in h)
-    misses = sum(float(m.slo_total - m.slo_met[2]) for m in h) + float(sim.late_count())
+    obj = np.array([float(m.energy_j.sum() if c.objective == "energy" else m.usd.sum()) for m in h])
+    misses = np.array([float(m.slo_total - m.slo_met[2]) for m in h])
+    misses[-1:] += float(sim.late_count())
     epochs = max(sim.workload.duration_s / c.epoch_s, 1.0)
     arrivals = max(float(np.searchsorted(sim.workload.requests.arrival_s, sim.now, side="left")), 1.0) / epochs
     return obj / max(ideal_epoch, 1e-12) + slo_penalty * misses / arrivals
+
+
+def episode_cost(sim: NPUCluster, ideal_epoch: float, slo_penalty: float) -> float:
+    """Minus the env's oracle-mode return of a played episode (:func:`interval_costs` summed)."""
+    return float(interval_costs(sim, ideal_epoch, slo_penalty).sum())
+
+
+def splice(plans: list[HindsightPlan], choice: NDArray[np.int64], per_epoch: int) -> HindsightPlan:
+    """One plan from ``plans`` (the same groups and configurations, different utilization targets): epoch e takes
+    the demand of ``plans[choice[e]]``, and each group's counts are re-solved exactly on that demand."""
+    groups = []
+    for gi, g in enumerate(plans[0].groups):
+        d = np.concatenate([plans[int(choice[e])].groups[gi].demand[e * per_epoch:(e + 1) * per_epoch]
+                            for e in range(choice.size)])[: g.demand.size]
+        counts, _ = count_plan(d, g.lead)
+        groups.append(GroupPlan(g.key, g.config, counts, d, g.lead))
+    return HindsightPlan(tuple(groups), plans[0].structure, (math.nan, plans[0].utilization[1]),
+                         math.nan, math.nan)
 
 
 @dataclass
@@ -366,7 +385,9 @@ class HindsightPolicy:
 
     The search (each distinct plan played once): every structure pair (prefill, decode) at every prefill
     utilization target of ``prefill_utilizations`` with decode at the first of ``decode_utilizations``; then the
-    best one at the midpoints next to its prefill target; then at the other decode targets."""
+    best one at the midpoints next to its prefill target; then at the other decode targets; then a splice: the
+    played plans with the best one's groups and decode target, each epoch taking the prefill demand of the plan
+    whose played epoch cost least (counts re-solved exactly on the spliced demand), kept if it plays better."""
 
     prefill_utilizations: tuple[float, ...] = PREFILL_UTILIZATIONS
     decode_utilizations: tuple[float, ...] = DECODE_UTILIZATIONS
@@ -401,24 +422,25 @@ class HindsightPolicy:
         ideal_epoch = (ideal["energy_j"] if c.objective == "energy" else ideal["usd"]) / epochs
         hours = sim.workload.duration_s / 3600.0
         rng0 = copy.deepcopy(sim.rng)  # the episode's creation-time draws: each copy replays them
-        played: dict[tuple, float] = {}
+        played: dict[tuple, tuple[float, HindsightPlan, NDArray[np.float64]]] = {}
         self.candidates = []
         best: list[Any] = [math.inf, None, None]
 
-        def play(st: tuple[str, str], rp: float, rd: float) -> None:
-            plan = planner.plan(st, rp, rd)
+        def play(st: tuple[str, str], rp: float, rd: float, plan: HindsightPlan | None = None) -> None:
+            plan = planner.plan(st, rp, rd) if plan is None else plan
             sig = tuple((g.key, g.config, g.counts.tobytes()) for g in plan.groups)
             if sig not in played:
                 twin = make_cluster(c, sim.workload, seed=0, catalog=sim.catalog, fidelity=sim.fidelity)
                 twin.rng = copy.deepcopy(rng0)
                 summary = run_policy(twin, _PlanPolicy(plan), hours=hours)
-                played[sig] = episode_cost(twin, ideal_epoch, self.slo_penalty)
-                self.candidates.append({"structure": list(st), "utilization": [rp, rd], "cost": played[sig],
+                per = interval_costs(twin, ideal_epoch, self.slo_penalty)
+                played[sig] = (float(per.sum()), plan, per)
+                self.candidates.append({"structure": list(st), "utilization": [rp, rd], "cost": played[sig][0],
                                         "planned_energy_j": plan.planned_energy_j,
                                         "played_energy_j": float(summary["energy_j"]),
                                         "slo_violation_pct": float(summary["slo_violation_pct"])})
-            if played[sig] < best[0]:
-                best[:] = [played[sig], plan, (st, rp, rd)]
+            if played[sig][0] < best[0]:
+                best[:] = [played[sig][0], plan, (st, rp, rd)]
 
         pairs = [(a, b) for a in self.structures for b in self.structures]
         grid = sorted(self.prefill_utilizations, reverse=True)
@@ -433,6 +455,23 @@ class HindsightPolicy:
         st, rp, rd = best[2]
         for rd2 in self.decode_utilizations[1:]:
             play(st, rp, rd2)
+        # the splice: per epoch the prefill target whose played epoch cost least, among plans with the best's groups
+        top: HindsightPlan = best[1]
+        shape = [(g.key, g.config) for g in top.groups]
+        same = [(p, per) for _, p, per in played.values()
+                if [(g.key, g.config) for g in p.groups] == shape and p.utilization[1] == top.utilization[1]
+                and math.isfinite(p.utilization[0])]
+        per_epoch = round(c.epoch_s / c.check_s)
+        if len(same) > 1:
+            n_ep = math.ceil(planner.K / per_epoch)
+            cost = np.full((len(same), n_ep), 0.0)
+            for i, (_, per) in enumerate(same):
+                pad = np.zeros(n_ep * per_epoch)
+                pad[:per.size] = per
+                cost[i] = pad.reshape(n_ep, per_epoch).sum(axis=1)
+            choice = np.argmin(cost, axis=0)
+            if np.unique(choice).size > 1:
+                play(top.structure, math.nan, top.utilization[1], splice([p for p, _ in same], choice, per_epoch))
         self.plan = best[1]
         self._play = _PlanPolicy(self.plan)
         self._play.reset(sim)
