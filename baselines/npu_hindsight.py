@@ -330,6 +330,7 @@ class _PlanPolicy:
     so this is the same fleet; the env's ``emergency_scaleouts`` counts those between-epoch changes)."""
 
     name = "hindsight"
+    decides_between_epochs = True  # run_policy asks it at every decision point
 
     def __init__(self, plan: HindsightPlan) -> None:
         self.plan = plan
@@ -394,6 +395,7 @@ class HindsightPolicy:
     structures: tuple[str, ...] = STRUCTURES
     slo_penalty: float = 50.0
     name: str = "hindsight"
+    decides_between_epochs: bool = True  # run_policy asks it at every decision point (its plan changes there)
     plan: HindsightPlan | None = None
     candidates: list[dict[str, Any]] = field(default_factory=list)
 

@@ -96,3 +96,25 @@ def test_one_short_episode_beats_base_below_the_ideal_and_replays_exactly() -> N
     assert h.metrics["slo_violation_pct"] < b.metrics["slo_violation_pct"]
     # the played policy's energy is the simulator's: above the Ideal's (idle, booting and partly filled vPods)
     assert h.metrics["energy_j"] > i.metrics["energy_j"]
+
+
+def test_run_policy_asks_the_plan_at_every_decision_point() -> None:
+    """run_policy skips the points between epochs where only an emergency could act (Base, NeuScale); the plan
+    changes its targets there, so it is asked at every one (the warm start counts as the first)."""
+    from servegym.baselines.npu import run_policy
+    from servegym.envs.npu.sim.fluid import make_cluster
+
+    env = bm.make_split_env(ENV, "test", SHORT)
+    try:
+        u = env.unwrapped
+        u.reset(seed=0)
+        sim = make_cluster(u.cluster_config, u.workload, seed=u.simulation_seed, catalog=u.catalog,
+                           fidelity=u.config.fidelity)
+    finally:
+        env.close()
+    pol = HindsightPolicy(prefill_utilizations=(0.5,), decode_utilizations=(1.0,), structures=("single",))
+    times: list[float] = []
+    decide = pol.decide
+    pol.decide = lambda ctx: (times.append(ctx.time_s), decide(ctx))[1]  # type: ignore[method-assign]
+    run_policy(sim, pol, hours=0.5)
+    assert times == [60.0 * k for k in range(30)]
