@@ -232,9 +232,18 @@ def markdown(results: dict[str, dict[str, Any]], budget: str, cpu_total: float) 
 
 # --- the leaderboard column, filled into the built files (no other field changes) ---------------------------
 
-def reach_of(env_id: str, out_dir: Path, budget: str, ref: tts.Reference) -> tuple[tts.TimeToStrongest | None, int]:
+def reach_of(env_id: str, out_dir: Path, budget: str, results: dict[str, Any]
+             ) -> tuple[tts.TimeToStrongest | None, int]:
+    """The time to the strongest of ``env_id``'s stored run, with this script's target and CPU model only where
+    they were measured for the same entry; and the run's number of agent test episodes."""
     data = json.loads((out_dir / "suite_runs" / budget / f"{env_id.split('/')[-1]}.json").read_text())
     trains = [o for o in data["outputs"] if o["kind"] == "train"]
+    mine = results.get(env_id) or {}
+    ref = tts.Reference()
+    if tts._same_entry(mine.get("entry", {}), data["entry"]):
+        cm = mine.get("cpu_model")
+        ref = tts.Reference(mine.get("target_score"),
+                            tts.CpuModel(tuple(cm["steps"]), tuple(cm["cpu_s"])) if cm else None)
     roles = protocol.yardsticks(env_id).roles()
     return tts.time_to_strongest(trains, roles, ref.target, ref.cpu_model), sum(len(o["rows"]) for o in trains)
 
@@ -243,9 +252,6 @@ def fill_leaderboard(out_dir: Path, budget: str) -> list[str]:
     """Add the time-to-the-strongest column to every agent row of leaderboard.{json,csv,md} whose stored run
     matches it (same number of agent episodes); returns the ids filled. Every other field stays byte-identical."""
     results = json.loads((out_dir / tts.RESULT_FILE).read_text())["ids"]
-    refs = {k: tts.Reference(v.get("target_score"),
-                             tts.CpuModel(tuple(v["cpu_model"]["steps"]), tuple(v["cpu_model"]["cpu_s"]))
-                             if v.get("cpu_model") else None) for k, v in results.items()}
     jpath, cpath, mpath = (out_dir / f"leaderboard.{x}" for x in ("json", "csv", "md"))
     jtext = jpath.read_text()
     records = json.loads(jtext)
@@ -255,7 +261,7 @@ def fill_leaderboard(out_dir: Path, budget: str) -> list[str]:
     for rec in records:
         if rec.get("role") != "agent":
             continue
-        got, episodes = reach_of(rec["env"], out_dir, budget, refs.get(rec["env"], tts.Reference()))
+        got, episodes = reach_of(rec["env"], out_dir, budget, results)
         if episodes != rec["episodes"]:
             raise SystemExit(f"{rec['env']}: the leaderboard row has {rec['episodes']} agent episodes, the stored run "
                              f"{episodes}; not the same run")
