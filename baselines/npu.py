@@ -300,7 +300,10 @@ class NeuScalePolicy:
         groups: dict[int, list[float]] = {}
         run: list[int] = []
         prev = None
-        pick = {b: self._pick(ctx, phase, b, float(ctx.rate_peak[phase, b] * tpr[b])) for b in live.tolist()}
+        if sim.config.fit_at == "operating":
+            pick = {b: self._pick(ctx, phase, b, float(ctx.rate_peak[phase, b] * tpr[b])) for b in live.tolist()}
+        else:  # the bucket's best fit (_pick without the demand it does not use)
+            pick = {b: self._candidates(ph, int(ctx.bucket_edges[b]))[0] for b in live.tolist()}
         alloc_of = self._alloc
         for b in live.tolist():
             alloc = alloc_of[pick[b]]

@@ -31,6 +31,8 @@ Its cross-check against the request-level simulator is ``benchmarks/npu_fluid_cr
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import NDArray
 from servegym.envs.npu.sim import fluid_kernels as fk
@@ -73,6 +75,7 @@ class FluidCluster(NPUCluster):
         self.targets_version = 0  # bumped whenever the targets' content changes
         self._tkey: tuple = ()
         self._fleet_cache: tuple | None = None
+        self._dom_tables: tuple | None = None  # (dominant configurations, their tps_best and latd): fluid_fleet.py
         # fluid state: per phase, queued tokens and requests per (group bucket, request bucket)
         self.q_tok = np.zeros((2, NB, NB))
         self.q_req = np.zeros((2, NB, NB))
@@ -117,7 +120,12 @@ class FluidCluster(NPUCluster):
         sig = (self.targets_version, self.v_group.size, int(np.count_nonzero(self.v_ready <= self.now)))
         if self._signature == sig and self._unlimited:
             return
-        super()._reconcile()
+        if self._unlimited and self._signature is not None and self._signature[:2] == sig[:2]:
+            # the same targets and vPods as at the last reconcile, which met every target (no quota), only more of
+            # them ready: nothing to create or delete and the peak chips held cannot rise; only the routes change
+            self._reroute_orphans()
+        else:
+            super()._reconcile()
         self._signature = (self.targets_version, self.v_group.size, int(np.count_nonzero(self.v_ready <= self.now)))
 
     # ------------------------------------------------------------------ routing and queues
@@ -198,7 +206,7 @@ class FluidCluster(NPUCluster):
         requests and tokens per input bucket."""
         prof = self.profile
         bs = prof.bin_s
-        i0, i1 = int(t0 // bs), min(int(np.ceil(t1 / bs - 1e-9)), prof.n_bins)
+        i0, i1 = int(t0 // bs), min(math.ceil(t1 / bs - 1e-9), prof.n_bins)
         if i0 >= i1:
             z = np.zeros((2, NB))
             return z, z.copy(), float(prof.cum_counts[-1]), np.array([t0]), np.array([t1 - t0]), np.zeros((1, 2, NB))
@@ -219,6 +227,15 @@ class FluidCluster(NPUCluster):
         prof = self.profile
         nbin = round((t1 - t0) / c.rate_bin_s)
         if nbin <= 0:
+            return
+        start = self.bin_index % self.nbins_w
+        k0 = int(t0 // prof.bin_s)
+        if (prof.bin_s == c.rate_bin_s and t0 % prof.bin_s == 0.0 and start + nbin <= self.nbins_w
+                and k0 + nbin <= prof.n_bins):
+            # the usual span (whole profile bins, no wrap of the window, inside the trace): the same copy by slices
+            self.bin_counts[start:start + nbin] = prof.counts[k0:k0 + nbin]
+            self.bin_tokens[start:start + nbin] = prof.tokens[k0:k0 + nbin]
+            self.bin_index += nbin
             return
         b = np.arange(nbin)
         i = (self.bin_index + b) % self.nbins_w

@@ -109,9 +109,10 @@ def _compute(sim: FluidCluster, live: NDArray[np.bool_], t0: float, t1: float, s
         np.minimum.at(avail, vg[serving], np.maximum(vr[serving], t0))
         score = rf + 1e-3 * serving
         order = np.lexsort((-score, vg))
+        vgo = vg[order]
         first = np.ones(order.size, dtype=bool)
-        first[1:] = vg[order][1:] != vg[order][:-1]
-        dom[vg[order][first]] = vc[order][first]
+        first[1:] = vgo[1:] != vgo[:-1]
+        dom[vgo[first]] = vc[order][first]
     if (dom < 0).any():  # groups without a vPod: their target's configuration, else the bucket's best fit
         dom = np.where(dom >= 0, dom, sim._dom_targets())
         dom = np.where(dom >= 0, dom, sim._fallback)
@@ -121,10 +122,18 @@ def _compute(sim: FluidCluster, live: NDArray[np.bool_], t0: float, t1: float, s
     cap = np.zeros((NB, J))
     pbusy = np.zeros((NB, J))
     if pre.any():
-        np.add.at(cap, vg[pre], rf[pre, None] * tps_v[pre])
-        np.add.at(pbusy, vg[pre], rf[pre, None] * sim.pow[vc[pre], vb[pre]])
-    domp = dom[:NB]
-    tps_best = np.maximum(sim.tps[domp][:, :, -1], 1e-12)
-    latd = sim.lat[dom[NB:]]
+        # np.add.at(cap, vg[pre], x) as one bincount over (group, level) cells: the same sums in the same order
+        cell = (vg[pre][:, None] * J + np.arange(J)[None, :]).ravel()
+        cap = np.bincount(cell, weights=(rf[pre, None] * tps_v[pre]).ravel(), minlength=NB * J).reshape(NB, J)
+        pbusy = np.bincount(cell, weights=(rf[pre, None] * sim.pow[vc[pre], vb[pre]]).ravel(),
+                            minlength=NB * J).reshape(NB, J)
+    # the dominant configurations' step tables, reused while they stay the same (read only)
+    key = dom.tobytes()
+    hit = sim._dom_tables
+    if hit is None or hit[0] != key:
+        hit = sim._dom_tables = (key, np.maximum(sim.tps[dom[:NB], :, -1], 1e-12), sim.lat[dom[NB:]])
+    tps_best, latd = hit[1], hit[2]
+    ready = set(sim._ready_groups().tolist())
     return FleetView(T, n_ready, psr, psa, usd_s, usd_ready, chip_s, slots, unavail, dom, cap, pbusy, tps_best, latd,
-                     vg, vc, vr, serving, tps_v, steady, sim._route(0, _AR), sim._active_groups(1))
+                     vg, vc, vr, serving, tps_v, steady, sim._route(0, _AR, sim._active_groups(0, ready)),
+                     sim._active_groups(1, ready))

@@ -11,17 +11,22 @@ from servegym.envs.npu.sim.config import LEVELS, NB
 class RoutingMixin:
     """Routing and admission methods of :class:`~servegym.envs.npu.sim.cluster.NPUCluster`."""
 
-    def _active_groups(self, phase: int) -> np.ndarray:
+    def _active_groups(self, phase: int, ready: set[int] | None = None) -> np.ndarray:
         """Bucket indices (ascending) of the routable groups of a phase: positive target and a ready vPod
         (a new group joins the length-to-group map once it can serve); when no group of the phase is
-        ready, every group with a positive target (requests then wait for the vPods to boot)."""
+        ready, every group with a positive target (requests then wait for the vPods to boot). ``ready``: the
+        groups with a ready vPod now, if the caller has them (``set(self._ready_groups().tolist())``)."""
         tgt = [g for g, t in self.targets.items() if g // NB == phase and sum(t.values()) > 0]
-        ready = set(self._ready_groups().tolist())
+        if ready is None:
+            ready = set(self._ready_groups().tolist())
         act = [g for g in tgt if g in ready] or tgt
         return np.array(sorted(g - phase * NB for g in act), dtype=np.int64)
 
-    def _route(self, phase: int, bk: np.ndarray) -> np.ndarray:
-        act = self._active_groups(phase)
+    def _route(self, phase: int, bk: np.ndarray, act: np.ndarray | None = None) -> np.ndarray:
+        """Group (phase x 48 + bucket) of requests of buckets ``bk``: the smallest routable group at or above
+        theirs, else the largest (``act``: the phase's ``_active_groups``, if the caller has them)."""
+        if act is None:
+            act = self._active_groups(phase)
         if act.size == 0:
             return phase * NB + bk
         i = np.minimum(np.searchsorted(act, bk, side="left"), act.size - 1)
