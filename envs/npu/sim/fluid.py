@@ -71,6 +71,9 @@ class FluidCluster(NPUCluster):
         self._fallback = np.array([(self.cand.get((("prefill", "decode")[g // NB], int(self.edges[g % NB]))) or [0])[0]
                                    for g in range(2 * NB)], dtype=np.int64)
         self._unlimited = all(np.isinf(q) for q in self.quota.values())  # no quota on any version
+        # finite step tables: the serving kernel may skip the empty (group, bucket) cells (fluid_kernels.serve)
+        self._finite_tables = bool(np.isfinite(self.lat).all() and np.isfinite(self.tps).all()
+                                   and np.isfinite(self.pow / np.maximum(self.tps, 1e-300)).all())
         self._signature: tuple | None = None
         self.targets_version = 0  # bumped whenever the targets' content changes
         self._tkey: tuple = ()
@@ -285,7 +288,7 @@ class FluidCluster(NPUCluster):
         fk.serve(T, c.substep_s, fv.steady, LEVELS, cnt, tok, k_len, k_pre, self.q_tok, self.q_req, fv.gp, fv.n_ready,
                  fv.psr, psa, fv.usd_ready, fv.slots, fv.unavail, fv.dom, fv.cap, cap3, fv.pbusy, fv.tps_best, fv.latd,
                  f_tok, f_req, self.lat, self.pow, self.tps, self.cfg_levels, self.slo_p, self.slo_d, prof.isl_m1,
-                 prof.isl_m2, prof.osl_cdf, energy, e_busy, tokens, batch_tok, n_act, util, res)
+                 prof.isl_m2, prof.osl_cdf, self._finite_tables, energy, e_busy, tokens, batch_tok, n_act, util, res)
         self.n_act = n_act
         self.util = util
         acc["tokens"] += tokens

@@ -3,12 +3,14 @@
 Per interval [t0, t1) of :meth:`~servegym.envs.npu.sim.fluid.FluidCluster._chunk` the serving step needs, per
 group, the ready vPod-equivalents, static and rental rates, batch slots, the dominant configuration, the
 prefill capacity per batch level, and the routes. They depend on the vPods (group, configuration, ready and
-deletion times), the targets and the interval, not on the traffic. In steady state (every live vPod ready by
-t0 and none being deleted) each vPod counts for the whole interval (ready and held shares exactly 1.0), so
-the view is the same for every interval of the same length until the fleet or the targets change: it is
-computed once and reused (a 24-h episode mostly runs in steady state between scaling decisions). The cache
-key is the content of the vPod arrays, the targets' version and the interval length, so a hit returns the
-arrays the full computation would give, bit for bit (tested against the uncached view).
+deletion times), the targets and the interval, not on the traffic. In a steady interval (every live vPod
+ready by t0 or not before t1, and none whose deletion ends within it) each vPod's ready and held shares are
+exactly 1 or 0, so the view is the same for every interval of the same length until the fleet, the targets or
+the set of ready vPods changes: it is computed once and reused (a 24-h episode mostly runs in steady state
+between scaling decisions, and a booting vPod only breaks it in the interval it becomes ready). The cache key is
+the content of the vPod arrays, which of them are ready and serving, the targets' version and the interval
+length, so a hit returns the arrays the full computation would give, bit for bit (tested against the uncached
+view); and in a steady interval every profile bin's capacity is the interval's (``cap``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class FleetView:
     latency (s) per (group, bucket, level) of each decode group's dominant configuration. ``vg``, ``vc``,
     ``vr``, ``serving``, ``tps_v``: the live vPods' group, configuration, ready time, not-deleting flag and
     per-level tokens/s relative to their best level (the per-bin TTFT capacity reads them); ``steady``: every
-    live vPod counts for the whole interval (then a bin's capacity is ``cap``). ``gp``: prefill route of every
+    live vPod's ready and held shares are exactly 0 or 1 (then a bin's capacity is ``cap``). ``gp``: prefill route of every
     input bucket; ``act``: the routable decode groups (bucket indices)."""
 
     T: float
@@ -72,10 +74,14 @@ def fleet_view(sim: FluidCluster, t0: float, t1: float) -> FleetView:
     """The :class:`FleetView` of ``sim`` over [t0, t1) (module docstring), from its cache when steady."""
     live = sim.v_gone > t0
     vr_all = sim.v_ready[live]
-    steady = bool((sim.v_gone[live] == np.inf).all() and (vr_all <= t0).all())
+    ready = vr_all <= t0
+    # every live vPod is ready over the whole interval or not before its end, and held to its end: its ready and
+    # held shares are exactly 1 or 0, so the view depends on which vPods are ready and serving, not on t0
+    steady = bool((ready | (vr_all >= t1)).all() and (sim.v_gone[live] >= t1).all())
     key = None
     if steady:
-        key = (t1 - t0, sim.targets_version, sim.v_group[live].tobytes(), sim.v_cfg[live].tobytes())
+        key = (t1 - t0, sim.targets_version, sim.v_group[live].tobytes(), sim.v_cfg[live].tobytes(), ready.tobytes(),
+               (sim.v_gone[live] == np.inf).tobytes())
         hit = sim._fleet_cache
         if hit is not None and hit[0] == key:
             return hit[1]

@@ -68,7 +68,7 @@ def _cap(cap, cap3, steady, g, k, j):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, lat, slo_p, isl_m1,
-                isl_m2):  # pragma: no cover - compiled
+                isl_m2, finite):  # pragma: no cover - compiled
     """Expected TTFT misses among the interval's prefill arrivals (the fluid module's model): per profile bin,
     the backlog ahead by a Lindley recursion at the largest level's capacity, the share of the bin's arrivals
     that find more work ahead than their slack, and the M/G/1 tail of the wait at the operating level."""
@@ -95,7 +95,8 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
     for g in range(nb):
         b0 = 0.0
         for b in range(nb):
-            b0 += q0p[g, b] / tps_best[g, b]
+            if q0p[g, b] != 0.0 or not finite:  # an empty cell adds exactly 0 (finite tps_best >= 1e-12)
+                b0 += q0p[g, b] / tps_best[g, b]
         s = 0.0
         low = -b0
         pv = b0
@@ -167,12 +168,14 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
 @njit(cache=True)
 def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_ready, psr, psa, usd_ready, slots,
           unavail, dom, cap, cap3, pbusy, tps_best, latd, f_tok, f_req, lat, pw, tps, cfg_levels, slo_p, slo_d,
-          isl_m1, isl_m2, osl_cdf, energy, e_busy, tokens, batch_tok, n_act, util, res):  # pragma: no cover
+          isl_m1, isl_m2, osl_cdf, finite, energy, e_busy, tokens, batch_tok, n_act, util, res):  # pragma: no cover
     """One interval of ``T`` seconds of the fluid serving step (module docstring). Updates ``q_tok`` /
     ``q_req`` (2 phases x 48 groups x 48 request buckets), writes per group (96) ``energy``, ``e_busy``
     (request-attributed energy), ``tokens`` and ``batch_tok`` (served tokens x batch) of the interval, the
     decode jobs in service ``n_act`` (48) and the prefill busy share ``util`` (96), and the scalars ``res``
-    (the ``R_*`` slots)."""
+    (the ``R_*`` slots). ``finite``: the step tables ``lat``, ``tps`` and ``pw / tps`` are finite everywhere, so a
+    (group, bucket) cell with no queued tokens or requests adds exactly 0 to every sum and is skipped (most
+    cells: a group serves a few buckets); with non-finite tables every cell is summed, as written."""
     nb = gp.size
     J = cap.shape[1]
     for i in range(res.size):
@@ -185,7 +188,8 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
     for g in range(nb):
         W = 0.0
         for b in range(nb):
-            W += q_tok[0, g, b] / tps_best[g, b]
+            if q_tok[0, g, b] != 0.0 or not finite:  # an empty cell adds exactly 0 (finite tps_best >= 1e-12)
+                W += q_tok[0, g, b] / tps_best[g, b]
         need = W / T - 1e-9
         jp = J - 1
         for j in range(J):
@@ -200,6 +204,8 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
         energy[g] = eb + T * ((1.0 - busy) * psr[g] + psa[g] - psr[g])
         st = 0.0
         for b in range(nb):
+            if finite and q_tok[0, g, b] == 0.0 and q_req[0, g, b] == 0.0:  # serves 0 (phi is finite)
+                continue
             s_tok = phi * q_tok[0, g, b]
             s_req = phi * q_req[0, g, b]
             q_tok[0, g, b] -= s_tok
@@ -215,7 +221,7 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
         util[g] = busy if n_ready[g] > 0.0 else 0.0
         util[nb + g] = 0.0
     res[R_MISS_P] = ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, lat, slo_p, isl_m1,
-                                isl_m2)
+                                isl_m2, finite)
     # ---- decode: Little's law per group
     nj = np.empty(J)
     for g in range(nb):
@@ -231,8 +237,10 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
             nj[j] = 0.0
         for b in range(nb):
             dr += q_req[1, g, b]
-            for j in range(J):
-                nj[j] += q_tok[1, g, b] * latd[g, b, j]
+            qt = q_tok[1, g, b]
+            if qt != 0.0 or not finite:
+                for j in range(J):
+                    nj[j] += qt * latd[g, b, j]
         for j in range(J):
             nj[j] /= T
         nr = n_ready[G]
@@ -262,6 +270,8 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
         q1 = 0.0
         served = False
         for b in range(nb):
+            if finite and q_tok[1, g, b] == 0.0 and q_req[1, g, b] == 0.0:
+                continue
             s = phid * q_tok[1, g, b]
             ebd += s * (pw[dg, b, jd] / max(tps[dg, b, jd], 1e-300))
             sd += s
@@ -277,6 +287,8 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
         md = 0.0
         fin = 0.0
         for b in range(nb):
+            if finite and q_tok[1, g, b] == 0.0 and q_req[1, g, b] == 0.0:  # serves 0; its miss share is finite
+                continue
             sr = phid * q_req[1, g, b]
             fin += sr
             room = slo_d[b] - lat[dg, b, jd]
