@@ -408,12 +408,17 @@ def budget_cost(budget: str, workers: int = 2) -> str:
 
 def suite_policies(entry: SuiteEntry) -> list[str]:
     """Policies on the leaderboard of ``entry``: the yardsticks first (naive, paper, strongest, follow,
-    oracle, as the id has them), then the other baselines."""
-    roles = protocol.yardsticks(entry.env_id).roles()
+    oracle, as the id has them), then the other baselines. An id's second hindsight bound
+    (:attr:`~servegym.agents.protocol.Yardsticks.hindsight`, npu's ``hindsight`` plan) is not played by default:
+    it knows the future, so it is no baseline to be "above the strongest", and its rows come from its own
+    yardsticks script (benchmarks/npu_yardsticks.py) until the leaderboard gives it a role; an entry that lists it
+    in ``baselines`` plays it."""
+    y = protocol.yardsticks(entry.env_id)
+    roles = y.roles()
     if "follow" in roles and not follow_available(entry.env_id, entry.env_kwargs):
         roles.pop("follow")
     fam = family_for(entry.env_id)
-    others = fam.baselines if entry.baselines is None else entry.baselines
+    others = [b for b in fam.baselines if b != y.hindsight] if entry.baselines is None else entry.baselines
     out = list(dict.fromkeys(roles[r] for r in protocol.ROLES if r in roles))
     return out + [b for b in others if b not in out]
 

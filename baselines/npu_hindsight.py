@@ -366,17 +366,23 @@ def episode_cost(sim: NPUCluster, ideal_epoch: float, slo_penalty: float) -> flo
     return float(interval_costs(sim, ideal_epoch, slo_penalty).sum())
 
 
-def splice(plans: list[HindsightPlan], choice: NDArray[np.int64], per_epoch: int) -> HindsightPlan:
+def splice(plans: list[HindsightPlan], choice: NDArray[np.int64], per_epoch: int,
+           static_j: NDArray[np.float64]) -> HindsightPlan:
     """One plan from ``plans`` (the same groups and configurations, different utilization targets): epoch e takes
-    the demand of ``plans[choice[e]]``, and each group's counts are re-solved exactly on that demand."""
+    the demand of ``plans[choice[e]]``, and each group's counts are re-solved exactly on that demand (``static_j``:
+    J per held vPod-interval of each configuration). Its utilization target reads NaN (per-epoch); its planned
+    dynamic energy is the plans' own (the same groups serve the same tokens)."""
     groups = []
+    static = 0.0
     for gi, g in enumerate(plans[0].groups):
         d = np.concatenate([plans[int(choice[e])].groups[gi].demand[e * per_epoch:(e + 1) * per_epoch]
                             for e in range(choice.size)])[: g.demand.size]
-        counts, _ = count_plan(d, g.lead)
+        counts, held = count_plan(d, g.lead)
+        static += held * float(static_j[g.config])
         groups.append(GroupPlan(g.key, g.config, counts, d, g.lead))
-    return HindsightPlan(tuple(groups), plans[0].structure, (math.nan, plans[0].utilization[1]),
-                         math.nan, math.nan)
+    p0 = plans[0]
+    return HindsightPlan(tuple(groups), p0.structure, (math.nan, p0.utilization[1]),
+                         p0.planned_energy_j - p0.planned_static_j + static, static)
 
 
 @dataclass
@@ -397,7 +403,8 @@ class HindsightPolicy:
     name: str = "hindsight"
     decides_between_epochs: bool = True  # run_policy asks it at every decision point (its plan changes there)
     plan: HindsightPlan | None = None
-    candidates: list[dict[str, Any]] = field(default_factory=list)
+    candidates: list[dict[str, Any]] = field(default_factory=list)  # every distinct plan played: its figures
+    kept: dict[str, Any] = field(default_factory=dict)  # the row of ``candidates`` that was kept
 
     def __post_init__(self) -> None:
         for nm in ("prefill_utilizations", "decode_utilizations"):
@@ -424,7 +431,7 @@ class HindsightPolicy:
         ideal_epoch = (ideal["energy_j"] if c.objective == "energy" else ideal["usd"]) / epochs
         hours = sim.workload.duration_s / 3600.0
         rng0 = copy.deepcopy(sim.rng)  # the episode's creation-time draws: each copy replays them
-        played: dict[tuple, tuple[float, HindsightPlan, NDArray[np.float64]]] = {}
+        played: dict[tuple, tuple[float, HindsightPlan, NDArray[np.float64], dict[str, Any]]] = {}
         self.candidates = []
         best: list[Any] = [math.inf, None, None]
 
@@ -436,13 +443,14 @@ class HindsightPolicy:
                 twin.rng = copy.deepcopy(rng0)
                 summary = run_policy(twin, _PlanPolicy(plan), hours=hours)
                 per = interval_costs(twin, ideal_epoch, self.slo_penalty)
-                played[sig] = (float(per.sum()), plan, per)
-                self.candidates.append({"structure": list(st), "utilization": [rp, rd], "cost": played[sig][0],
-                                        "planned_energy_j": plan.planned_energy_j,
-                                        "played_energy_j": float(summary["energy_j"]),
-                                        "slo_violation_pct": float(summary["slo_violation_pct"])})
+                row = {"structure": list(st), "utilization": [rp, rd], "cost": float(per.sum()),
+                       "planned_energy_j": plan.planned_energy_j, "played_energy_j": float(summary["energy_j"]),
+                       "slo_violation_pct": float(summary["slo_violation_pct"])}
+                played[sig] = (float(per.sum()), plan, per, row)
+                self.candidates.append(row)
             if played[sig][0] < best[0]:
                 best[:] = [played[sig][0], plan, (st, rp, rd)]
+                self.kept = played[sig][3]
 
         pairs = [(a, b) for a in self.structures for b in self.structures]
         grid = sorted(self.prefill_utilizations, reverse=True)
@@ -460,7 +468,7 @@ class HindsightPolicy:
         # the splice: per epoch the prefill target whose played epoch cost least, among plans with the best's groups
         top: HindsightPlan = best[1]
         shape = [(g.key, g.config) for g in top.groups]
-        same = [(p, per) for _, p, per in played.values()
+        same = [(p, per) for _, p, per, _ in played.values()
                 if [(g.key, g.config) for g in p.groups] == shape and p.utilization[1] == top.utilization[1]
                 and math.isfinite(p.utilization[0])]
         per_epoch = round(c.epoch_s / c.check_s)
@@ -473,7 +481,8 @@ class HindsightPolicy:
                 cost[i] = pad.reshape(n_ep, per_epoch).sum(axis=1)
             choice = np.argmin(cost, axis=0)
             if np.unique(choice).size > 1:
-                play(top.structure, math.nan, top.utilization[1], splice([p for p, _ in same], choice, per_epoch))
+                play(top.structure, math.nan, top.utilization[1], splice([p for p, _ in same], choice, per_epoch,
+                                                                              planner.static_j))
         self.plan = best[1]
         self._play = _PlanPolicy(self.plan)
         self._play.reset(sim)
