@@ -15,7 +15,14 @@ from servegym.envs.npu.env import NPUAutoscaleEnv
 from servegym.envs.npu.sim import fluid_fleet
 from servegym.envs.npu.sim import fluid_kernels as fk
 from servegym.envs.npu.sim.dse import SEQ_BUCKETS
-from servegym.envs.npu.sim.fluid_profile import _OSL_TOP, OSL_GRID, _osl_lut, length_bucket
+from servegym.envs.npu.sim.fluid_profile import (
+    _OSL_TOP,
+    OSL_GRID,
+    _osl_lut,
+    _sums,
+    _sums_numpy,
+    length_bucket,
+)
 
 # Episode figures of the fluid model: 1-h episodes of the default scenario, random valid actions from
 # np.random.default_rng(seed). Energy, tokens and finished requests are the numpy formulation's (commit 4b8e0ff,
@@ -110,3 +117,18 @@ def test_length_tables_equal_searchsorted(values: list[int]) -> None:
     assert np.array_equal(length_bucket(edges, x), np.searchsorted(edges, np.minimum(x, edges[-1]), side="left"))
     assert np.array_equal(_osl_lut()[np.minimum(x, _OSL_TOP)],
                           np.minimum(np.searchsorted(OSL_GRID, x, side="left"), OSL_GRID.size - 1))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 3000), st.integers(0, 2**31 - 1))
+def test_the_profile_pass_equals_the_bincounts(n: int, seed: int) -> None:
+    # the compiled one-pass sums of build_profile equal its np.bincount formulation bit for bit (sums in request order)
+    rng = np.random.default_rng(seed)
+    nb, g, n_bins = 48, OSL_GRID.size, 40
+    kb = np.sort(rng.integers(0, n_bins, n))
+    isl = rng.integers(1, 200_000, n)
+    osl = rng.integers(1, 50_000, n)
+    args = (kb, length_bucket(SEQ_BUCKETS, isl), length_bucket(SEQ_BUCKETS, isl + osl), isl, osl,
+            _osl_lut()[np.minimum(osl, _OSL_TOP)].astype(np.int64), n_bins, nb, g)
+    for a, b in zip(_sums(*args), _sums_numpy(*args), strict=True):
+        assert a.dtype.kind == b.dtype.kind and np.array_equal(a.ravel(), b.ravel())
