@@ -119,12 +119,13 @@ slo_penalty x horizon, ``env.reward_bound`` (e.g. 3.5e7 for the defaults: loose,
 valid config; typical steps are within +-10).
 
 **Speed** (``benchmarks/npu_env_speed.py``, ``benchmarks/results/npu_env_speed.md``; CPU time on the shared
-2-core machine): in the fluid mode (the default) the absolute mode steps about 1,000 env steps per CPU-second
-(24-h train-split episodes, zero action; the heuristic on a 4-h episode about the same; random actions fewer, as
-each rebuilds the fleet), the residual mode about 290 (five 60-s decision points per step: NeuScale's decision,
-four emergency checks, observations and reconcile, the loop shared with the request level); the request level
-runs 42-56. A 24-h reset of a named split builds the day's workload (~2.6 M requests) and its 10-s profile,
-0.4-1.1 CPU-s, plus Base's episode in the residual mode (cached per scenario). The catalogs are built once per
+2-core machine): in the fluid mode (the default) the absolute mode steps about 1,850 env steps per CPU-second
+(24-h train-split episodes, zero action; the heuristic on a 4-h episode about 1,700; random actions about 500, as
+each rebuilds the fleet), the residual mode about 600 (five 60-s decision points per step: NeuScale's decision,
+four emergency checks that observe only when a group has a queue, reconcile; the loop shared with the request
+level); the request level runs 56-66. A 24-h reset of a named split builds the day's workload (~2.6 M requests)
+and its 10-s profile, about 0.4 CPU-s, plus Base's episode in the residual mode (cached per scenario; 1.1 CPU-s in
+all). The catalogs are built once per
 process (and cached on disk).
 
 **Baselines on the agent's episode.** After ``reset(seed=s)``, :attr:`NPUAutoscaleEnv.simulation_seed` is
