@@ -15,6 +15,7 @@ from servegym.baselines.npu_hindsight import HindsightPolicy, count_plan, milp_c
 
 import servegym  # noqa: F401  (registers the ids)
 from servegym.errors import ConfigError
+from servegym.splits import splits_of
 
 ENV = "servegym/NPUAutoscale-v0"
 #: Half an hour (6 epochs, 30 decision points): the cheapest horizon where the plan changes its counts.
@@ -118,3 +119,17 @@ def test_run_policy_asks_the_plan_at_every_decision_point() -> None:
     pol.decide = lambda ctx: (times.append(ctx.time_s), decide(ctx))[1]  # type: ignore[method-assign]
     run_policy(sim, pol, hours=0.5)
     assert times == [60.0 * k for k in range(30)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("split", splits_of("npu"))
+def test_between_the_shipped_baselines_and_the_ideal_on_every_split(split: str) -> None:
+    """Two 2-h episodes of each split (the quick suite's horizon): the plan's return is above Base's and
+    NeuScale's and below the Ideal's on each (40 of 40 on npu_yardsticks.md's episodes of 4 splits)."""
+    env = bm.make_split_env(ENV, split, {"config": {"hours": 2.0}})
+    try:
+        runs = bm.run_policy_episodes(ENV, env, ["base", "neuscale", "ideal", "hindsight"], [0, 1])
+    finally:
+        env.close()
+    for b, n, i, h in zip(runs["base"], runs["neuscale"], runs["ideal"], runs["hindsight"], strict=True):
+        assert max(b.reward, n.reward) < h.reward < i.reward
