@@ -15,6 +15,8 @@ Shipped files live in ``servegym/agents/hyperparams/<EnvName>.yml`` (the id with
       learning_rate: lin_3e-4   # "lin_X": linear decay from X to 0, as in rl-zoo3
       warm_start: {steps: 4096, epochs: 10}   # behaviour cloning of the reference (teacher action)
                              # before RL (servegym.agents.warm_start)
+      policy_improvement: {rounds: 1, states: 4000}   # after warm_start: rollout policy improvement with
+                             # common random numbers (servegym.agents.policy_improvement)
       n_steps: 256           # everything else goes to the algorithm's constructor
 
 A user file given with ``--hyperparams`` may have the same layout, rl-zoo3's layout (env ids as
@@ -28,13 +30,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from servegym.agents.policy_improvement import PolicyImprovement, parse_policy_improvement
 from servegym.agents.warm_start import WarmStart, parse_warm_start
 
 from servegym.errors import ConfigError, shown
 
 # Keys the trainer consumes itself; the rest are algorithm constructor arguments.
 TRAINER_KEYS = ("n_envs", "n_timesteps", "policy", "normalize", "env_kwargs", "train_env_kwargs", "policy_kwargs",
-                "warm_start")
+                "warm_start", "policy_improvement")
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class Hyperparams:
     algo_kwargs: dict[str, Any] = field(default_factory=dict)
     source: str = "defaults"
     warm_start: WarmStart | None = None
+    policy_improvement: PolicyImprovement | None = None
 
 
 def env_file_name(env_id: str) -> str:
@@ -148,6 +152,10 @@ def parse_section(raw: dict[str, Any], source: str) -> Hyperparams:
     train_env_kwargs = raw.pop("train_env_kwargs", None) or {}
     policy_kwargs = raw.pop("policy_kwargs", None) or {}
     warm_start = parse_warm_start(raw.pop("warm_start", None), source)
+    improvement = parse_policy_improvement(raw.pop("policy_improvement", None), source)
+    if improvement is not None and warm_start is None:
+        raise ConfigError(f"{source}: policy_improvement needs warm_start (it improves the cloned teacher); "
+                          "allowed: policy_improvement together with warm_start, or neither")
     for key, val in (("env_kwargs", env_kwargs), ("train_env_kwargs", train_env_kwargs),
                      ("policy_kwargs", policy_kwargs)):
         if not isinstance(val, dict):
@@ -155,7 +163,7 @@ def parse_section(raw: dict[str, Any], source: str) -> Hyperparams:
     return Hyperparams(policy=str(raw.pop("policy", "MlpPolicy")), n_envs=n_envs, n_timesteps=n_timesteps,
                        normalize=normalize, env_kwargs=dict(env_kwargs), train_env_kwargs=dict(train_env_kwargs),
                        policy_kwargs=dict(policy_kwargs),
-                       algo_kwargs=raw, source=source, warm_start=warm_start)
+                       algo_kwargs=raw, source=source, warm_start=warm_start, policy_improvement=improvement)
 
 
 def materialize(hp: Hyperparams) -> tuple[dict[str, Any], dict[str, Any]]:

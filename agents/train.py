@@ -305,13 +305,20 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
         from servegym.agents.warm_start import behaviour_clone
 
         warm = behaviour_clone(model, partial(gym.make, cfg.env_id, **train_kwargs), hp.warm_start, cfg.seed)
-    eval_freq = cfg.eval_freq if cfg.eval_freq is not None else max(timesteps // 5, 1)
+    improvement: dict[str, Any] | None = None
     eval_seeds = seeds_from(cfg.eval_seed, cfg.eval_episodes)
-    best_path = run_dir / "best_model.zip"
 
     def make_eval_env() -> gym.Env:
         # checkpoints are chosen on the validation split only; training envs keep their split
         return gym.make(cfg.env_id, **env_kwargs, **({"split": eval_split} if eval_split is not None else {}))
+
+    if hp.policy_improvement is not None and warm is not None:  # rollout improvement of the clone, then RL
+        from servegym.agents.policy_improvement import improve_policy
+
+        improvement = improve_policy(model, partial(gym.make, cfg.env_id, **train_kwargs), hp.policy_improvement,
+                                     cfg.seed, partial(_validation_return, model, make_eval_env, eval_seeds, family))
+    eval_freq = cfg.eval_freq if cfg.eval_freq is not None else max(timesteps // 5, 1)
+    best_path = run_dir / "best_model.zip"
 
     evaluator = SeededEvalCallback(make_eval_env, family, eval_seeds, baselines,
                                    eval_freq if eval_freq > 0 else timesteps + 1, best_path,
@@ -359,6 +366,7 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
         "resumed_at": [*((previous or {}).get("resumed_at") or []), done] if previous is not None else [],
         "n_envs": n_envs, "seed": cfg.seed, "eval_seeds": eval_seeds, "eval_split": eval_split,
         "baselines": baselines, "references": refs, "warm_start": warm,
+        "policy_improvement": improvement,
         "hyperparams_source": hp.source, "hyperparams": asdict(hp), "model": out.name,
         "tensorboard": str(tb_dir) if tb_dir else None, "eval_history": evaluator.history,
         "baseline_eval": {n: [r.row() for r in res] for n, res in evaluator.baseline_results.items()},
@@ -369,6 +377,20 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
                        vecnormalize_path=vn_path, tb_dir=tb_dir, run_file=run_file,
                        eval_history=evaluator.history, wall_s=time.perf_counter() - t0,
                        timesteps_trained=int(model.num_timesteps), complete=complete, timesteps=timesteps)
+
+
+def _validation_return(model: Any, make_env: Any, seeds: Sequence[int], family: Any) -> float:
+    """The mean return of ``model``'s greedy policy on the evaluation episodes ``seeds`` (the validation split):
+    what policy improvement keeps a round by."""
+    from servegym.agents.rollout import agent_act_fn, play_episode
+
+    vn = model.get_vec_normalize_env()
+    act = agent_act_fn(model, vn.normalize_obs if vn is not None else None)
+    env = make_env()
+    try:
+        return float(sum(play_episode(env, act, s, "agent", family.metrics).reward for s in seeds) / len(seeds))
+    finally:
+        env.close()
 
 
 def _pins_split(env_kwargs: dict[str, Any]) -> bool:

@@ -48,27 +48,37 @@ class WarmStart:
 
 def parse_warm_start(raw: Any, source: str) -> WarmStart | None:
     """``raw`` (the section's ``warm_start`` value: None/false, true or a mapping) checked field by field."""
-    if raw is None or raw is False:
-        return None
-    if raw is True:
-        return WarmStart()
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: warm_start = {shown(raw)}; allowed: true, false or a mapping with "
-                          f"{', '.join(LIMITS)}")
+    raw = section_mapping(raw, "warm_start", source, ", ".join(LIMITS))
+    if raw is None or raw is True:
+        return None if raw is None else WarmStart()
     out: dict[str, Any] = {}
     for key, val in raw.items():
         if key not in LIMITS:
             raise ConfigError(f"{source}: warm_start.{str(key)[:40]} is not a field; allowed: {', '.join(LIMITS)}")
-        lo, hi = LIMITS[key]
-        integer = key != "learning_rate"
-        ok = not isinstance(val, bool) and isinstance(val, (int, float)) and np.isfinite(val)
-        if ok and integer:
-            ok = float(val).is_integer()
-        if not ok or not lo <= float(val) <= hi:
-            kind = "an integer" if integer else "a number"
-            raise ConfigError(f"{source}: warm_start.{key} = {shown(val)}; allowed: {kind} in [{lo:g}, {hi:g}]")
-        out[key] = int(val) if integer else float(val)
+        out[key] = check_number(f"{source}: warm_start.{key}", val, LIMITS[key], key != "learning_rate")
     return WarmStart(**out)
+
+
+def section_mapping(raw: Any, name: str, source: str, fields: str) -> dict[str, Any] | bool | None:
+    """A trainer section's value: None for none/false, True for true, else the mapping (a one-line
+    ConfigError naming ``name`` and its ``fields`` for anything else)."""
+    if raw is None or raw is False:
+        return None
+    if raw is True or isinstance(raw, dict):
+        return raw
+    raise ConfigError(f"{source}: {name} = {shown(raw)}; allowed: true, false or a mapping with {fields}")
+
+
+def check_number(name: str, val: Any, bounds: tuple[float, float], integer: bool) -> int | float:
+    """``val`` as an int (``integer``) or float within ``bounds``, else a one-line ConfigError naming ``name``."""
+    lo, hi = bounds
+    ok = not isinstance(val, bool) and isinstance(val, (int, float)) and bool(np.isfinite(val))
+    if ok and integer:
+        ok = float(val).is_integer()
+    if not ok or not lo <= float(val) <= hi:
+        kind = "an integer" if integer else "a number"
+        raise ConfigError(f"{name} = {shown(val)}; allowed: {kind} in [{lo:g}, {hi:g}]")
+    return int(val) if integer else float(val)
 
 
 def teacher_action(env: gym.Env) -> Any:
@@ -108,8 +118,6 @@ def follow_rollout(make_env: Callable[[], gym.Env], steps: int, seed: int
 def behaviour_clone(model: Any, make_env: Callable[[], gym.Env], ws: WarmStart, seed: int) -> dict[str, float]:
     """Fit ``model``'s policy to the teacher action (module docstring); returns what it did: steps, final
     loss, share of the states where the policy's greedy action is the teacher action, CPU seconds."""
-    import torch as th
-
     t0 = time.process_time()
     obs, act, masks = follow_rollout(make_env, ws.steps, seed)
     vn = model.get_vec_normalize_env()
@@ -118,6 +126,17 @@ def behaviour_clone(model: Any, make_env: Callable[[], gym.Env], ws: WarmStart, 
         # (mean 0, variance 1) the cloned mapping would shift as soon as RL updates them
         vn.obs_rms.update(obs)
         obs = vn.normalize_obs(obs)
+    loss_v, agree = fit_policy(model, obs, act, masks, ws, seed)
+    return {"steps": float(len(obs)), "loss": loss_v, "agreement": agree, "cpu_s": time.process_time() - t0}
+
+
+def fit_policy(model: Any, obs: np.ndarray, act: np.ndarray, masks: np.ndarray | None, ws: WarmStart,
+               seed: int) -> tuple[float, float]:
+    """Fit ``model``'s policy to the actions ``act`` on the (already normalized) observations ``obs`` for
+    ``ws.epochs`` passes of ``ws.batch_size`` minibatches (module docstring's losses), from its current
+    weights; returns (final minibatch loss, share of the states whose greedy action is ``act``)."""
+    import torch as th
+
     policy = model.policy
     discrete = isinstance(model.action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete))
     if not discrete and not isinstance(model.action_space, gym.spaces.Box):
@@ -140,7 +159,7 @@ def behaviour_clone(model: Any, make_env: Callable[[], gym.Env], ws: WarmStart, 
     policy.set_training_mode(False)
     with th.no_grad():
         agree = _agreement(policy, obs_t, act_t, masks, discrete)
-    return {"steps": float(n), "loss": loss_v, "agreement": agree, "cpu_s": time.process_time() - t0}
+    return loss_v, agree
 
 
 def _distribution(policy: Any, obs: Any, masks: np.ndarray | None) -> Any:
