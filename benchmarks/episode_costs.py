@@ -110,8 +110,8 @@ def measure_env(env_id: str) -> dict[str, Any]:
 
 
 def measure_geo_compare(sim_seconds: float) -> dict[str, Any]:
-    from servegym.envs.geo.compare import run_one
-    from servegym.envs.geo.compare_cli import DEFAULT_POLICIES, DEFAULT_PRESET
+    from servegym.envs.geo.cli import DEFAULT_POLICIES, DEFAULT_PRESET
+    from servegym.envs.geo.reports.compare import run_one
     from servegym.envs.geo.sim.config import preset
 
     cfg = preset(DEFAULT_PRESET, load="moderate", duration_s=sim_seconds, osl_mode="oracle")

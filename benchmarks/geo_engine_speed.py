@@ -18,9 +18,9 @@ import json
 import time
 
 import numpy as np
+from servegym.envs.geo.reports.validate import cnn_dailymail_lengths
 from servegym.envs.geo.sim.engine import EnginePool
 from servegym.envs.geo.sim.profile import load_profile
-from servegym.envs.geo.validate import cnn_dailymail_lengths
 
 
 def run(profile: str, engines: int, rate: float, sim_seconds: float, warmup: float, window: float,

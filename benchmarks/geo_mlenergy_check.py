@@ -1,7 +1,7 @@
 """Held-out energy check of the geo engine model against ML.ENERGY v2 (vLLM 0.5.4, A100-40GB, chat task).
 
 Drives one engine of each shipped profile with ML.ENERGY's chat workload (2,000 ShareGPT-like requests at
-once, the run's max_num_seqs; see ``servegym.envs.geo.mlenergy_check``) and compares energy per output token
+once, the run's max_num_seqs; see ``servegym.envs.geo.reports.mlenergy_check``) and compares energy per output token
 and TPOT with the measurement. Nothing is fitted. Points above a profile's calibrated batch range are run as
 explicit extrapolations and marked.
 
@@ -18,7 +18,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-from servegym.envs.geo.mlenergy_check import ENERGY_TOL, LENGTH_CV, SHAREGPT_MEAN_INPUT, TPOT_RANGE, run_check
+from servegym.envs.geo.reports.mlenergy_check import (
+    ENERGY_TOL,
+    LENGTH_CV,
+    SHAREGPT_MEAN_INPUT,
+    TPOT_RANGE,
+    run_check,
+)
 
 
 def main() -> None:

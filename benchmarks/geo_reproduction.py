@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from servegym.baselines.geo.registry import PAPER_POLICIES as PAPER_POLICIES_ORDER
-from servegym.envs.geo.compare import plot_tradeoff, run_one, summarize
+from servegym.envs.geo.reports.compare import plot_tradeoff, run_one, summarize
 from servegym.envs.geo.sim.config import preset
 
 RESULTS = Path(__file__).resolve().parent / "results"

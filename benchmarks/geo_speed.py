@@ -1,6 +1,6 @@
 """Speed of the whole geo simulator (cluster, provisioner, estimator, policy loop and engines).
 
-Runs ``servegym.envs.geo.bench.speed_bench`` over a set of scenarios and records the figures in
+Runs ``servegym.envs.geo.reports.bench.speed_bench`` over a set of scenarios and records the figures in
 ``benchmarks/results/geo_speed.json`` and ``geo_speed.md``. The must-have figure is the paper
 preset (Table II, 512 Llama-3.1-8B TP1 engines in 16 DCs) at 4000 req/s: >= 10x real time on
 this 2-core machine, aim 50x. Each scenario first runs a short warm-up (numba compiles the engine
@@ -18,7 +18,7 @@ import platform
 import time
 from pathlib import Path
 
-from servegym.envs.geo.bench import speed_bench
+from servegym.envs.geo.reports.bench import speed_bench
 
 # (label, preset, model, rate req/s or None for the preset's, policy, GeoConfig overrides)
 SCENARIOS: list[tuple[str, str, str, float | None, str, dict]] = [

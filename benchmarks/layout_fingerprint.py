@@ -248,7 +248,7 @@ def geo_items() -> Iterator[Item]:
 
     for spec, over in (("rr", {}), ("greedy:0.9", {"osl_mode": "predicted"}), ("milp", {"decision_mode": "window"}),
                        ("green-llm", {"ci_mode": "hourly", "ci_start": "2023-03-01T05:00Z"})):
-        from servegym.envs.geo.compare import osl_predictor_for
+        from servegym.envs.geo.reports.compare import osl_predictor_for
 
         cfg = preset("mini", load="high", duration_s=2.0, **over)
         res = GeoSimulation(cfg, seed=4, osl_predictor=osl_predictor_for(cfg)).run(make_policy(spec))
@@ -256,7 +256,7 @@ def geo_items() -> Iterator[Item]:
         yield f"simulation {spec} {sorted(over)}", summary
 
     # reports: compare (library and CLI), validate, the ML.ENERGY check, CLI help texts
-    from servegym.envs.geo.compare import json_records, run_comparison, summarize, text_table
+    from servegym.envs.geo.reports.compare import json_records, run_comparison, summarize, text_table
 
     cfg = preset("mini", duration_s=2.0, osl_mode="oracle")
     runs = run_comparison(cfg, ["rr", "ll", "greedy:0.5", "moer", "milp", "green-llm"], 2)
@@ -277,7 +277,7 @@ def geo_items() -> Iterator[Item]:
             yield f"cli {' '.join(args)}", run_cli(args, tmp)
         rc, out, _err = run_cli(["geo", "validate", "--rates", "2,10", "--requests", "100", "--json"], tmp)
         yield "cli geo validate --json", (rc, out)
-    from servegym.envs.geo.mlenergy_check import run_check
+    from servegym.envs.geo.reports.mlenergy_check import run_check
 
     yield "mlenergy run_check", run_check(models=None)[:2]
 

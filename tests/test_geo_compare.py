@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 import pytest
-from servegym.envs.geo.compare import METRICS, json_records, run_comparison, summarize
+from servegym.envs.geo.reports.compare import METRICS, json_records, run_comparison, summarize
 from servegym.envs.geo.sim.config import preset
 
 from servegym.cli import main

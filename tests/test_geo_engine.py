@@ -346,7 +346,7 @@ def test_validate_cli_json_small_grid(capsys, tmp_path) -> None:
 
 @pytest.mark.slow
 def test_validation_anchors_with_shipped_profile() -> None:
-    from servegym.envs.geo.validate import DEFAULT_PROFILE, validate
+    from servegym.envs.geo.reports.validate import DEFAULT_PROFILE, validate
 
     assert DEFAULT_PROFILE in available_profiles()
     res = validate(DEFAULT_PROFILE)

@@ -1,6 +1,7 @@
 """The geo family's layers: the model under ``envs/geo/sim/`` imports nothing from the envs, reports or
-CLI layers (nor gymnasium, baselines or agents), modules stay small, and the old module names still import the
-sim modules, with a DeprecationWarning."""
+CLI layers (nor gymnasium, baselines or agents), the reports under ``envs/geo/reports/`` and ``cli.py`` import no
+env, modules stay small, the envs do not branch on the action mode, and the old module names still import the
+moved modules, with a DeprecationWarning."""
 
 from __future__ import annotations
 
@@ -25,9 +26,14 @@ LONG_MODULES = {
     # per-request arrays; its parts are already out (engine, provisioner, estimator, metrics, decisions)
     "sim/cluster.py": 700,
 }
-#: The model's old module names (``servegym.envs.geo.<name>``), kept for one release.
-OLD_NAMES = ("cluster", "engine", "engine_kernels", "profile", "config", "provisioner", "estimator", "osl",
-             "metrics", "decisions")
+#: Old module names (``servegym.envs.geo.<name>``) kept for one release, and the layer each moved to.
+OLD_NAMES = {**{m: "sim" for m in ("cluster", "engine", "engine_kernels", "profile", "config", "provisioner",
+                                   "estimator", "osl", "metrics", "decisions")},
+             **{m: "reports" for m in ("compare", "validate", "mlenergy_check", "bench")}}
+#: The env layer's modules (the reports and the CLI import none of them).
+ENV_LAYER = ("servegym.envs.geo.env_", "servegym.envs.geo.actions", "servegym.envs.geo.parallel",
+             "servegym.envs.geo.observations", "servegym.envs.geo.rewards", "servegym.envs.geo.grid_clock",
+             "servegym.envs.geo.reference")
 
 
 def imported_names(path: Path) -> set[str]:
@@ -52,9 +58,9 @@ def test_sim_imports_nothing_from_the_layers_above() -> None:
 
 def test_the_layout_test_sees_an_upward_import(tmp_path: Path) -> None:
     f = tmp_path / "m.py"
-    f.write_text("def f():\n    from servegym.envs.geo.compare import run_one\n")
-    assert "servegym.envs.geo.compare" in imported_names(f)
-    assert not "servegym.envs.geo.compare".startswith(SIM_ALLOWED)
+    f.write_text("def f():\n    from servegym.envs.geo.reports.compare import run_one\n")
+    assert "servegym.envs.geo.reports.compare" in imported_names(f)
+    assert not "servegym.envs.geo.reports.compare".startswith(SIM_ALLOWED)
 
 
 @pytest.mark.parametrize("path", sorted(p.relative_to(GEO).as_posix() for p in GEO.rglob("*.py")))
@@ -63,18 +69,47 @@ def test_geo_modules_are_small(path: str) -> None:
     assert n <= LONG_MODULES.get(path, 600), f"{path} has {n} lines"
 
 
-@pytest.mark.parametrize("name", OLD_NAMES)
-def test_old_module_names_are_the_sim_modules(name: str) -> None:
-    new = importlib.import_module(f"servegym.envs.geo.sim.{name}")
+@pytest.mark.parametrize("name", sorted(OLD_NAMES))
+def test_old_module_names_are_the_moved_modules(name: str) -> None:
+    new_name = f"servegym.envs.geo.{OLD_NAMES[name]}.{name}"
+    new = importlib.import_module(new_name)
     old_name = f"servegym.envs.geo.{name}"
     saved = sys.modules.pop(old_name, None)
     try:
-        with pytest.warns(DeprecationWarning, match=f"servegym.envs.geo.sim.{name}"):
+        with pytest.warns(DeprecationWarning, match=new_name):
             old = importlib.import_module(old_name)
         assert old is new
     finally:
         if saved is not None:
             sys.modules[old_name] = saved
+
+
+@pytest.mark.parametrize("name", ["compare_cli", "bench_cli"])
+def test_old_cli_modules_reexport_the_cli(name: str) -> None:
+    cli = importlib.import_module("servegym.envs.geo.cli")
+    saved = sys.modules.pop(f"servegym.envs.geo.{name}", None)
+    try:
+        with pytest.warns(DeprecationWarning, match="servegym.envs.geo.cli"):
+            old = importlib.import_module(f"servegym.envs.geo.{name}")
+    finally:
+        if saved is not None:
+            sys.modules[f"servegym.envs.geo.{name}"] = saved
+    fn = old.add_geo_commands if name == "compare_cli" else old.add_commands
+    assert fn in (cli._add_compare, cli.add_bench_commands)
+
+
+def test_reports_and_cli_import_no_env_and_the_cli_only_parses() -> None:
+    """The reports run the model (and baselines), never the Gymnasium envs; the CLI imports at module level only
+    what parsing needs (its handlers import the reports lazily)."""
+    files = [*sorted((GEO / "reports").glob("*.py")), GEO / "cli.py"]
+    bad = sorted(f"{f.name}: {n}" for f in files for n in imported_names(f)
+                 if n.startswith(ENV_LAYER) or n.split(".")[0] in ("gymnasium", "pettingzoo"))
+    assert not bad, bad
+    top = [n for node in ast.parse((GEO / "cli.py").read_text()).body
+           if isinstance(node, (ast.Import, ast.ImportFrom))
+           for n in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])]
+    assert set(top) <= {"__future__", "argparse", "importlib", "json", "sys", "collections.abc", "pathlib",
+                        "servegym.errors"}, top
 
 
 def test_env_reset_and_step_do_not_branch_on_the_action_mode() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from servegym.envs.geo.mlenergy_check import ENERGY_TOL, TPOT_RANGE, measurements, run_check
+from servegym.envs.geo.reports.mlenergy_check import ENERGY_TOL, TPOT_RANGE, measurements, run_check
 
 
 def test_shipped_subset() -> None:

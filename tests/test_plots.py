@@ -35,7 +35,7 @@ def _geo_summary(n_seeds: int = 1) -> pd.DataFrame:
 
 @pytest.mark.parametrize("n_seeds", [1, 3])
 def test_geo_compare_tradeoff_plot(tmp_path: Path, n_seeds: int) -> None:
-    from servegym.envs.geo.compare import plot_tradeoff
+    from servegym.envs.geo.reports.compare import plot_tradeoff
 
     assert_renders(plot_tradeoff(_geo_summary(n_seeds), tmp_path / "compare.png", title="test"))
 
@@ -45,7 +45,7 @@ def test_geo_tradeoff_into_a_caller_axes_gives_legend_handles() -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from servegym.envs.geo.compare import plot_tradeoff
+    from servegym.envs.geo.reports.compare import plot_tradeoff
 
     fig, ax = plt.subplots()
     assert plot_tradeoff(_geo_summary(), "", ax=ax) is None

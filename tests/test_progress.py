@@ -33,7 +33,7 @@ def test_train_estimate_and_durations() -> None:
 
 
 def test_allowed_lists_and_near_miss_hints() -> None:
-    from servegym.envs.geo.compare import check_policies
+    from servegym.envs.geo.reports.compare import check_policies
 
     from servegym.errors import ConfigError, listing, near_miss
 

@@ -52,7 +52,7 @@ def test_verdict(scores: dict, higher: bool, expected: str) -> None:
 
 def test_geo_verdict_is_slo_first_then_carbon() -> None:
     import pandas as pd
-    from servegym.envs.geo.compare import explanations, verdict_line
+    from servegym.envs.geo.reports.compare import explanations, verdict_line
 
     summ = pd.DataFrame({"policy": ["rr", "a", "b", "c"], "carbon_g": [10.0, 5.0, 6.0, 1.0],
                          "carbon_saving_pct": [0.0, 50.0, 40.0, 90.0], "slo_violation_pct": [0.0, 0.9, 0.5, 3.0],

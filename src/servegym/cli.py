@@ -24,7 +24,6 @@ from servegym.registration import register_envs
 COMMAND_MODULES: tuple[str, ...] = (
     "servegym.envs.data.cli",
     "servegym.envs.geo.cli",
-    "servegym.envs.geo.bench_cli",
     "servegym.calibration.cli",
     "servegym.envs.pd.cli",
     "servegym.envs.npu.cli",
