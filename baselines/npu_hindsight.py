@@ -38,11 +38,14 @@ decision point (``check_s``).
 
 **The played policy** (:class:`HindsightPolicy`, name ``hindsight``): among the candidate plans (the two
 structures per phase x the prefill and decode utilization targets :data:`PREFILL_UTILIZATIONS`,
-:data:`DECODE_UTILIZATIONS`), the one whose played episode has the best
-return as the env's oracle-mode reward counts it (energy per Ideal epoch + ``slo_penalty`` x misses per arrived
-request per epoch, the env's defaults), then played on the real simulator through the same decision loop as
-Base and NeuScale (:func:`~servegym.baselines.npu.run_policy`; no emergency layer: the plan already knows the
-future). Its energy, cost and SLO are the simulator's.
+:data:`DECODE_UTILIZATIONS`, refined next to the best, and a per-epoch splice of the played plans; the class
+docstring gives the search), the one whose played episode has the best return as the env's oracle-mode reward
+counts it (energy per Ideal epoch + ``slo_penalty`` x misses per arrived request per epoch; run by the env, its
+``slo_penalty / objective_weight``), then played on the real simulator through the same decision loop as Base and
+NeuScale (:func:`~servegym.baselines.npu.run_policy`, which asks it at every 60-s point,
+``decides_between_epochs``; no emergency layer: the plan already knows the future). Its energy, cost and SLO are
+the simulator's. About 9-20 distinct plans are played per episode: 2-3.5 CPU-s per 2-h episode, 29 CPU-s per 24-h
+one (shared 2-core machine; benchmarks/results/npu_yardsticks.md).
 
 **What the result is.** The played plan is a **feasible** policy of the real simulator, so its return is a
 *lower bound* on the hindsight optimum of the simulator (not an upper bound on anything a policy can do). The
