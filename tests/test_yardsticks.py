@@ -35,13 +35,6 @@ LEADERBOARD = REPO_ROOT / "benchmarks" / "results" / "leaderboard.json"
 #: half an hour = 6 epochs; pd keeps its whole day: on 4-h windows of flat load static-peak can be the
 #: optimum itself, see test_pd_oracle).
 SHORTEN: dict[str, dict[str, Any]] = {"geo": {"geo": {"duration_s": 8.0}}, "npu": {"hours": 0.5}, "pd": {}}
-#: Env id -> (the strongest its shipped rows were scored against, why): rows played before the registry's
-#: strongest changed. Every other check of the leaderboard test still runs on them; only the name check is
-#: an expected failure until the rows are rebuilt.
-STALE: dict[str, tuple[str, str]] = {
-    env_id: ("neuscale", "npu rows played before the 2024 days and the fluid default, when neuscale was the "
-                         "strongest (rebuilt with the npu quick rerun)")
-    for env_id in ("servegym/NPUAutoscale-v0", "servegym/NPUAutoscaleResidual-v0")}
 PD_TWINS = ("servegym/PDProvisionResidual-v0", "servegym/PDProvisionFront-v0")
 
 
@@ -156,8 +149,6 @@ def test_leaderboard_carries_every_yardstick_with_score_kpis_slo_and_verdict(env
         r = by_policy[name]
         assert r["score_mean"] == pytest.approx(want, abs=1e-9)
         assert r["score_ci"] == pytest.approx([want, want], abs=1e-9)
-    if env_id in STALE and s["policy"] == STALE[env_id][0] != roles["strongest"]:
-        pytest.xfail(STALE[env_id][1])
     assert s["policy"] == roles["strongest"], (
         f"{env_id}: the row carrying the headroom is {s['policy']!r}, not the registry's strongest "
         f"{roles['strongest']!r}: rebuild the id's rows (servegym benchmark --suite --rescore --fill-baselines)")
