@@ -220,7 +220,8 @@ def markdown(results: dict[str, dict[str, Any]], budget: str, cpu_total: float) 
     for env_id, r in results.items():
         tm, rp = r["timing"], r["reproduction"]
         if not tm:
-            lines.append(f"| {env_id.split('/')[-1]} | - | - | not measured | - |")
+            why = "no seed reached the strongest" if not (r["time_to_strongest"] or {}).get("seeds_reached") else "-"
+            lines.append(f"| {env_id.split('/')[-1]} | - | - | not measured ({why}) | - |")
             continue
         ident = "yes" if rp and rp["identical"] else (
             "no: " + ", ".join(f"{a:.6g} vs {b:.6g}" for a, b in zip(rp["rerun"], rp["stored"], strict=False)) if rp else "-")
