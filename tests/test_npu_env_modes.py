@@ -309,3 +309,30 @@ def test_mode_helpers_and_config_errors() -> None:
                         ({"residual_options": 1}, "residual_options")]:
         with pytest.raises(ConfigError, match=field):
             make(**over)
+
+
+def test_group_state_obs_range_sees_the_references_vpods() -> None:
+    """``group_state_obs="range"`` reads alive/ready/util/queue over each group's whole length range: around NeuScale
+    every alive vPod of the simulator shows in some group (``"bucket"``, the default, misses those of NeuScale's
+    groups that sit inside a range rather than at its edge); only the observation changes (same infos, rewards);
+    in the absolute mode, whose vPods sit at the groups' own buckets, the two readings are identical."""
+    runs = {}
+    for mode in ("residual", "absolute"):
+        for gs in ("bucket", "range"):
+            env = make(action_mode=mode, split="validation", group_state_obs=gs)
+            obs, _ = env.reset(seed=1001)
+            seq, infos = [obs], []
+            for _ in range(3):
+                obs, r, _, _, info = env.step(zero(env) if mode == "residual" else env.heuristic_action())
+                seq.append(obs)
+                infos.append((r, *(info[k] for k in FLOW_KEYS)))
+            alive = sum(obs[env.obs_fields.index(f"{ph}[{e}].alive/max_level")] for ph, e in env.groups)
+            assert env.last_ctx is not None
+            runs[mode, gs] = (np.array(seq), infos, round(float(alive * env.levels[-1]), 3),
+                              int(env.last_ctx.alive.sum()))
+    assert runs["residual", "range"][2] == runs["residual", "range"][3]
+    assert runs["residual", "bucket"][2] < runs["residual", "bucket"][3]  # this episode: NeuScale's decode vPod
+    assert runs["residual", "bucket"][1] == runs["residual", "range"][1]
+    assert np.array_equal(runs["absolute", "bucket"][0], runs["absolute", "range"][0])
+    with pytest.raises(ConfigError, match="group_state_obs"):
+        make(group_state_obs="ranges")

@@ -83,7 +83,9 @@ NeuScale's pending decision summed over the group's range; absolute mode: the he
 T_pod, the requests/s one vPod of the group's configuration serves at its max batch for the window's
 tokens per request (§3.4), / the trace's mean rate (0 with no traffic). Then: recent prefill and decode SLO satisfaction, last epoch's SLO
 satisfaction and miss share, quota left per version / quota (1 when unlimited), sin and cos of the hour
-of day, and the elapsed share of the episode.
+of day, and the elapsed share of the episode. ``group_state_obs``: ``"bucket"`` (default) reads alive, ready, per-version, utilization and queue entries at the
+group's own bucket; ``"range"`` sums them over every bucket the group covers (the residual mode's reference keeps
+its vPods at its own buckets inside the ranges; the reference target already counts them that way).
 
 **Reward** (``reward_mode``), with objective O the epoch's energy (J) or cost (USD) per ``objective``,
 M the epoch's SLO misses and A = max(requests arriving within the horizon, 1) / horizon the episode's

@@ -51,6 +51,11 @@ the strongest npu baseline on the validation split; servegym.agents.protocol.YAR
 RESIDUAL_STEPS: tuple[int, ...] = (0, 1, -1, 2, -2)
 """Count-level change of a residual action value (value 0 = follow the reference, so all-zero reproduces it)."""
 
+GROUP_STATE_OBS: tuple[str, ...] = ("bucket", "range")
+"""``group_state_obs`` values: where a group's alive/ready/util/queue/per-version entries are read -- at the group's
+own length bucket (the original), or summed over every bucket the group covers (where the residual mode's
+reference keeps its vPods: NeuScale's groups sit at their own buckets inside the env group's range)."""
+
 BASELINES: tuple[str, ...] = ("base", "neuscale", "ideal", "hindsight")
 """Policies :meth:`NPUAutoscaleEnv.run_baseline` runs on the env's episode (servegym.baselines.npu; ``hindsight``:
 the hindsight provisioning plan of servegym.baselines.npu_hindsight, which knows the episode's future demand)."""
@@ -94,6 +99,7 @@ class NPUEnvConfig:
     residual_options: bool = False  # residual mode: also choose each group's configuration (default: best fit)
     reference: str = "neuscale"  # residual mode: the policy the all-zero action reproduces (RESIDUAL_REFERENCES)
     reward_mode: str = "oracle"  # one of REWARD_MODES: normalize by the oracle, or relative to Base per epoch
+    group_state_obs: str = "bucket"  # one of GROUP_STATE_OBS: the group's own bucket (original) or its whole range
     safety_layer: bool | None = None  # emergency scale-out between epochs (None: on in residual mode only)
     max_group_vpods: int = 1024  # cap on any simulator group's vPod target (bounds the reward)
     fidelity: str = "fluid"  # simulator: "fluid" (per-interval aggregates, the default) or "request" (every request)
@@ -160,6 +166,7 @@ class NPUEnvConfig:
             raise ConfigError(f"safety_layer = {self.safety_layer!r}; allowed: null (on in residual mode), true "
                               "or false")
         check_choice("fidelity", self.fidelity, FIDELITIES)
+        check_choice("group_state_obs", self.group_state_obs, GROUP_STATE_OBS)
         mg = self.max_group_vpods
         if isinstance(mg, bool) or not isinstance(mg, (int, np.integer)) or not max(lv) <= mg <= 100_000:
             raise ConfigError(f"max_group_vpods = {mg!r}; allowed: an integer in [max(count_levels) = {max(lv)}, "

@@ -84,21 +84,51 @@ class ObservationsMixin:
         for g, key in enumerate(self.groups):
             for cid, k in ctx.counts.get(key, {}).items():
                 per_v[VERSIONS.index(self.catalog.configs[cid].version), g] += k
+        alive, ready = ctx.alive[gp, gb], ctx.ready[gp, gb]
+        queue, peak_queue = ctx.queue[gp, gb], ctx.peak_queue[gp, gb]
+        if self.config.group_state_obs == "range":
+            alive, ready, queue, peak_queue, util, per_v = self._range_state(ctx)
         quota = self.sim.quota if self.sim is not None else {}
         q_left = [1.0 if math.isinf(quota[v]) else (ctx.quota_left[v] / quota[v] if quota[v] > 0 else 0.0)
                   for v in VERSIONS]
         hour = (ctx.time_s / 3600.0 + float(self.scenario.get("start_hour", self.config.start_hour))) % 24.0
         parts = [
             rr / self._mean_rate, rp / self._mean_rate, share, np.log1p(tpr) / LOG_MAX_TOKENS,
-            ctx.alive[gp, gb] / maxl, ctx.ready[gp, gb] / maxl, per_v.ravel() / maxl,
+            alive / maxl, ready / maxl, per_v.ravel() / maxl,
             self._option / max(self.n_options - 1, 1), util,
-            np.log1p(ctx.queue[gp, gb]) / 10.0, np.log1p(ctx.peak_queue[gp, gb]) / 10.0,
+            np.log1p(queue) / 10.0, np.log1p(peak_queue) / 10.0,
             self._ref_counts / maxl, self._vpod_rate(tpr) / self._mean_rate,
             ctx.slo_recent, [self._last["slo_satisfaction"], self._last["slo_miss_share"]], q_left,
             [math.sin(2 * math.pi * hour / 24.0), math.cos(2 * math.pi * hour / 24.0), self._t / self.horizon],
         ]
         obs = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in parts])
         return np.clip(obs, -1.0, 10.0).astype(np.float32)
+
+    def _range_state(self, ctx: Observation) -> tuple[NDArray[np.float64], ...]:
+        """``group_state_obs="range"``: alive, ready, queue and peak queue (jobs; the sum of the buckets' peaks),
+        utilization (prefill: busy share weighted by the ready vPods' batch slots; decode: active jobs / slots) and
+        alive vPods per chip version, over every length bucket that maps to each env group (``_env_group``, as the
+        residual mode's reference counts), so a reference's vPods at its own buckets inside the range count."""
+        G = len(self.groups)
+        eg = self._env_group.ravel()
+
+        def agg(a: NDArray[np.float64]) -> NDArray[np.float64]:
+            out = np.zeros(G)
+            np.add.at(out, eg, np.asarray(a, dtype=np.float64).ravel())
+            return out
+
+        slots = np.asarray(ctx.slots, dtype=np.float64)
+        busy = np.asarray(ctx.util, dtype=np.float64) * slots
+        if self.sim is not None:
+            busy[1] = self.sim.decode_jobs()
+        sl = agg(slots)
+        util = np.where(sl > 0, np.minimum(agg(busy) / np.maximum(sl, 1e-9), 1.0), 0.0)
+        per_v = np.zeros((len(VERSIONS), G))
+        for (phase, edge), cnt in ctx.counts.items():
+            g = self._env_group[PHASES.index(phase), int(np.searchsorted(self.edges, edge))]
+            for cid, k in cnt.items():
+                per_v[VERSIONS.index(self.catalog.configs[cid].version), g] += k
+        return agg(ctx.alive), agg(ctx.ready), agg(ctx.queue), agg(ctx.peak_queue), util, per_v
 
     def _vpod_rate(self, tpr: NDArray[np.float64]) -> NDArray[np.float64]:
         """Per env group: requests/s one vPod of its configuration serves at its max batch (T_pod of
