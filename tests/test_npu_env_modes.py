@@ -191,7 +191,7 @@ def test_safety_layer_scales_out_a_starved_agent() -> None:
     assert miss_on < miss_off
 
 
-@pytest.mark.parametrize("over", [*MODES, {}])
+@pytest.mark.parametrize("over", [*MODES, {}, {"action_mode": "residual", "reward_mode": "base", "slo_penalty": 1.0}])
 def test_return_equals_the_kpi_identity(over: dict[str, Any]) -> None:
     env = make(**over, **LIGHT)
     rng = np.random.default_rng(0)
