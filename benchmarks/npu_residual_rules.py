@@ -6,7 +6,9 @@ horizon) played on the validation split only with
   follow NeuScale; a group where NeuScale has no vPods is masked to 0 by the env), and
 - gated rules that lower every live group of a phase by one level only when the observation says it has room:
   ``util``: the group's utilization below a threshold; ``cap``: its 30-min peak request rate at most a share of
-  what one level fewer vPods serve (``vpod_rate`` x the lower count, both observation entries),
+  what one level fewer vPods serve (``vpod_rate`` x the lower count, both observation entries); the ``range:``
+  rows read the group state over each group's whole length range (``group_state_obs="range"``: with the default
+  reading, utilization is 0 wherever NeuScale's vPods sit inside a range rather than at its edge),
 
 each against NeuScale (= ``follow``) under the protocol's paired verdict (energy lower with the paired 95 % CI
 below 0, SLO violation at most max(0.05 pp, 10 % of NeuScale's) above). Test episodes are not played: a rule
@@ -82,6 +84,7 @@ def gated_act(phase: str, kind: str, thr: float) -> Act:
 
 
 def policies() -> dict[str, Act]:
+    """Name -> action function; names starting ``range:`` are played with ``group_state_obs="range"``."""
     out: dict[str, Act] = {"follow": group_act(0, 0)}
     for g in range(10):
         for step in (-1, 1):
@@ -92,18 +95,23 @@ def policies() -> dict[str, Act]:
         out[f"decode cap {thr}"] = gated_act("decode", "cap", thr)
     for thr in (0.5, 0.7):
         out[f"prefill cap {thr}"] = gated_act("prefill", "cap", thr)
+    for thr in (0.3, 0.5, 0.7, 0.9):
+        out[f"range: decode util < {thr}"] = gated_act("decode", "util", thr)
     return out
 
 
 def play(episodes: int, hours: float) -> dict[str, Any]:
-    env = gym.make(ENV, split="validation", config={"hours": hours})
+    envs = {obs: gym.make(ENV, split="validation", config={"hours": hours, "group_state_obs": obs})
+            for obs in ("bucket", "range")}
+    env = envs["bucket"]
     seeds = seeds_from(bm.VALIDATION_SEED, episodes)
     metrics = family_for(ENV).metrics
     rows, base, groups = [], None, None
     try:
         for name, act in policies().items():
             c0 = os.times()
-            res = [play_episode(env, act, s, name, metrics) for s in seeds]
+            on = envs["range" if name.startswith("range:") else "bucket"]
+            res = [play_episode(on, act, s, name, metrics) for s in seeds]
             c1 = os.times()
             groups = groups or [f"{p}[{e}]" for p, e in env.unwrapped.groups]
             base = base or res
@@ -115,7 +123,8 @@ def play(episodes: int, hours: float) -> dict[str, Any]:
                                             for r, b in zip(res, base, strict=True)],
                          "cpu_s": (c1.user - c0.user) + (c1.system - c0.system)})
     finally:
-        env.close()
+        for e in envs.values():
+            e.close()
     return {"seeds": seeds, "groups": groups, "rows": rows}
 
 
