@@ -301,24 +301,27 @@ SUITE: dict[str, tuple[SuiteEntry, ...]] = {
                    note="mini preset (3 DCs, 30 s), residual around the facility MILP (action 0 = MILP), "
                         "stale snapshots (poll interval 5 s)"),
         # pd: every mode's reference is the strongest baseline (min-power+forecast:0.97), cloned before RL
-        SuiteEntry("servegym/PDProvisionResidual-v0", "maskable-ppo", PD_STRONGEST, 51_200, 5, 10, 3,
+        SuiteEntry("servegym/PDProvisionResidual-v0", "maskable-ppo", PD_STRONGEST, 4_096, 5, 10, 3,
                    hyperparams="PDProvisionResidual-v0.quick.yml",
                    note="full day, 60-s periods, changes around the strongest baseline (min-power+forecast:0.97), "
-                        "warm start by cloning it (20,000 steps), 1 h -> 4 h -> 1 day curriculum"),
+                        "warm start by cloning it (20,000 steps), 3 rounds of rollout policy improvement (common random "
+                        "numbers, DAgger), 4,096 conservative PPO steps, 1 h -> 4 h -> 1 day curriculum"),
         # npu residual: the reference is the strongest npu baseline (NeuScale, re-chosen on validation after the
         # fluid TTFT fix; config "reference": "base" acts around Base), cloned before RL
         SuiteEntry("servegym/NPUAutoscaleResidual-v0", "maskable-ppo", {"config": {"hours": 2.0}},
                    6_144, 5, 10, 3, hyperparams="NPUAutoscaleResidual-v0.quick.yml",
                    note="2-h episodes (24 epochs), changes around the strongest baseline (NeuScale), warm start by "
                         "cloning it (2,048 steps), reward relative to Base"),
-        SuiteEntry("servegym/PDProvisionFront-v0", "maskable-ppo", PD_STRONGEST, 25_600, 5, 10, 3,
+        SuiteEntry("servegym/PDProvisionFront-v0", "maskable-ppo", PD_STRONGEST, 4_096, 5, 10, 3,
                    hyperparams="PDProvisionFront-v0.quick.yml",
                    note="full day, 60-s periods, a choice on the current epsilon-Pareto front, warm start by "
-                        "cloning the strongest baseline's front slot (20,000 steps)"),
-        SuiteEntry("servegym/PDProvision-v0", "maskable-ppo", PD_STRONGEST, 25_600, 5, 10, 3,
+                        "cloning the strongest baseline's front slot (20,000 steps), 3 rounds of rollout policy improvement "
+                        "(common random numbers, DAgger), 4,096 conservative PPO steps"),
+        SuiteEntry("servegym/PDProvision-v0", "maskable-ppo", PD_STRONGEST, 4_096, 5, 10, 3,
                    hyperparams="PDProvision-v0.quick.yml",
                    note="full day, 60-s periods, absolute (n_P, n_D) targets, warm start by cloning the "
-                        "strongest baseline's deployment (20,000 steps)"),
+                        "strongest baseline's deployment (20,000 steps), 3 rounds of rollout policy improvement (common "
+                        "random numbers, DAgger), 4,096 conservative PPO steps"),
         SuiteEntry("servegym/NPUAutoscale-v0", "maskable-ppo", {"config": {"hours": 2.0}}, 10_240, 5, 10, 3,
                    note="2-h episodes (24 epochs), absolute counts and vPod options"),
     ),
