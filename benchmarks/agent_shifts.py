@@ -58,6 +58,7 @@ from servegym.agents.benchmark import (
 from servegym.agents.families import EpisodeResult, family_for
 from servegym.agents.rollout import agent_act_fn, play_episode, seeds_from
 
+from servegym.errors import ConfigError
 from servegym.outputs import write_json, write_text
 from servegym.splits import BASE_SPLITS, ENV_FAMILY, splits_of
 
@@ -161,33 +162,76 @@ def load_agents(e: SuiteEntry, paths: dict[int, Path]) -> dict[int, Any]:
     return acts
 
 
-def play_agents(e: SuiteEntry, env: Any, acts: dict[int, Any], seeds: Sequence[int]) -> list[EpisodeResult]:
+def reference_of(env: Any) -> Any:
+    """The action that plays the env's reference (its strongest-baseline plan where the entry sets ``reference``)
+    for the coming step: ``reference_action()`` where the env has it, else the residual zero action, else None."""
+    fn = getattr(env.unwrapped, "reference_action", None)
+    try:
+        return fn() if fn is not None else protocol.follow_action(env)
+    except ConfigError:
+        return None
+
+
+class Agreement:
+    """How an agent's actions relate to the reference's on the steps it played (why it wins or loses): the share
+    of steps equal to the reference action, and per action dimension the mean of agent - reference and the
+    shares below and above it (pd: prefill/decode instances or the front slot; geo: the DC index, order-free)."""
+
+    def __init__(self) -> None:
+        self.diffs: list[np.ndarray] = []
+
+    def wrap(self, act: Any) -> Any:
+        def tracked(obs: Any, info: dict[str, Any], env: Any) -> Any:
+            a = act(obs, info, env)
+            ref = reference_of(env)
+            if ref is not None:
+                self.diffs.append(np.atleast_1d(np.asarray(a, dtype=np.float64) - np.asarray(ref, dtype=np.float64)))
+            return a
+
+        return tracked
+
+    def summary(self) -> dict[str, Any] | None:
+        if not self.diffs:
+            return None
+        d = np.stack(self.diffs)
+        return {"steps": int(d.shape[0]), "equal": float(np.mean(np.all(d == 0, axis=1))),
+                "mean_diff": d.mean(axis=0).tolist(), "below": (d < 0).mean(axis=0).tolist(),
+                "above": (d > 0).mean(axis=0).tolist()}
+
+
+def play_agents(e: SuiteEntry, env: Any, acts: dict[int, Any], seeds: Sequence[int],
+                agreement: Agreement | None = None) -> list[EpisodeResult]:
     fam = family_for(e.env_id)
     res = []
     for k, act in acts.items():
+        play = act if agreement is None else agreement.wrap(act)
         for s in seeds:
-            r = play_episode(env, act, s, AGENT, fam.metrics)
+            r = play_episode(env, play, s, AGENT, fam.metrics)
             res.append(EpisodeResult(r.policy, r.seed, r.reward, r.length, {**r.metrics, "train_seed": float(k)}))
         log(f"    agent seed {k}: {len(seeds)} episodes")
     return res
 
 
 def verify(e: SuiteEntry, outs: Sequence[dict[str, Any]], acts: dict[int, Any]) -> dict[str, Any]:
-    """Replay the stored test episodes of every seed's model: returns must be identical."""
+    """Replay the stored test episodes of every seed's model: returns must be identical (played through
+    :class:`Agreement`, so the check also shows that reading the reference action changes nothing)."""
     env = make_split_env(e.env_id, "test", e.env_kwargs)
     fam = family_for(e.env_id)
     worst, n, equal = 0.0, 0, 0
+    agree = Agreement()
     try:
         for o in outs:
             if o["kind"] != "train":
                 continue
+            play = agree.wrap(acts[int(o["seed"])])
             for row in o["rows"]:
-                r = play_episode(env, acts[int(o["seed"])], int(row["seed"]), AGENT, fam.metrics)
+                r = play_episode(env, play, int(row["seed"]), AGENT, fam.metrics)
                 d = abs(r.reward - float(row["reward"]))
                 worst, n, equal = max(worst, d), n + 1, equal + (d == 0.0)
     finally:
         env.close()
-    return {"episodes": n, "identical": equal, "max_abs_return_diff": worst, "reproduces": bool(n and equal == n)}
+    return {"episodes": n, "identical": equal, "max_abs_return_diff": worst, "reproduces": bool(n and equal == n),
+            "agreement": agree.summary()}
 
 
 def stored_by_policy(outs: Sequence[dict[str, Any]]) -> dict[str, list[EpisodeResult]]:
@@ -227,12 +271,13 @@ def run_shift(e: SuiteEntry, split: str, acts: dict[int, Any], episodes: int) ->
         names = suite_policies(e)
         log(f"  {split}: {', '.join(names)} and {len(acts)} agents on {episodes} episodes")
         by = run_policy_episodes(e.env_id, env, names, seeds)
-        by[AGENT] = play_agents(e, env, acts, seeds)
+        agree = Agreement()
+        by[AGENT] = play_agents(e, env, acts, seeds, agree)
     finally:
         env.close()
     strongest = protocol.yardsticks(e.env_id).roles()["strongest"]
     out = summarize(e.env_id, by, strongest, kpi)
-    out.update(split=split, episodes=episodes, cpu_s=cpu_s() - t0,
+    out.update(split=split, episodes=episodes, cpu_s=cpu_s() - t0, agreement=agree.summary(),
                returns={p: [[r.seed, r.reward] for r in rs] for p, rs in by.items()})
     return out
 
@@ -247,12 +292,19 @@ def _num(v: float | None, fmt: str = ".1f") -> str:
     return "n/a" if v is None else format(v, fmt)
 
 
+def _agree(a: dict[str, Any] | None) -> str:
+    if a is None:
+        return "-"
+    return f"{100 * a['equal']:.1f} % ({', '.join(f'{d:+.3f}' for d in a['mean_diff'])})"
+
+
 def table(results: dict[str, Any]) -> str:
     """The markdown report of :func:`main`'s results (one row per id x split, the stored test row first)."""
     lines = ["| env id | split | episodes | agent vs strongest: ΔKPI [95 % CI] | ΔSLO pp (tolerance) | beats | "
              "score agent [95 % CI] | strongest | paper | follow | headroom | gap closed [95 % CI] | "
-             "best baseline on the split (score); agent vs it | seeds with mean ΔKPI < 0 | CPU-s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "best baseline on the split (score); agent vs it | seeds with mean ΔKPI < 0 | steps at the reference's action "
+             "(mean agent − reference) | CPU-s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
     for idn, r in results["ids"].items():
         if not r.get("verify", {}).get("reproduces", False):
@@ -276,7 +328,8 @@ def table(results: dict[str, Any]) -> str:
                 f"{_num(pol[s['strongest']]['score_mean'])} | {_num(pol[y.paper]['score_mean'])} | "
                 f"{'-' if fol is None else _num(fol['score_mean'])} | {_num(s['headroom'])} | "
                 f"{_num(a['gap_closed'], '.2f')} {_ci(a, 'gap_closed_ci', 2)} | {bcell} | "
-                f"{sum(d < 0 for d in per.values())}/{len(per)} | {_num(s.get('cpu_s'), '.0f')} |")
+                f"{sum(d < 0 for d in per.values())}/{len(per)} | {_agree(s.get('agreement'))} | "
+                f"{_num(s.get('cpu_s'), '.0f')} |")
     head = ["Strongest baseline per id (chosen on validation, kept on every shift): "
             + ", ".join(f"{i} `{r['strongest']}`" for i, r in results["ids"].items() if "strongest" in r) + ".",
             "", protocol.BEATS_RULE + ". Agents: the 5 training seeds' validation-selected checkpoints of the stored "
@@ -341,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
             kpi = protocol.kpi_metric(env)
             env.close()
             r["test"] = summarize(e.env_id, stored_by_policy(outs), r["strongest"], kpi)
-            r["test"].update(split="test", episodes=e.episodes)
+            r["test"].update(split="test", episodes=e.episodes, agreement=r["verify"]["agreement"])
             r["verify"]["leaderboard"] = leaderboard_check(e.env_id, r["test"], args.suite.parents[1] / "leaderboard.json")
             log(f"{idn}: {r['verify']}")
             save()

@@ -82,3 +82,20 @@ def test_shift_names_and_model_relocation(tmp_path) -> None:
     outs = [{"kind": "train", "seed": 1, "chosen": "/old/X_s1/best_model.zip"}, {"kind": "baseline"}]
     assert mod.model_paths(outs, tmp_path) == {1: tmp_path / "X_s1" / "best_model.zip"}
     assert mod.model_paths(outs, None) == {1: Path("/old/X_s1/best_model.zip")}
+
+
+def test_agreement_counts_steps_at_the_reference_action() -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    mod = _mod()
+    env = SimpleNamespace(unwrapped=SimpleNamespace(reference_action=lambda: np.array([2, 2])))
+    acts = iter([np.array([2, 2]), np.array([1, 2]), np.array([2, 3]), np.array([2, 2])])
+    agree = mod.Agreement()
+    play = agree.wrap(lambda obs, info, e: next(acts))
+    assert [play(None, {}, env).tolist() for _ in range(4)] == [[2, 2], [1, 2], [2, 3], [2, 2]]
+    s = agree.summary()
+    assert s["steps"] == 4 and s["equal"] == 0.5 and s["mean_diff"] == [-0.25, 0.25]
+    assert s["below"] == [0.25, 0.0] and s["above"] == [0.0, 0.25]
+    assert mod.Agreement().summary() is None
