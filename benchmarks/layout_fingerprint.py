@@ -15,7 +15,7 @@ Usage (the first run records, a later run compares and exits 1 naming every item
 A family is a function that yields ``(item name, value)`` pairs (:data:`FAMILIES`); add one for the next
 family's move. The digests are those of this machine's numpy/numba builds: compare runs made on the same
 install, before and after a change (``geo``: 126 items, about 8 CPU-s with its CLI subprocesses, 10 with a
-cold numba cache).
+cold numba cache; ``pd``: 180 items, about 33 CPU-s with its CLI and cross-check subprocesses).
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ def canon(x: Any) -> Any:
     """A JSON-able, exact, module-path-free form of ``x`` (arrays by dtype, shape and bytes; floats by hex)."""
     if isinstance(x, np.ndarray):
         a = np.ascontiguousarray(x)
+        if a.dtype == object:  # the elements, not their addresses
+            return ["nd", "object", list(a.shape), canon(a.tolist())]
         return ["nd", str(a.dtype), list(a.shape), hashlib.sha256(a.tobytes()).hexdigest()]
     if isinstance(x, dict):
         return {str(k): canon(v) for k, v in sorted(x.items(), key=lambda kv: str(kv[0]))}
@@ -80,10 +82,12 @@ def _error(fn: Callable[[], Any]) -> str:
 
 
 def play_env(env: Any, seed: int, rng_seed: int, follow_p: float = 0.0, zero_p: float = 0.0,
-             max_steps: int = 100_000, pickle_at: int | None = None) -> dict[str, Any]:
+             max_steps: int = 100_000, pickle_at: int | None = None,
+             extra: Callable[[Any], Any] | None = None) -> dict[str, Any]:
     """One episode with seeded random actions (masked mostly, sometimes unmasked; ``follow_p``: the residual
     follow action; ``zero_p``: an all-zero Box action); everything the env returns, plus masks and renders.
-    ``pickle_at``: at that step the env is pickled and the episode continues on the copy."""
+    ``pickle_at``: at that step the env is pickled and the episode continues on the copy. ``extra(base env)``:
+    recorded before each step as well (what else the family's env offers its drivers)."""
     rng = np.random.default_rng(rng_seed)
     obs, info = env.reset(seed=seed)
     base = env.unwrapped
@@ -95,7 +99,17 @@ def play_env(env: Any, seed: int, rng_seed: int, follow_p: float = 0.0, zero_p: 
     space = env.action_space
     for k in range(max_steps):
         mask = base.action_masks() if hasattr(base, "action_masks") else None
-        if hasattr(space, "n"):
+        more = extra(base) if extra is not None else None
+        if hasattr(space, "nvec"):  # MultiDiscrete: per dimension, masked (sb3-contrib's layout) or not
+            if follow_p and rng.random() < follow_p:
+                a = np.asarray(base.follow_action())
+            else:
+                cuts = np.cumsum(space.nvec)[:-1]
+                parts = np.split(mask, cuts) if mask is not None else [np.ones(n, bool) for n in space.nvec]
+                masked = rng.random() < 0.8
+                a = np.array([int(rng.choice(np.flatnonzero(m))) if masked else int(rng.integers(len(m)))
+                              for m in parts], dtype=np.int64)
+        elif hasattr(space, "n"):
             n = int(space.n)
             if follow_p and rng.random() < follow_p:
                 a = n - 1
@@ -111,6 +125,8 @@ def play_env(env: Any, seed: int, rng_seed: int, follow_p: float = 0.0, zero_p: 
             base = env.unwrapped
         obs, r, term, trunc, info = env.step(a)
         rec = [a, obs, r, term, trunc, info, mask]
+        if extra is not None:
+            rec.append(more)
         if k < 3 and base.render_mode is not None:
             rec.append(env.render())
         out["steps"].append(rec)
@@ -282,6 +298,274 @@ def geo_items() -> Iterator[Item]:
     yield "mlenergy run_check", run_check(models=None)[:2]
 
 
+# -------------------------------------------------------------------------------------------------- pd
+def _pd_extra(base: Any) -> Any:
+    """What the pd env offers its drivers besides step(): the reference's action, forecasts, the mix."""
+    return (base.reference_action(), base.forecast_rates(3), base.mix_index(), base.step_index)
+
+
+def pd_items() -> Iterator[Item]:
+    """Every pd env id and action mode (fluid and request dynamics), the vector envs, every baseline, the
+    hindsight oracle, the model, both simulators, the reports and the CLI."""
+    import gymnasium as gym
+
+    import servegym  # noqa: F401  (registers the ids)
+
+    absolute, residual, front = ("servegym/PDProvision-v0", "servegym/PDProvisionResidual-v0",
+                                 "servegym/PDProvisionFront-v0")
+    short = {"curriculum": [[150, 1]]}  # 150 periods of the drawn day (the full day on the test split)
+    request = {"mode": "request", "scenario": {"horizon_steps": 6, "peak_rate_rps": 2.0}}
+    envs: list[tuple[str, str, dict[str, Any], float, tuple[str | None, ...]]] = [
+        # (label, id, config, follow_p, splits)
+        ("abs", absolute, {}, 0.0, ("test",)),
+        ("abs-short", absolute, short, 0.0, ("train", "validation", "shift-code", "shift-mooncake", "shift-burst",
+                                             "shift-forecast", None)),
+        ("abs-carbon-mean-curriculum", absolute, {"objective": "carbon", "arrivals": "mean", "random_start": True,
+                                                  "curriculum": [[30, 1], [60, 0]]}, 0.0, ("train", "test")),
+        ("abs-cost-terminates", absolute, {**short, "objective": "cost", "backlog_limit_s": 2.0, "gpu_budget": 4,
+                                           "max_prefill": 2, "max_decode": 2, "termination_penalty": 5.0},
+         0.0, ("test",)),
+        ("abs-terminates-default-penalty", absolute, {**short, "backlog_limit_s": 1.0, "gpu_budget": 3,
+                                                      "max_prefill": 2, "max_decode": 2}, 0.0, ("test",)),
+        ("abs-startup0-initial", absolute, {**short, "startup_delay_s": 0.0, "initial_deployment": [2, 2]},
+         0.0, ("test",)),
+        ("abs-request", absolute, request, 0.0, ("test", None)),
+        ("residual", residual, {}, 0.5, ("test",)),
+        ("residual-short", residual, short, 0.5, ("train", "shift-forecast", "shift-mooncake", None)),
+        ("residual-forecast-L3", residual, {**short, "reference": "min-power+forecast:0.97", "residual_levels": 3},
+         0.5, ("test",)),
+        ("residual-request", residual, request, 0.5, ("test",)),
+        ("front", front, {}, 0.0, ("test",)),
+        ("front-short", front, {**short, "front_eps": 0.1}, 0.0, ("train", "shift-mooncake", None)),
+        ("front-request", front, request, 0.0, ("test",)),
+        ("abs-as-residual-config", absolute, {**short, "action_mode": "residual"}, 0.5, ("test",)),
+    ]
+    for label, env_id, cfg, follow_p, splits in envs:
+        for split in splits:
+            for seed in (0, 3):
+                render = "ansi" if seed == 0 else "rgb_array"
+                env = gym.make(env_id, config=dict(cfg, split=split), render_mode=render)
+                pick = 5 if (seed == 3 and split == "test") else None
+                yield (f"env {label} split={split} seed={seed}",
+                       play_env(env, seed, 2000 + seed, follow_p, pickle_at=pick, extra=_pd_extra))
+    env = gym.make(absolute, split="test").unwrapped
+    yield "pd default_config", env.default_config()
+    yield "pd split scales", [gym.make(absolute, split=s).unwrapped.split_capacity_scale()
+                              for s in ("train", "shift-mooncake")]
+    yield "pd front slots", [gym.make(front, split=s).unwrapped.front_slots for s in ("train", None)]
+    env.reset(seed=1)
+    yield "pd hindsight arrivals", env.hindsight_arrivals()
+    yield "pd absolute twin", [type(gym.make(i).unwrapped.absolute_twin().action_space).__name__
+                               for i in (absolute, residual, front)]
+    tw = gym.make(front, split="test").unwrapped.absolute_twin()
+    yield "pd absolute twin config", tw.config
+    yield "pd reset options", [_error(lambda o=o: gym.make(absolute, config={"curriculum": [[5, 1]]}).reset(
+        seed=0, options=o)[1]) for o in ({"curriculum_stage": 0}, {"curriculum_stage": 1}, {"curriculum_stage": True})]
+
+    # config, kwarg, id and action errors (their texts are part of the interface)
+    bad = [{"action_mode": "nope"}, {"mode": "x"}, {"split": "nope"}, {"gpu_budget": 1}, {"max_prefill": 1.5},
+           {"residual_levels": 9}, {"reference": "nope"}, {"reference": "min-power+forecast:2"},
+           {"front_eps": 0.0}, {"curriculum": [[0, 1]]}, {"curriculum": 3}, {"initial_deployment": [9, 9]},
+           {"initial_deployment": [0, 1]}, {"scenario": {"period_s": 0.1}}, {"scenario": {"bogus": 1}},
+           {"scenario": {"start_hour": 3.0}}, {"objective": "money"}, {"pue": 5}, {"ttft_slo_s": 0},
+           {"termination_penalty": -1}, {"mode": "request", "scenario": {"peak_rate_rps": 9000.0}},
+           {"system": 3}, {"bogus": 1}]
+    for env_id in (absolute, residual, front):
+        yield f"config errors {env_id}", [_error(lambda b=b, i=env_id: gym.make(i, config=b)) for b in bad]
+    yield "kwarg error", _error(lambda: gym.make(absolute, bogus=1))
+    yield "render mode error", _error(lambda: gym.make(absolute, render_mode="human"))
+    yield "id/config mode error", _error(lambda: gym.make(residual, config={"action_mode": "front"}))
+    for env_id, acts in ((absolute, ([1, 2, 3], [-1, 1], [13, 1], [1.5, 1], "ab", [0, 0], [12, 8])),
+                         (residual, ([5, 0], [0, 0, 0], [1.5, 2], 7, [4, 4])),
+                         (front, (-1, 99, [1, 2], 1.5, np.array([2]), True))):
+        e = gym.make(env_id, split="test").unwrapped
+        yield f"step before reset {env_id}", _error(lambda e=e: e.step(e.action_space.sample()))
+        e.reset(seed=2)
+        yield f"action errors {env_id}", [_error(lambda a=a, e=e: e.step(a)[4]["action_adjusted"]) for a in acts]
+        yield f"follow action {env_id}", _error(lambda e=e: e.follow_action().tolist())
+
+    # the native vector envs (one numpy batch of fluid periods) and the SB3 VecEnv over them
+    from servegym.envs.pd.vector import PDVectorEnv
+
+    for mode, cfg in (("absolute", {}), ("residual", {}), ("front", {}), ("absolute", request)):
+        venv = PDVectorEnv(3, config=dict(cfg, split="test"), action_mode=mode, max_episode_steps=40)
+        rng = np.random.default_rng(11)
+        rec: list[Any] = [venv.reset(seed=[1, 2, 3])]
+        for _ in range(40):  # up to the truncation (the autoreset after it draws an unseeded scenario)
+            masks = venv.action_masks()
+            if hasattr(venv.single_action_space, "nvec"):
+                cuts = np.cumsum(venv.single_action_space.nvec)[:-1]
+                acts = np.stack([np.array([int(rng.choice(np.flatnonzero(m))) for m in np.split(row, cuts)])
+                                 for row in masks])
+            else:
+                acts = np.array([int(rng.choice(np.flatnonzero(row))) for row in masks])
+            rec.append((acts, masks, *venv.step(acts)))
+        yield f"vector {mode} {sorted(cfg)}", rec
+    try:
+        from servegym.envs.pd.sb3_vector import PDSB3VecEnv
+
+        venv = PDSB3VecEnv(PDVectorEnv(2, config={"split": "test"}, action_mode="residual", max_episode_steps=30))
+        venv.seed(4)
+        rec = [venv.reset()]
+        for _ in range(30):
+            rec.append(venv.step(np.array([[2, 2], [1, 3]])))
+        yield "sb3 vector residual", rec
+    except ImportError:
+        yield "sb3 vector residual", "stable-baselines3 missing"
+
+    # every baseline through the benchmark's runner, on two test scenarios of each id (the oracle included)
+    from servegym.agents.adapters import PD_BASELINES, run_pd_baseline
+
+    for env_id in (absolute, residual, front):
+        env = gym.make(env_id, split="test")
+        for name in PD_BASELINES:
+            for s in (0, 1):
+                res = run_pd_baseline(env, name, s)
+                yield f"baseline {env_id} {name} seed={s}", (res.policy, res.seed, res.reward, res.length,
+                                                             res.metrics)
+    env = gym.make(absolute, split="shift-forecast")
+    for name in PD_BASELINES:
+        res = run_pd_baseline(env, name, 5)
+        yield f"baseline shift-forecast {name}", (res.reward, res.length, res.metrics)
+    from servegym.baselines.pd import compare_policies, plot_deployments
+    from servegym.baselines.pd_oracle import solve_oracle
+
+    for split, seed in (("test", 0), ("shift-burst", 2)):
+        env = gym.make(absolute, split=split).unwrapped
+        env.reset(seed=seed)
+        yield f"oracle plan {split} {seed}", solve_oracle(env)
+    results = compare_policies({"mode": "fluid"}, seed=1, max_steps=200, progress=False)
+    yield "compare_policies", [(r.summary(), r.series) for r in results]
+    with tempfile.TemporaryDirectory() as tmp:
+        plot_deployments(results, f"{tmp}/dep.png")
+        yield "plot_deployments png", hashlib.sha256(Path(f"{tmp}/dep.png").read_bytes()).hexdigest()
+
+    # the model: capacities, operating points, grids, fronts, picks, mix tables, the min-power rule
+    from servegym.envs.pd.catalog import (
+        fitted_serving,
+        paper_system,
+        sglang_profiled_kv_tokens,
+        sglang_serving,
+    )
+    from servegym.envs.pd.model import PDModel
+    from servegym.envs.pd.pareto import eps_front, exact_front, max_capacity_under_power, min_power_deployment
+    from servegym.envs.pd.provisioning import MinPowerRule
+    from servegym.envs.pd.tables import mix_tables
+    from servegym.envs.pd.workload_moments import parse_workload
+
+    yield "catalog", (paper_system(), fitted_serving(), sglang_serving(), sglang_profiled_kv_tokens())
+    for spec in ("fixed:4096:256", "azure-conv", "azure-code", "mooncake"):
+        for sem in ("paper", "sglang"):
+            m = PDModel(parse_workload(spec), semantics=sem)
+            g = m.grid(8)
+            yield f"model {spec} {sem}", (
+                m.workload, [m.capacity(p, d) for p, d in ((1, 1), (3, 1), (3, 2), (4, 2))],
+                m.no_wait_capacity(2, 1), m.operating_point(3, 1, 2.0), g, eps_front(g.mu, g.power_w),
+                exact_front(g.mu, g.power_w), min_power_deployment(g, 3.0, 0.85),
+                max_capacity_under_power(g, 3000.0), m.power_w(np.array([1, 2]), np.array([1, 1]), 1.5))
+    tab = mix_tables(np.array([[0.2, 0.5, 0.3], [1.0, 0.0, 0.0]]), paper_system(), 12, 8)
+    yield "mix tables", (tab.mu, tab.mu_p, tab.mu_d_max, tab.t_p_quantiles_s, tab.in_mean, tab.out_mean)
+    rule = MinPowerRule(tab, 16, 1.1, rho_bar=0.9, lookahead=1, eps=0.03)
+    yield "min-power rule", [rule.mix_cache(m).front for m in (0, 1)]
+
+    # the simulators: fluid formulas, the request-level simulator, saturation, case studies
+    from servegym.envs.pd.case_studies import comparison_rows, get_case_study, run_case_study
+    from servegym.envs.pd.fluid import backlogged_slo, steady_slo
+    from servegym.envs.pd.simulator import PDSimulator, pd_length_sampler, saturation_throughput
+    from servegym.envs.workload import Requests, poisson_arrivals
+
+    m = PDModel(parse_workload("azure-conv"))
+    yield "fluid formulas", _fluid_formulas(steady_slo, backlogged_slo)
+    for spec, dep in (("azure-conv", (3, 1)), ("fixed:4096:256", (2, 2))):
+        model = PDModel(parse_workload(spec))
+        sim = PDSimulator(model, *dep, seed=3, startup_delay_s=30.0)
+        rng = np.random.default_rng(5)
+        t = poisson_arrivals(2.0, 120.0, rng)
+        lin, lout = pd_length_sampler(spec).sample(t.size, rng)
+        sim.submit(Requests(t, lin, lout))
+        sim.advance(60.0)
+        w1 = sim.window_metrics()
+        sim.set_deployment(dep[0] + 1, 1)
+        sim.advance(120.0)
+        yield f"request simulator {spec}", (w1, sim.window_metrics(), sim.deployment(), sim.counters(),
+                                            sim.kv_state(), sim.request_table(), sim.power_w())
+    sat = saturation_throughput(m, 1, 1, pd_length_sampler("azure-conv"), seed=0, warmup_s=100.0, window_s=200.0)
+    yield "saturation", (sat, sat.rel_error)
+    for name in ("rate-drop", "scale-down"):
+        cs, res, model = run_case_study(name, seed=1, sample_s=5.0)
+        yield f"case study {name}", (get_case_study(name), res, comparison_rows(cs, res, model))
+
+    # reports: validate, the CLI (JSON outputs, texts, plots, help and error texts), the crosscheck benchmark
+    from servegym.envs.pd.validate import all_required_pass, run_checks
+
+    checks = run_checks()
+    yield "validate checks", ([c.as_dict() for c in checks], all_required_pass(checks))
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = [["pd", "capacity", "--workload", "azure-conv", "--deployment", "3p1d", "--json"],
+                ["pd", "capacity", "--workload", "mooncake", "--deployment", "2p2d", "--semantics", "sglang"],
+                ["pd", "capacity", "--workload", "fixed:2048:128", "--deployment", "1p1d", "--kv-tokens",
+                 "sglang-profiled", "--reserve", "256", "--json"],
+                ["pd", "pareto", "--workload", "azure-code", "--rate", "3", "--budget", "3000", "--json"],
+                ["pd", "pareto", "--workload", "azure-conv", "--max-instances", "6", "--rate", "2", "--budget",
+                 "2500", "--plot", f"{tmp}/pareto.png"],
+                ["pd", "validate", "--json"], ["pd", "validate"],
+                ["pd", "simulate", "--workload", "azure-conv", "--deployment", "3p1d", "--rate", "2",
+                 "--duration", "60", "--warmup", "20", "--json"],
+                ["pd", "simulate", "--deployment", "2p1d", "--load", "0.7", "--duration", "60", "--warmup", "20"],
+                ["pd", "simulate", "--deployment", "1p1d", "--trace", "azure-code", "--time-scale", "0.2",
+                 "--duration", "60", "--warmup", "10", "--json"],
+                ["pd", "case-study", "decode-removal", "--sample", "5", "--json"],
+                ["pd", "case-study", "rate-drop", "--sample", "5", "--plot", f"{tmp}/cs.png"],
+                ["pd", "compare", "--steps", "120", "--seed", "2", "--json"],
+                ["pd", "compare", "--steps", "60", "--plot", f"{tmp}/cmp.png"],
+                ["pd", "compare", "--steps", "4", "--mode", "request", "--json"]]
+        for args in runs:
+            yield f"cli {' '.join(a.replace(tmp, 'TMP') for a in args)}", _without_wall(run_cli(args, tmp), tmp)
+        yield "cli pd png files", {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                                   for p in sorted(Path(tmp).glob("*.png"))}
+        for args in (["pd"], ["pd", "--help"], ["pd", "capacity", "--help"], ["pd", "pareto", "--help"],
+                     ["pd", "validate", "--help"], ["pd", "simulate", "--help"], ["pd", "case-study", "--help"],
+                     ["pd", "compare", "--help"], ["pd", "capacity", "--workload", "nope", "--deployment", "1p1d"],
+                     ["pd", "capacity", "--workload", "azure-conv", "--deployment", "0p1d"],
+                     ["pd", "pareto", "--workload", "azure-conv", "--eps", "2"],
+                     ["pd", "simulate", "--deployment", "1p1d", "--rate", "-1"],
+                     ["pd", "simulate", "--deployment", "1p1d", "--rate", "500", "--max-requests", "10"],
+                     ["pd", "case-study", "nope"], ["pd", "compare", "--steps", "0"],
+                     ["pd", "capacity", "--workload", "azure-conv", "--deployment", "1p1d", "--kv-tokens", "x"]):
+            yield f"cli {' '.join(args)}", run_cli(args, tmp)
+        exe = [sys.executable, str(Path(__file__).with_name("pd_crosscheck.py"))]
+        p = subprocess.run([*exe, "--workloads", "fixed:4096:256", "--deployments", "1p1d", "--seeds", "1",
+                            "--out", f"{tmp}/cc"], cwd=tmp, capture_output=True, text=True, check=False,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+        data = json.loads(Path(f"{tmp}/cc.json").read_text()) if p.returncode == 0 else p.stderr
+        if isinstance(data, dict):
+            data = {"meta": {k: v for k, v in data["meta"].items() if "wall" not in k},
+                    "rows": [{k: v for k, v in r.items() if "wall" not in k} for r in data["rows"]]}
+        yield "pd_crosscheck json", (p.returncode, data)
+
+
+def _fluid_formulas(steady_slo: Callable[..., Any], backlogged_slo: Callable[..., Any]) -> Any:
+    """The fluid model's SLO formulas on a few operating points, scalar and vectorized."""
+    tpq = np.linspace(0.05, 3.0, 64)
+    one = steady_slo(3.0, 3, 2, 1.2, 0.8, 0.02, 1e-6, 210.0, tpq, 0.6, 10.0, 0.05)
+    many = steady_slo(np.array([1.0, 3.0, 5.0]), np.array([2, 3, 4]), np.array([1, 2, 2]), 1.2, 0.8, 0.02, 1e-6,
+                      210.0, tpq, 0.6, 2.0, 0.05)
+    back = backlogged_slo(np.array([0.0, 50.0]), np.array([2.0, 4.0]), np.array([3.0, 3.0]), np.array([60.0, 30.0]),
+                          np.array([2, 3]), np.array([1, 2]), 1.2, 0.8, 0.02, 1e-6, 210.0, tpq, 0.6,
+                          np.array([40.0, 80.0]), 10.0, 0.05)
+    return one, many, back
+
+
+def _without_wall(res: tuple[int, str, str], tmp: str) -> tuple[int, str, str]:
+    """A CLI result with the temp folder's name and any wall-clock figures taken out."""
+    import re
+
+    rc, out, err = (res[0], res[1].replace(tmp, "TMP"), res[2].replace(tmp, "TMP"))
+    out = re.sub(r'"(wall_s|wall_seconds|elapsed_s)": [0-9.e+-]+', r'"\1": 0', out)
+    err = "\n".join(line for line in err.splitlines() if not re.match(r"\[\d\d:\d\d:\d\d\] ", line))  # progress
+    return rc, out, err
+
+
 def _csv_without_wall(p: Path) -> bytes:
     import pandas as pd
 
@@ -291,7 +575,7 @@ def _csv_without_wall(p: Path) -> bytes:
     return buf.getvalue().encode()
 
 
-FAMILIES: dict[str, Callable[[], Iterator[Item]]] = {"geo": geo_items}
+FAMILIES: dict[str, Callable[[], Iterator[Item]]] = {"geo": geo_items, "pd": pd_items}
 
 
 def main(argv: list[str] | None = None) -> int:
