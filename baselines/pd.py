@@ -43,8 +43,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 from servegym.envs.pd.env import PDEnvConfig, PDProvisionEnv
-from servegym.envs.pd.pareto import DEFAULT_RHO_BAR
-from servegym.envs.pd.provisioning import MinPowerRule, check_rule
+from servegym.envs.pd.sim.pareto import DEFAULT_RHO_BAR
+from servegym.envs.pd.sim.provisioning import MinPowerRule, check_rule
 
 from servegym.errors import ConfigError, check_range
 
@@ -70,7 +70,7 @@ def _action(n_p: int, n_d: int) -> NDArray[np.int64]:
 class MinPowerPareto:
     """Minimum-power deployment for lambda / rho_bar, re-chosen every period (module docstring).
 
-    The rule itself is :class:`servegym.envs.pd.provisioning.MinPowerRule`, the same object the
+    The rule itself is :class:`servegym.envs.pd.sim.provisioning.MinPowerRule`, the same object the
     environment's ``residual`` and ``front`` action modes use for their reference suggestion.
     """
 

@@ -12,8 +12,8 @@ import argparse
 import statistics
 import time
 
-from servegym.envs.pd.model import PDModel, all_deployments
-from servegym.envs.pd.workload_moments import parse_workload
+from servegym.envs.pd.sim.model import PDModel, all_deployments
+from servegym.envs.pd.sim.workload_moments import parse_workload
 
 
 def main() -> None:

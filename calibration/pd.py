@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import least_squares
-from servegym.envs.pd.catalog import H200, QWEN3_32B, Hardware, ModelSpec, PowerRamp
+from servegym.envs.pd.sim.catalog import H200, QWEN3_32B, Hardware, ModelSpec, PowerRamp
 
 from servegym.errors import ConfigError
 

@@ -2,7 +2,7 @@
 
 The PD paper does not publish the decode instances' KV pool (SGLang's logged ``max_total_num_tokens`` or its
 ``--mem-fraction-static``), and neither documented SGLang 0.5.9 reading reproduces its measurements (see
-:func:`servegym.envs.pd.catalog.sglang_serving`). C_tok is therefore *calibrated*: the one unknown is fitted to
+:func:`servegym.envs.pd.sim.catalog.sglang_serving`). C_tok is therefore *calibrated*: the one unknown is fitted to
 the one measurement that depends on it, the 3p1d capacity of 5.2 req/s on the fixed 4096/256 workload (§5.3.2:
 "the serving capacity drops to 5.2 req/s" after removing one decode instance from 3p2d), which is decode-bound
 in the model (rho_P = 0.74): every other anchor (1p1d, 2p1d, 3p2d, the three power savings) is held out.
@@ -66,9 +66,14 @@ class KVPoolFit:
 
 def fit_kv_tokens(reserve_tokens: float = 512.0, target_rps: float = TARGET_CAPACITY_RPS) -> KVPoolFit:
     """Root-find C_tok so that the model's 3p1d capacity on fixed 4096/256 equals ``target_rps``."""
-    from servegym.envs.pd.catalog import PDSystem, ServingConfig, sglang_profiled_kv_tokens, sglang_serving
-    from servegym.envs.pd.model import PDModel
-    from servegym.envs.pd.workload_moments import WorkloadMoments
+    from servegym.envs.pd.sim.catalog import (
+        PDSystem,
+        ServingConfig,
+        sglang_profiled_kv_tokens,
+        sglang_serving,
+    )
+    from servegym.envs.pd.sim.model import PDModel
+    from servegym.envs.pd.sim.workload_moments import WorkloadMoments
 
     fixed = WorkloadMoments.fixed(*TARGET_WORKLOAD)
 

@@ -98,7 +98,7 @@ def test_geo_durations_are_accepted_only_within_bounds(duration: float, drain: f
 @settings(max_examples=40, deadline=None)
 @given(period=st.floats(1.0, 3600.0), horizon=st.integers(1, 100_000))
 def test_pd_episode_span_is_accepted_only_within_a_month(period: float, horizon: int) -> None:
-    from servegym.envs.pd.scenario import DayScenario
+    from servegym.envs.pd.sim.scenario import DayScenario
 
     try:
         DayScenario(period_s=period, horizon_steps=horizon, mix_block_s=max(900.0, period))

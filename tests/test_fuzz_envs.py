@@ -21,7 +21,7 @@ from servegym.envs.geo.env_common import GeoEnvConfig
 from servegym.envs.geo.sim.config import GeoConfig
 from servegym.envs.npu.env import NPUEnvConfig
 from servegym.envs.pd.env import PDEnvConfig
-from servegym.envs.pd.scenario import DayScenario
+from servegym.envs.pd.sim.scenario import DayScenario
 
 import servegym  # noqa: F401  (registers the ids)
 from servegym.errors import ServegymError

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from servegym.envs.geo.sim.config import PAPER_MODELS, preset
 from servegym.envs.npu.catalog import CHIPS, MODELS, chip, model
-from servegym.envs.pd import catalog as pd_catalog
+from servegym.envs.pd.sim import catalog as pd_catalog
 
 from servegym.errors import ConfigError
 from servegym.names import HARDWARE_ALIASES, MODEL_ALIASES, NameTable, name_key, resolve

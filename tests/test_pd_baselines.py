@@ -17,7 +17,7 @@ from servegym.baselines.pd import (
     run_policy,
 )
 from servegym.envs.pd.env import PDProvisionEnv
-from servegym.envs.pd.pareto import min_power_deployment
+from servegym.envs.pd.sim.pareto import min_power_deployment
 
 from servegym.errors import ConfigError
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from servegym.calibration.pd import fit_decode, fit_power_ramp, fit_prefill
-from servegym.envs.pd.catalog import H200, QWEN3_32B, TABLE3
-from servegym.envs.pd.model import PDModel
-from servegym.envs.pd.workload_moments import WorkloadMoments
+from servegym.envs.pd.sim.catalog import H200, QWEN3_32B, TABLE3
+from servegym.envs.pd.sim.model import PDModel
+from servegym.envs.pd.sim.workload_moments import WorkloadMoments
 
 from servegym.errors import ConfigError
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from servegym.envs.pd.model import PDModel
-from servegym.envs.pd.workload_moments import WorkloadMoments
+from servegym.envs.pd.sim.model import PDModel
+from servegym.envs.pd.sim.workload_moments import WorkloadMoments
 
 from servegym.cli import main
 
@@ -119,7 +119,7 @@ def test_capacity_semantics_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["pd", "capacity", "--workload", "mooncake", "--deployment", "1p1d", "--semantics", "sglang",
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    from servegym.envs.pd.workload_moments import parse_workload
+    from servegym.envs.pd.sim.workload_moments import parse_workload
 
     ref = PDModel(parse_workload("mooncake"), semantics="sglang").capacity(1, 1)
     assert out["semantics"] == "sglang" and out["mu"] == pytest.approx(ref.mu)

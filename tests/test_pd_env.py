@@ -9,7 +9,7 @@ from gymnasium.utils.env_checker import check_env as gym_check_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from servegym.envs.pd.env import OBS_FIELDS, PDEnvConfig, PDProvisionEnv
-from servegym.envs.pd.scenario import DayScenario, build_signals, mixture_moments
+from servegym.envs.pd.sim.scenario import DayScenario, build_signals, mixture_moments
 
 import servegym  # noqa: F401  (registers the ids)
 from servegym.errors import ActionError, ConfigError
@@ -215,11 +215,11 @@ def test_scenario_signals_are_documented_shapes() -> None:
 
 def test_mixture_moments_match_pooled_samples() -> None:
     """Exact mixture moments equal the moments of the share-weighted pooled distribution."""
-    from servegym.envs.pd.workload_moments import WorkloadMoments
+    from servegym.envs.pd.sim.workload_moments import WorkloadMoments
 
     a = WorkloadMoments.from_distribution([100, 300], [10, 50])
     b = WorkloadMoments.from_distribution([1000, 2000, 4000], [20, 20, 200])
-    import servegym.envs.pd.scenario as sc
+    import servegym.envs.pd.sim.scenario as sc
 
     orig = sc.component_moments
     try:

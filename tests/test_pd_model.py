@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from servegym.calibration.pd_kv import fit_kv_tokens, shipped_record
-from servegym.envs.pd.catalog import (
+from servegym.envs.pd.sim.catalog import (
     H200,
     QWEN3_32B,
     TABLE3,
@@ -21,7 +21,8 @@ from servegym.envs.pd.catalog import (
     sglang_profiled_kv_tokens,
     sglang_serving,
 )
-from servegym.envs.pd.model import PDModel, all_deployments, parse_deployment
+from servegym.envs.pd.sim.model import PDModel, all_deployments, parse_deployment
+from servegym.envs.pd.sim.workload_moments import WorkloadMoments
 from servegym.envs.pd.validate import (
     CAPACITY_ANCHORS,
     CAPACITY_TOL,
@@ -32,7 +33,6 @@ from servegym.envs.pd.validate import (
     all_required_pass,
     run_checks,
 )
-from servegym.envs.pd.workload_moments import WorkloadMoments
 
 from servegym.errors import ConfigError
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from servegym.envs.pd.workload_moments import WorkloadMoments, parse_workload
+from servegym.envs.pd.sim.workload_moments import WorkloadMoments, parse_workload
 
 from servegym.errors import ConfigError
 
@@ -101,7 +101,7 @@ def test_lognormal_closed_form_matches_monte_carlo() -> None:
 def test_trace_filters_follow_appendix_b4() -> None:
     moon = parse_workload("mooncake")
     conv = parse_workload("azure-conv")
-    from servegym.envs.pd.workload_moments import trace_lengths
+    from servegym.envs.pd.sim.workload_moments import trace_lengths
 
     x, _ = trace_lengths("mooncake")
     assert x.max() <= 38_000 and x.size == 12_031 - 647  # App. B.4: excludes 647 of 12,031

@@ -15,7 +15,7 @@ from servegym.agents import protocol
 from servegym.baselines.pd import MinPowerForecast, MinPowerPareto, StaticPeak, run_policy
 from servegym.baselines.pd_oracle import HindsightOracle, solve_oracle
 from servegym.envs.pd.env import PDProvisionEnv
-from servegym.envs.pd.scenario import CAPACITY_SCALED_SPLITS
+from servegym.envs.pd.sim.scenario import CAPACITY_SCALED_SPLITS
 
 import servegym  # noqa: F401  (registers the ids)
 from servegym.errors import ConfigError

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from servegym.envs.pd.model import PDModel
-from servegym.envs.pd.pareto import eps_front, exact_front, max_capacity_under_power, min_power_deployment
-from servegym.envs.pd.workload_moments import WorkloadMoments
+from servegym.envs.pd.sim.model import PDModel
+from servegym.envs.pd.sim.pareto import eps_front, exact_front, max_capacity_under_power, min_power_deployment
+from servegym.envs.pd.sim.workload_moments import WorkloadMoments
 
 from servegym.errors import ConfigError
 

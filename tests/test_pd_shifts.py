@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from servegym.baselines.pd import MinPowerForecast, run_policy
 from servegym.envs.pd.env import PDProvisionEnv
-from servegym.envs.pd.scenario import DayScenario, draw_scenario, persistence_forecast, rate_pattern
+from servegym.envs.pd.sim.scenario import DayScenario, draw_scenario, persistence_forecast, rate_pattern
 
 from servegym.errors import ConfigError
 from servegym.splits import scenario_rng

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from servegym.envs.pd.catalog import paper_system
-from servegym.envs.pd.model import PDModel
-from servegym.envs.pd.simulator import PDSimulator, pd_length_sampler, saturation_throughput
-from servegym.envs.pd.workload_moments import WorkloadMoments, parse_workload
+from servegym.envs.pd.sim.catalog import paper_system
+from servegym.envs.pd.sim.model import PDModel
+from servegym.envs.pd.sim.simulator import PDSimulator, pd_length_sampler, saturation_throughput
+from servegym.envs.pd.sim.workload_moments import WorkloadMoments, parse_workload
 from servegym.envs.workload import FixedLengths, Requests, make_requests, poisson_arrivals
 
 from servegym.errors import ConfigError

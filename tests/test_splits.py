@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from servegym.envs.geo import env_common
 from servegym.envs.npu import env as npu_env
 from servegym.envs.pd import env as pd_env
-from servegym.envs.pd.scenario import DayScenario, draw_scenario
+from servegym.envs.pd.sim.scenario import DayScenario, draw_scenario
 
 import servegym  # noqa: F401  (registers the ids)
 from servegym import splits
@@ -156,7 +156,7 @@ def test_pd_draws_disjoint_days_segments_and_held_out_traces() -> None:
 
 
 def test_pd_start_hour_shifts_the_local_clock_and_the_grid_series() -> None:
-    from servegym.envs.pd.scenario import build_signals
+    from servegym.envs.pd.sim.scenario import build_signals
 
     a = build_signals(DayScenario(horizon_steps=120))
     b = build_signals(DayScenario(horizon_steps=120, start_hour=1.0))

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from servegym.envs.pd.model import PDModel, check_deployment, deployment_label
-from servegym.envs.pd.simulator import PDSimulator
-from servegym.envs.pd.workload_moments import WorkloadMoments
+from servegym.envs.pd.sim.model import PDModel, check_deployment, deployment_label
+from servegym.envs.pd.sim.simulator import PDSimulator
+from servegym.envs.pd.sim.workload_moments import WorkloadMoments
 from servegym.envs.workload import FixedLengths, Requests
 
 from servegym.errors import ConfigError, check_range, choice_error

@@ -66,21 +66,21 @@ def _semantics_arg(p: argparse.ArgumentParser) -> None:
 
 def serving_system(args: argparse.Namespace) -> Any:
     """The paper's system with ``--kv-tokens`` (a number or a named reading) and ``--reserve`` applied."""
-    from servegym.envs.pd.catalog import kv_tokens_reading, paper_system
+    from servegym.envs.pd.sim.catalog import kv_tokens_reading, paper_system
 
     return paper_system().with_serving(kv_tokens=kv_tokens_reading(args.kv_tokens), reserve_tokens=args.reserve)
 
 
 def _model(args: argparse.Namespace) -> Any:
-    from servegym.envs.pd.model import PDModel
-    from servegym.envs.pd.workload_moments import parse_workload
+    from servegym.envs.pd.sim.model import PDModel
+    from servegym.envs.pd.sim.workload_moments import parse_workload
 
     system = serving_system(args)
     return PDModel(parse_workload(args.workload), system, semantics=getattr(args, "semantics", "paper"))
 
 
 def _capacity(args: argparse.Namespace) -> int:
-    from servegym.envs.pd.model import parse_deployment
+    from servegym.envs.pd.sim.model import parse_deployment
 
     n_p, n_d = parse_deployment(args.deployment)
     model = _model(args)
@@ -103,7 +103,12 @@ def _capacity(args: argparse.Namespace) -> int:
 
 
 def _pareto(args: argparse.Namespace) -> int:
-    from servegym.envs.pd.pareto import eps_front, exact_front, max_capacity_under_power, min_power_deployment
+    from servegym.envs.pd.sim.pareto import (
+        eps_front,
+        exact_front,
+        max_capacity_under_power,
+        min_power_deployment,
+    )
 
     model = _model(args)
     grid = model.grid(args.max_instances)

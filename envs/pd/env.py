@@ -6,7 +6,7 @@ It is truncated at its horizon, and **terminated** when the backlog at a period'
 ``backlog_limit_s`` x ``peak_rate_rps`` requests (default 300 s of peak arrivals = 4,200 requests; the
 baselines peak below 450 on the default day): the service has failed, as a crash ends a highway-env
 episode. The load, length mix and grid signals come from
-:mod:`servegym.envs.pd.scenario` (real Azure per-minute rates, the Azure/Mooncake length mix, a real
+:mod:`servegym.envs.pd.sim.scenario` (real Azure per-minute rates, the Azure/Mooncake length mix, a real
 zone's hourly carbon intensity, a power-cap schedule with demand-response events, a price schedule).
 
 **Action modes** (``action_mode``; one model, three drivers: each mode only decodes its action into the
@@ -17,7 +17,7 @@ target (n_P, n_D) that the same dynamics then apply). Registered ids: ``servegym
 * ``"residual"`` ``MultiDiscrete([2L + 1, 2L + 1])`` (L = ``residual_levels``, default 2): per pool a change
   i - L of the **reference**, the min-power deployment with one period of lookahead that
   :class:`servegym.baselines.pd.MinPowerPareto` (``lookahead=1``) picks from the same ``info``
-  (:class:`servegym.envs.pd.provisioning.MinPowerRule`, shared code), or with ``reference =
+  (:class:`servegym.envs.pd.sim.provisioning.MinPowerRule`, shared code), or with ``reference =
   "min-power+forecast:RHO"`` the deployment :class:`servegym.baselines.pd.MinPowerForecast` (``rho_bar`` RHO)
   picks, sized for the forecast maximum over the start-up horizon (the pd ids' strongest baseline is
   ``min-power+forecast:0.97``, so its zero action plays that baseline). Action [L, L] follows the reference
@@ -41,12 +41,12 @@ Anything outside the space (wrong shape, non-integer, out of range) raises
 
 **Instances.** A target above the current count starts instances that become active
 ``startup_delay_s`` later (model load and engine warm-up; default 60 s, the request-level simulator's
-:data:`~servegym.envs.pd.simulator.DEFAULT_STARTUP_DELAY_S`: 65.6 GB of weights from local NVMe at ~2 GB/s
+:data:`~servegym.envs.pd.sim.simulator.DEFAULT_STARTUP_DELAY_S`: 65.6 GB of weights from local NVMe at ~2 GB/s
 plus SGLang's CUDA-graph capture and warm-up; an assumption, the paper excludes start-up transients).
 Starting instances hold a GPU and draw the loaded-idle power (115 W, App. B.3). A target below the count
 cancels starting instances first (latest first), then removes active ones immediately.
 
-**Fluid dynamics** (``mode="fluid"``, default), from the analytical model (:mod:`servegym.envs.pd.model`)
+**Fluid dynamics** (``mode="fluid"``, default), from the analytical model (:mod:`servegym.envs.pd.sim.model`)
 under the period's mix: arrivals in a period are a Poisson count of the scenario's mean rate
 (``arrivals="mean"``: the mean itself), spread evenly; a period is split at the instants starting instances
 become ready and, on each piece with capacity mu and arrival rate lambda, the backlog Q follows
@@ -61,7 +61,7 @@ target even on an idle deployment. TPOT is the decode-iteration time at the Litt
 operating batch while backlogged). ``info["slo_violation_pct"]`` is the share (%) of the period's arrivals
 that miss the TTFT or TPOT target (16 arrival instants per piece).
 
-**Request-level dynamics** (``mode="request"``) run :class:`servegym.envs.pd.simulator.PDSimulator` (individual
+**Request-level dynamics** (``mode="request"``) run :class:`servegym.envs.pd.sim.simulator.PDSimulator` (individual
 requests, KV reservations, continuous batching, ramp power per instance; the simulator handles start-up
 delays and removals itself); see :meth:`PDProvisionEnv._request_step` for how its window metrics map to
 ``info``. It is orders of magnitude slower than fluid mode.
@@ -106,7 +106,7 @@ curriculum to training envs only (``train_env_kwargs`` in the hyperparameter fil
 
 **Splits** (``split`` config key, ``gym.make(id, split="test")``; :mod:`servegym.splits`). ``reset(seed=s)``
 draws the day of the episode from the split with a generator seeded by (split, s)
-(:func:`servegym.envs.pd.scenario.draw_scenario`): a grid day of zone ``scenario.ci_zone`` (NL's series is
+(:func:`servegym.envs.pd.sim.scenario.draw_scenario`): a grid day of zone ``scenario.ci_zone`` (NL's series is
 the recomputed 2022 one, so the days are split within 2022; local time 0 is 00:00 UTC of the drawn day), a
 local start hour, the peak rate times U[0.85, 1.15], and the trace that sets both the per-minute arrival
 pattern and the length mix (one component). The trace phase and the Poisson counts come from a stream
@@ -127,7 +127,7 @@ seeded by (split, s) as well, so two splits never share arrivals:
   full amplitude, ``burstiness`` 1 instead of 0.25 (per-minute peak/mean 1.29 instead of 1.07): load bursts
   taken from the trace's own minutes; the forecast stays exact
 - ``shift-forecast``: shift-burst's days with a persistence forecast
-  (:func:`~servegym.envs.pd.scenario.persistence_forecast`): ``forecast_rate_next`` / ``forecast_rate_max``,
+  (:func:`~servegym.envs.pd.sim.scenario.persistence_forecast`): ``forecast_rate_next`` / ``forecast_rate_max``,
   the reference and the baselines see each period's diurnal mean times the trace factor of the last completed
   period, while arrivals follow the trace, so the forecast error is the trace's own persistence residual
   (per-minute std 0.11 of the mean); the hindsight oracle still knows the realized arrivals
@@ -137,7 +137,7 @@ traces, ``ci_start_utc`` and hour 0). A named split draws ``ci_start_utc``, ``st
 ``pattern_trace``, ``pattern_segment`` and ``mix_knots`` itself (setting them too is a ConfigError) and
 scales the configured ``peak_rate_rps`` (observations stay scaled by the configured peak, so the draw is
 visible). The draw is ``env.scenario`` and ``info["scenario"]`` at reset; ``env.day`` is the episode's exact
-:class:`~servegym.envs.pd.scenario.DayScenario`.
+:class:`~servegym.envs.pd.sim.scenario.DayScenario`.
 
 Configuration: :class:`PDEnvConfig` (frozen dataclass); ``PDProvisionEnv(config=dict)`` takes highway-env
 style overrides of :meth:`PDProvisionEnv.default_config` (nested ``"scenario"`` dict allowed).
@@ -153,11 +153,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
-from servegym.envs.pd.catalog import PDSystem, paper_system
-from servegym.envs.pd.fluid import fluid_periods, steady_slo
-from servegym.envs.pd.pareto import DEFAULT_RHO_BAR, max_capacity_under_power, min_power_deployment
-from servegym.envs.pd.provisioning import MinPowerRule, Suggestion, parse_reference
-from servegym.envs.pd.scenario import (
+from servegym.envs.pd.sim.catalog import PDSystem, paper_system
+from servegym.envs.pd.sim.fluid import fluid_periods, steady_slo
+from servegym.envs.pd.sim.pareto import DEFAULT_RHO_BAR, max_capacity_under_power, min_power_deployment
+from servegym.envs.pd.sim.provisioning import MinPowerRule, Suggestion, parse_reference
+from servegym.envs.pd.sim.scenario import (
     PERSISTENCE_FORECAST_SPLITS,
     DayScenario,
     DaySignals,
@@ -166,7 +166,7 @@ from servegym.envs.pd.scenario import (
     draw_scenario,
     persistence_forecast,
 )
-from servegym.envs.pd.tables import MixTables, mix_tables
+from servegym.envs.pd.sim.tables import MixTables, mix_tables
 
 from servegym.errors import (
     MAX_EXPECTED_REQUESTS,
@@ -406,10 +406,10 @@ class PDProvisionEnv(gym.Env):
                                       eps=cfg.front_eps)
 
     def split_capacity_scale(self) -> float:
-        """The peak-rate factor of this env's split: for :data:`~servegym.envs.pd.scenario.CAPACITY_SCALED_SPLITS`
+        """The peak-rate factor of this env's split: for :data:`~servegym.envs.pd.sim.scenario.CAPACITY_SCALED_SPLITS`
         the budget's largest capacity under the split trace's lengths over that under azure-conv's (the
         train trace), from this config's system, action grid and budget; 1 for every other split."""
-        from servegym.envs.pd.scenario import CAPACITY_SCALED_SPLITS, MIX_COMPONENTS, SPLIT_TRACE
+        from servegym.envs.pd.sim.scenario import CAPACITY_SCALED_SPLITS, MIX_COMPONENTS, SPLIT_TRACE
 
         cfg = self.config
         if cfg.split not in CAPACITY_SCALED_SPLITS:
@@ -425,7 +425,7 @@ class PDProvisionEnv(gym.Env):
         if cfg.split is None:
             rule = self.reference
         else:
-            from servegym.envs.pd.scenario import MIX_COMPONENTS
+            from servegym.envs.pd.sim.scenario import MIX_COMPONENTS
 
             tab = mix_tables(np.eye(len(MIX_COMPONENTS)), cfg.system, cfg.max_prefill, cfg.max_decode)
             rule = MinPowerRule(tab, cfg.gpu_budget, cfg.pue, lookahead=1, eps=cfg.front_eps)
@@ -749,7 +749,7 @@ class PDProvisionEnv(gym.Env):
     def slo_steady(self, lam: float, n_p: NDArray[np.int64], n_d: NDArray[np.int64], mix: int
                    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
         """(violation share, mean TTFT s, mean TPOT s) of arrivals at ``lam`` req/s meeting no backlog, for
-        the deployments (n_p, n_d) (arrays of one shape): the steady case of :func:`~servegym.envs.pd.fluid.fluid_periods` (every
+        the deployments (n_p, n_d) (arrays of one shape): the steady case of :func:`~servegym.envs.pd.sim.fluid.fluid_periods` (every
         arrival sees the same state), vectorized so a planner can price every deployment at once."""
         tab = self.tables
         return steady_slo(lam, n_p, n_d, float(tab.mu_p[mix]), float(tab.cv_s2[mix]), float(tab.a_d[mix]),
@@ -758,15 +758,15 @@ class PDProvisionEnv(gym.Env):
 
     # ------------------------------------------------------------------------------------ request mode
     def _start_simulator(self) -> None:
-        """A fresh :class:`~servegym.envs.pd.simulator.PDSimulator` at the reset deployment.
+        """A fresh :class:`~servegym.envs.pd.sim.simulator.PDSimulator` at the reset deployment.
 
         Its power normalizers (mu_P, mu_D^max) come from the model of the day's mean length mix. Request
         lengths are drawn per request from the period's mix (component by share, then that component's
-        App. B.4 sampler, :func:`~servegym.envs.pd.simulator.pd_length_sampler`).
+        App. B.4 sampler, :func:`~servegym.envs.pd.sim.simulator.pd_length_sampler`).
         """
-        from servegym.envs.pd.model import PDModel
-        from servegym.envs.pd.scenario import MIX_COMPONENTS, mixture_moments
-        from servegym.envs.pd.simulator import PDSimulator, pd_length_sampler
+        from servegym.envs.pd.sim.model import PDModel
+        from servegym.envs.pd.sim.scenario import MIX_COMPONENTS, mixture_moments
+        from servegym.envs.pd.sim.simulator import PDSimulator, pd_length_sampler
 
         cfg = self.config
         mean_mix = np.mean(self.tables.weights[self.signals.mix_index], axis=0)
@@ -895,7 +895,7 @@ class PDProvisionEnv(gym.Env):
         """Forecast mean rates (req/s) of the next ``steps`` periods from the coming one (fewer at the episode end):
         the scenario's exact mean rates, or on a persistence-forecast split (``shift-forecast``) the diurnal
         mean times the last completed period's trace factor
-        (:func:`~servegym.envs.pd.scenario.persistence_forecast`)."""
+        (:func:`~servegym.envs.pd.sim.scenario.persistence_forecast`)."""
         stop = min(self._k + int(steps), self._end)
         if self._persistence is not None:
             return persistence_forecast(self.signals, *self._persistence, self._k, stop)

@@ -90,10 +90,10 @@ def _stats(x: np.ndarray, scale: float = 1.0) -> dict[str, float | None]:
 
 def _simulate(args: argparse.Namespace) -> int:
     import numpy as np
-    from servegym.envs.pd.catalog import kv_tokens_reading, paper_system
-    from servegym.envs.pd.model import PDModel, parse_deployment
-    from servegym.envs.pd.simulator import PDSimulator, pd_length_sampler, saturation_throughput
-    from servegym.envs.pd.workload_moments import WorkloadMoments, parse_workload
+    from servegym.envs.pd.sim.catalog import kv_tokens_reading, paper_system
+    from servegym.envs.pd.sim.model import PDModel, parse_deployment
+    from servegym.envs.pd.sim.simulator import PDSimulator, pd_length_sampler, saturation_throughput
+    from servegym.envs.pd.sim.workload_moments import WorkloadMoments, parse_workload
     from servegym.envs.workload import Requests, poisson_arrivals
 
     from servegym.errors import ConfigError, check_range, check_request_count

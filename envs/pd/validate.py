@@ -14,9 +14,9 @@ other anchor is held out (``held out``): nothing else was tuned to it.
 Informational rows (``required=False``) compare other reported figures: the later scale-down steps of
 App. D, the rate-drop saving of §5.3.1, the fixed-workload capacity MAPE claim (1.2%) restricted to the four
 deployments whose measured capacity is stated, the Table 2 trace means, and the decode-pool question of
-:func:`~servegym.envs.pd.catalog.fitted_serving`: the pool the measured 3p1d capacity implies, and the
+:func:`~servegym.envs.pd.sim.catalog.fitted_serving`: the pool the measured 3p1d capacity implies, and the
 decode-sensitive anchors under SGLang's two documented pools
-(:func:`~servegym.envs.pd.catalog.sglang_serving`, :func:`~servegym.envs.pd.catalog.sglang_profiled_kv_tokens`).
+(:func:`~servegym.envs.pd.sim.catalog.sglang_serving`, :func:`~servegym.envs.pd.sim.catalog.sglang_profiled_kv_tokens`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from scipy.optimize import brentq
-from servegym.envs.pd.catalog import PDSystem, paper_system, sglang_profiled_kv_tokens, sglang_serving
-from servegym.envs.pd.model import PDModel
-from servegym.envs.pd.workload_moments import WorkloadMoments, parse_workload
+from servegym.envs.pd.sim.catalog import PDSystem, paper_system, sglang_profiled_kv_tokens, sglang_serving
+from servegym.envs.pd.sim.model import PDModel
+from servegym.envs.pd.sim.workload_moments import WorkloadMoments, parse_workload
 
 from servegym.errors import ServegymError
 

@@ -4,7 +4,7 @@
 (and the Residual / Front ids) builds :class:`PDVectorEnv`. It holds N
 :class:`~servegym.envs.pd.env.PDProvisionEnv` instances (each its own drawn day, generator and state) and
 runs a step as the single env does, in three parts: each env decodes its action and draws its arrivals,
-then the fluid periods of all N run as one array program (:func:`servegym.envs.pd.fluid.fluid_periods`, the
+then the fluid periods of all N run as one array program (:func:`servegym.envs.pd.sim.fluid.fluid_periods`, the
 same function the single env calls with itself alone), then each env computes its reward, reference,
 info and observation. Results equal N separate envs with the same seeds (tested, bit for bit), including
 Gymnasium 1.x's default next-step autoreset: the step after an episode ends resets that env (reward 0,
@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from servegym.envs.pd.env import PDEnvConfig, PDProvisionEnv
-from servegym.envs.pd.fluid import fluid_periods
+from servegym.envs.pd.sim.fluid import fluid_periods
 from servegym.envs.vector_base import MAX_NUM_ENVS, EnvBatch, StepResult, check_vector_args
 
 __all__ = ["MAX_NUM_ENVS", "PDVectorEnv"]
