@@ -3,7 +3,7 @@
 For each workload and deployment the analytical capacity mu (Algorithm 1, ``PDModel.capacity``) is computed
 with the paper's semantics (reservation held through the whole Kingman prefill wait, the default) and with
 ``semantics="sglang"`` (KV held only once admitted; admissions paced by memory release), and compared with
-the simulated saturation throughput (``servegym.envs.pd.sim.simulator.saturation_throughput``):
+the simulated saturation throughput (``servegym.envs.pd.sim.saturation.saturation_throughput``):
 Poisson arrivals at 1.25 mu with lengths drawn as the model's moments assume (App. B.4 filters; Mooncake
 input and output independent), a warm-up of max(600 s, 3,000 / mu), then completed requests per second over
 a window of max(1,200 s, 12,000 / mu), with a batch-means standard error. Targets: |mu - sim| / sim <= 5%
@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 from servegym.envs.pd.sim.model import PDModel, deployment_label, parse_deployment
-from servegym.envs.pd.sim.simulator import pd_length_sampler, saturation_throughput
+from servegym.envs.pd.sim.saturation import saturation_throughput
+from servegym.envs.pd.sim.simulator import pd_length_sampler
 from servegym.envs.pd.sim.workload_moments import parse_workload
 
 DEPLOYMENTS = ("1p1d", "2p1d", "3p1d", "3p2d", "4p2d")

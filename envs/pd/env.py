@@ -10,7 +10,7 @@ episode. The load, length mix and grid signals come from
 zone's hourly carbon intensity, a power-cap schedule with demand-response events, a price schedule).
 
 **Action modes** (``action_mode``; one model, three drivers: each mode only decodes its action into the
-target (n_P, n_D) that the same dynamics then apply). Registered ids: ``servegym/PDProvision-v0``
+target (n_P, n_D) that the same dynamics then apply; one class each in :mod:`servegym.envs.pd.actions`). Registered ids: ``servegym/PDProvision-v0``
 (``"absolute"``, the default), ``servegym/PDProvisionResidual-v0`` (``"residual"``) and
 ``servegym/PDProvisionFront-v0`` (``"front"``). Every mode sees the same observation and reward.
 
@@ -146,14 +146,27 @@ style overrides of :meth:`PDProvisionEnv.default_config` (nested ``"scenario"`` 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
-from servegym.envs.pd.sim.catalog import PDSystem, paper_system
+from servegym.envs.pd.actions import pd_action_type
+from servegym.envs.pd.env_config import (  # the config's names are re-exported: their old home
+    ACTION_MODES,
+    ARRIVALS,
+    MODES,
+    OBJECTIVES,
+    PDEnvConfig,
+    curriculum_stage,
+    pinned_stage,
+    with_id_action_mode,
+)
+from servegym.envs.pd.observations import OBS_FIELDS, observe, render, state_info
+from servegym.envs.pd.request_mode import request_step, start_simulator
+from servegym.envs.pd.rewards import period_reward, step_bound
 from servegym.envs.pd.sim.fluid import fluid_periods, steady_slo
 from servegym.envs.pd.sim.pareto import DEFAULT_RHO_BAR, max_capacity_under_power, min_power_deployment
 from servegym.envs.pd.sim.provisioning import MinPowerRule, Suggestion, parse_reference
@@ -162,172 +175,17 @@ from servegym.envs.pd.sim.scenario import (
     DayScenario,
     DaySignals,
     build_signals,
-    check_split_fields,
     draw_scenario,
     persistence_forecast,
 )
 from servegym.envs.pd.sim.tables import MixTables, mix_tables
 
-from servegym.errors import (
-    MAX_EXPECTED_REQUESTS,
-    MAX_REQUEST_CEILING,
-    ActionError,
-    ConfigError,
-    check_choice,
-    check_field_types,
-    check_keywords,
-    check_range,
-    check_request_count,
-    known_overrides,
-    resolve_config,
-)
-from servegym.render import BLUE, GREEN, GREY, LIGHT_BLUE, LIGHT_ORANGE, ORANGE, PURPLE, RED, Bar, render_bars
-from servegym.splits import check_split, scenario_rng, scenario_seed
+from servegym.errors import ActionError, ConfigError, check_keywords, resolve_config
+from servegym.splits import scenario_rng, scenario_seed
 
-OBJECTIVES = ("energy", "carbon", "cost")
-MODES = ("fluid", "request")
-ACTION_MODES = ("absolute", "residual", "front")
-ARRIVALS = ("poisson", "mean")
+__all__ = ["ACTION_MODES", "ARRIVALS", "MODES", "OBJECTIVES", "OBS_FIELDS", "PDEnvConfig", "PDProvisionEnv"]
+
 RATE_HISTORY = 4
-
-#: Observation entries in order, with their scaling.
-OBS_FIELDS: tuple[str, ...] = (
-    "rate_last / peak_rate_rps",  # observed arrival rate of the last period
-    "rate_t-2 / peak", "rate_t-3 / peak", "rate_t-4 / peak",
-    "forecast_rate_next / peak",  # scenario mean rate of the coming period (no Poisson noise)
-    "forecast_rate_max / peak",  # max scenario mean rate over the next ceil(startup/period) + 1 periods
-    "share_azure_code", "share_azure_conv", "share_mooncake",  # length mix of the coming period
-    "mean_input_tokens / 1e4", "mean_output_tokens / 1e3",
-    "n_p_active / max_prefill", "n_d_active / max_decode",
-    "n_p_starting / max_prefill", "n_d_starting / max_decode",
-    "capacity_active / peak",  # mu of the active deployment under the coming mix
-    "log1p(backlog requests) / 10",
-    "power_cap_w / budget_power_w",  # cap of the coming period; budget power = gpu_budget x 692 W x pue
-    "facility_power_last / power_cap_w",
-    "ci_g_per_kwh / 1000", "price / max price",
-    "sin(2 pi hour / 24)", "cos(2 pi hour / 24)",
-    "slo_violation_last",
-    # what the baselines read (added for learnability, issue 13)
-    "ref_n_p / max_prefill", "ref_n_d / max_decode",  # min-power+lookahead's suggestion for the coming period
-    "capacity_suggested / peak",  # mu of that suggestion under the coming mix
-    "it_power_active_w / budget_it_power_w",  # at the rule's demand rate; budget = gpu_budget x 692 W
-    "it_power_suggested_w / budget_it_power_w",
-    "capacity_active / rate_last",  # mu / lambda (10 when lambda ~ 0)
-    "prefill_util_last", "decode_util_last", "demand_util_last",  # as in info (<= 10)
-    "backlog / backlog_limit",  # linear; the episode terminates above 1
-    "front_index_suggested / (front_slots - 1)",  # first eps-front point with capacity >= the suggestion's
-    "front_size / front_slots",  # points on the coming mix's eps-Pareto front
-    "steps_left / episode_steps",  # time limit made observable (truncation is not a terminal state)
-)
-
-
-@dataclass(frozen=True)
-class PDEnvConfig:
-    """Configuration of :class:`PDProvisionEnv` (units in names; see the module docstring)."""
-
-    scenario: DayScenario = field(default_factory=DayScenario)
-    mode: str = "fluid"  # "fluid" (analytical) or "request" (PDSimulator)
-    gpu_budget: int = 16  # n_P + n_D <= this
-    max_prefill: int = 12  # action dimension 0 is 0..max_prefill
-    max_decode: int = 8  # action dimension 1 is 0..max_decode
-    startup_delay_s: float = 60.0  # an added instance serves this long after the action (simulator's default)
-    initial_deployment: tuple[int, int] | None = None  # None: min-power deployment for the first period
-    arrivals: str = "poisson"  # "poisson" counts or the "mean" rate
-    pue: float = 1.1  # facility / IT energy (the geo paper's uniform PUE, envs.grid.DEFAULT_PUE)
-    ttft_slo_s: float = 10.0  # TTFT target, s (see the module docstring)
-    tpot_slo_s: float = 0.05  # TPOT target, s
-    objective: str = "energy"  # "energy" (kWh), "carbon" (kg), "cost" (USD)
-    objective_weight: float = 1.0  # reward per unit of the objective
-    slo_weight: float = 2.0  # reward per unit of violation share (slo_violation_pct / 100 of the period's arrivals)
-    cap_weight: float = 10.0  # reward per kWh above the power cap
-    backlog_weight: float = 2.0  # reward per unit of min(backlog / backlog limit, 1) at each period's end
-    backlog_limit_s: float = 300.0  # terminate when the backlog exceeds this many seconds of peak_rate_rps
-    termination_penalty: float | None = None  # charged on termination; None: remaining periods x step bound
-    action_mode: str = "absolute"  # "absolute" (n_P, n_D) targets, "residual" or "front" (module docstring)
-    residual_levels: int = 2  # residual mode: per-pool change in {-L..L} around the reference
-    # the rule every mode's observation reads and the residual mode acts around (module docstring)
-    reference: str = "min-power+lookahead"
-    front_eps: float = 0.03  # front mode: epsilon of the Pareto front (the paper's App. C value)
-    curriculum: tuple[tuple[int, int], ...] = ()  # (episode_steps, episodes) stages; () = full horizon
-    random_start: bool = False  # episodes shorter than the scenario start at a uniformly drawn period
-    system: PDSystem = field(default_factory=paper_system)
-    # Ceiling on the expected requests of a mode="request" episode (peak rate x horizon; the simulator
-    # allocates per-request arrays): set it higher explicitly for a larger run.
-    max_expected_requests: int = MAX_EXPECTED_REQUESTS
-    split: str | None = "train"  # benchmark split reset() draws the day from (module docstring); None: fixed
-
-    def __post_init__(self) -> None:
-        check_field_types(self)
-        check_split("pd", self.split)
-        check_split_fields(self.scenario, self.split)
-        check_choice("mode", self.mode, MODES)
-        check_choice("arrivals", self.arrivals, ARRIVALS)
-        check_choice("objective", self.objective, OBJECTIVES)
-        for name in ("gpu_budget", "max_prefill", "max_decode"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or int(v) != v:
-                raise ConfigError(f"{name} = {v!r}; allowed: an integer")
-        check_range("gpu_budget", self.gpu_budget, 2, 512)
-        check_range("max_prefill", self.max_prefill, 1, 511)
-        check_range("max_decode", self.max_decode, 1, 511)
-        check_range("startup_delay_s", self.startup_delay_s, 0.0, 86_400.0)
-        check_range("pue", self.pue, 1.0, 3.0)
-        # SLO targets: an hour to the first token and a minute per output token are far past any SLO
-        check_range("ttft_slo_s", self.ttft_slo_s, 0.0, 3600.0, low_inclusive=False)
-        check_range("tpot_slo_s", self.tpot_slo_s, 0.0, 60.0, low_inclusive=False)
-        for name in ("objective_weight", "slo_weight", "cap_weight", "backlog_weight"):
-            check_range(name, getattr(self, name), 0.0, 1e6)
-        check_choice("action_mode", self.action_mode, ACTION_MODES)
-        if isinstance(self.residual_levels, bool) or int(self.residual_levels) != self.residual_levels:
-            raise ConfigError(f"residual_levels = {self.residual_levels!r}; allowed: an integer in [1, 8]")
-        check_range("residual_levels", self.residual_levels, 1, 8)
-        check_range("front_eps", self.front_eps, 0.0, 1.0, low_inclusive=False)
-        parse_reference(self.reference)
-        check_range("backlog_limit_s", self.backlog_limit_s, 0.0, 86_400.0, low_inclusive=False)
-        if self.termination_penalty is not None:
-            check_range("termination_penalty", self.termination_penalty, 0.0, 1e9)
-        if len(self.curriculum) > 1000:
-            raise ConfigError(f"curriculum has {len(self.curriculum)} stages; allowed: at most 1000")
-        for i, stage in enumerate(self.curriculum):
-            if len(stage) != 2 or any(isinstance(x, bool) or int(x) != x for x in stage):
-                raise ConfigError(f"curriculum[{i}] = {stage!r}; allowed: (episode_steps, episodes) integers")
-            check_range(f"curriculum[{i}] episode_steps", stage[0], 1, 100_000)
-            check_range(f"curriculum[{i}] episodes", stage[1], 0, 10**9)
-        check_range("max_expected_requests", self.max_expected_requests, 1, MAX_REQUEST_CEILING)
-        if self.mode == "request":
-            sc = self.scenario
-            check_request_count(sc.peak_rate_rps * sc.duration_s, self.max_expected_requests,
-                                f"scenario.peak_rate_rps = {sc.peak_rate_rps:g} x {sc.duration_s:g} s "
-                                "(period_s x horizon_steps)")
-        if self.initial_deployment is not None:
-            d = self.initial_deployment
-            if len(d) != 2 or any(isinstance(x, bool) or int(x) != x for x in d):
-                raise ConfigError(f"initial_deployment = {d!r}; allowed: None or (n_P, n_D) integers")
-            check_range("initial_deployment n_P", d[0], 1, self.max_prefill)
-            check_range("initial_deployment n_D", d[1], 1, self.max_decode)
-            if d[0] + d[1] > self.gpu_budget:
-                raise ConfigError(f"initial_deployment = {d!r} uses {d[0] + d[1]} GPUs; allowed: <= gpu_budget "
-                                  f"= {self.gpu_budget}")
-
-    @classmethod
-    def from_dict(cls, overrides: dict[str, Any] | None) -> PDEnvConfig:
-        """Defaults updated by ``overrides`` (unknown keys raise :class:`ConfigError`)."""
-        overrides = known_overrides(overrides, cls)
-        scen = overrides.pop("scenario", None)
-        if isinstance(scen, dict):
-            overrides["scenario"] = DayScenario.from_dict(scen)
-        elif scen is not None:
-            if not isinstance(scen, DayScenario):
-                raise ConfigError(f"scenario = {scen!r}; allowed: a dict of DayScenario fields or a DayScenario")
-            overrides["scenario"] = scen
-        if isinstance(overrides.get("initial_deployment"), list):  # JSON lists; anything else is type-checked
-            overrides["initial_deployment"] = tuple(overrides["initial_deployment"])
-        cur = overrides.get("curriculum")
-        if cur is not None:
-            if not isinstance(cur, (list, tuple)) or not all(isinstance(st, (list, tuple)) for st in cur):
-                raise ConfigError(f"curriculum = {cur!r}; allowed: a list of (episode_steps, episodes) pairs")
-            overrides["curriculum"] = tuple(tuple(stage) for stage in cur)
-        return cls(**overrides)
 
 
 class PDProvisionEnv(gym.Env):
@@ -340,15 +198,8 @@ class PDProvisionEnv(gym.Env):
         super().__init__()
         # gym.make(id, key=value) updates the config like config={key: value} (as the geo envs do).
         check_keywords(type(self).__name__, overrides, PDEnvConfig, ("config", "render_mode", "action_mode"))
-        cfg = resolve_config(config, overrides, PDEnvConfig)
-        if action_mode is not None:  # the registered mode ids pass it; a config that says otherwise is an error
-            asked = config.get("action_mode") if isinstance(config, dict) else (
-                cfg.action_mode if isinstance(config, PDEnvConfig) and cfg.action_mode != "absolute" else None)
-            if asked is not None and asked != action_mode:
-                raise ConfigError(f"action_mode = {asked!r} in config, but this id's action_mode is "
-                                  f"{action_mode!r}; allowed: {action_mode!r} or use servegym/PDProvision-v0")
-            cfg = replace(cfg, action_mode=action_mode)
-        self.config = cfg
+        # the registered mode ids pass action_mode; a config that says otherwise is an error
+        self.config = cfg = with_id_action_mode(config, resolve_config(config, overrides, PDEnvConfig), action_mode)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(f"render_mode = {render_mode!r}; allowed: None, 'ansi', 'rgb_array'")
         self.render_mode = render_mode
@@ -363,13 +214,9 @@ class PDProvisionEnv(gym.Env):
                                                self.split_capacity_scale())
             self._bind_day(day)
         self.front_slots = self._front_slots()
-        lv = 2 * cfg.residual_levels + 1
-        if cfg.action_mode == "absolute":
-            self.action_space = spaces.MultiDiscrete([cfg.max_prefill + 1, cfg.max_decode + 1])
-        elif cfg.action_mode == "residual":
-            self.action_space = spaces.MultiDiscrete([lv, lv])
-        else:
-            self.action_space = spaces.Discrete(self.front_slots)
+        # the action mode is a class (actions.py): its space, mask, decoding and reference action
+        self.action_type = pd_action_type(cfg, self.front_slots)
+        self.action_space = self.action_type.space()
         self.observation_space = spaces.Box(-1.0, 10.0, shape=(len(OBS_FIELDS),), dtype=np.float32)
         cal = cfg.system.calibration
         self._ramp_p = (cal.prefill_ramp.p0_w, cal.prefill_ramp.slope_w, cal.prefill_ramp.p_sat_w)
@@ -377,12 +224,6 @@ class PDProvisionEnv(gym.Env):
         self._idle_w = cfg.system.hardware.loaded_idle_power_w
         self._budget_power_w = cfg.gpu_budget * max(cal.prefill_ramp.p_sat_w, cal.decode_ramp.p_sat_w) * cfg.pue
         self._lookahead = math.ceil(cfg.startup_delay_s / cfg.scenario.period_s) + 1
-        mask_p = np.zeros(cfg.max_prefill + 1, dtype=bool)
-        mask_p[1: min(cfg.max_prefill, cfg.gpu_budget - 1) + 1] = True
-        mask_d = np.zeros(cfg.max_decode + 1, dtype=bool)
-        mask_d[1: min(cfg.max_decode, cfg.gpu_budget - 1) + 1] = True
-        self._masks = np.concatenate([mask_p, mask_d])
-        self._masks.setflags(write=False)
         self._sim: Any = None
         self._episodes = 0  # resets of this instance (the curriculum stage follows it)
         self._reset_state(0, np.zeros(self.signals.base_rate_rps.size))
@@ -469,22 +310,11 @@ class PDProvisionEnv(gym.Env):
 
     def per_step_reward_bound(self) -> float:
         """B such that -B <= reward <= 0 on every non-terminal step of this scenario (module docstring)."""
-        cfg = self.config
-        cal = cfg.system.calibration
-        p_max = max(cal.prefill_ramp.p_sat_w, cal.decode_ramp.p_sat_w, self._idle_w)
-        e_max = cfg.gpu_budget * p_max * cfg.pue * cfg.scenario.period_s / 3.6e6  # kWh per period
-        obj = {"energy": e_max, "carbon": e_max * float(np.max(self.signals.ci_g_per_kwh)) / 1000.0,
-               "cost": e_max * float(np.max(self.signals.price_usd_per_kwh))}[cfg.objective]
-        return cfg.objective_weight * obj + cfg.slo_weight + cfg.backlog_weight + cfg.cap_weight * e_max
+        return step_bound(self.config, self.signals, self._idle_w)
 
     def curriculum_stage(self, episode: int) -> int:
         """The curriculum stage of the ``episode``-th reset (0-based) of an instance."""
-        left = int(episode)
-        for i, (_, n_eps) in enumerate(self.config.curriculum):
-            if left < n_eps:
-                return i
-            left -= n_eps
-        return max(len(self.config.curriculum) - 1, 0)
+        return curriculum_stage(self.config, episode)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[NDArray[np.float32], dict[str, Any]]:
@@ -511,7 +341,7 @@ class PDProvisionEnv(gym.Env):
         self._was_reset = True
         self.scenario["phase"] = phase
         n = self.signals.base_rate_rps.size
-        stage = self._pinned_stage(options)
+        stage = pinned_stage(self.config, options)
         if stage is None:
             stage = self.curriculum_stage(self._episodes)
         self._episodes += 1
@@ -534,16 +364,6 @@ class PDProvisionEnv(gym.Env):
         self._last_info = info
         return self._obs(), info
 
-    def _pinned_stage(self, options: dict[str, Any] | None) -> int | None:
-        if not options or options.get("curriculum_stage") is None:
-            return None
-        st = options["curriculum_stage"]
-        n = len(self.config.curriculum)
-        if isinstance(st, bool) or not isinstance(st, (int, np.integer)) or not 0 <= st < max(n, 1):
-            raise ConfigError(f"options['curriculum_stage'] = {st!r}; allowed: an integer in [0, {max(n - 1, 0)}]"
-                              + ("" if n else " (no curriculum configured)"))
-        return int(st)
-
     def _initial_deployment(self, rate: float, start: int = 0) -> tuple[int, int]:
         mix = int(self.signals.mix_index[start])
         grid = self.tables.grid(mix, self.config.gpu_budget)
@@ -559,72 +379,14 @@ class PDProvisionEnv(gym.Env):
 
         ``absolute``: [n_P mask, n_D mask] (0 and counts above ``gpu_budget - 1`` masked); ``residual``:
         [dP mask, dD mask], the changes that keep each pool in [1, min(pool max, gpu_budget - 1)];
-        ``front``: the slots holding a point of the coming mix's front.
+        ``front``: the slots holding a point of the coming mix's front (:mod:`servegym.envs.pd.actions`).
         """
-        cfg = self.config
-        if self.action_mode == "absolute":
-            return self._masks.copy()
-        if self.action_mode == "residual":
-            lv = cfg.residual_levels
-            delta = np.arange(-lv, lv + 1)
-            hi_p, hi_d = min(cfg.max_prefill, cfg.gpu_budget - 1), min(cfg.max_decode, cfg.gpu_budget - 1)
-            p, d = self._ref.n_p + delta, self._ref.n_d + delta
-            return np.concatenate([(p >= 1) & (p <= hi_p), (d >= 1) & (d <= hi_d)])
-        m = np.zeros(self.front_slots, dtype=bool)
-        m[: self._front_rows(self.mix_index()).size] = True
-        return m
-
-    def _int_action(self, action: Any, shape: tuple[int, ...], highs: tuple[int, ...], allowed: str
-                    ) -> list[int]:
-        """The action's values as ints (row-major) after checking shape, integrality and range."""
-        try:
-            a = np.asarray(action)
-        except Exception as exc:  # pragma: no cover - asarray accepts nearly anything
-            raise ActionError(f"action {action!r} is not array-like") from exc
-        if a.shape != shape and not (shape == () and a.shape == (1,)):
-            raise ActionError(f"action {action!r} has shape {a.shape}; {allowed}")
-        if a.dtype.kind not in "iu":
-            if a.dtype.kind != "f" or not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
-                raise ActionError(f"action {action!r} is not integer-valued; {allowed}")
-        vals = [int(v) for v in a.ravel().tolist()]
-        if any(v < 0 or v > h for v, h in zip(vals, highs, strict=True)):
-            raise ActionError(f"action {action!r} is out of range; {allowed}")
-        return vals
-
-    def _fit_budget(self, n_p: int, n_d: int, adjusted: bool) -> tuple[int, int, bool]:
-        """A 0 raised to 1; a target above ``gpu_budget`` scaled onto it (module docstring)."""
-        cfg = self.config
-        if n_p < 1 or n_d < 1:
-            n_p, n_d, adjusted = max(n_p, 1), max(n_d, 1), True
-        budget = cfg.gpu_budget
-        if n_p + n_d > budget:
-            p2 = min(cfg.max_prefill, max(1, round(budget * n_p / (n_p + n_d))))
-            n_p, n_d, adjusted = p2, min(cfg.max_decode, budget - p2), True
-        return n_p, n_d, adjusted
+        return self.action_type.mask(self)
 
     def _check_action(self, action: Any) -> tuple[int, int, bool]:
         """Decode an action of the configured ``action_mode`` into the target (n_P, n_D, adjusted)."""
-        cfg = self.config
-        if self.action_mode == "absolute":
-            a = self._int_action(action, (2,), (cfg.max_prefill, cfg.max_decode),
-                                 f"allowed: [n_P, n_D] integers with 0 <= n_P <= {cfg.max_prefill}, "
-                                 f"0 <= n_D <= {cfg.max_decode}")
-            return self._fit_budget(int(a[0]), int(a[1]), False)
-        if self.action_mode == "residual":
-            lv = cfg.residual_levels
-            a = self._int_action(action, (2,), (2 * lv, 2 * lv),
-                                 f"allowed: [i_P, i_D] integers in [0, {2 * lv}] (change = i - {lv})")
-            n_p, n_d = self._ref.n_p + int(a[0]) - lv, self._ref.n_d + int(a[1]) - lv
-            c_p, c_d = min(max(n_p, 1), cfg.max_prefill), min(max(n_d, 1), cfg.max_decode)
-            return self._fit_budget(c_p, c_d, (c_p, c_d) != (n_p, n_d))
-        a = self._int_action(action, (), (self.front_slots - 1,),
-                             f"allowed: an integer in [0, {self.front_slots - 1}] (a slot of the eps-Pareto front)")
-        rows = self._front_rows(self.mix_index())
-        i = a[0]
-        adjusted = i >= rows.size
-        row = int(rows[min(i, rows.size - 1)])
-        g = self.reference.mix_cache(self.mix_index()).grid
-        return int(g.n_p[row]), int(g.n_d[row]), adjusted
+        return self.action_type.decode(self, action)
+
 
     def _front_rows(self, mix: int) -> NDArray[np.int64]:
         """Grid rows of ``mix``'s eps-Pareto front, capacity ascending (evenly thinned to ``front_slots``)."""
@@ -695,19 +457,9 @@ class PDProvisionEnv(gym.Env):
         cfg = self.config
         period = cfg.scenario.period_s
         k = self._k
-        energy_kwh = m["energy_j"] / 3.6e6
-        cap_w = float(self.signals.cap_w[k])
-        ci = float(self.signals.ci_g_per_kwh[k])
-        price = float(self.signals.price_usd_per_kwh[k])
-        carbon_g = energy_kwh * ci
-        cost = energy_kwh * price
-        objective = {"energy": energy_kwh, "carbon": carbon_g / 1000.0, "cost": cost}[cfg.objective]
-        # the period drivers report the violation as a share; info carries it in % (the suite's convention)
-        viol_share = m.pop("slo_violation")
         limit = self.backlog_limit
-        backlog_frac = min(self._backlog / limit, 1.0)
-        reward = -(cfg.objective_weight * objective + cfg.slo_weight * viol_share
-                   + cfg.backlog_weight * backlog_frac + cfg.cap_weight * m["cap_excess_kwh"])
+        r = period_reward(cfg, self.signals, k, m, self._backlog, limit)  # pops m["slo_violation"]
+        reward, viol_share = r.reward, r.viol_share
         self._hist = [arrived / period, *self._hist[:-1]]
         self._last_power_w = m["power_w"]
         self._last_viol = viol_share
@@ -724,10 +476,10 @@ class PDProvisionEnv(gym.Env):
         self._update_reference()
         info = self._state_info()
         info.update(m)
-        info.update(energy_kwh=energy_kwh, carbon_g=carbon_g, cost_usd=cost, cap_w=cap_w, ci_g_per_kwh=ci,
-                    price_usd_per_kwh=price, arrived=arrived, action_adjusted=adjusted,
-                    reward_objective=objective, slo_violation_pct=100.0 * viol_share, backlog_frac=backlog_frac,
-                    termination_penalty=penalty, applied_p=n_p, applied_d=n_d)
+        info.update(energy_kwh=r.energy_kwh, carbon_g=r.carbon_g, cost_usd=r.cost, cap_w=r.cap_w,
+                    ci_g_per_kwh=r.ci, price_usd_per_kwh=r.price, arrived=arrived, action_adjusted=adjusted,
+                    reward_objective=r.objective, slo_violation_pct=100.0 * viol_share,
+                    backlog_frac=r.backlog_frac, termination_penalty=penalty, applied_p=n_p, applied_d=n_d)
         self._last_info = info
         return self._obs(), float(reward), terminated, truncated, info
 
@@ -758,93 +510,27 @@ class PDProvisionEnv(gym.Env):
 
     # ------------------------------------------------------------------------------------ request mode
     def _start_simulator(self) -> None:
-        """A fresh :class:`~servegym.envs.pd.sim.simulator.PDSimulator` at the reset deployment.
-
-        Its power normalizers (mu_P, mu_D^max) come from the model of the day's mean length mix. Request
-        lengths are drawn per request from the period's mix (component by share, then that component's
-        App. B.4 sampler, :func:`~servegym.envs.pd.sim.simulator.pd_length_sampler`).
-        """
-        from servegym.envs.pd.sim.model import PDModel
-        from servegym.envs.pd.sim.scenario import MIX_COMPONENTS, mixture_moments
-        from servegym.envs.pd.sim.simulator import PDSimulator, pd_length_sampler
-
-        cfg = self.config
-        mean_mix = np.mean(self.tables.weights[self.signals.mix_index], axis=0)
-        model = PDModel(mixture_moments(mean_mix), cfg.system)
-        seed = int(self.np_random.integers(2**31 - 1))
-        self._sim = PDSimulator(model, self._active[0], self._active[1], seed=seed,
-                                startup_delay_s=cfg.startup_delay_s)
-        self._samplers = [pd_length_sampler(c) for c in MIX_COMPONENTS]
-        self._sim_max_len = int(model.c_tok - model.system.serving.reserve_tokens)
+        """A fresh request-level simulator at the reset deployment (:func:`~servegym.envs.pd.request_mode.start_simulator`)."""
+        start_simulator(self)
 
     def _request_step(self, k: int, t0: float, period: float, arrived: float) -> dict[str, Any]:
-        """One period of the request-level simulator (``mode="request"``).
+        """One period of the request-level simulator (:func:`~servegym.envs.pd.request_mode.request_step`)."""
+        return request_step(self, k, t0, period, arrived)
 
-        Arrivals: the period's count at uniform times; lengths from the period's mix (requests that could
-        not fit a decode pool alone, l_in + l_out > C_tok - R, are redrawn). The violation share (``slo_violation_pct`` / 100) combines the
-        share of first tokens in the period with TTFT above target (a) and of requests finished in the period
-        with TPOT above target (b) as 1 - (1 - a)(1 - b); ``backlog`` is the simulator's requests arrived and
-        not yet prefilled; ``served`` counts completions.
-        """
-        cfg = self.config
-        sim = self._sim
-        rng = self.np_random
-        n = round(arrived)
-        sim.set_deployment(*self._target)
-        if n:
-            from servegym.envs.workload import Requests
-
-            t = np.sort(t0 + rng.random(n) * period)
-            comp = rng.choice(len(self._samplers), size=n, p=self.tables.weights[int(self.signals.mix_index[k])])
-            lin = np.empty(n, dtype=np.int64)
-            lout = np.empty(n, dtype=np.int64)
-            for c, sampler in enumerate(self._samplers):
-                idx = np.flatnonzero(comp == c)
-                while idx.size:
-                    i, o = sampler.sample(idx.size, rng)
-                    lin[idx], lout[idx] = i, o
-                    idx = idx[(lin[idx] + lout[idx]) > self._sim_max_len]
-            sim.submit(Requests(t, lin, lout))
-        sim.advance(t0 + period)
-        w = sim.window_metrics()
-        dep = sim.deployment()
-        self._active = [dep["n_p"], dep["n_d"]]
-        self._pending = [[t0 + period + cfg.startup_delay_s] * dep["n_p_starting"],
-                         [t0 + period + cfg.startup_delay_s] * dep["n_d_starting"]]
-        ttft, tpot = w["ttft_s"], w["tpot_s"]
-        a = float(np.mean(ttft > cfg.ttft_slo_s)) if ttft.size else 0.0
-        b = float(np.mean(tpot > cfg.tpot_slo_s)) if tpot.size else 0.0
-        energy = w["energy_j"] * cfg.pue
-        cap_w = float(self.signals.cap_w[k])
-        self._backlog = float(w["queue_len"])
-        self._arrived += n
-        self._served += w["finished"]
-        mix = int(self.signals.mix_index[k])
-        n_p, n_d = max(self._active[0], 1), max(self._active[1], 1)
-        mu = self._mu_list[mix][n_p][n_d]
-        return {
-            "power_w": energy / period, "it_power_w": w["mean_power_w"], "energy_j": energy,
-            # the simulator reports the period's mean power only, so the excess is measured on that mean
-            "cap_excess_kwh": max(0.0, energy / period - cap_w) * period / 3.6e6,
-            "served": float(w["finished"]), "slo_violation": 1.0 - (1.0 - a) * (1.0 - b),
-            "ttft_s": float(np.mean(ttft)) if ttft.size else 0.0,
-            "tpot_s": float(np.mean(tpot)) if tpot.size else 0.0,
-            "prefill_util": min(w["finished"] / period / (n_p * float(self.tables.mu_p[mix])), 10.0),
-            "decode_util": min(w["finished"] / period / (n_d * float(self.tables.mu_d_max[mix])), 10.0),
-            "demand_util": min((n / period + self._backlog / period) / max(mu, 1e-9), 10.0),
-        }
 
     # ------------------------------------------------------------------------------------------ helpers
     def absolute_twin(self) -> PDProvisionEnv:
         """This env's config under ``action_mode="absolute"``: the same model, scenario, seeds and reward
         driven by (n_P, n_D) targets, for policies that decide absolute targets (the baselines). Created once
         and kept, so its curriculum count advances with its own resets as this env's would."""
-        if self.action_mode == "absolute":
-            return self
+        return self.action_type.absolute_twin(self)
+
+    def _absolute_twin(self) -> PDProvisionEnv:
         twin = self.__dict__.get("_twin")
         if twin is None:
             twin = self._twin = PDProvisionEnv(replace(self.config, action_mode="absolute"))
         return twin
+
 
     def _draw_arrivals(self, rng: np.random.Generator, k: int) -> float:
         """Requests arriving in period ``k``: a Poisson count of the scenario's mean rate x period
@@ -867,24 +553,15 @@ class PDProvisionEnv(gym.Env):
     def follow_action(self) -> NDArray[np.int64]:
         """The residual mode's zero action [L, L]: no change to the reference's suggestion (what the
         benchmark's ``follow`` policy plays). ConfigError in the other action modes, which have none."""
-        if self.action_mode != "residual":
-            raise ConfigError(f"follow_action: action_mode = {self.action_mode!r} has no zero action; "
-                              "allowed: 'residual'")
-        lv = int(self.config.residual_levels)
-        return np.array([lv, lv], dtype=np.int64)
+        return self.action_type.follow_action()
 
     def reference_action(self) -> NDArray[np.int64]:
         """The action of this env's mode that plays the reference's suggestion for the coming period (a
         teacher for behaviour cloning): ``residual`` the zero action [L, L]; ``absolute`` the suggested
         (n_P, n_D); ``front`` the first slot whose front point has at least the suggestion's capacity (the
         observation's ``front_index_suggested``; the front holds the suggestion only up to ``front_eps``)."""
-        if self.action_mode == "residual":
-            return self.follow_action()
-        if self.action_mode == "absolute":
-            return np.array([self._ref.n_p, self._ref.n_d], dtype=np.int64)
-        front = self._front_rows(self._ref.mix)
-        mu = self.reference.mix_cache(self._ref.mix).grid.mu[front]
-        return np.array(min(int(np.searchsorted(mu, self._ref.capacity_rps)), front.size - 1), dtype=np.int64)
+        return self.action_type.reference_action(self)
+
 
     def mix_index(self, step: int | None = None) -> int:
         """Index into :attr:`tables` of the length mix of period ``step`` (default: the coming period)."""
@@ -906,102 +583,10 @@ class PDProvisionEnv(gym.Env):
         return self._k
 
     def _state_info(self) -> dict[str, Any]:
-        k = min(self._k, self.signals.base_rate_rps.size - 1)
-        mix = int(self.signals.mix_index[k])
-        n_p, n_d = self._active
-        fc = self.forecast_rates(self._lookahead)
-        return {
-            "step": self._k, "time_s": float(self._k * self.config.scenario.period_s),
-            "hour": float(self.signals.hour[k]), "n_p": n_p, "n_d": n_d,
-            "pending_p": len(self._pending[0]), "pending_d": len(self._pending[1]),
-            "target_p": self._target[0], "target_d": self._target[1],
-            "backlog": self._backlog, "arrived_total": self._arrived, "served_total": self._served,
-            "rate_rps": self._hist[0], "forecast_rate_rps": float(fc[0]) if fc.size else 0.0,
-            "forecast_max_rps": float(fc.max()) if fc.size else 0.0, "mix_index": mix,
-            "mix_weights": self.tables.weights[mix].copy(), "capacity_rps": float(self._mu_list[mix][n_p][n_d]),
-            "next_cap_w": float(self.signals.cap_w[k]), "gpu_budget": self.config.gpu_budget,
-            "reference_p": self._ref.n_p, "reference_d": self._ref.n_d,
-            "reference_capacity_rps": self._ref.capacity_rps, "steps_left": self._end - self._k,
-        }
+        return state_info(self)
 
     def _obs(self) -> NDArray[np.float32]:
-        cfg = self.config
-        k = min(self._k, self.signals.base_rate_rps.size - 1)
-        mix = int(self.signals.mix_index[k])
-        peak = cfg.scenario.peak_rate_rps
-        fc = self.forecast_rates(self._lookahead)
-        n_p, n_d = self._active
-        cap = float(self.signals.cap_w[k])
-        hour = float(self.signals.hour[k])
-        ang = 2.0 * math.pi * hour / 24.0
-        w = self.tables.weights[mix]
-        obs = np.array([
-            *(h / peak for h in self._hist),
-            (float(fc[0]) if fc.size else 0.0) / peak, (float(fc.max()) if fc.size else 0.0) / peak,
-            w[0], w[1], w[2],
-            self.tables.in_mean[mix] / 1e4, self.tables.out_mean[mix] / 1e3,
-            n_p / cfg.max_prefill, n_d / cfg.max_decode,
-            len(self._pending[0]) / cfg.max_prefill, len(self._pending[1]) / cfg.max_decode,
-            self._mu_list[mix][n_p][n_d] / peak,
-            math.log1p(self._backlog) / 10.0,
-            cap / self._budget_power_w, self._last_power_w / max(cap, 1e-9),
-            float(self.signals.ci_g_per_kwh[k]) / 1000.0,
-            float(self.signals.price_usd_per_kwh[k]) / self._max_price,
-            math.sin(ang), math.cos(ang), self._last_viol,
-            *self._reference_obs(mix, n_p, n_d, peak),
-        ], dtype=np.float32)
-        return np.clip(obs, -1.0, 10.0)
-
-    def _reference_obs(self, mix: int, n_p: int, n_d: int, peak: float) -> tuple[float, ...]:
-        """The OBS_FIELDS entries after ``slo_violation_last`` (what the baselines read)."""
-        cfg = self.config
-        ref = self._ref
-        cache = self.reference.mix_cache(ref.mix)
-        row = int(cache.row[min(max(n_p, 1), cfg.max_prefill), min(max(n_d, 1), cfg.max_decode)])
-        p_active = float(self._ref_power[row]) if row >= 0 else float(
-            cache.model.power_w(n_p, n_d, ref.demand_rps))
-        budget_it = self._budget_power_w / cfg.pue
-        front = self._front_rows(ref.mix)
-        pos = min(int(np.searchsorted(cache.grid.mu[front], ref.capacity_rps)), front.size - 1)
-        slots = max(self.front_slots - 1, 1)
-        mu = self._mu_list[mix][max(n_p, 1)][max(n_d, 1)]
-        rate = self._hist[0]
-        return (ref.n_p / cfg.max_prefill, ref.n_d / cfg.max_decode, ref.capacity_rps / peak,
-                p_active / budget_it, ref.power_w / budget_it, mu / rate if rate * 10.0 > mu else 10.0,
-                *self._last_util, self._backlog / self.backlog_limit, pos / slots, front.size / self.front_slots,
-                (self._end - self._k) / max(self._end - self._start, 1))
+        return observe(self)
 
     def render(self) -> str | NDArray[np.uint8] | None:
-        if self.render_mode == "rgb_array":
-            return self._render_rgb()
-        if self.render_mode != "ansi":
-            return None
-        i = self._last_info
-        line = (f"t={i.get('hour', 0.0):05.2f}h step={self._k} {self._active[0]}p{self._active[1]}d "
-                f"(+{len(self._pending[0])}p+{len(self._pending[1])}d starting) "
-                f"rate={i.get('rate_rps', 0.0):.2f} req/s backlog={self._backlog:.1f} "
-                f"power={i.get('power_w', 0.0):.0f} W cap={i.get('cap_w', i.get('next_cap_w', 0.0)):.0f} W "
-                f"slo_viol={i.get('slo_violation_pct', 0.0):.2f}%")
-        return line
-
-    def _render_rgb(self) -> NDArray[np.uint8]:
-        """A 96 x 132 RGB picture: prefill and decode instances (active, starting stacked on top, the reference's
-        count as a tick), arrival rate / peak (capacity as a tick), backlog / limit, facility power / the
-        budget's (power cap as a tick), grid CI / 1000 g/kWh, price / the day's max and last SLO violation share."""
-        cfg = self.config
-        k = min(self._k, self.signals.base_rate_rps.size - 1)
-        mix = int(self.signals.mix_index[k])
-        n_p, n_d = self._active
-        peak = cfg.scenario.peak_rate_rps
-        mp, md = cfg.max_prefill, cfg.max_decode
-        return render_bars([
-            Bar(n_p / mp, BLUE, len(self._pending[0]) / mp, LIGHT_BLUE, self._ref.n_p / mp),
-            Bar(n_d / md, ORANGE, len(self._pending[1]) / md, LIGHT_ORANGE, self._ref.n_d / md),
-            Bar(self._hist[0] / peak, GREEN, marker=self._mu_list[mix][n_p][n_d] / peak),
-            Bar(self._backlog / self.backlog_limit, RED),
-            Bar(self._last_power_w / self._budget_power_w, PURPLE,
-                marker=float(self.signals.cap_w[k]) / self._budget_power_w),
-            Bar(float(self.signals.ci_g_per_kwh[k]) / 1000.0, GREY),
-            Bar(float(self.signals.price_usd_per_kwh[k]) / self._max_price, GREY),
-            Bar(self._last_viol, RED),
-        ])
+        return render(self)

@@ -1,0 +1,201 @@
+"""The action modes of the pd env as small classes (config ``action_mode``).
+
+Each class owns its action space, its mask, how an action becomes the target (n_P, n_D) that the one model
+then applies, the action that plays the reference's suggestion, and whether it has a zero action;
+:func:`pd_action_type` picks one from the config, so :class:`~servegym.envs.pd.env.PDProvisionEnv` never
+branches on the mode. A new mode is a new class here and a line in :data:`ACTION_TYPES` (and, for a registered
+id, an entry in ``servegym.registration``). The modes themselves are described in the env's module docstring.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from gymnasium import spaces
+from numpy.typing import NDArray
+
+from servegym.errors import ActionError, ConfigError
+
+if TYPE_CHECKING:
+    from servegym.envs.pd.env import PDProvisionEnv
+    from servegym.envs.pd.env_config import PDEnvConfig
+
+
+def int_action(action: Any, shape: tuple[int, ...], highs: tuple[int, ...], allowed: str) -> list[int]:
+    """The action's values as ints (row-major) after checking shape, integrality and range."""
+    try:
+        a = np.asarray(action)
+    except Exception as exc:  # pragma: no cover - asarray accepts nearly anything
+        raise ActionError(f"action {action!r} is not array-like") from exc
+    if a.shape != shape and not (shape == () and a.shape == (1,)):
+        raise ActionError(f"action {action!r} has shape {a.shape}; {allowed}")
+    if a.dtype.kind not in "iu":
+        if a.dtype.kind != "f" or not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
+            raise ActionError(f"action {action!r} is not integer-valued; {allowed}")
+    vals = [int(v) for v in a.ravel().tolist()]
+    if any(v < 0 or v > h for v, h in zip(vals, highs, strict=True)):
+        raise ActionError(f"action {action!r} is out of range; {allowed}")
+    return vals
+
+
+def fit_budget(cfg: PDEnvConfig, n_p: int, n_d: int, adjusted: bool) -> tuple[int, int, bool]:
+    """A 0 raised to 1; a target above ``gpu_budget`` scaled onto it (the env's module docstring)."""
+    if n_p < 1 or n_d < 1:
+        n_p, n_d, adjusted = max(n_p, 1), max(n_d, 1), True
+    budget = cfg.gpu_budget
+    if n_p + n_d > budget:
+        p2 = min(cfg.max_prefill, max(1, round(budget * n_p / (n_p + n_d))))
+        n_p, n_d, adjusted = p2, min(cfg.max_decode, budget - p2), True
+    return n_p, n_d, adjusted
+
+
+class PDAction(abc.ABC):
+    """One action mode: its space, mask, decoding into the target (n_P, n_D) and the reference's action."""
+
+    mode: str
+
+    def __init__(self, cfg: PDEnvConfig, front_slots: int) -> None:
+        self.cfg = cfg
+        self.front_slots = front_slots  # the front mode's slots (the env sizes them from the day's mixes)
+
+    @abc.abstractmethod
+    def space(self) -> spaces.Space[Any]:
+        """The action space."""
+
+    @abc.abstractmethod
+    def mask(self, env: PDProvisionEnv) -> NDArray[np.bool_]:
+        """The valid actions of ``env``'s current state, in sb3-contrib's layout (a fresh array)."""
+
+    @abc.abstractmethod
+    def decode(self, env: PDProvisionEnv, action: Any) -> tuple[int, int, bool]:
+        """The target (n_P, n_D, adjusted) of ``action`` in ``env``'s current state; ActionError if invalid."""
+
+    @abc.abstractmethod
+    def reference_action(self, env: PDProvisionEnv) -> NDArray[np.int64]:
+        """The action that plays the reference's suggestion for the coming period (a behaviour-cloning teacher)."""
+
+    def follow_action(self) -> NDArray[np.int64]:
+        """The zero action (no change to the reference); only the residual mode has one."""
+        raise ConfigError(f"follow_action: action_mode = {self.mode!r} has no zero action; allowed: 'residual'")
+
+    def absolute_twin(self, env: PDProvisionEnv) -> PDProvisionEnv:
+        """``env``'s config under absolute targets, created once and kept (its curriculum count advances with
+        its own resets as ``env``'s would)."""
+        return env._absolute_twin()
+
+
+class AbsoluteAction(PDAction):
+    """``absolute``: ``MultiDiscrete([max_prefill + 1, max_decode + 1])``, the target (n_P, n_D) itself; the
+    mask drops 0 and counts above ``gpu_budget - 1``."""
+
+    mode = "absolute"
+
+    def __init__(self, cfg: PDEnvConfig, front_slots: int) -> None:
+        super().__init__(cfg, front_slots)
+        mask_p = np.zeros(cfg.max_prefill + 1, dtype=bool)
+        mask_p[1: min(cfg.max_prefill, cfg.gpu_budget - 1) + 1] = True
+        mask_d = np.zeros(cfg.max_decode + 1, dtype=bool)
+        mask_d[1: min(cfg.max_decode, cfg.gpu_budget - 1) + 1] = True
+        self._masks = np.concatenate([mask_p, mask_d])
+        self._masks.setflags(write=False)
+
+    def space(self) -> spaces.Space[Any]:
+        return spaces.MultiDiscrete([self.cfg.max_prefill + 1, self.cfg.max_decode + 1])
+
+    def mask(self, env: PDProvisionEnv) -> NDArray[np.bool_]:
+        return self._masks.copy()
+
+    def decode(self, env: PDProvisionEnv, action: Any) -> tuple[int, int, bool]:
+        cfg = self.cfg
+        a = int_action(action, (2,), (cfg.max_prefill, cfg.max_decode),
+                       f"allowed: [n_P, n_D] integers with 0 <= n_P <= {cfg.max_prefill}, "
+                       f"0 <= n_D <= {cfg.max_decode}")
+        return fit_budget(cfg, int(a[0]), int(a[1]), False)
+
+    def reference_action(self, env: PDProvisionEnv) -> NDArray[np.int64]:
+        return np.array([env._ref.n_p, env._ref.n_d], dtype=np.int64)
+
+    def absolute_twin(self, env: PDProvisionEnv) -> PDProvisionEnv:
+        """``env`` itself."""
+        return env
+
+
+class ResidualAction(PDAction):
+    """``residual``: ``MultiDiscrete([2L + 1, 2L + 1])``, per pool a change i - L of the reference's suggestion;
+    the mask keeps each pool in [1, min(pool max, gpu_budget - 1)]; [L, L] follows the reference."""
+
+    mode = "residual"
+
+    def space(self) -> spaces.Space[Any]:
+        lv = 2 * self.cfg.residual_levels + 1
+        return spaces.MultiDiscrete([lv, lv])
+
+    def mask(self, env: PDProvisionEnv) -> NDArray[np.bool_]:
+        cfg = self.cfg
+        lv = cfg.residual_levels
+        delta = np.arange(-lv, lv + 1)
+        hi_p, hi_d = min(cfg.max_prefill, cfg.gpu_budget - 1), min(cfg.max_decode, cfg.gpu_budget - 1)
+        p, d = env._ref.n_p + delta, env._ref.n_d + delta
+        return np.concatenate([(p >= 1) & (p <= hi_p), (d >= 1) & (d <= hi_d)])
+
+    def decode(self, env: PDProvisionEnv, action: Any) -> tuple[int, int, bool]:
+        cfg = self.cfg
+        lv = cfg.residual_levels
+        a = int_action(action, (2,), (2 * lv, 2 * lv),
+                       f"allowed: [i_P, i_D] integers in [0, {2 * lv}] (change = i - {lv})")
+        n_p, n_d = env._ref.n_p + int(a[0]) - lv, env._ref.n_d + int(a[1]) - lv
+        c_p, c_d = min(max(n_p, 1), cfg.max_prefill), min(max(n_d, 1), cfg.max_decode)
+        return fit_budget(cfg, c_p, c_d, (c_p, c_d) != (n_p, n_d))
+
+    def reference_action(self, env: PDProvisionEnv) -> NDArray[np.int64]:
+        return self.follow_action()
+
+    def follow_action(self) -> NDArray[np.int64]:
+        lv = int(self.cfg.residual_levels)
+        return np.array([lv, lv], dtype=np.int64)
+
+
+class FrontAction(PDAction):
+    """``front``: ``Discrete(front_slots)``, slot i is the i-th point (capacity ascending) of the coming mix's
+    epsilon-Pareto front within the budget; slots beyond the coming front are masked (sent anyway: the
+    largest-capacity point, ``action_adjusted``)."""
+
+    mode = "front"
+
+    def space(self) -> spaces.Space[Any]:
+        return spaces.Discrete(self.front_slots)
+
+    def mask(self, env: PDProvisionEnv) -> NDArray[np.bool_]:
+        m = np.zeros(self.front_slots, dtype=bool)
+        m[: env._front_rows(env.mix_index()).size] = True
+        return m
+
+    def decode(self, env: PDProvisionEnv, action: Any) -> tuple[int, int, bool]:
+        a = int_action(action, (), (self.front_slots - 1,),
+                       f"allowed: an integer in [0, {self.front_slots - 1}] (a slot of the eps-Pareto front)")
+        rows = env._front_rows(env.mix_index())
+        i = a[0]
+        adjusted = i >= rows.size
+        row = int(rows[min(i, rows.size - 1)])
+        g = env.reference.mix_cache(env.mix_index()).grid
+        return int(g.n_p[row]), int(g.n_d[row]), adjusted
+
+    def reference_action(self, env: PDProvisionEnv) -> NDArray[np.int64]:
+        """The first slot whose front point has at least the suggestion's capacity (the observation's
+        ``front_index_suggested``; the front holds the suggestion only up to ``front_eps``)."""
+        ref = env._ref
+        front = env._front_rows(ref.mix)
+        mu = env.reference.mix_cache(ref.mix).grid.mu[front]
+        return np.array(min(int(np.searchsorted(mu, ref.capacity_rps)), front.size - 1), dtype=np.int64)
+
+
+#: ``action_mode`` -> its class (the factory's table; a new mode adds a line)
+ACTION_TYPES: dict[str, type[PDAction]] = {"absolute": AbsoluteAction, "residual": ResidualAction,
+                                           "front": FrontAction}
+
+
+def pd_action_type(cfg: PDEnvConfig, front_slots: int) -> PDAction:
+    """The action type of ``cfg.action_mode`` (the config checked it is one of :data:`ACTION_TYPES`)."""
+    return ACTION_TYPES[cfg.action_mode](cfg, front_slots)
