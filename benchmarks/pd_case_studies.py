@@ -14,7 +14,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-from servegym.envs.pd.case_studies import CASE_STUDIES, comparison_rows, plot_case_study, run_case_study
+from servegym.envs.pd.reports.case_studies import (
+    CASE_STUDIES,
+    comparison_rows,
+    plot_case_study,
+    run_case_study,
+)
 
 
 def main() -> None:

@@ -10,6 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from servegym.calibration.pd_kv import fit_kv_tokens, shipped_record
+from servegym.envs.pd.reports.validate import (
+    CAPACITY_ANCHORS,
+    CAPACITY_TOL,
+    FITTED_ANCHOR,
+    POWER_ANCHORS,
+    POWER_TOL,
+    Check,
+    all_required_pass,
+    run_checks,
+)
 from servegym.envs.pd.sim.catalog import (
     H200,
     QWEN3_32B,
@@ -23,16 +33,6 @@ from servegym.envs.pd.sim.catalog import (
 )
 from servegym.envs.pd.sim.model import PDModel, all_deployments, parse_deployment
 from servegym.envs.pd.sim.workload_moments import WorkloadMoments
-from servegym.envs.pd.validate import (
-    CAPACITY_ANCHORS,
-    CAPACITY_TOL,
-    FITTED_ANCHOR,
-    POWER_ANCHORS,
-    POWER_TOL,
-    Check,
-    all_required_pass,
-    run_checks,
-)
 
 from servegym.errors import ConfigError
 

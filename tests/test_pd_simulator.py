@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from servegym.envs.pd.sim.catalog import paper_system
 from servegym.envs.pd.sim.model import PDModel
-from servegym.envs.pd.sim.simulator import PDSimulator, pd_length_sampler, saturation_throughput
+from servegym.envs.pd.sim.saturation import saturation_throughput
+from servegym.envs.pd.sim.simulator import PDSimulator, pd_length_sampler
 from servegym.envs.pd.sim.workload_moments import WorkloadMoments, parse_workload
 from servegym.envs.workload import FixedLengths, Requests, make_requests, poisson_arrivals
 
@@ -197,7 +198,7 @@ def test_bad_input() -> None:
 def test_case_study_direction() -> None:
     """Decode removal at 5.3 req/s (3p2d -> 3p1d -> 3p2d), shortened: the queue grows during the removal
     and drains after the restore; power drops while the instance is out."""
-    from servegym.envs.pd.case_studies import Phase, run_scenario
+    from servegym.envs.pd.reports.case_studies import Phase, run_scenario
 
     phases = (Phase(0, 5.3, 3, 2), Phase(180, 5.3, 3, 1), Phase(480, 5.3, 3, 2))
     res = run_scenario(FIXED, phases, duration_s=780, seed=1, sample_s=5.0)

@@ -1,14 +1,22 @@
-"""Power-aware provisioning of prefill-decode (PD) disaggregated serving (Yan et al., arXiv:2609.24639).
+"""Power-aware provisioning of prefill-decode (PD) disaggregated serving (Yan et al., arXiv:2609.24639), in
+three layers (import the modules directly; this package imports nothing so ``import servegym`` stays light).
 
-Modules (import them directly; this package imports nothing so ``import servegym`` stays light):
+* :mod:`servegym.envs.pd.sim`: the model -- ``catalog`` (H200, Qwen3-32B, Table 3 calibration, the fitted
+  KV pool), ``workload_moments``, ``model`` (:class:`~servegym.envs.pd.sim.model.PDModel`: capacity by
+  Algorithm 1, operating points, power), ``pareto``, ``tables``, ``scenario`` (the day and its splits),
+  ``provisioning`` (the min-power rule, the decision point baselines and envs share), ``fluid`` and
+  ``simulator`` (the two dynamics) and ``saturation``; it imports nothing from the layers below.
+* The Gymnasium env: :mod:`~servegym.envs.pd.env` (``PDProvisionEnv``, the three registered ids), built from
+  :mod:`~servegym.envs.pd.env_config`, :mod:`~servegym.envs.pd.actions` (one class per action mode),
+  :mod:`~servegym.envs.pd.observations`, :mod:`~servegym.envs.pd.rewards` and
+  :mod:`~servegym.envs.pd.request_mode`; :mod:`~servegym.envs.pd.vector` (N days in one numpy batch) and
+  :mod:`~servegym.envs.pd.sb3_vector`.
+* Reports and commands: :mod:`servegym.envs.pd.reports` (capacity, plots, validate, simulate, case_studies,
+  compare) and :mod:`~servegym.envs.pd.cli` (``servegym pd ...``, parsing only).
 
-* :mod:`servegym.envs.pd.sim.catalog`: H200, Qwen3-32B, Table 3 calibration, KV pool C_tok fitted to 3p1d = 5.2 req/s (R = 512).
-* :mod:`servegym.envs.pd.sim.workload_moments`: length moments from samples, distributions or trace names.
-* :mod:`servegym.envs.pd.sim.model`: :class:`~servegym.envs.pd.sim.model.PDModel` -- capacity (Algorithm 1),
-  operating points and power, scalar (brentq) and vectorized over deployments.
-* :mod:`servegym.envs.pd.sim.pareto`: exact and epsilon-Pareto fronts, minimum-power and maximum-capacity picks.
-* :mod:`servegym.envs.pd.validate`: model-versus-paper checks (``servegym pd validate``).
-* :mod:`servegym.envs.pd.cli`: the ``servegym pd`` commands.
+The old module names ``catalog``, ``workload_moments``, ``model``, ``pareto``, ``provisioning``, ``tables``,
+``scenario``, ``fluid``, ``simulator``, ``validate`` and ``case_studies`` still import (each is the moved module
+itself, with a DeprecationWarning), as does ``sim_cli`` (re-exporting ``add_sim_commands``).
 """
 
 #: the workload names ``parse_workload`` accepts (here so the ``servegym pd`` parsers need not import numpy)
