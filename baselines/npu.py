@@ -1,4 +1,4 @@
-"""The NeuScale paper's policies for :class:`~servegym.envs.npu.cluster.NPUCluster` (§3.4, §5.1).
+"""The NeuScale paper's policies for :class:`~servegym.envs.npu.sim.cluster.NPUCluster` (§3.4, §5.1).
 
 * :class:`BasePolicy` -- one homogeneous configuration (the best fit of the trace's largest sequence
   length, per phase) scaled by count only, with the same count rule as NeuScale (peak rate over
@@ -63,9 +63,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from servegym.envs.npu.cluster import NB, NPUCluster, Observation, ScalingDecision
-from servegym.envs.npu.dse import SEQ_BUCKETS
-from servegym.envs.npu.roofline import PHASES
+from servegym.envs.npu.sim.cluster import NB, NPUCluster, Observation, ScalingDecision
+from servegym.envs.npu.sim.dse import SEQ_BUCKETS
+from servegym.envs.npu.sim.roofline import PHASES
 
 from servegym.errors import ConfigError, check_range, choice_error
 
@@ -728,12 +728,12 @@ def compare(model_name: str = "Llama-3-70B", trace: str = "azure", hours: float 
             osl_accuracy: float = 0.6, progress: bool = False, day: int | None = None,
             fidelity: str = "request", fit_at: str = "best-batch") -> list[CompareResult]:
     """Run each policy on the same workload and simulator settings (Ideal: the §5.1 oracle bound); ``day``:
-    the day of the 2024 Azure week (:func:`~servegym.envs.npu.workloads.make_workload`); ``fidelity``: the
+    the day of the 2024 Azure week (:func:`~servegym.envs.npu.sim.workloads.make_workload`); ``fidelity``: the
     request-level simulator or the fluid one (:func:`~servegym.envs.npu.sim.fluid.make_cluster`); ``fit_at``:
     :attr:`ClusterConfig.fit_at` (the DSE's best fits, or best fits at the operating point)."""
-    from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog
+    from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog
     from servegym.envs.npu.sim.fluid import make_cluster
-    from servegym.envs.npu.workloads import make_workload
+    from servegym.envs.npu.sim.workloads import make_workload
 
     for p in policies:
         if p not in POLICIES:
@@ -749,7 +749,7 @@ def compare(model_name: str = "Llama-3-70B", trace: str = "azure", hours: float 
     played = [p for p in policies if p != "ideal"]
     bar = None
     if progress:  # the start line comes before the workload and the catalog are built (seconds for a day)
-        from servegym.envs.npu.workloads import TABLE4_RATE_RPM
+        from servegym.envs.npu.sim.workloads import TABLE4_RATE_RPM
 
         from servegym.estimates import estimate
         from servegym.progress import Progress

@@ -1,4 +1,4 @@
-"""Hindsight provisioning of :class:`~servegym.envs.npu.cluster.NPUCluster`: the least-energy vPod plan of the
+"""Hindsight provisioning of :class:`~servegym.envs.npu.sim.cluster.NPUCluster`: the least-energy vPod plan of the
 whole episode with its demand known in advance, under the real vPod boot times, played through the simulator.
 
 **What it knows.** Everything a policy cannot: the episode's arrivals at 10-s resolution per (phase, length

@@ -142,7 +142,7 @@ def measure_npu_compare(fidelity: str) -> dict[str, Any]:
     from servegym.baselines.npu import POLICIES, compare
     from servegym.envs.npu.sim.config import ClusterConfig
     from servegym.envs.npu.sim.vpods import ConfigCatalog
-    from servegym.envs.npu.workloads import make_workload
+    from servegym.envs.npu.sim.workloads import make_workload
 
     model, hours = "DeepSeek-V3-671B", 2.0  # the CLI's default model and trace, a shorter replay
     # setup: what compare() builds once before the policies (the workload and the catalog), first cold (what a

@@ -29,8 +29,8 @@ import os
 import time
 
 from servegym.baselines.npu import ideal_metrics, make_policy, run_policy
-from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog, NPUCluster
-from servegym.envs.npu.workloads import make_workload
+from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog, NPUCluster
+from servegym.envs.npu.sim.workloads import make_workload
 
 MODEL = "DeepSeek-V3-671B"
 STAGES: dict[str, dict] = {
@@ -96,7 +96,7 @@ def spread_section() -> list[str]:
     """§2.4's best/worst version spread (energy and cost, prefill and decode) under the hop and the ring
     collectives (the DSE's per-version best fits on the scoring model, 1K/4K/16K tokens, the four models)."""
     from servegym.calibration.npu import spread_verdict, version_spreads
-    from servegym.envs.npu.roofline import RooflineParams
+    from servegym.envs.npu.sim.roofline import RooflineParams
 
     L = ["## §2.4 version spread (best over worst version's efficiency), hop against ring collectives", "",
          "| objective | phase | paper | hop | ring |", "|---|---|---|---|---|"]

@@ -15,8 +15,8 @@ import os
 import time
 
 import numpy as np
-from servegym.envs.npu.catalog import MODELS, model
-from servegym.envs.npu.roofline import RooflineParams, enumerate_allocations, evaluate
+from servegym.envs.npu.sim.catalog import MODELS, model
+from servegym.envs.npu.sim.roofline import RooflineParams, enumerate_allocations, evaluate
 
 CONTEXT = 2048
 MODELS_RUN = tuple(MODELS)

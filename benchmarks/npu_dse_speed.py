@@ -17,10 +17,10 @@ import time
 # the catalog is timed as built, not read from the disk cache of the DSE tables (servegym.user_cache)
 os.environ.setdefault("SERVEGYM_NO_CACHE", "1")
 
-from servegym.envs.npu.catalog import MODELS
-from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog
-from servegym.envs.npu.dse import BATCH_BUCKETS, SEQ_BUCKETS, run_dse
-from servegym.envs.npu.roofline import RooflineParams
+from servegym.envs.npu.sim.catalog import MODELS
+from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog
+from servegym.envs.npu.sim.dse import BATCH_BUCKETS, SEQ_BUCKETS, run_dse
+from servegym.envs.npu.sim.roofline import RooflineParams
 
 
 def _best(fn, repeat: int) -> tuple[float, object]:

@@ -23,8 +23,8 @@ import os
 import time
 
 from servegym.baselines.npu import make_policy, run_policy
-from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog, NPUCluster
-from servegym.envs.npu.workloads import make_workload
+from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog, NPUCluster
+from servegym.envs.npu.sim.workloads import make_workload
 
 from servegym.outputs import save_figure, write_text
 

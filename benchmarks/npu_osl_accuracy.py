@@ -17,8 +17,8 @@ import time
 
 from npu_failover import start_report  # the sibling script (benchmarks/ is on sys.path when run as a script)
 from servegym.baselines.npu import NeuScalePolicy, make_policy, run_policy
-from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog, NPUCluster
-from servegym.envs.npu.workloads import make_workload
+from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog, NPUCluster
+from servegym.envs.npu.sim.workloads import make_workload
 
 from servegym.outputs import save_figure
 

@@ -19,8 +19,8 @@ import time
 os.environ.setdefault("SERVEGYM_NO_CACHE", "1")
 
 from servegym.baselines.npu import make_policy, run_policy
-from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog, NPUCluster
-from servegym.envs.npu.workloads import make_workload
+from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog, NPUCluster
+from servegym.envs.npu.sim.workloads import make_workload
 
 
 def main() -> None:

@@ -28,9 +28,9 @@ from servegym.baselines.npu import (
     paper_satisfaction,
     run_policy,
 )
-from servegym.envs.npu.catalog import MODELS
-from servegym.envs.npu.cluster import STEP_MODELS, ClusterConfig, ConfigCatalog, NPUCluster
-from servegym.envs.npu.workloads import make_workload
+from servegym.envs.npu.sim.catalog import MODELS
+from servegym.envs.npu.sim.cluster import STEP_MODELS, ClusterConfig, ConfigCatalog, NPUCluster
+from servegym.envs.npu.sim.workloads import make_workload
 
 PAPER = {"energy_efficiency": 1.13, "cost_efficiency": 1.43, "slo_satisfaction": 1.36}
 NOTES_HEADING = "## What this shows"

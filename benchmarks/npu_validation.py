@@ -30,10 +30,10 @@ import time
 import numpy as np
 from servegym.baselines.npu import BasePolicy, NeuScalePolicy, run_policy
 from servegym.calibration.npu import SPREAD_LENGTHS, spread_verdict, version_spreads
-from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog, NPUCluster
-from servegym.envs.npu.dse import run_dse
-from servegym.envs.npu.roofline import RooflineParams
-from servegym.envs.npu.workloads import make_workload
+from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog, NPUCluster
+from servegym.envs.npu.sim.dse import run_dse
+from servegym.envs.npu.sim.roofline import RooflineParams
+from servegym.envs.npu.sim.workloads import make_workload
 
 
 def npu_d_prefill_penalty(model: str = "Llama-3.1-405B", trace: str = "lveval", hours: float = 24.0,

@@ -11,7 +11,7 @@ beside ours with a verdict each:
 2. Decode on NPU-C performs well on all traces.
 3. D-Only struggles on SLO for LVEval (many NPU-D chips per long-context vPod: ICI overhead).
 
-Each mix is a :class:`~servegym.envs.npu.cluster.ClusterConfig` ``phase_versions``; all four share one
+Each mix is a :class:`~servegym.envs.npu.sim.cluster.ClusterConfig` ``phase_versions``; all four share one
 DSE table explored over every version, so the SLO (§2.4: on NPU-C/D, whichever is faster) is the same
 for all mixes -- only the vPods a cluster can build differ. Efficiency is reported both ways the
 reproduction does (``benchmarks/results/npu_reproduction.md``): whole pool (idle and booting vPods
@@ -31,10 +31,10 @@ import time
 
 import numpy as np
 from servegym.baselines.npu import NeuScalePolicy, ideal_metrics, paper_satisfaction, run_policy
-from servegym.envs.npu.catalog import MODELS
-from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog, NPUCluster
-from servegym.envs.npu.dse import run_dse
-from servegym.envs.npu.workloads import WORKLOADS, make_workload
+from servegym.envs.npu.sim.catalog import MODELS
+from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog, NPUCluster
+from servegym.envs.npu.sim.dse import run_dse
+from servegym.envs.npu.sim.workloads import WORKLOADS, make_workload
 from tqdm import tqdm
 
 from servegym.errors import ConfigError

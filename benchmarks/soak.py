@@ -200,8 +200,8 @@ def npu_memory(episodes: int, steps: int | None, trace: bool, before: bool, queu
     import gc
     import tracemalloc
 
-    from servegym.envs.npu import dse
     from servegym.envs.npu import env as npu_env
+    from servegym.envs.npu.sim import dse
 
     if before:
         npu_env._WORKLOADS.cap = 4

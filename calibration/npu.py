@@ -50,9 +50,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from servegym.envs.npu.catalog import CHIPS, MODELS, VERSIONS, ModelSpec, VPod
-from servegym.envs.npu.dse import run_dse
-from servegym.envs.npu.roofline import RooflineParams, evaluate, space_for
+from servegym.envs.npu.sim.catalog import CHIPS, MODELS, VERSIONS, ModelSpec, VPod
+from servegym.envs.npu.sim.dse import run_dse
+from servegym.envs.npu.sim.roofline import RooflineParams, evaluate, space_for
 
 PALM_540B = ModelSpec(
     name="PaLM-540B", hidden=18432, layers=118, heads=64, kv_heads=1, head_dim=192, ffn=73728, vocab=256000,

@@ -8,8 +8,8 @@ import pytest
 from servegym.agents.adapters import NPU_BASELINES
 from servegym.agents.families import family_for, resolve_baselines, run_baseline_episodes
 from servegym.baselines.npu import ideal_metrics, make_policy, run_policy
-from servegym.envs.npu.cluster import NPUCluster
 from servegym.envs.npu.env import BASELINES, NPUAutoscaleEnv
+from servegym.envs.npu.sim.cluster import NPUCluster
 from servegym.envs.npu.sim.fluid import make_cluster
 
 from servegym.errors import ConfigError

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from servegym.envs.geo.env_common import GeoEnvConfig
 from servegym.envs.geo.sim.config import GeoConfig, preset
-from servegym.envs.npu.cluster import ClusterConfig
 from servegym.envs.npu.env import NPUEnvConfig
+from servegym.envs.npu.sim.cluster import ClusterConfig
 from servegym.envs.pd.env import PDEnvConfig
 
 import servegym

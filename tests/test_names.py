@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from servegym.envs.geo.sim.config import PAPER_MODELS, preset
-from servegym.envs.npu.catalog import CHIPS, MODELS, chip, model
+from servegym.envs.npu.sim.catalog import CHIPS, MODELS, chip, model
 from servegym.envs.pd.sim import catalog as pd_catalog
 
 from servegym.errors import ConfigError
@@ -58,8 +58,8 @@ def test_llama_3_and_3_1_stay_apart() -> None:
 
 def test_configs_store_the_canonical_spelling() -> None:
     from servegym.envs.geo.env_common import GeoEnvConfig
-    from servegym.envs.npu.cluster import ClusterConfig
     from servegym.envs.npu.env import NPUEnvConfig
+    from servegym.envs.npu.sim.cluster import ClusterConfig
 
     assert ClusterConfig(model="deepseek-v3-671b", versions=("npu-c", "NPU-D")).model == "DeepSeek-V3-671B"
     assert ClusterConfig(versions=("npu-c", "tpu-v6e")).versions == ("NPU-C", "NPU-D")

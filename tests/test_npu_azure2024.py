@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from servegym.envs.npu import azure2024
-from servegym.envs.npu.workloads import make_workload
+from servegym.envs.npu.sim import azure2024
+from servegym.envs.npu.sim.workloads import make_workload
 
 from servegym.errors import ConfigError
 

@@ -15,7 +15,7 @@ from servegym.baselines.npu import (
     ideal_metrics,
     run_policy,
 )
-from servegym.envs.npu.cluster import (
+from servegym.envs.npu.sim.cluster import (
     NB,
     ClusterConfig,
     ConfigCatalog,
@@ -23,7 +23,7 @@ from servegym.envs.npu.cluster import (
     Observation,
     ScalingDecision,
 )
-from servegym.envs.npu.workloads import make_workload
+from servegym.envs.npu.sim.workloads import make_workload
 
 from servegym.errors import ConfigError
 

@@ -16,10 +16,10 @@ from servegym.calibration.npu import (
     pope_report,
     v6e_decode_attention_fit,
 )
-from servegym.envs.npu.catalog import VPod, model
-from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog, NPUCluster
-from servegym.envs.npu.roofline import RooflineParams, evaluate, space_for
-from servegym.envs.npu.workloads import make_workload
+from servegym.envs.npu.sim.catalog import VPod, model
+from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog, NPUCluster
+from servegym.envs.npu.sim.roofline import RooflineParams, evaluate, space_for
+from servegym.envs.npu.sim.workloads import make_workload
 
 from servegym.errors import ConfigError
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from servegym.envs.npu.catalog import CHIPS, MODELS, VERSIONS, VPod, chip, model
+from servegym.envs.npu.sim.catalog import CHIPS, MODELS, VERSIONS, VPod, chip, model
 
 from servegym.errors import ConfigError
 

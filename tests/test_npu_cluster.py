@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from servegym.baselines.npu import NeuScalePolicy, run_policy
-from servegym.envs.npu.cluster import (
+from servegym.envs.npu.sim.cluster import (
     CREATE_S,
     DELETE_S,
     ENGINE_START_S,
@@ -15,7 +15,7 @@ from servegym.envs.npu.cluster import (
     NPUCluster,
     ScalingDecision,
 )
-from servegym.envs.npu.workloads import NPUWorkload, make_workload
+from servegym.envs.npu.sim.workloads import NPUWorkload, make_workload
 from servegym.envs.workload import Requests
 
 from servegym.errors import ActionError, ConfigError
@@ -95,7 +95,7 @@ def test_overheads_delay_capacity(cfg: ClusterConfig, cat: ConfigCatalog, wl: NP
     boot = float(sim.cfg_boot_s[cid])
     assert CREATE_S[0] + boot <= ready <= CREATE_S[1] + boot
     assert boot > ENGINE_START_S  # download + start + load
-    from servegym.envs.npu.roofline import weight_bytes_per_chip
+    from servegym.envs.npu.sim.roofline import weight_bytes_per_chip
 
     wb = weight_bytes_per_chip(sim.model, sim.configs[cid].entry.vpod)
     assert boot == pytest.approx(wb * 8 / (50e9 if sim.configs[cid].version in ("NPU-B", "NPU-C") else

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from servegym.envs.npu.catalog import VERSIONS
-from servegym.envs.npu.dse import (
+from servegym.envs.npu.sim.catalog import VERSIONS
+from servegym.envs.npu.sim.dse import (
     BATCH_BUCKETS,
     SEQ_BUCKETS,
     batch_buckets,

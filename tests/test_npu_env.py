@@ -11,8 +11,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from servegym.envs.npu.catalog import VERSIONS
 from servegym.envs.npu.env import NPUAutoscaleEnv, NPUEnvConfig
+from servegym.envs.npu.sim.catalog import VERSIONS
 
 from servegym.errors import ActionError, ConfigError
 

@@ -50,7 +50,7 @@ def test_resets_keep_at_most_two_workloads_and_an_evicted_one_replays_identicall
 def test_dse_keeps_pareto_fronts_not_every_buckets_step_metrics() -> None:
     """A table keeps at most METRICS_CACHE_MAX step metrics however many buckets are queried; the kept
     fronts equal fronts computed afresh (from metrics that were evicted and rebuilt)."""
-    from servegym.envs.npu import dse
+    from servegym.envs.npu.sim import dse
 
     table = dse.run_dse("Llama-3-8B", seq_lens=[512, 1024, 4096, 32768], batches=[1, 4, 16, 64])
     fronts = {(ph, s): table.pareto(ph, s) for ph in ("prefill", "decode") for s in (512, 1024, 4096, 32768)}

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from servegym.envs.npu.catalog import CHIPS, VPod, model
-from servegym.envs.npu.roofline import (
+from servegym.envs.npu.sim.catalog import CHIPS, VPod, model
+from servegym.envs.npu.sim.roofline import (
     RooflineParams,
     enumerate_allocations,
     evaluate,

@@ -1,16 +1,16 @@
-"""Best fit at the operating point (servegym.envs.npu.selection) and its wiring into the catalog and policies."""
+"""Best fit at the operating point (servegym.envs.npu.sim.selection) and its wiring into the catalog and policies."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from servegym.baselines.npu import BasePolicy, NeuScalePolicy, run_policy
-from servegym.envs.npu.catalog import VPod, model
-from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog, NPUCluster
-from servegym.envs.npu.dse import run_dse
-from servegym.envs.npu.roofline import RooflineParams, evaluate, space_for
-from servegym.envs.npu.selection import DEMAND_LEVELS, level_index, operating_fits
-from servegym.envs.npu.workloads import make_workload
+from servegym.envs.npu.sim.catalog import VPod, model
+from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog, NPUCluster
+from servegym.envs.npu.sim.dse import run_dse
+from servegym.envs.npu.sim.roofline import RooflineParams, evaluate, space_for
+from servegym.envs.npu.sim.selection import DEMAND_LEVELS, level_index, operating_fits
+from servegym.envs.npu.sim.workloads import make_workload
 
 from servegym.errors import ConfigError
 

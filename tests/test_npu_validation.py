@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from servegym.baselines.npu import BasePolicy, NeuScalePolicy, run_policy
 from servegym.calibration.npu import PAPER_SPREADS, spread_verdict, version_spreads
-from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog, NPUCluster
-from servegym.envs.npu.workloads import make_workload
+from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog, NPUCluster
+from servegym.envs.npu.sim.workloads import make_workload
 
 from servegym.errors import ConfigError
 

@@ -6,9 +6,9 @@ import warnings
 
 import numpy as np
 from servegym.baselines.npu import make_policy, run_policy
-from servegym.envs.npu.cluster import ClusterConfig, ConfigCatalog, NPUCluster
 from servegym.envs.npu.env import NPUAutoscaleEnv
-from servegym.envs.npu.workloads import make_workload
+from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog, NPUCluster
+from servegym.envs.npu.sim.workloads import make_workload
 
 
 def test_policy_replays_emit_no_runtime_warning() -> None:

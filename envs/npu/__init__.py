@@ -9,5 +9,5 @@
 * Reports and commands: :mod:`~servegym.envs.npu.cli`, :mod:`~servegym.envs.npu.dse_plot`.
 
 The old module names ``catalog``, ``roofline``, ``dse``, ``selection``, ``workloads``, ``azure2024`` and
-``cluster`` still import (each is the ``sim`` module itself).
+``cluster`` still import (each is the ``sim`` module itself, with a DeprecationWarning).
 """

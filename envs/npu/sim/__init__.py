@@ -1,6 +1,6 @@
 """The NPU autoscaling model (NeuScale, ``papers/heterogeneous-npu-autoscaling.md``), below the env layer.
 
-Nothing here imports from the Gymnasium envs, the reports or the CLI (``tests/test_npu_layout.py``).
+Nothing here imports from the Gymnasium envs, the reports or the CLI (``tests/test_layout.py``).
 
 * :mod:`~servegym.envs.npu.sim.catalog`: NPU-A/B/C/D (Table 2) with TPU prices, model layer shapes, :class:`VPod`.
 * :mod:`~servegym.envs.npu.sim.roofline`: analytical roofline of one serving step (collectives included),

@@ -1,6 +1,6 @@
 """Fluid NPU cluster: the request-level simulator's model at 60-s resolution with no per-request state.
 
-:class:`FluidCluster` is :class:`~servegym.envs.npu.cluster.NPUCluster` with the serving step replaced; the
+:class:`FluidCluster` is :class:`~servegym.envs.npu.sim.cluster.NPUCluster` with the serving step replaced; the
 decision points, vPod lifecycle (Table 3 overheads, quota, reconcile), routing map, monitor, observation and
 step tables are the simulator's own, so Base, NeuScale and the env drive it unchanged. Per decision interval
 (``check_s``) and vPod group the serving step computes, for all 96 groups at once (the fleet's aggregates in

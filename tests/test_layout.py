@@ -1,0 +1,289 @@
+"""One layout for the three families (geo, pd, npu), checked on the code.
+
+* ``envs/<family>/sim/`` (the model and its decision points) imports nothing from the env, reports or CLI layers,
+  nor gymnasium, baselines or agents;
+* the reports and the CLI import no env module, and the geo and pd ``cli.py`` import at module level only what
+  parsing needs (their handlers import the reports lazily);
+* modules stay at or under 600 lines, except those listed in :data:`LONG_MODULES` with the reason each is whole;
+* the envs do not branch on the action mode (a class per mode, chosen by a factory from the config);
+* the old module names still import the moved modules, with a DeprecationWarning, for one release.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO_ROOT
+
+ENVS = REPO_ROOT / "envs"
+#: Third-party packages of the layers above the model (the model runs without them).
+ABOVE = ("gymnasium", "pettingzoo", "matplotlib", "stable_baselines3", "sb3_contrib", "torch")
+#: What every family's model may import from servegym besides itself: the shared pieces of envs/ and the
+#: package's helpers.
+SHARED = ("servegym.envs.workload", "servegym.envs.traces", "servegym.envs.grid", "servegym.envs.data",
+          "servegym.errors", "servegym.names", "servegym.splits", "servegym.user_cache")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the layering test needs to know about one family (paths relative to ``envs/<family>/``)."""
+
+    #: old module name -> the layer (sub-package) it moved to
+    old_names: dict[str, str]
+    #: the report and command modules (import no env module)
+    reports: tuple[str, ...]
+    #: prefixes of the env layer's modules
+    env_layer: tuple[str, ...]
+    #: modules above 600 lines -> the most lines they may have (the reason is a comment at each entry)
+    long_modules: dict[str, int]
+    #: whether cli.py imports at module level only argparse and the standard library
+    cli_only_parses: bool = True
+    #: names that are the package itself (its __init__ holds a constant the parsers share)
+    package_names: tuple[str, ...] = ()
+
+
+LAYOUTS: dict[str, Layout] = {
+    "geo": Layout(
+        old_names={**{m: "sim" for m in ("cluster", "engine", "engine_kernels", "profile", "config", "provisioner",
+                                         "estimator", "osl", "metrics", "decisions")},
+                   **{m: "reports" for m in ("compare", "validate", "mlenergy_check", "bench")}},
+        reports=("reports/*.py", "cli.py"),
+        env_layer=("servegym.envs.geo.env_", "servegym.envs.geo.actions", "servegym.envs.geo.parallel",
+                   "servegym.envs.geo.observations", "servegym.envs.geo.rewards", "servegym.envs.geo.grid_clock",
+                   "servegym.envs.geo.reference"),
+        long_modules={
+            # GeoSimulation is one event loop (arrivals, polls, engine steps, finishes, decisions) over shared
+            # per-request arrays; its parts are already out (engine, provisioner, estimator, metrics, decisions)
+            "sim/cluster.py": 700,
+        }),
+    "pd": Layout(
+        old_names={**{m: "sim" for m in ("catalog", "workload_moments", "model", "pareto", "provisioning", "tables",
+                                         "scenario", "fluid", "simulator")},
+                   **{m: "reports" for m in ("validate", "case_studies")}},
+        reports=("reports/*.py", "cli.py"),
+        env_layer=("servegym.envs.pd.env", "servegym.envs.pd.actions", "servegym.envs.pd.observations",
+                   "servegym.envs.pd.rewards", "servegym.envs.pd.request_mode", "servegym.envs.pd.vector",
+                   "servegym.envs.pd.sb3_vector"),
+        long_modules={
+            # PDSimulator is one discrete-event loop (arrivals, KV admission and retraction, prefill jobs, decode
+            # iterations, resizes with start-up delays, power bins) over shared instance and request state; its
+            # readouts read the loop's private counters; the saturation measurement is already out
+            "sim/simulator.py": 730,
+        },
+        package_names=("servegym.envs.pd", "servegym.envs.pd.WORKLOAD_SPECS")),
+    "npu": Layout(
+        old_names={m: "sim" for m in ("catalog", "roofline", "dse", "selection", "workloads", "azure2024",
+                                      "cluster")},
+        reports=("cli.py", "dse_plot.py", "fluid_check.py"),
+        env_layer=("servegym.envs.npu.env", "servegym.envs.npu.action_modes", "servegym.envs.npu.actions",
+                   "servegym.envs.npu.observations", "servegym.envs.npu.rewards", "servegym.envs.npu.scenarios",
+                   "servegym.envs.npu.vector"),
+        long_modules={
+            # the step-cost model is one vectorized formula (allocation space -> micro-batch roofline ->
+            # collectives) whose parts share one array layout; splitting it would spread one equation over files
+            "sim/roofline.py": 720,
+        },
+        cli_only_parses=False),  # npu's cli.py imports servegym.report at module level (no env, no numpy)
+}
+FAMILIES = sorted(LAYOUTS)
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every absolute module (and ``module.name``) a file imports, at any depth (lazy and TYPE_CHECKING imports
+    included)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def upward(name: str, family: str) -> bool:
+    """Whether the model of ``family`` importing ``name`` reaches above its layer."""
+    lay = LAYOUTS[family]
+    if name.split(".")[0] in ABOVE:
+        return True
+    if not name.startswith("servegym.") or name in lay.package_names:
+        return False
+    return not name.startswith((f"servegym.envs.{family}.sim", *SHARED))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_sim_imports_nothing_from_the_layers_above(family: str) -> None:
+    files = sorted((ENVS / family / "sim").glob("*.py"))
+    assert len(files) >= 9
+    bad = sorted(f"{f.name}: {n}" for f in files for n in imported_names(f) if upward(n, family))
+    assert not bad, bad
+
+
+def test_the_layout_test_sees_an_upward_import(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from servegym.envs.pd.env import E\n"
+                 "def f():\n    from servegym.envs.geo.reports.compare import run_one\n    import gymnasium\n")
+    names = imported_names(f)
+    assert {"servegym.envs.pd.env", "servegym.envs.geo.reports.compare", "gymnasium"} <= names
+    assert upward("servegym.envs.pd.env.E", "pd") and upward("servegym.envs.geo.reports.compare", "geo")
+    assert upward("gymnasium", "npu") and upward("servegym.baselines.pd", "pd")
+    assert not upward("servegym.envs.pd.sim.model", "pd") and not upward("servegym.envs.pd.WORKLOAD_SPECS", "pd")
+
+
+def _modules(family: str) -> list[str]:
+    return sorted(p.relative_to(ENVS / family).as_posix() for p in (ENVS / family).rglob("*.py"))
+
+
+@pytest.mark.parametrize(("family", "path"), [(f, p) for f in FAMILIES for p in _modules(f)])
+def test_modules_are_small(family: str, path: str) -> None:
+    n = len((ENVS / family / path).read_text().splitlines())
+    assert n <= LAYOUTS[family].long_modules.get(path, 600), f"envs/{family}/{path} has {n} lines"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_listed_long_modules_exist_and_are_long(family: str) -> None:
+    """An exception stays listed only while its module is above the smell (and exists)."""
+    for path in LAYOUTS[family].long_modules:
+        assert len((ENVS / family / path).read_text().splitlines()) > 600, path
+
+
+@pytest.mark.parametrize(("family", "name"), [(f, n) for f in FAMILIES for n in sorted(LAYOUTS[f].old_names)])
+def test_old_module_names_are_the_moved_modules(family: str, name: str) -> None:
+    new_name = f"servegym.envs.{family}.{LAYOUTS[family].old_names[name]}.{name}"
+    new = importlib.import_module(new_name)
+    old_name = f"servegym.envs.{family}.{name}"
+    saved = sys.modules.pop(old_name, None)
+    try:
+        with pytest.warns(DeprecationWarning, match=new_name):
+            old = importlib.import_module(old_name)
+        assert old is new
+    finally:
+        if saved is not None:
+            sys.modules[old_name] = saved
+
+
+@pytest.mark.parametrize(("old_name", "attr", "new"), [
+    ("servegym.envs.geo.compare_cli", "add_geo_commands", "servegym.envs.geo.cli._add_compare"),
+    ("servegym.envs.geo.bench_cli", "add_commands", "servegym.envs.geo.cli.add_bench_commands"),
+    ("servegym.envs.pd.sim_cli", "add_sim_commands", "servegym.envs.pd.cli.add_sim_commands"),
+])
+def test_old_cli_modules_reexport_the_cli(old_name: str, attr: str, new: str) -> None:
+    module, fn = new.rsplit(".", 1)
+    cli = importlib.import_module(module)
+    saved = sys.modules.pop(old_name, None)
+    try:
+        with pytest.warns(DeprecationWarning, match=module):
+            old = importlib.import_module(old_name)
+    finally:
+        if saved is not None:
+            sys.modules[old_name] = saved
+    assert getattr(old, attr) is getattr(cli, fn)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_reports_and_cli_import_no_env(family: str) -> None:
+    """The reports run the model (and baselines), never the Gymnasium envs."""
+    lay = LAYOUTS[family]
+    files = sorted({f for pattern in lay.reports for f in (ENVS / family).glob(pattern)})
+    assert files
+    bad = sorted(f"{f.name}: {n}" for f in files for n in imported_names(f)
+                 if n.startswith(lay.env_layer) or n.split(".")[0] in ("gymnasium", "pettingzoo"))
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if LAYOUTS[f].cli_only_parses])
+def test_cli_imports_only_what_parsing_needs(family: str) -> None:
+    top = [n for node in ast.parse((ENVS / family / "cli.py").read_text()).body
+           if isinstance(node, (ast.Import, ast.ImportFrom))
+           for n in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])]
+    assert set(top) <= {"__future__", "argparse", "importlib", "json", "sys", "typing", "collections.abc",
+                        "pathlib", "servegym.errors", f"servegym.envs.{family}"}, top
+
+
+def _code(fn: Any) -> str:
+    """A function's code without its docstring and comments."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+    if isinstance(body, ast.FunctionDef) and ast.get_docstring(body) is not None:
+        body.body = body.body[1:]
+    return ast.unparse(body)
+
+
+def test_geo_envs_do_not_branch_on_the_action_mode() -> None:
+    """The action mode is a class (envs/geo/actions.py) chosen from the config; the envs only call it."""
+    from servegym.envs.geo.actions import (
+        RouteDirect,
+        RouteResidual,
+        RouteResidualWindow,
+        WindowDirect,
+        WindowResidual,
+    )
+    from servegym.envs.geo.env_route import GeoRouteEnv
+    from servegym.envs.geo.env_window import GeoRouteWindowEnv
+
+    fns = [GeoRouteEnv.reset, GeoRouteEnv.step, GeoRouteEnv._decide, GeoRouteEnv._close_interval,
+           GeoRouteEnv.action_masks, GeoRouteEnv.follow_action, GeoRouteEnv._load_interval,
+           GeoRouteEnv._row_observation, GeoRouteEnv.simulator_mode, GeoRouteWindowEnv.reset,
+           GeoRouteWindowEnv.step, GeoRouteWindowEnv.placements, GeoRouteWindowEnv._observation]
+    for fn in fns:
+        src = _code(fn)
+        for word in ("self.residual", "action_mode", "decide_at", "self._ref", "self._policy"):
+            assert word not in src, f"{fn.__qualname__} names {word!r}"
+    mini = {"preset": "mini", "geo": {"duration_s": 1.0}}
+    assert type(GeoRouteEnv(mini).action_type) is RouteDirect
+    assert type(GeoRouteEnv(mini, action_mode="residual").action_type) is RouteResidual
+    env = GeoRouteEnv(mini, action_mode="residual", decide_at="window")
+    assert type(env.action_type) is RouteResidualWindow and env.simulator_mode() == "window"
+    assert type(GeoRouteWindowEnv(mini).action_type) is WindowDirect
+    assert type(GeoRouteWindowEnv(mini, action_mode="residual").action_type) is WindowResidual
+
+
+def test_pd_env_does_not_branch_on_the_action_mode() -> None:
+    """The action mode is a class (envs/pd/actions.py) chosen by pd_action_type; the env only calls it."""
+    from servegym.envs.pd.actions import ACTION_TYPES, AbsoluteAction, FrontAction, ResidualAction
+    from servegym.envs.pd.env import PDProvisionEnv
+    from servegym.envs.pd.env_config import ACTION_MODES
+
+    fns = [PDProvisionEnv.__init__, PDProvisionEnv.reset, PDProvisionEnv.step, PDProvisionEnv._decode,
+           PDProvisionEnv._begin_period, PDProvisionEnv._finish_step, PDProvisionEnv.action_masks,
+           PDProvisionEnv._check_action, PDProvisionEnv.follow_action, PDProvisionEnv.reference_action,
+           PDProvisionEnv.absolute_twin, PDProvisionEnv._obs]
+    for fn in fns:
+        src = _code(fn)
+        for word in ("action_mode ==", "action_mode !=", "action_mode in", "residual_levels", '"front"',
+                     '"residual"', '"absolute"'):
+            assert word not in src, f"{fn.__qualname__} names {word!r}"
+    assert ACTION_MODES == tuple(ACTION_TYPES) == ("absolute", "residual", "front")
+    for env_id, cls in (("servegym/PDProvision-v0", AbsoluteAction), ("servegym/PDProvisionResidual-v0",
+                                                                      ResidualAction),
+                        ("servegym/PDProvisionFront-v0", FrontAction)):
+        import gymnasium as gym
+
+        import servegym  # noqa: F401
+
+        env = gym.make(env_id, split="test").unwrapped
+        assert type(env.action_type) is cls and env.action_type.mode == env.action_mode
+        assert env.action_space == env.action_type.space()
+
+
+def test_npu_env_does_not_branch_on_the_action_mode() -> None:
+    """The action mode is a class (envs/npu/action_modes.py) chosen from the config; reset and step only call it."""
+    from servegym.envs.npu.action_modes import AbsoluteAction, ResidualAction
+    from servegym.envs.npu.env import NPUAutoscaleEnv
+
+    for fn in (NPUAutoscaleEnv._start_episode, NPUAutoscaleEnv._step, NPUAutoscaleEnv.action_masks,
+               NPUAutoscaleEnv._check_action, NPUAutoscaleEnv._update_reference):
+        src = inspect.getsource(fn)
+        assert "self.residual" not in src and "action_mode ==" not in src, fn.__name__
+    env = NPUAutoscaleEnv({"split": None, "hours": 0.25, "model": "Llama3-8B"})
+    assert isinstance(env.action_type, AbsoluteAction)
+    renv = NPUAutoscaleEnv({"split": None, "hours": 0.25, "model": "Llama3-8B", "action_mode": "residual"})
+    assert isinstance(renv.action_type, ResidualAction)
+
