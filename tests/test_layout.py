@@ -287,3 +287,24 @@ def test_npu_env_does_not_branch_on_the_action_mode() -> None:
     renv = NPUAutoscaleEnv({"split": None, "hours": 0.25, "model": "Llama3-8B", "action_mode": "residual"})
     assert isinstance(renv.action_type, ResidualAction)
 
+
+def test_the_architecture_map_matches_the_tree() -> None:
+    """Every file or folder docs/ARCHITECTURE.md names exists, each family's three layers are in its table, and
+    the README links the map."""
+    import re
+
+    text = (REPO_ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    paths = sorted({p for p in re.findall(r"`([A-Za-z0-9_./-]+)`", text) if "/" in p})
+    assert len(paths) >= 30, paths
+    missing = [p for p in paths if not (REPO_ROOT / p).exists()]
+    assert not missing, missing
+    for family in FAMILIES:
+        assert f"`envs/{family}/sim/`" in text and f"`envs/{family}/cli.py`" in text, family
+    assert "(docs/ARCHITECTURE.md)" in (REPO_ROOT / "README.md").read_text()
+
+
+def test_the_map_test_sees_a_missing_path() -> None:
+    import re
+
+    names = re.findall(r"`([A-Za-z0-9_./-]+)`", "see `envs/pd/nope.py` and `envs/pd/sim/`")
+    assert [p for p in names if not (REPO_ROOT / p).exists()] == ["envs/pd/nope.py"]
