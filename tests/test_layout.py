@@ -70,7 +70,7 @@ LAYOUTS: dict[str, Layout] = {
                    **{m: "reports" for m in ("validate", "case_studies")}},
         reports=("reports/*.py", "cli.py"),
         env_layer=("servegym.envs.pd.env", "servegym.envs.pd.actions", "servegym.envs.pd.observations",
-                   "servegym.envs.pd.rewards", "servegym.envs.pd.request_mode", "servegym.envs.pd.vector",
+                   "servegym.envs.pd.rewards", "servegym.envs.pd.dynamics", "servegym.envs.pd.vector",
                    "servegym.envs.pd.sb3_vector"),
         long_modules={
             # PDSimulator is one discrete-event loop (arrivals, KV admission and retraction, prefill jobs, decode
@@ -245,21 +245,28 @@ def test_geo_envs_do_not_branch_on_the_action_mode() -> None:
     assert type(GeoRouteWindowEnv(mini, action_mode="residual").action_type) is WindowResidual
 
 
-def test_pd_env_does_not_branch_on_the_action_mode() -> None:
-    """The action mode is a class (envs/pd/actions.py) chosen by pd_action_type; the env only calls it."""
+def test_pd_env_does_not_branch_on_the_action_mode_or_the_dynamics() -> None:
+    """The action mode is a class (envs/pd/actions.py) chosen by pd_action_type, the period dynamics one of
+    envs/pd/dynamics.py chosen by ``mode``; the env and the vector env only call them."""
     from servegym.envs.pd.actions import ACTION_TYPES, AbsoluteAction, FrontAction, ResidualAction
+    from servegym.envs.pd.dynamics import FluidDynamics, RequestDynamics
     from servegym.envs.pd.env import PDProvisionEnv
-    from servegym.envs.pd.env_config import ACTION_MODES
+    from servegym.envs.pd.env_config import ACTION_MODES, MODES
+    from servegym.envs.pd.vector import PDVectorEnv
 
     fns = [PDProvisionEnv.__init__, PDProvisionEnv.reset, PDProvisionEnv.step, PDProvisionEnv._decode,
            PDProvisionEnv._begin_period, PDProvisionEnv._finish_step, PDProvisionEnv.action_masks,
            PDProvisionEnv._check_action, PDProvisionEnv.follow_action, PDProvisionEnv.reference_action,
-           PDProvisionEnv.absolute_twin, PDProvisionEnv._obs]
+           PDProvisionEnv.absolute_twin, PDProvisionEnv._obs, PDProvisionEnv.hindsight_arrivals,
+           PDVectorEnv._step_envs]
     for fn in fns:
         src = _code(fn)
-        for word in ("action_mode ==", "action_mode !=", "action_mode in", "residual_levels", '"front"',
-                     '"residual"', '"absolute"'):
+        for word in ("mode ==", "mode !=", "mode in", "residual_levels", '"front"', '"residual"', '"absolute"',
+                     '"fluid"', '"request"'):
             assert word not in src, f"{fn.__qualname__} names {word!r}"
+    assert MODES == ("fluid", "request")
+    for mode, cls in (("fluid", FluidDynamics), ("request", RequestDynamics)):
+        assert type(PDProvisionEnv({"split": None, "mode": mode}).dynamics) is cls
     assert ACTION_MODES == tuple(ACTION_TYPES) == ("absolute", "residual", "front")
     for env_id, cls in (("servegym/PDProvision-v0", AbsoluteAction), ("servegym/PDProvisionResidual-v0",
                                                                       ResidualAction),

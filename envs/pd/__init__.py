@@ -8,8 +8,8 @@ three layers (import the modules directly; this package imports nothing so ``imp
   ``simulator`` (the two dynamics) and ``saturation``; it imports nothing from the layers below.
 * The Gymnasium env: :mod:`~servegym.envs.pd.env` (``PDProvisionEnv``, the three registered ids), built from
   :mod:`~servegym.envs.pd.env_config`, :mod:`~servegym.envs.pd.actions` (one class per action mode),
-  :mod:`~servegym.envs.pd.observations`, :mod:`~servegym.envs.pd.rewards` and
-  :mod:`~servegym.envs.pd.request_mode`; :mod:`~servegym.envs.pd.vector` (N days in one numpy batch) and
+  :mod:`~servegym.envs.pd.dynamics` (fluid or request-level periods), :mod:`~servegym.envs.pd.observations` and
+  :mod:`~servegym.envs.pd.rewards`; :mod:`~servegym.envs.pd.vector` (N days in one numpy batch) and
   :mod:`~servegym.envs.pd.sb3_vector`.
 * Reports and commands: :mod:`servegym.envs.pd.reports` (capacity, plots, validate, simulate, case_studies,
   compare) and :mod:`~servegym.envs.pd.cli` (``servegym pd ...``, parsing only).

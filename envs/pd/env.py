@@ -154,6 +154,7 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 from servegym.envs.pd.actions import pd_action_type
+from servegym.envs.pd.dynamics import DYNAMICS, request_step, start_simulator
 from servegym.envs.pd.env_config import (  # the config's names are re-exported: their old home
     ACTION_MODES,
     ARRIVALS,
@@ -165,9 +166,8 @@ from servegym.envs.pd.env_config import (  # the config's names are re-exported:
     with_id_action_mode,
 )
 from servegym.envs.pd.observations import OBS_FIELDS, observe, render, state_info
-from servegym.envs.pd.request_mode import request_step, start_simulator
 from servegym.envs.pd.rewards import period_reward, step_bound
-from servegym.envs.pd.sim.fluid import fluid_periods, steady_slo
+from servegym.envs.pd.sim.fluid import steady_slo
 from servegym.envs.pd.sim.pareto import DEFAULT_RHO_BAR, max_capacity_under_power, min_power_deployment
 from servegym.envs.pd.sim.provisioning import MinPowerRule, Suggestion, parse_reference
 from servegym.envs.pd.sim.scenario import (
@@ -217,6 +217,7 @@ class PDProvisionEnv(gym.Env):
         # the action mode is a class (actions.py): its space, mask, decoding and reference action
         self.action_type = pd_action_type(cfg, self.front_slots)
         self.action_space = self.action_type.space()
+        self.dynamics = DYNAMICS[cfg.mode]()  # fluid or request-level periods (dynamics.py)
         self.observation_space = spaces.Box(-1.0, 10.0, shape=(len(OBS_FIELDS),), dtype=np.float32)
         cal = cfg.system.calibration
         self._ramp_p = (cal.prefill_ramp.p0_w, cal.prefill_ramp.slope_w, cal.prefill_ramp.p_sat_w)
@@ -354,8 +355,7 @@ class PDProvisionEnv(gym.Env):
         self._active = [int(n_p), int(n_d)]
         self._target = [int(n_p), int(n_d)]
         self._step_bound = self.per_step_reward_bound()
-        if self.config.mode == "request":
-            self._start_simulator()
+        self.dynamics.start(self)
         self._update_reference()
         info = self._state_info()
         info.update(episode_steps=steps, start_step=start, curriculum_stage=stage,
@@ -425,7 +425,7 @@ class PDProvisionEnv(gym.Env):
     def step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
         n_p, n_d, adjusted = self._decode(action)
         arrived = self._begin_period(n_p, n_d)
-        m = fluid_periods([self], [arrived])[0] if self.config.mode == "fluid" else self._request_period(arrived)
+        m = self.dynamics.run([self], [arrived])[0]
         return self._finish_step(n_p, n_d, adjusted, arrived, m)
 
     # A step in three parts (the vector env runs the same ones, its fluid periods in one batch): decode the
@@ -441,10 +441,7 @@ class PDProvisionEnv(gym.Env):
     def _begin_period(self, n_p: int, n_d: int) -> float:
         """Apply the target (n_P, n_D) and draw the period's arrivals (returned, requests)."""
         k = self._k
-        if self.config.mode == "fluid":
-            self._apply_target(n_p, n_d, float(self.signals.time_s[k]))
-        else:
-            self._target = [n_p, n_d]
+        self.dynamics.begin(self, n_p, n_d, k)
         return self._draw_arrivals(self.np_random, k)
 
     def _request_period(self, arrived: float) -> dict[str, Any]:
@@ -510,11 +507,11 @@ class PDProvisionEnv(gym.Env):
 
     # ------------------------------------------------------------------------------------ request mode
     def _start_simulator(self) -> None:
-        """A fresh request-level simulator at the reset deployment (:func:`~servegym.envs.pd.request_mode.start_simulator`)."""
+        """A fresh request-level simulator at the reset deployment (:func:`~servegym.envs.pd.dynamics.start_simulator`)."""
         start_simulator(self)
 
     def _request_step(self, k: int, t0: float, period: float, arrived: float) -> dict[str, Any]:
-        """One period of the request-level simulator (:func:`~servegym.envs.pd.request_mode.request_step`)."""
+        """One period of the request-level simulator (:func:`~servegym.envs.pd.dynamics.request_step`)."""
         return request_step(self, k, t0, period, arrived)
 
 
@@ -544,9 +541,7 @@ class PDProvisionEnv(gym.Env):
         oracle knows and a policy does not; ConfigError in request mode (the simulator shares the generator)."""
         import copy
 
-        if self.config.mode != "fluid":
-            raise ConfigError("hindsight_arrivals: mode = 'request' draws request lengths from the same "
-                              "generator, so arrivals depend on the actions; allowed: mode = 'fluid'")
+        self.dynamics.check_hindsight()
         rng = copy.deepcopy(self.np_random)
         return np.array([self._draw_arrivals(rng, k) for k in range(self._k, self._end)], dtype=np.float64)
 

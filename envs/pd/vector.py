@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Any
 
 from servegym.envs.pd.env import PDEnvConfig, PDProvisionEnv
-from servegym.envs.pd.sim.fluid import fluid_periods
 from servegym.envs.vector_base import MAX_NUM_ENVS, EnvBatch, StepResult, check_vector_args
 
 __all__ = ["MAX_NUM_ENVS", "PDVectorEnv"]
@@ -43,9 +42,7 @@ class PDVectorEnv(EnvBatch):
         fluid periods of all as one array program, then finish each env's step."""
         decoded = {i: self.envs[i]._decode(acts[i]) for i in stepping}
         begun = {i: self.envs[i]._begin_period(*decoded[i][:2]) for i in stepping}
-        if self.config.mode == "fluid":
-            periods = dict(zip(stepping, fluid_periods([self.envs[i] for i in stepping],
-                                                       [begun[i] for i in stepping]), strict=True))
-        else:
-            periods = {i: self.envs[i]._request_period(begun[i]) for i in stepping}
+        dynamics = self.envs[0].dynamics  # one config for all: the fluid periods run as one array program
+        periods = dict(zip(stepping, dynamics.run([self.envs[i] for i in stepping], [begun[i] for i in stepping]),
+                           strict=True))
         return {i: self.envs[i]._finish_step(*decoded[i], begun[i], periods[i]) for i in stepping}

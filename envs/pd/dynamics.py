@@ -1,15 +1,60 @@
-"""The request-level dynamics of the pd env (``mode="request"``): a period of
-:class:`~servegym.envs.pd.sim.simulator.PDSimulator` driven by the env's targets, and what it reports back
-(the env's :meth:`~servegym.envs.pd.env.PDProvisionEnv._request_step` and ``_start_simulator`` call these)."""
+"""The pd env's period dynamics (config ``mode``) as two small classes chosen from the config, so the env and
+the vector env never branch on the mode: :class:`FluidDynamics` (the analytical period of
+:mod:`servegym.envs.pd.sim.fluid`, one env or a batch) and :class:`RequestDynamics` (a period of
+:class:`~servegym.envs.pd.sim.simulator.PDSimulator` driven by the env's targets, below)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from servegym.envs.pd.sim.fluid import fluid_periods
+
+from servegym.errors import ConfigError
 
 if TYPE_CHECKING:
     from servegym.envs.pd.env import PDProvisionEnv
+
+
+class FluidDynamics:
+    """``mode="fluid"``: each period from the analytical model (the env's module docstring, "Fluid dynamics")."""
+
+    def start(self, env: PDProvisionEnv) -> None:
+        """A new episode at the reset deployment (the fluid state is the env's own)."""
+
+    def begin(self, env: PDProvisionEnv, n_p: int, n_d: int, k: int) -> None:
+        """Apply the target (n_P, n_D) at the start of period ``k`` (start-ups, cancellations, removals)."""
+        env._apply_target(n_p, n_d, float(env.signals.time_s[k]))
+
+    def run(self, envs: Sequence[PDProvisionEnv], arrived: Sequence[float]) -> list[dict[str, Any]]:
+        """The period metrics of every env in ``envs`` (one batch; ``arrived``: each one's arrivals)."""
+        return fluid_periods(envs, arrived)
+
+    def check_hindsight(self) -> None:
+        """Arrivals never depend on the actions here, so a hindsight oracle may read them in advance."""
+
+
+class RequestDynamics:
+    """``mode="request"``: each period on the request-level simulator (the env's module docstring)."""
+
+    def start(self, env: PDProvisionEnv) -> None:
+        env._start_simulator()
+
+    def begin(self, env: PDProvisionEnv, n_p: int, n_d: int, k: int) -> None:
+        env._target = [n_p, n_d]  # the simulator handles start-up delays and removals itself
+
+    def run(self, envs: Sequence[PDProvisionEnv], arrived: Sequence[float]) -> list[dict[str, Any]]:
+        return [e._request_period(a) for e, a in zip(envs, arrived, strict=True)]
+
+    def check_hindsight(self) -> None:
+        raise ConfigError("hindsight_arrivals: mode = 'request' draws request lengths from the same "
+                          "generator, so arrivals depend on the actions; allowed: mode = 'fluid'")
+
+
+#: config ``mode`` -> its dynamics
+DYNAMICS: dict[str, type[FluidDynamics] | type[RequestDynamics]] = {"fluid": FluidDynamics,
+                                                                    "request": RequestDynamics}
 
 
 def start_simulator(env: PDProvisionEnv) -> None:
