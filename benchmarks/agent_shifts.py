@@ -283,9 +283,13 @@ def run_shift(e: SuiteEntry, split: str, acts: dict[int, Any], episodes: int) ->
 
 
 # ----------------------------------------------------------------------------------------------- tables
-def _ci(v: Any, key: str = "kpi_diff_ci", nd: int = 3) -> str:
+#: KPI key -> (factor, unit) for the tables (npu's joules shown in MJ).
+UNITS = {"energy_j": (1e-6, "MJ"), "energy_kwh": (1.0, "kWh"), "carbon_g": (1.0, "g"), "cost_usd": (1.0, "USD")}
+
+
+def _ci(v: Any, key: str = "kpi_diff_ci", nd: int = 3, k: float = 1.0) -> str:
     lo, hi = v[key]
-    return "n/a" if lo is None else f"[{lo:+.{nd}f}, {hi:+.{nd}f}]"
+    return "n/a" if lo is None else f"[{k * lo:+.{nd}f}, {k * hi:+.{nd}f}]"
 
 
 def _num(v: float | None, fmt: str = ".1f") -> str:
@@ -314,15 +318,16 @@ def table(results: dict[str, Any]) -> str:
         for split, s in [("test (stored)", r["test"]), *r["shifts"].items()]:
             a, pol = s["policies"][AGENT], s["policies"]
             v = a["vs_strongest"]
-            kpi = s["kpi"]
+            k, unit = UNITS.get(s["kpi"], (1.0, s["kpi"]))
             best = s["best_baseline"]
             vb = s.get("agent_vs_best_baseline")
             bcell = f"`{best}` ({_num(pol[best]['score_mean'])})" + (
-                "" if vb is None else f"; ΔKPI {vb['kpi_diff']:+.3f} {_ci(vb)}, {'beats' if vb['beats'] else 'no'}")
+                "" if vb is None else
+                f"; ΔKPI {k * vb['kpi_diff']:+.3f} {_ci(vb, k=k)}, {'beats' if vb['beats'] else 'no'}")
             per = s.get("per_seed_kpi_diff", {})
             fol = pol.get(protocol.FOLLOW)
             lines.append(
-                f"| {idn} | {split} | {s['episodes']} | {v['kpi_diff']:+.3f} {_ci(v)} {kpi} | "
+                f"| {idn} | {split} | {s['episodes']} | {k * v['kpi_diff']:+.3f} {_ci(v, k=k)} {unit} | "
                 f"{v['slo_diff_pp']:+.4f} ({v['slo_tolerance_pp']:.3g}) | {'**yes**' if v['beats'] else 'no'} | "
                 f"{_num(a['score_mean'])} {_ci(a, 'score_mean_ci', 1).replace('+', '')} | "
                 f"{_num(pol[s['strongest']]['score_mean'])} | {_num(pol[y.paper]['score_mean'])} | "
@@ -359,7 +364,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", type=Path, default=OUT_DIR)
     ap.add_argument("--suite", type=Path, default=SUITE)
     ap.add_argument("--force", action="store_true", help="replay (id, split) results already in the json")
+    ap.add_argument("--report", action="store_true", help="only rewrite the markdown from the json")
     args = ap.parse_args(argv)
+    if args.report:
+        data = json.loads((args.out_dir / "agent_shifts.json").read_text())
+        write_text(args.out_dir / "agent_shifts.md", table(data))
+        return 0
     import torch
 
     torch.set_num_threads(1)
