@@ -1,5 +1,5 @@
 """Generalization of the leaderboard's learned agents: the same stored models on every named shift of their env
-id, with the paired verdict against the id's strongest baseline on each (issue 24, item 3).
+id, with the paired verdict against the id's strongest baseline on each.
 
     python benchmarks/agent_shifts.py --ids PDProvisionFront-v0 PDProvisionResidual-v0 --episodes 10 \\
         --models PDProvisionFront-v0=/path/to/suite_runs_models ...
