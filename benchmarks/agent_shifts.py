@@ -341,7 +341,11 @@ def table(results: dict[str, Any]) -> str:
             "suite run, pooled (per scenario the mean over seeds). Scores: 0 = naive, 100 = the oracle, per episode on "
             "the split's own episodes. \"test (stored)\" is the leaderboard's row rebuilt by this script from the stored "
             "episodes (checked against leaderboard.json).", ""]
-    return "\n".join(head + lines + (["", *notes] if notes else [])) + "\n"
+    cost = [f"- {i}: {sum(x.get('cpu_s', 0.0) for x in r['shifts'].values()) + r['verify'].get('cpu_s', 0.0):.0f} "
+            f"CPU-s (reproduction check {r['verify'].get('cpu_s', 0.0):.0f}), `{r.get('command', '')}`"
+            for i, r in results["ids"].items() if r.get("verify", {}).get("reproduces")]
+    return "\n".join(head + lines + (["", *notes] if notes else []) + ["", "CPU (user + system of this script) and "
+                                                                       "commands:", "", *cost]) + "\n"
 
 
 # ------------------------------------------------------------------------------------------------- main
@@ -376,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     models = parse_models(args.models)
     jpath, mpath = args.out_dir / "agent_shifts.json", args.out_dir / "agent_shifts.md"
     results = json.loads(jpath.read_text()) if jpath.is_file() else {"ids": {}}
-    results["command"] = "python benchmarks/agent_shifts.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python benchmarks/agent_shifts.py " + " ".join(argv if argv is not None else sys.argv[1:])
 
     def save() -> None:
         write_json(jpath, results, indent=1)
@@ -390,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         missing = [str(p) for p in paths.values() if not p.is_file()]
         r = results["ids"].setdefault(idn, {"shifts": {}})
         r["strongest"] = protocol.yardsticks(e.env_id).roles()["strongest"]
+        r["command"] = command
         if missing:
             r.update(verify={"reproduces": False}, skipped=f"checkpoints missing: {missing[0]} ...")
             log(f"{idn}: {r['skipped']}")
