@@ -15,7 +15,8 @@ Usage (the first run records, a later run compares and exits 1 naming every item
 A family is a function that yields ``(item name, value)`` pairs (:data:`FAMILIES`); add one for the next
 family's move. The digests are those of this machine's numpy/numba builds: compare runs made on the same
 install, before and after a change (``geo``: 126 items, about 8 CPU-s with its CLI subprocesses, 10 with a
-cold numba cache; ``pd``: 180 items, about 33 CPU-s with its CLI and cross-check subprocesses).
+cold numba cache; ``pd``: 180 items, about 33 CPU-s with its CLI and cross-check subprocesses; ``npu``: 28 items, about 35 CPU-s
+with its CLI subprocesses).
 """
 
 from __future__ import annotations
@@ -575,7 +576,52 @@ def _csv_without_wall(p: Path) -> bytes:
     return buf.getvalue().encode()
 
 
-FAMILIES: dict[str, Callable[[], Iterator[Item]]] = {"geo": geo_items, "pd": pd_items}
+def npu_items() -> Iterator[Item]:
+    """Both npu env ids on 2 seeds (short episodes), the fluid cross-check, and every ``servegym npu`` command
+    (--json and text outputs, png files, help and error texts)."""
+    import gymnasium as gym
+
+    import servegym  # noqa: F401  (registers the ids)
+
+    for env_id in ("servegym/NPUAutoscale-v0", "servegym/NPUAutoscaleResidual-v0"):
+        for seed in (0, 1):
+            env = gym.make(env_id)
+            yield f"{env_id} seed {seed}", play_env(env, seed, rng_seed=seed + 7, max_steps=12,
+                                                    pickle_at=5)
+            env.close()
+    from servegym.envs.npu.fluid_check import crosscheck
+    from servegym.envs.npu.sim.cluster import ClusterConfig
+    from servegym.envs.npu.sim.workloads import make_workload
+
+    wl = make_workload("azure", hours=0.25, seed=3, azure_trace="azure-code", start_hour=10.0)
+    rows = crosscheck(ClusterConfig(model="Llama-3-8B", n_candidates=1), wl, seed=1)
+    yield "fluid_check crosscheck", [{k: v for k, v in r.items() if not k.startswith("cpu_s")} for r in rows]
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = [["npu", "compare", "--model", "Llama-3-8B", "--hours", "0.25", "--fast", "--json"],
+                ["npu", "compare", "--model", "Llama-3-8B", "--hours", "0.25", "--fast", "--plot-dir", tmp],
+                ["npu", "compare", "--model", "Llama-3-70B", "--hours", "0.1", "--objective", "cost",
+                 "--policies", "base,neuscale"],
+                ["npu", "dse", "--model", "llama-3-8b", "--json"],
+                ["npu", "dse", "--model", "Llama-3-8B", "--phase", "decode", "--fallbacks",
+                 "--plot", f"{tmp}/dse.png"],
+                ["npu", "dse", "--model", "Llama-3-70B", "--objective", "cost", "--phase", "prefill"],
+                ["npu", "catalog", "--json"], ["npu", "catalog"]]
+        for args in runs:
+            yield f"cli {' '.join(a.replace(tmp, 'TMP') for a in args)}", _without_wall(run_cli(args, tmp), tmp)
+        yield "cli npu png files", {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                                    for p in sorted(Path(tmp).glob("*.png"))}
+        for args in (["npu"], ["npu", "--help"], ["npu", "dse", "--help"], ["npu", "catalog", "--help"],
+                     ["npu", "compare", "--help"], ["npu", "dse", "--model", "nope"],
+                     ["npu", "dse", "--model", "Llama-3-8B", "--phase", "x"],
+                     ["npu", "dse", "--model", "Llama-3-8B", "--objective", "x"],
+                     ["npu", "compare", "--hours", "0"], ["npu", "compare", "--model", "nope"],
+                     ["npu", "compare", "--rate-rpm", "-1"], ["npu", "compare", "--trace", "nope", "--hours", "0.1"],
+                     ["npu", "compare", "--policies", "x", "--hours", "0.1"],
+                     ["npu", "compare", "--max-requests", "10"]):
+            yield f"cli {' '.join(args)}", run_cli(args, tmp)
+
+
+FAMILIES: dict[str, Callable[[], Iterator[Item]]] = {"geo": geo_items, "pd": pd_items, "npu": npu_items}
 
 
 def main(argv: list[str] | None = None) -> int:
