@@ -589,7 +589,7 @@ def npu_items() -> Iterator[Item]:
             yield f"{env_id} seed {seed}", play_env(env, seed, rng_seed=seed + 7, max_steps=12,
                                                     pickle_at=5)
             env.close()
-    from servegym.envs.npu.fluid_check import crosscheck
+    from servegym.envs.npu.reports.fluid_check import crosscheck
     from servegym.envs.npu.sim.cluster import ClusterConfig
     from servegym.envs.npu.sim.workloads import make_workload
 
@@ -618,7 +618,7 @@ def npu_items() -> Iterator[Item]:
                      ["npu", "compare", "--rate-rpm", "-1"], ["npu", "compare", "--trace", "nope", "--hours", "0.1"],
                      ["npu", "compare", "--policies", "x", "--hours", "0.1"],
                      ["npu", "compare", "--max-requests", "10"]):
-            yield f"cli {' '.join(args)}", run_cli(args, tmp)
+            yield f"cli {' '.join(args)}", _without_wall(run_cli(args, tmp), tmp)  # some print progress first
 
 
 FAMILIES: dict[str, Callable[[], Iterator[Item]]] = {"geo": geo_items, "pd": pd_items, "npu": npu_items}

@@ -5,7 +5,7 @@ code and conversation timestamps with their lengths on the test segment of the t
 OpenThoughts lengths on the same timestamps), one scenario drawn as the env draws it
 (:func:`servegym.envs.npu.env.draw_scenario` for split ``test`` / ``shift-*``, seed ``--seed``, with its start
 hour, rate, workload and simulator seeds; the model and Azure trace set), runs Base and NeuScale with both
-fidelities (:func:`servegym.envs.npu.fluid_check.crosscheck`) for ``--hours`` from the drawn start hour.
+fidelities (:func:`servegym.envs.npu.reports.fluid_check.crosscheck`) for ``--hours`` from the drawn start hour.
 ``--days 2024`` replays the env's own episodes instead: the 2024 trace's test day (within the day) for the
 same drawn start hour, rate and seeds. Tolerances: energy and cost within 3 %, SLO violation within 1 pp. Run:
     nice -n 15 .venv/bin/python benchmarks/npu_fluid_crosscheck.py [--hours 6] [--seed 0] [--days 2023|2024] [--write]
@@ -22,7 +22,7 @@ import platform
 import time
 
 from servegym.envs.npu.env import NPUEnvConfig, draw_scenario
-from servegym.envs.npu.fluid_check import ENERGY_COST_TOL, SLO_TOL_PP, crosscheck
+from servegym.envs.npu.reports.fluid_check import ENERGY_COST_TOL, SLO_TOL_PP, crosscheck
 from servegym.envs.npu.scenarios import SPLIT_DAY_SET
 from servegym.envs.npu.sim import azure2024
 from servegym.envs.npu.sim.catalog import MODELS

@@ -63,7 +63,7 @@ def test_fidelity_switch_is_validated_and_request_mode_runs() -> None:
 @pytest.mark.slow
 def test_fluid_crosschecks_the_request_level_on_a_small_scenario() -> None:
     from servegym.envs.npu.env import draw_scenario
-    from servegym.envs.npu.fluid_check import ENERGY_COST_TOL, crosscheck
+    from servegym.envs.npu.reports.fluid_check import ENERGY_COST_TOL, crosscheck
     from servegym.envs.npu.sim.cluster import ClusterConfig
     from servegym.envs.npu.sim.workloads import make_workload
 
@@ -87,7 +87,7 @@ def test_fluid_crosschecks_the_request_level_on_a_small_scenario() -> None:
 @pytest.mark.slow
 def test_fluid_ttft_misses_follow_the_request_level_on_the_conversation_trace() -> None:
     from servegym.envs.npu.env import NPUEnvConfig, draw_scenario
-    from servegym.envs.npu.fluid_check import SLO_TOL_PP, crosscheck
+    from servegym.envs.npu.reports.fluid_check import SLO_TOL_PP, crosscheck
     from servegym.envs.npu.sim.workloads import make_workload
 
     from servegym.splits import segment

@@ -6,7 +6,7 @@
   :mod:`~servegym.envs.npu.env_config` (config), :mod:`~servegym.envs.npu.scenarios` (splits, groups),
   :mod:`~servegym.envs.npu.action_modes` (one class per action mode), :mod:`~servegym.envs.npu.actions`,
   :mod:`~servegym.envs.npu.observations` and :mod:`~servegym.envs.npu.rewards`.
-* Reports and commands: :mod:`~servegym.envs.npu.cli`, :mod:`~servegym.envs.npu.dse_plot`.
+* Reports and commands: :mod:`~servegym.envs.npu.reports`, :mod:`~servegym.envs.npu.cli`.
 
 The old module names ``catalog``, ``roofline``, ``dse``, ``selection``, ``workloads``, ``azure2024`` and
 ``cluster`` still import (each is the ``sim`` module itself, with a DeprecationWarning).
