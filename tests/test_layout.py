@@ -84,7 +84,7 @@ LAYOUTS: dict[str, Layout] = {
                                          "cluster")},
                    "fluid_check": "reports"},  # dse_plot is now reports/plots (test_old_cli_modules_reexport_...)
         reports=("reports/*.py", "cli.py"),
-        env_layer=("servegym.envs.npu.env", "servegym.envs.npu.action_modes", "servegym.envs.npu.actions",
+        env_layer=("servegym.envs.npu.env", "servegym.envs.npu.actions", "servegym.envs.npu.action_decoding",
                    "servegym.envs.npu.observations", "servegym.envs.npu.rewards", "servegym.envs.npu.scenarios",
                    "servegym.envs.npu.vector"),
         long_modules={
@@ -175,6 +175,7 @@ def test_old_module_names_are_the_moved_modules(family: str, name: str) -> None:
     ("servegym.envs.geo.bench_cli", "add_commands", "servegym.envs.geo.cli.add_bench_commands"),
     ("servegym.envs.pd.sim_cli", "add_sim_commands", "servegym.envs.pd.cli.add_sim_commands"),
     ("servegym.envs.npu.dse_plot", "plot_best_fit", "servegym.envs.npu.reports.plots.plot_best_fit"),
+    ("servegym.envs.npu.action_modes", "make_action_mode", "servegym.envs.npu.actions.make_action_mode"),
 ])
 def test_old_cli_modules_reexport_the_cli(old_name: str, attr: str, new: str) -> None:
     module, fn = new.rsplit(".", 1)
@@ -187,6 +188,16 @@ def test_old_cli_modules_reexport_the_cli(old_name: str, attr: str, new: str) ->
         if saved is not None:
             sys.modules[old_name] = saved
     assert getattr(old, attr) is getattr(cli, fn)
+
+
+def test_npu_actions_mixin_keeps_its_old_name() -> None:
+    """npu's ``actions`` held the env's helper mixin; it is ``action_decoding`` now, the old name warns."""
+    from servegym.envs.npu import action_decoding, actions
+
+    with pytest.warns(DeprecationWarning, match="servegym.envs.npu.action_decoding"):
+        assert actions.ActionsMixin is action_decoding.ActionsMixin
+    with pytest.raises(AttributeError):
+        actions.NoSuchName  # noqa: B018
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -282,8 +293,8 @@ def test_pd_env_does_not_branch_on_the_action_mode_or_the_dynamics() -> None:
 
 
 def test_npu_env_does_not_branch_on_the_action_mode() -> None:
-    """The action mode is a class (envs/npu/action_modes.py) chosen from the config; reset and step only call it."""
-    from servegym.envs.npu.action_modes import AbsoluteAction, ResidualAction
+    """The action mode is a class (envs/npu/actions.py) chosen from the config; reset and step only call it."""
+    from servegym.envs.npu.actions import AbsoluteAction, ResidualAction
     from servegym.envs.npu.env import NPUAutoscaleEnv
 
     for fn in (NPUAutoscaleEnv._start_episode, NPUAutoscaleEnv._step, NPUAutoscaleEnv.action_masks,

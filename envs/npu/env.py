@@ -20,7 +20,7 @@ target outright; ``"residual"`` changes NeuScale's own decision (below). The id
 ``servegym/NPUAutoscaleResidual-v0`` is this env with ``action_mode="residual"`` and
 ``reward_mode="base"`` (keyword overrides of the config, like any ``gym.make(id, key=value)``: a
 ``config`` sets every other field; ``gym.make(id, action_mode="absolute")`` would change the mode). Both drive the same
-simulator, each a small class in :mod:`~servegym.envs.npu.action_modes` (space, masks, reset provisioning,
+simulator, each a small class in :mod:`~servegym.envs.npu.actions` (space, masks, reset provisioning,
 decoding into a decision), so ``reset`` and ``step`` never branch on the mode; the residual mode runs :class:`~servegym.baselines.npu.NeuScalePolicy` on the env's
 simulator as :func:`~servegym.baselines.npu.run_policy` does, so it adds no dynamics.
 
@@ -197,8 +197,8 @@ from servegym.baselines.npu import (
     emergency_decision,
     emergency_possible,
 )
-from servegym.envs.npu.action_modes import make_action_mode
-from servegym.envs.npu.actions import ActionsMixin
+from servegym.envs.npu.action_decoding import ActionsMixin
+from servegym.envs.npu.actions import make_action_mode
 from servegym.envs.npu.env_config import (
     ACTION_MODES,
     BASELINES,
@@ -295,7 +295,7 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
             self.workload = _split_workload(self.scenario, cfg.hours)
             self._build_groups(None, split_groups(self.edges, cfg.groups_per_phase, cfg.hours),
                                n_options=cfg.n_candidates + len(cfg.versions))
-        # the action mode (action_modes.py): its space, masks, reset provisioning and decoding into decisions
+        # the action mode (actions.py): its space, masks, reset provisioning and decoding into decisions
         self.action_type = make_action_mode(cfg.action_mode, cfg.residual_options)
         self.residual = self.action_type.residual
         self.ladder = self._residual_ladder()
