@@ -336,3 +336,16 @@ def test_group_state_obs_range_sees_the_references_vpods() -> None:
     assert np.array_equal(runs["absolute", "bucket"][0], runs["absolute", "range"][0])
     with pytest.raises(ConfigError, match="group_state_obs"):
         make(group_state_obs="ranges")
+
+
+def test_group_state_readings_are_classes_chosen_by_the_config() -> None:
+    """Each ``group_state_obs`` value has its reader class, and the observation builder names no value."""
+    import inspect
+
+    from servegym.envs.npu import observations
+    from servegym.envs.npu.env_config import GROUP_STATE_OBS
+
+    assert tuple(observations.GROUP_STATE_READERS) == GROUP_STATE_OBS
+    assert all(issubclass(c, observations.GroupStateReader) for c in observations.GROUP_STATE_READERS.values())
+    src = inspect.getsource(observations.ObservationsMixin._obs)
+    assert '"range"' not in src and '"bucket"' not in src

@@ -70,24 +70,7 @@ class ObservationsMixin:
             tot = rr[sel].sum()
             if tot > 0:
                 share[sel] = rr[sel] / tot
-        gp = self.group_phase
-        gb = np.array(self.group_bucket)
-        util = ctx.util[gp, gb].copy()
-        sim = self.sim
-        if sim is not None:
-            # the simulator's util is the prefill fluid's busy share; for decode, batch-slot occupancy
-            act = sim.decode_jobs()
-            dec = gp == 1
-            slots = ctx.slots[1, gb[dec]]
-            util[dec] = np.where(slots > 0, np.minimum(act[gb[dec]] / np.maximum(slots, 1e-9), 1.0), 0.0)
-        per_v = np.zeros((len(VERSIONS), G))
-        for g, key in enumerate(self.groups):
-            for cid, k in ctx.counts.get(key, {}).items():
-                per_v[VERSIONS.index(self.catalog.configs[cid].version), g] += k
-        alive, ready = ctx.alive[gp, gb], ctx.ready[gp, gb]
-        queue, peak_queue = ctx.queue[gp, gb], ctx.peak_queue[gp, gb]
-        if self.config.group_state_obs == "range":
-            alive, ready, queue, peak_queue, util, per_v = self._range_state(ctx)
+        alive, ready, queue, peak_queue, util, per_v = GROUP_STATE_READERS[self.config.group_state_obs].read(self, ctx)
         quota = self.sim.quota if self.sim is not None else {}
         q_left = [1.0 if math.isinf(quota[v]) else (ctx.quota_left[v] / quota[v] if quota[v] > 0 else 0.0)
                   for v in VERSIONS]
@@ -185,3 +168,52 @@ class ObservationsMixin:
         bars += [Bar(at[f"{ph}[{edge}].log1p_queue/10"], RED) for ph, edge in self.groups]
         bars += [Bar(at["slo_satisfaction_last"], GREEN), Bar(at["episode_progress"], GREY)]
         return render_bars(bars)
+
+
+class GroupStateReader:
+    """One way to read a group's alive/ready/queue/peak-queue/utilization/per-version entries from an
+    :class:`Observation` (``group_state_obs``); a new reading is a new subclass and an entry in
+    :data:`GROUP_STATE_READERS`. Returns per env group: alive, ready, queue, peak queue (vPods, jobs), utilization
+    (0-1) and alive vPods per chip version (versions x groups)."""
+
+    @staticmethod
+    def read(env: Any, ctx: Observation) -> tuple[NDArray[np.float64], ...]:
+        raise NotImplementedError
+
+
+class BucketGroupState(GroupStateReader):
+    """``group_state_obs="bucket"`` (default): the entries at the group's own (top) length bucket."""
+
+    @staticmethod
+    def read(env: Any, ctx: Observation) -> tuple[NDArray[np.float64], ...]:
+        G = len(env.groups)
+        gp = env.group_phase
+        gb = np.array(env.group_bucket)
+        util = ctx.util[gp, gb].copy()
+        sim = env.sim
+        if sim is not None:
+            # the simulator's util is the prefill fluid's busy share; for decode, batch-slot occupancy
+            act = sim.decode_jobs()
+            dec = gp == 1
+            slots = ctx.slots[1, gb[dec]]
+            util[dec] = np.where(slots > 0, np.minimum(act[gb[dec]] / np.maximum(slots, 1e-9), 1.0), 0.0)
+        per_v = np.zeros((len(VERSIONS), G))
+        for g, key in enumerate(env.groups):
+            for cid, k in ctx.counts.get(key, {}).items():
+                per_v[VERSIONS.index(env.catalog.configs[cid].version), g] += k
+        alive, ready = ctx.alive[gp, gb], ctx.ready[gp, gb]
+        queue, peak_queue = ctx.queue[gp, gb], ctx.peak_queue[gp, gb]
+        return alive, ready, queue, peak_queue, util, per_v
+
+
+class RangeGroupState(GroupStateReader):
+    """``group_state_obs="range"``: the entries summed over every bucket the group covers
+    (:meth:`ObservationsMixin._range_state`)."""
+
+    @staticmethod
+    def read(env: Any, ctx: Observation) -> tuple[NDArray[np.float64], ...]:
+        return env._range_state(ctx)
+
+
+#: ``group_state_obs`` value -> its reader (the config's allowed values, ``GROUP_STATE_OBS``, must match).
+GROUP_STATE_READERS: dict[str, type[GroupStateReader]] = {"bucket": BucketGroupState, "range": RangeGroupState}
