@@ -87,32 +87,6 @@ class ObservationsMixin:
         obs = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in parts])
         return np.clip(obs, -1.0, 10.0).astype(np.float32)
 
-    def _range_state(self, ctx: Observation) -> tuple[NDArray[np.float64], ...]:
-        """``group_state_obs="range"``: alive, ready, queue and peak queue (jobs; the sum of the buckets' peaks),
-        utilization (prefill: busy share weighted by the ready vPods' batch slots; decode: active jobs / slots) and
-        alive vPods per chip version, over every length bucket that maps to each env group (``_env_group``, as the
-        residual mode's reference counts), so a reference's vPods at its own buckets inside the range count."""
-        G = len(self.groups)
-        eg = self._env_group.ravel()
-
-        def agg(a: NDArray[np.float64]) -> NDArray[np.float64]:
-            out = np.zeros(G)
-            np.add.at(out, eg, np.asarray(a, dtype=np.float64).ravel())
-            return out
-
-        slots = np.asarray(ctx.slots, dtype=np.float64)
-        busy = np.asarray(ctx.util, dtype=np.float64) * slots
-        if self.sim is not None:
-            busy[1] = self.sim.decode_jobs()
-        sl = agg(slots)
-        util = np.where(sl > 0, np.minimum(agg(busy) / np.maximum(sl, 1e-9), 1.0), 0.0)
-        per_v = np.zeros((len(VERSIONS), G))
-        for (phase, edge), cnt in ctx.counts.items():
-            g = self._env_group[PHASES.index(phase), int(np.searchsorted(self.edges, edge))]
-            for cid, k in cnt.items():
-                per_v[VERSIONS.index(self.catalog.configs[cid].version), g] += k
-        return agg(ctx.alive), agg(ctx.ready), agg(ctx.queue), agg(ctx.peak_queue), util, per_v
-
     def _vpod_rate(self, tpr: NDArray[np.float64]) -> NDArray[np.float64]:
         """Per env group: requests/s one vPod of its configuration serves at its max batch (T_pod of
         §3.4) at the group's bucket and the window's tokens per request ``tpr`` (0 with no traffic)."""
@@ -207,12 +181,33 @@ class BucketGroupState(GroupStateReader):
 
 
 class RangeGroupState(GroupStateReader):
-    """``group_state_obs="range"``: the entries summed over every bucket the group covers
-    (:meth:`ObservationsMixin._range_state`)."""
+    """``group_state_obs="range"``: alive, ready, queue and peak queue (jobs; the sum of the buckets' peaks),
+    utilization (prefill: busy share weighted by the ready vPods' batch slots; decode: active jobs / slots) and
+    alive vPods per chip version, over every length bucket that maps to each env group (``_env_group``, as the
+    residual mode's reference counts), so a reference's vPods at its own buckets inside the range count."""
 
     @staticmethod
     def read(env: Any, ctx: Observation) -> tuple[NDArray[np.float64], ...]:
-        return env._range_state(ctx)
+        G = len(env.groups)
+        eg = env._env_group.ravel()
+
+        def agg(a: NDArray[np.float64]) -> NDArray[np.float64]:
+            out = np.zeros(G)
+            np.add.at(out, eg, np.asarray(a, dtype=np.float64).ravel())
+            return out
+
+        slots = np.asarray(ctx.slots, dtype=np.float64)
+        busy = np.asarray(ctx.util, dtype=np.float64) * slots
+        if env.sim is not None:
+            busy[1] = env.sim.decode_jobs()
+        sl = agg(slots)
+        util = np.where(sl > 0, np.minimum(agg(busy) / np.maximum(sl, 1e-9), 1.0), 0.0)
+        per_v = np.zeros((len(VERSIONS), G))
+        for (phase, edge), cnt in ctx.counts.items():
+            g = env._env_group[PHASES.index(phase), int(np.searchsorted(env.edges, edge))]
+            for cid, k in cnt.items():
+                per_v[VERSIONS.index(env.catalog.configs[cid].version), g] += k
+        return agg(ctx.alive), agg(ctx.ready), agg(ctx.queue), agg(ctx.peak_queue), util, per_v
 
 
 #: ``group_state_obs`` value -> its reader (the config's allowed values, ``GROUP_STATE_OBS``, must match).
