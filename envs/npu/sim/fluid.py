@@ -21,7 +21,8 @@ compiled loop, :func:`~servegym.envs.npu.sim.fluid_kernels.serve`):
   / interval, level = the batch level of active jobs per ready vPod; jobs beyond the batch slots wait.
   Energy = tokens x J/token at that level + idle share x static power.
 * **SLO**: TTFT = roofline latency at the operating level + the wait of an FCFS server at the group's
-  utilization (Pollaczek-Khinchine mean, exponential tail), or the wait for the first ready vPod of a
+  utilization (Pollaczek-Khinchine mean, exponential tail; only where the largest level keeps up, else the
+  Lindley backlog is the wait), or the wait for the first ready vPod of a
   group; effective TPOT = TPOT + wait / output tokens, its miss share from the bucket's output-length
   distribution. Requests served from a backlog count as misses.
 
