@@ -642,15 +642,22 @@ def main(argv: list[str] | None = None) -> int:
     cpu = time.process_time() - c0
     print(f"{args.family}: {len(digests)} items, total {total[:16]}, {cpu:.1f} CPU-s (this process; the CLI "
           "subprocesses add their own)")
-    if args.out:
-        path = Path(args.out)
+    return record_or_check(digests, {"family": args.family, "total": total}, args.out, args.check)
+
+
+def record_or_check(digests: dict[str, str], head: dict[str, str], out: str | None, check: str | None) -> int:
+    """Write ``head`` and the ``digests`` to the new file ``out``, or compare them with those of ``check``
+    (prints every item that differs; returns 1 if any does, else 0)."""
+    if out:
+        path = Path(out)
         if path.exists():
             raise SystemExit(f"--out {path} exists; allowed: a new file")
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"family": args.family, "total": total, "items": digests}, indent=1) + "\n")
+        tmp.write_text(json.dumps({**head, "items": digests}, indent=1) + "\n")
         tmp.replace(path)
         return 0
-    ref = json.loads(Path(args.check).read_text())["items"]
+    assert check is not None
+    ref = json.loads(Path(check).read_text())["items"]
     diff = [k for k in sorted(set(ref) | set(digests)) if ref.get(k) != digests.get(k)]
     for k in diff:
         print(f"DIFFERS: {k}")
