@@ -31,7 +31,7 @@ def _misses(n: float, isl: float, cap_top: float, slack: float, q0: float = 0.0)
     isl_m1 = np.full(NB, isl)
     isl_m2 = np.full(NB, isl * isl)
     return fk.ttft_misses(10.0, DT, True, k_len, k_pre, q0p, gp, dom, cap, np.zeros((1, 1, 1)), tps_best, lat,
-                          slo_p, isl_m1, isl_m2, True)
+                          slo_p, isl_m1, isl_m2, True, np.zeros(NB))
 
 
 def test_an_overloaded_bin_misses_by_the_lindley_backlog_alone() -> None:
@@ -53,3 +53,55 @@ def test_a_bin_the_largest_level_keeps_up_with_has_the_stationary_tail() -> None
     # for a slack shorter than the sub-step, and fewer for a longer slack
     short, longer = _misses(50.0, 100.0, 1.0, 0.05), _misses(50.0, 100.0, 1.0, 0.5)
     assert 0.0 < longer < short < 50.0
+
+
+class _Stub:
+    """The fields :meth:`FluidCluster._either_missed` reads: the profile's input-given-total shares, the carried
+    per-input-bucket TTFT miss rate."""
+
+    def __init__(self, in_given_tot: np.ndarray) -> None:
+        self.profile = type("P", (), {"in_given_tot": in_given_tot})()
+        self._p_rate = np.zeros(NB)
+
+
+def test_ttft_and_tpot_misses_pair_within_the_length_cells() -> None:
+    from servegym.envs.npu.sim.fluid import FluidCluster
+
+    # input bucket 0 feeds total bucket 0 only, input bucket 1 total bucket 1 only. 100 arrivals per input bucket,
+    # bucket 1's all miss TTFT; 100 finishers per total bucket, bucket 1's all miss TPOT: every TTFT miss is also a
+    # TPOT miss (the request level's count), so 100 requests miss either, not 100 + 100 - 100 x 100 / 200
+    P = np.zeros((NB, NB))
+    P[0, 0] = P[1, 1] = 1.0
+    n_p = np.zeros(NB)
+    n_p[:2] = 100.0
+    miss_pb = np.zeros(NB)
+    miss_pb[1] = 100.0
+    md_b = np.zeros(NB)
+    md_b[1] = 100.0
+    assert FluidCluster._either_missed(_Stub(P), 100.0, 100.0, n_p, miss_pb, md_b) == pytest.approx(100.0)
+    # the TTFT misses in the other bucket: disjoint, 200 miss either
+    miss_pb = np.zeros(NB)
+    miss_pb[0] = 100.0
+    assert FluidCluster._either_missed(_Stub(P), 100.0, 100.0, n_p, miss_pb, md_b) == pytest.approx(200.0)
+    # one cell: independence within it (half miss TTFT, half TPOT: a quarter both)
+    one = np.zeros((NB, NB))
+    one[:, 0] = 1.0
+    miss_pb = np.zeros(NB)
+    miss_pb[0] = 50.0
+    n_p = np.zeros(NB)
+    n_p[0] = 100.0
+    md_b = np.zeros(NB)
+    md_b[0] = 50.0
+    assert FluidCluster._either_missed(_Stub(one), 50.0, 50.0, n_p, miss_pb, md_b) == pytest.approx(75.0)
+
+
+def test_a_bucket_without_arrivals_keeps_its_last_ttft_miss_rate() -> None:
+    from servegym.envs.npu.sim.fluid import FluidCluster
+
+    P = np.zeros((NB, NB))
+    P[:, 0] = 1.0
+    stub = _Stub(P)
+    stub._p_rate[0] = 0.5  # a rate from an earlier interval; no arrivals now
+    md_b = np.zeros(NB)
+    md_b[0] = 10.0
+    assert FluidCluster._either_missed(stub, 5.0, 10.0, np.zeros(NB), np.zeros(NB), md_b) == pytest.approx(10.0)

@@ -71,11 +71,11 @@ def _cap(cap, cap3, steady, g, k, j):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, lat, slo_p, isl_m1,
-                isl_m2, finite):  # pragma: no cover - compiled
+                isl_m2, finite, miss_b):  # pragma: no cover - compiled
     """Expected TTFT misses among the interval's prefill arrivals (the fluid module's model): per profile bin,
     the backlog ahead by a Lindley recursion at the largest level's capacity, the share of the bin's arrivals
     that find more work ahead than their slack, and, in bins where the largest level keeps up, the M/G/1 tail of the
-    wait at the operating level."""
+    wait at the operating level. Also writes the misses per input bucket into ``miss_b`` (48)."""
     nb = gp.size
     nk = k_len.size
     J = cap.shape[1]
@@ -131,6 +131,8 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
                 mix[k, g, 1] += n * (isl_m1[b] / rt[b])
                 mix[k, g, 2] += n * (isl_m2[b] / rt[b] ** 2)
     miss = 0.0
+    for b in range(nb):
+        miss_b[b] = 0.0
     for k in range(nk):
         for b in range(nb):
             n = k_pre[k, 0, b]
@@ -140,6 +142,7 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
             slack = slo_p[b] - lat[dom[g], b, jk[k, g]]
             if slack < 0.0:
                 miss += n
+                miss_b[b] += n
                 continue
             c_top = _cap(cap, cap3, steady, g, k, J - 1)
             grow = d[k, g] - cmax[k, g]
@@ -171,18 +174,22 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
             if wq > 0.0 and slack < r * dt and pv <= 0.0 and grow <= 0.0:
                 tail = r * math.exp(-r * slack / max(wq, 1e-300))
             miss += n * (late + (1.0 - late) * tail)
+            miss_b[b] += n * (late + (1.0 - late) * tail)
     return miss
 
 
 @njit(cache=True)
 def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_ready, psr, psa, usd_ready, slots,
           unavail, dom, cap, cap3, pbusy, tps_best, latd, f_tok, f_req, lat, pw, tps, cfg_levels, slo_p, slo_d,
-          isl_m1, isl_m2, osl_cdf, finite, energy, e_busy, tokens, batch_tok, n_act, util, res):  # pragma: no cover
+          isl_m1, isl_m2, osl_cdf, finite, energy, e_busy, tokens, batch_tok, n_act, util, res, miss_pb, md_b,
+          fin_b):  # pragma: no cover
     """One interval of ``T`` seconds of the fluid serving step (module docstring). Updates ``q_tok`` /
     ``q_req`` (2 phases x 48 groups x 48 request buckets), writes per group (96) ``energy``, ``e_busy``
     (request-attributed energy), ``tokens`` and ``batch_tok`` (served tokens x batch) of the interval, the
     decode jobs in service ``n_act`` (48) and the prefill busy share ``util`` (96), and the scalars ``res``
-    (the ``R_*`` slots). ``finite``: the step tables ``lat``, ``tps`` and ``pw / tps`` are finite everywhere, so a
+    (the ``R_*`` slots), and per request bucket the TTFT misses among the interval's arrivals ``miss_pb`` (by input
+    bucket), the requests finishing their decode ``fin_b`` and their TPOT misses ``md_b`` (by total bucket), from
+    which the caller pairs the two misses per (input, total) bucket cell. ``finite``: the step tables ``lat``, ``tps`` and ``pw / tps`` are finite everywhere, so a
     (group, bucket) cell with no queued tokens or requests adds exactly 0 to every sum and is skipped (most
     cells: a group serves a few buckets); with non-finite tables every cell is summed, as written."""
     nb = gp.size
@@ -230,8 +237,11 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
         util[g] = busy if n_ready[g] > 0.0 else 0.0
         util[nb + g] = 0.0
     res[R_MISS_P] = ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, lat, slo_p, isl_m1,
-                                isl_m2, finite)
+                                isl_m2, finite, miss_pb)
     # ---- decode: Little's law per group
+    for b in range(nb):
+        md_b[b] = 0.0
+        fin_b[b] = 0.0
     nj = np.empty(J)
     for g in range(nb):
         G = nb + g
@@ -312,6 +322,8 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
                     mu = _osl_share(osl_cdf, b, 0.5 * ud / safe)
                     share = (1.0 - ud / T) * share + (ud / T) * max(share, mu)
             md += sr * share
+            md_b[b] += sr * share
+            fin_b[b] += sr
             q_tok[1, g, b] -= phid * q_tok[1, g, b]
             q_req[1, g, b] -= sr
         tokens[G] = sd
