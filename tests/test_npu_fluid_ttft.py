@@ -36,15 +36,15 @@ def _misses(n: float, isl: float, cap_top: float, slack: float, q0: float = 0.0)
 
 def test_an_overloaded_bin_misses_by_the_lindley_backlog_alone() -> None:
     # 200 prompts of 100 tokens (20 vPod-s of work) in 10 s on one vPod: the backlog grows by 10 vPod-s in the bin;
-    # an arrival misses once the work ahead exceeds slack x capacity + one job (0.1 vPod-s), so the late share is
-    # 1 - (1.0 + 0.1) / 10 = 0.89 and nothing else is added (the server never empties within the bin)
+    # an arrival misses once the work ahead of it (its own not included) exceeds slack x capacity (1 vPod-s), so
+    # the late share is 1 - 1.0 / 10 = 0.9 and nothing else is added (the server never empties within the bin)
     got = _misses(200.0, 100.0, 1.0, 1.0)
-    assert got == pytest.approx(200.0 * 0.89, rel=1e-12)
+    assert got == pytest.approx(200.0 * 0.9, rel=1e-12)
 
 
 def test_a_backlog_at_the_bin_start_leaves_no_stationary_tail() -> None:
     # 60 vPod-s queued, 5 vPod-s arriving on 1 vPod: the backlog drains from 60 to 55 in the bin, always above the
-    # threshold (1.1 vPod-s): every arrival misses, by the backlog, and the count is exactly n
+    # threshold (1 vPod-s): every arrival misses, by the backlog, and the count is exactly n
     assert _misses(50.0, 100.0, 1.0, 1.0, q0=60_000.0) == pytest.approx(50.0, rel=1e-12)
 
 
