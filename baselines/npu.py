@@ -277,6 +277,8 @@ class NeuScalePolicy:
         # merge check's verdicts (a function of the catalog's step tables)
         self._alloc = [cf.entry.alloc_index for cf in sim.configs]
         self._slo_ok: dict[tuple[int, int, tuple[int, ...]], bool] = {}
+        self._best: dict[tuple[str, int], int] = {}  # (phase, bucket index) -> the DSE's best fit
+        self._tps_full: dict[tuple[int, int], float] = {}  # (config, bucket index) -> tokens/s at its max batch
 
     def _candidates(self, phase: str, edge: int) -> list[int]:
         """``sim.candidates(phase, edge)`` (best fit first) without its validation and copy for a known group (read only)."""
@@ -288,6 +290,20 @@ class NeuScalePolicy:
         hit = self.sim.failover.get((phase, edge))
         return hit if hit is not None else self.sim.failovers(phase, edge)
 
+    def _best_fit(self, ph: str, b: int, ctx: Observation) -> int:
+        """The DSE's best fit of bucket index ``b`` of phase ``ph`` (``_candidates(...)[0]``, cached per run)."""
+        hit = self._best.get((ph, b))
+        if hit is None:
+            hit = self._best[(ph, b)] = self._candidates(ph, int(ctx.bucket_edges[b]))[0]
+        return hit
+
+    def _full_batch_tps(self, cid: int, b: int) -> float:
+        """Tokens/s of one vPod of ``cid`` at bucket index ``b`` at its max batch (the step table's, cached per run)."""
+        hit = self._tps_full.get((cid, b))
+        if hit is None:
+            hit = self._tps_full[(cid, b)] = float(self.sim.tps[cid, b, self.sim.jmax[cid, b]])
+        return hit
+
     def groups(self, ctx: Observation, phase: int, signal: np.ndarray) -> list[tuple[int, float, float, int]]:
         """(bucket index, token rate W (tokens/s), per-vPod capacity C (tokens/s), best-fit id, R_peak
         (req/s)) after coalescing, for buckets with traffic in the window."""
@@ -295,6 +311,12 @@ class NeuScalePolicy:
         ph = PHASES[phase]
         tpr = ctx.tokens_per_req[phase]
         live = np.flatnonzero((tpr > 0) & (signal[phase] > 0))
+        # the per-bucket loops below read Python floats (the same float64 products, without numpy's per-element
+        # dispatch)
+        lv = live.tolist()
+        tpr_l = tpr.tolist()
+        rp_l = ctx.rate_peak[phase].tolist()
+        sig_l = signal[phase].tolist()
         # one group per distinct best-fit allocation over a run of consecutive buckets (§3.4: all vPods of
         # a group share a configuration; "compares the new set of vPod allocations with existing vPod
         # groups to determine if a new group needs to be created"), keyed by the run's largest bucket so
@@ -305,11 +327,11 @@ class NeuScalePolicy:
         run: list[int] = []
         prev = None
         if sim.config.fit_at == "operating":
-            pick = {b: self._pick(ctx, phase, b, float(ctx.rate_peak[phase, b] * tpr[b])) for b in live.tolist()}
+            pick = {b: self._pick(ctx, phase, b, rp_l[b] * tpr_l[b]) for b in lv}
         else:  # the bucket's best fit (_pick without the demand it does not use)
-            pick = {b: self._candidates(ph, int(ctx.bucket_edges[b]))[0] for b in live.tolist()}
+            pick = {b: self._best_fit(ph, b, ctx) for b in lv}
         alloc_of = self._alloc
-        for b in live.tolist():
+        for b in lv:
             alloc = alloc_of[pick[b]]
             if prev is not None and alloc != prev[1]:
                 run.append(prev[0])
@@ -331,25 +353,25 @@ class NeuScalePolicy:
                 if hit is not None and top <= hit[0] < nxt:
                     sticky[top] = hit
         top_of = {b: sticky.get(t, (t, 0))[0]
-                  for b, t in zip(live.tolist(), ends[np.searchsorted(ends, live)].tolist(), strict=True)}
+                  for b, t in zip(lv, ends[np.searchsorted(ends, live)].tolist(), strict=True)}
         # the group's configuration: its top bucket's pick at the group's own forecast demand (the batch the
         # group runs depends on all the tokens it serves), the top bucket's best fit with fit_at = best-batch (a
         # kept group keeps its key; its configuration follows its demand)
         group_w: dict[int, float] = {}
-        for b in live.tolist():
-            group_w[top_of[b]] = group_w.get(top_of[b], 0.0) + float(ctx.rate_peak[phase, b] * tpr[b])
+        for b in lv:
+            group_w[top_of[b]] = group_w.get(top_of[b], 0.0) + rp_l[b] * tpr_l[b]
         group_cid = {top: self._pick(ctx, phase, top, w) for top, w in group_w.items()}
         members: dict[int, list[tuple[int, float]]] = {}
-        for b in live.tolist():
+        for b in lv:
             top = top_of[b]
             cid = group_cid[top]
             # tokens/s of one vPod at bucket b (= sim.max_rps(cid, ph, edge of b, 1.0), read from the table)
-            cap_b = float(sim.tps[cid, b, sim.jmax[cid, b]])
-            w = float(signal[phase, b] * tpr[b])
+            cap_b = self._full_batch_tps(cid, b)
+            w = sig_l[b] * tpr_l[b]
             g = groups.setdefault(top, [0.0, 0.0, cid, 0.0])
             g[1] += w / cap_b  # vPods needed (at full batch) for this bucket's tokens
             g[0] += w
-            g[3] += float(signal[phase, b])  # R_peak of the group (req/s)
+            g[3] += sig_l[b]  # R_peak of the group (req/s)
             members.setdefault(top, []).append((b, cap_b))
         # the group's peak is that of its aggregate rate, not the sum of its buckets' peaks; store (W, C)
         # with C the effective tokens/s per vPod of the group's mix

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from servegym.envs.npu.sim.pairwise_sums import pairwise_sum, peak_ratio
+from servegym.envs.npu.sim.pairwise_sums import pairwise_sum, peak_ratio, range_rates
 
 
 def _values(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -40,3 +40,22 @@ def test_peak_ratio_is_the_numpy_formula() -> None:
         peaks = float(x.max(axis=0).sum())
         want = float(x.sum(axis=1).max()) / peaks if peaks > 0 else 1.0
         assert peak_ratio(bins, phase, buckets, cap) == want, t
+
+
+def test_range_rates_is_the_numpy_loop() -> None:
+    rng = np.random.default_rng(2)
+    for _ in range(500):
+        rr_in, rp_in, tpr_in = (np.abs(_values(rng, (2, 48))) for _ in range(3))
+        rp_in[rng.random(rp_in.shape) < 0.4] = 0.0
+        n = int(rng.integers(1, 9))
+        phase = rng.integers(0, 2, n).astype(np.int64)
+        lo = rng.integers(0, 48, n).astype(np.int64)
+        hi = np.minimum(lo + rng.integers(1, 49, n), 48).astype(np.int64)
+        got = [np.zeros(n) for _ in range(3)]
+        range_rates(rr_in, rp_in, tpr_in, phase, lo, hi, *got)
+        for g in range(n):
+            p, a, b = phase[g], lo[g], hi[g]
+            w = rp_in[p, a:b]
+            want = (rr_in[p, a:b].sum(), w.sum(),
+                    float((w * tpr_in[p, a:b]).sum() / w.sum()) if w.sum() > 0 else 0.0)
+            assert (got[0][g], got[1][g], got[2][g]) == want

@@ -385,6 +385,7 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
             self._opt_ok.append(ok)
         # length ranges of the groups, as bucket-index slices for the observation
         self._ranges = [(self.group_phase[i], self.group_lo[i], self.group_bucket[i] + 1) for i in range(len(self.groups))]
+        self._range_arrays = tuple(np.array([r[k] for r in self._ranges], dtype=np.int64) for k in range(3))
         # env group of every (phase, bucket): the first of the phase whose edge is >= the bucket's, else its top
         self._env_group = np.zeros((2, NB), dtype=np.int64)
         for p in (0, 1):

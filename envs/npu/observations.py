@@ -13,8 +13,10 @@ from servegym.envs.npu.env_config import (
 )
 from servegym.envs.npu.sim.catalog import VERSIONS
 from servegym.envs.npu.sim.cluster import (
+    NB,
     Observation,
 )
+from servegym.envs.npu.sim.pairwise_sums import range_rates
 from servegym.envs.npu.sim.roofline import PHASES
 
 from servegym.render import BLUE, GREEN, GREY, LIGHT_BLUE, LIGHT_ORANGE, ORANGE, RED, Bar, render_bars
@@ -59,11 +61,16 @@ class ObservationsMixin:
         rr = np.zeros(G)
         rp = np.zeros(G)
         tpr = np.zeros(G)
-        for g, (p, lo, hi) in enumerate(self._ranges):
-            rr[g] = ctx.rate_recent[p, lo:hi].sum()
-            rp[g] = ctx.rate_peak[p, lo:hi].sum()
-            w = ctx.rate_peak[p, lo:hi]
-            tpr[g] = float((w * ctx.tokens_per_req[p, lo:hi]).sum() / w.sum()) if w.sum() > 0 else 0.0
+        arrays = (ctx.rate_recent, ctx.rate_peak, ctx.tokens_per_req)
+        if all(a.dtype == np.float64 and a.shape == (2, NB) and a.flags.c_contiguous for a in arrays):
+            # the loop below in one compiled call, in numpy's order of sums (sim/pairwise_sums.py)
+            range_rates(*arrays, *self._range_arrays, rr, rp, tpr)
+        else:
+            for g, (p, lo, hi) in enumerate(self._ranges):
+                rr[g] = ctx.rate_recent[p, lo:hi].sum()
+                rp[g] = ctx.rate_peak[p, lo:hi].sum()
+                w = ctx.rate_peak[p, lo:hi]
+                tpr[g] = float((w * ctx.tokens_per_req[p, lo:hi]).sum() / w.sum()) if w.sum() > 0 else 0.0
         share = np.zeros(G)
         for p in (0, 1):
             sel = self.group_phase == p

@@ -120,3 +120,23 @@ def peak_ratio(bins, phase, buckets, cap):  # pragma: no cover - compiled
         if i == 0 or s > best or s != s:
             best = s
     return best / peaks
+
+
+@njit(cache=True)
+def range_rates(rate_recent, rate_peak, tokens_per_req, phase, lo, hi, rr, rp, tpr):  # pragma: no cover - compiled
+    """Per length range g (``phase[g]``, buckets ``lo[g]:hi[g]``) of C-contiguous (2, buckets) float64 arrays, in
+    numpy's order: ``rr[g] = rate_recent[p, lo:hi].sum()``, ``rp[g] = rate_peak[p, lo:hi].sum()`` and ``tpr[g] =
+    (w * tokens_per_req[p, lo:hi]).sum() / w.sum()`` with ``w = rate_peak[p, lo:hi]`` (0.0 when ``w.sum()`` is
+    not positive): the env observation's rates and tokens per request of each group (req/s, tokens)."""
+    buf = np.empty(rate_peak.shape[1])
+    for g in range(phase.size):
+        p, a, b = phase[g], lo[g], hi[g]
+        rr[g] = pairwise_sum(rate_recent[p], a, b)
+        w = pairwise_sum(rate_peak[p], a, b)
+        rp[g] = w
+        if w > 0:
+            for i in range(a, b):
+                buf[i - a] = rate_peak[p, i] * tokens_per_req[p, i]
+            tpr[g] = pairwise_sum(buf, 0, b - a) / w
+        else:
+            tpr[g] = 0.0
