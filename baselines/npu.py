@@ -167,6 +167,8 @@ def emergency_possible(sim: NPUCluster, targets: dict[tuple[str, int], dict[int,
     observation (``sim.skip_observation()``, then an empty decision): the same dynamics at a fraction of the cost
     of :meth:`~servegym.envs.npu.sim.cluster.NPUCluster.observe` (between epochs, the usual case)."""
     pq = sim.peak_queue_now()
+    if not pq.any():  # no queue anywhere (the usual case between epochs)
+        return False
     edges = sim.edges
     for key, tgt in targets.items():
         if tgt and pq[PHASES.index(key[0]), int(np.searchsorted(edges, key[1]))] > 0:

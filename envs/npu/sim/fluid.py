@@ -131,10 +131,11 @@ class FluidCluster(NPUCluster):
         if self._unlimited and self._signature is not None and self._signature[:2] == sig[:2]:
             # the same targets and vPods as at the last reconcile, which met every target (no quota), only more of
             # them ready: nothing to create or delete and the peak chips held cannot rise; only the routes change
-            self._reroute_orphans()
+            self._reroute_orphans()  # moves queued work only: the vPods and so the signature stay as they are
         else:
             super()._reconcile()
-        self._signature = (self.targets_version, self.v_group.size, int(np.count_nonzero(self.v_ready <= self.now)))
+            sig = (self.targets_version, self.v_group.size, int(np.count_nonzero(self.v_ready <= self.now)))
+        self._signature = sig
 
     # ------------------------------------------------------------------ routing and queues
     def _reroute_orphans(self) -> None:
@@ -159,7 +160,8 @@ class FluidCluster(NPUCluster):
             self.q_req[p][to, _AR] += req
 
     def _queue(self) -> NDArray[np.float64]:
-        return np.concatenate([self.q_req[0].sum(axis=1), self.q_req[1].sum(axis=1)])
+        # one reduction over the last axis: each (phase, group) row summed as q_req[p].sum(axis=1) sums it
+        return self.q_req.sum(axis=2).ravel()
 
     def _decode_split(self, act: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Per total-length bucket (rows), the share of its output tokens and of its requests (where they
@@ -227,7 +229,10 @@ class FluidCluster(NPUCluster):
         arrived = float(prof.cum_counts[last]) + w[-1] * float(prof.cum_counts[last + 1] - prof.cum_counts[last])
         # np.tensordot(w, tokens, axes=1) without its Python overhead: the same dot on the same (1, k) x (k, 2 NB) layout
         tok = np.dot(w.reshape(1, -1), prof.tokens[i0:i1].reshape(i1 - i0, -1)).reshape(2, NB)
-        return cnt_k.sum(axis=0), tok, arrived, np.maximum(lo, t0), length, np.stack([cnt_k[:, 0], tok_k], axis=1)
+        k_pre = np.empty((i1 - i0, 2, NB))  # np.stack([cnt_k[:, 0], tok_k], axis=1) without its Python overhead
+        k_pre[:, 0] = cnt_k[:, 0]
+        k_pre[:, 1] = tok_k
+        return cnt_k.sum(axis=0), tok, arrived, np.maximum(lo, t0), length, k_pre
 
     def _monitor_bins(self, t0: float, t1: float) -> None:
         """The rate monitor's bins of [t0, t1) from the profile (one fancy assignment for the span's bins)."""
