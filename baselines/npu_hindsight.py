@@ -316,7 +316,7 @@ class _Planner:
                 share = np.zeros((NB, tops.size))
                 share[np.arange(NB), route] = 1.0
             else:  # the simulator's decode routing shares (tokens of each total bucket -> each active group)
-                f_tok, _ = self.fl._decode_split(tops)
+                f_tok = self.fl._decode_split(tops)[0]
                 share = f_tok[:, tops]
             for gi, (top, cid) in enumerate(parts):
                 e, s, counts, d = self.group_cost(phase, cid, rate * share[:, gi], rho)

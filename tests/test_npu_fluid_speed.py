@@ -31,12 +31,15 @@ from servegym.envs.npu.sim.fluid_profile import (
 # was restricted to bins the largest level keeps up with and the TTFT threshold no longer subtracted the job's own work
 # (fluid_kernels.ttft_misses), and when TTFT and TPOT misses
 # were paired per (input, total) length cell (FluidCluster._either_missed); the cross-check against the request
-# level, benchmarks/results/npu_fluid_crosscheck*.md, shows why.
+# level, benchmarks/results/npu_fluid_crosscheck*.md, shows why. Energy and tokens (and so the return) changed on
+# purpose when decode jobs stayed in service across intervals (fluid_kernels.decode_in_service: tokens are made
+# over a job's service time; here, the Azure trace's short outputs, energy moved by -2.7e-5 / +1.6e-6 relative
+# and tokens by -7.6e-7 / -1.1e-7; OpenThoughts' long outputs moved the cross-check's energy by up to 11 %).
 NUMPY_FIGURES = {
-    "absolute": (0, {"energy_j": 1949530072.6054947, "tokens": 165959062.95837882, "requests_finished": 66706.0,
-                     "slo_violation_pct": 55.49786576190533, "return": -2353.288716517382}),
-    "residual": (3, {"energy_j": 47373138.170291334, "tokens": 166599598.0, "requests_finished": 66706.0,
-                     "slo_violation_pct": 47.0060474057951, "return": -175.95161113886866}),
+    "absolute": (0, {"energy_j": 1949478134.6730194, "tokens": 165958937.2528093, "requests_finished": 66706.0,
+                     "slo_violation_pct": 55.49786576190533, "return": -2353.2349489693997}),
+    "residual": (3, {"energy_j": 47373211.96962172, "tokens": 166599580.34993225, "requests_finished": 66706.0,
+                     "slo_violation_pct": 47.0060474057951, "return": -175.95159137565446}),
 }
 
 

@@ -19,7 +19,12 @@ compiled loop, :func:`~servegym.envs.npu.sim.fluid_kernels.serve`):
   the vPods not ready.
 * **Decode**: per group, the batch is the fixed point of Little's law: active jobs = tokens x TPOT(level)
   / interval, level = the batch level of active jobs per ready vPod; jobs beyond the batch slots wait.
-  Energy = tokens x J/token at that level + idle share x static power.
+  Admitted jobs stay in service across intervals (a job-count fluid per group and bucket with exponential
+  remaining lengths, :func:`~servegym.envs.npu.sim.fluid_kernels.decode_in_service`): as the request level
+  decodes a job over output tokens x TPOT, an interval makes the tokens its jobs in service produce at the
+  level of their mean count per ready vPod, and charges them that level's J/token; the vPods' idle share
+  is at static power. (Serving every job's whole output in its arrival interval put a long OpenThoughts
+  job's tokens, and the batch they ran at, in one interval: up to 11 % off the request level's energy.)
 * **SLO**: TTFT = roofline latency at the operating level + the wait of an FCFS server at the group's
   utilization (Pollaczek-Khinchine mean, exponential tail; only where the largest level keeps up, else the
   Lindley backlog is the wait), or the wait for the first ready vPod of a
@@ -85,6 +90,11 @@ class FluidCluster(NPUCluster):
         self.q_tok = np.zeros((2, NB, NB))
         self.q_req = np.zeros((2, NB, NB))
         self.n_act = np.zeros(NB)  # decode jobs in service per group at the interval's end
+        # decode jobs in service (admitted, not finished making tokens): output tokens left and jobs per
+        # (group bucket, request bucket), carried across intervals (fluid_kernels.decode_in_service)
+        self.d_tok = np.zeros((NB, NB))
+        self.d_req = np.zeros((NB, NB))
+        self.q_seg = np.zeros((NB, NB))  # decode jobs queued (q_req[1] counts requests where they finish)
         self.arrived = 0.0
         self.finished = 0.0
         self._late = 0.0
@@ -158,14 +168,45 @@ class FluidCluster(NPUCluster):
             to = self._route(p, _AR) - p * NB
             self.q_tok[p][to, _AR] += tok
             self.q_req[p][to, _AR] += req
+            if p == 1:
+                seg = self.q_seg[orphan].sum(axis=0)
+                self.q_seg[orphan] = 0.0
+                self.q_seg[to, _AR] += seg
+        self._reroute_in_service()
+
+    def _reroute_in_service(self) -> None:
+        """Move the decode jobs in service on groups that left the length map and have no ready vPod to their
+        route (the request level keeps an active job where a vPod of its group still serves it, and moves the
+        rest)."""
+        if not self.d_req.any():
+            return
+        ready = set(self._ready_groups().tolist())
+        act = self._active_groups(1, ready)
+        if act.size == 0:
+            return
+        orphan = np.ones(NB, dtype=bool)
+        orphan[act] = False
+        orphan &= (self.d_req.sum(axis=1) > 0) & ~np.isin(_AR + NB, list(ready))
+        if not orphan.any():
+            return
+        tok = self.d_tok[orphan].sum(axis=0)
+        req = self.d_req[orphan].sum(axis=0)
+        self.d_tok[orphan] = 0.0
+        self.d_req[orphan] = 0.0
+        to = self._route(1, _AR, act) - NB
+        self.d_tok[to, _AR] += tok
+        self.d_req[to, _AR] += req
 
     def _queue(self) -> NDArray[np.float64]:
         # one reduction over the last axis: each (phase, group) row summed as q_req[p].sum(axis=1) sums it
         return self.q_req.sum(axis=2).ravel()
 
-    def _decode_split(self, act: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """Per total-length bucket (rows), the share of its output tokens and of its requests (where they
-        finish) served by each decode group (columns) under the active decode groups ``act``."""
+    def _decode_split(self, act: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.float64],
+                                                              NDArray[np.float64]]:
+        """Per total-length bucket (rows), the share of its output tokens, of its requests (where they
+        finish) and of its decode jobs (a migrated request is a job in its short group, making its first
+        tokens, and another in its true group) served by each decode group (columns) under the active decode
+        groups ``act``."""
         key = tuple(act.tolist())
         hit = self._route_cache.get(key)
         if hit is not None:
@@ -177,6 +218,7 @@ class FluidCluster(NPUCluster):
         req = np.zeros((NB, NB))
         tok[_AR, gt] = acc
         req[_AR, gt] = acc
+        seg = req
         if act.size and acc < 1.0:
             prof = self.profile
             # a misrouted request goes to a random active group whose edge is >= its input length
@@ -203,10 +245,12 @@ class FluidCluster(NPUCluster):
             tok[_AR, gt] += (1.0 - acc) * moved_tok
             req += (1.0 - acc) * mis_req
             req[_AR, gt] += (1.0 - acc) * moved_req
+            # the first part of a migrated request: a job in its short group (where it makes tokens there)
+            seg = req + (1.0 - acc) * np.einsum("ti,ig,tig->tg", P, U, (~stays & (f1 > 0.0)).astype(float))
         if len(self._route_cache) > 64:
             self._route_cache.clear()
-        self._route_cache[key] = (tok, req)
-        return tok, req
+        self._route_cache[key] = (tok, req, seg)
+        return tok, req, seg
 
     # ------------------------------------------------------------------ dynamics
     def _arrivals(self, t0: float, t1: float) -> tuple[NDArray[np.float64], NDArray[np.float64], float,
@@ -290,7 +334,7 @@ class FluidCluster(NPUCluster):
                 rfk = np.clip((k_start + k_len - np.maximum(fv.vr[pre, None], k_start[None, :])) / k_len[None, :],
                               0.0, 1.0)
                 np.add.at(cap3, vg[pre], rfk[:, :, None] * fv.tps_v[pre, None, :])
-        f_tok, f_req = self._decode_split(fv.act)
+        f_tok, f_req, f_seg = self._decode_split(fv.act)
         prof = self.profile
         energy, e_busy, tokens, batch_tok, util = (np.empty(G) for _ in range(5))
         n_act = np.empty(NB)
@@ -298,9 +342,9 @@ class FluidCluster(NPUCluster):
         miss_pb, md_b, fin_b = self._pair_bufs
         fk.serve(T, c.substep_s, fv.steady, LEVELS, cnt, tok, k_len, k_pre, self.q_tok, self.q_req, fv.gp, fv.n_ready,
                  fv.psr, psa, fv.usd_ready, fv.slots, fv.unavail, fv.dom, fv.cap, cap3, fv.pbusy, fv.tps_best, fv.latd,
-                 f_tok, f_req, self.lat, self.pow, self.tps, self.cfg_levels, self.slo_p, self.slo_d, prof.isl_m1,
-                 prof.isl_m2, prof.osl_cdf, self._finite_tables, energy, e_busy, tokens, batch_tok, n_act, util, res,
-                 miss_pb, md_b, fin_b)
+                 f_tok, f_req, f_seg, self.q_seg, self.lat, self.pow, self.tps, self.cfg_levels, self.slo_p, self.slo_d,
+                 prof.isl_m1, prof.isl_m2, prof.osl_cdf, self._finite_tables, self.d_tok, self.d_req, energy, e_busy,
+                 tokens, batch_tok, n_act, util, res, miss_pb, md_b, fin_b)
         self.n_act = n_act
         self.util = util
         acc["tokens"] += tokens

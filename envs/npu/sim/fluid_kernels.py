@@ -5,11 +5,12 @@ batch levels; as numpy calls each costs microseconds of dispatch, more than its 
 is written once here as loops and compiled with numba (``cache=True``, as the geo engine's kernels: the
 first import compiles once, later processes load the cached machine code). Without numba the same
 functions run as plain Python (correct, much slower). The model is the one :mod:`~servegym.envs.npu.sim.fluid`
-documents (prefill token fluid, TTFT misses per profile bin, decode by Little's law, miss shares from the
-output-length CDF, requests past their SLO); the caller passes the fleet view
-(:mod:`~servegym.envs.npu.sim.fluid_fleet`), the interval's arrivals and the queues, and the kernel updates
-the queues and per-group accumulators in place. Sums run in loop order, so the figures equal the earlier
-numpy formulation's to rounding (relative 1e-12; tested).
+documents (prefill token fluid, TTFT misses per profile bin, decode by Little's law with the jobs in service
+carried across intervals, miss shares from the output-length CDF, requests past their SLO); the caller passes
+the fleet view (:mod:`~servegym.envs.npu.sim.fluid_fleet`), the interval's arrivals and the queues, and the
+kernel updates the queues, the jobs in service and per-group accumulators in place. Sums run in loop order, so
+the figures equal the earlier numpy formulation's to rounding (relative 1e-12; tested), apart from the changes
+of the model made since (the recorded figures in tests/test_npu_fluid_speed.py name them).
 
 Times are seconds, energies joules, power watts, tokens and requests counts (fractional: a fluid).
 """
@@ -183,17 +184,90 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
 
 
 @njit(cache=True)
+def _drain(n0, r0, tau, span):  # pragma: no cover - compiled
+    """Decode jobs in service (``n0`` jobs holding ``r0`` output tokens, each at ``tau`` s per token) over ``span``
+    s, their remaining lengths exponential with mean ``r0 / n0`` (a job-count fluid whose mean remaining length
+    stays put as jobs finish): tokens made, the integral of the jobs in service (job-seconds) and the share of
+    jobs (and tokens) still in service at the end."""
+    if n0 <= 0.0 or r0 <= 0.0:
+        return 0.0, 0.0, 0.0
+    life = r0 / n0 * tau  # mean remaining service time of a job (s)
+    if not life < math.inf:  # no step latency at this level: the jobs make nothing and stay in service
+        return 0.0, n0 * span, 1.0
+    done = -math.expm1(-span / life)  # share of the tokens (and jobs) finished within the span
+    return r0 * done, n0 * life * done, 1.0 - done
+
+
+@njit(cache=True)
+def decode_in_service(T, dt, levels, g, nr, slot_n, arr_sub, phid, q_tok, q_seg, d_tok, d_req, latd, pw, tps, dg,
+                      finite):  # pragma: no cover - compiled
+    """Decode tokens made and their energy in one interval of ``T`` s by the jobs in service of decode group ``g``
+    (``d_tok`` / ``d_req``: output tokens left and jobs, per (group, bucket), carried across intervals and
+    updated in place). The request level decodes a job over its whole service time, output tokens x TPOT at the
+    batch level of its sub-steps (a long OpenThoughts job spans many intervals), and charges each token made the
+    J/token of that level. Here the admitted work (``phid`` x the queued tokens ``q_tok[1]`` and jobs ``q_seg``,
+    both taken off the queue) joins the jobs in service at mid-interval on average; jobs drain at the TPOT of
+    the operating level (:func:`_drain`); the operating level is the smallest consistent with the mean jobs in
+    service per ready vPod (Little's law over the interval, plus a sub-step's arrivals, which take a batch slot
+    even when shorter than a sub-step). Returns tokens made, their energy (J), the busy share of the ready
+    vPods' time and the batch (requests per busy vPod)."""
+    nb = q_seg.shape[1]
+    J = levels.size
+    nbar = np.zeros(J)
+    for b in range(nb):
+        if finite and d_req[g, b] == 0.0 and q_seg[g, b] == 0.0:
+            continue
+        for j in range(J):
+            tau = latd[g, b, j]
+            _, occ0, _ = _drain(d_req[g, b], d_tok[g, b], tau, T)
+            _, occ1, _ = _drain(phid * q_seg[g, b], phid * q_tok[1, g, b], tau, 0.5 * T)
+            nbar[j] += (occ0 + occ1) / T
+    if nr <= 0.0:  # no ready vPod: the jobs wait in service, nothing is made
+        for b in range(nb):
+            d_tok[g, b] += phid * q_tok[1, g, b]
+            d_req[g, b] += phid * q_seg[g, b]
+            q_seg[g, b] -= phid * q_seg[g, b]
+        return 0.0, 0.0, 0.0, 1.0
+    js = J - 1
+    for j in range(J):
+        if _level_index(levels, math.ceil(max(min(nbar[j] + arr_sub, slot_n) / nr, 1.0) - 1e-9)) <= j:
+            js = j
+            break
+    bb = max(1.0, min(nbar[js] + arr_sub, slot_n) / nr)
+    jd = _level_index(levels, math.ceil(bb - 1e-9))
+    busy = min(1.0, nbar[jd] / (bb * nr))
+    made = 0.0
+    e = 0.0
+    for b in range(nb):
+        if finite and d_req[g, b] == 0.0 and q_seg[g, b] == 0.0:
+            continue
+        tau = latd[g, b, jd]
+        m0, _, l0 = _drain(d_req[g, b], d_tok[g, b], tau, T)
+        rn, nn = phid * q_tok[1, g, b], phid * q_seg[g, b]
+        m1, _, l1 = _drain(nn, rn, tau, 0.5 * T)
+        mk = m0 + m1
+        made += mk
+        e += mk * (pw[dg, b, jd] / max(tps[dg, b, jd], 1e-300))
+        d_tok[g, b] = d_tok[g, b] * l0 + rn * l1
+        d_req[g, b] = d_req[g, b] * l0 + nn * l1
+        q_seg[g, b] -= nn
+    return made, e, busy, bb
+
+
+@njit(cache=True)
 def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_ready, psr, psa, usd_ready, slots,
-          unavail, dom, cap, cap3, pbusy, tps_best, latd, f_tok, f_req, lat, pw, tps, cfg_levels, slo_p, slo_d,
-          isl_m1, isl_m2, osl_cdf, finite, energy, e_busy, tokens, batch_tok, n_act, util, res, miss_pb, md_b,
-          fin_b):  # pragma: no cover
+          unavail, dom, cap, cap3, pbusy, tps_best, latd, f_tok, f_req, f_seg, q_seg, lat, pw, tps, cfg_levels, slo_p,
+          slo_d, isl_m1, isl_m2, osl_cdf, finite, d_tok, d_req, energy, e_busy, tokens, batch_tok, n_act, util, res,
+          miss_pb, md_b, fin_b):  # pragma: no cover
     """One interval of ``T`` seconds of the fluid serving step (module docstring). Updates ``q_tok`` /
     ``q_req`` (2 phases x 48 groups x 48 request buckets), writes per group (96) ``energy``, ``e_busy``
-    (request-attributed energy), ``tokens`` and ``batch_tok`` (served tokens x batch) of the interval, the
+    (request-attributed energy), ``tokens`` and ``batch_tok`` (tokens made x batch) of the interval, the
+    jobs in service ``d_tok`` / ``d_req`` (48 groups x 48 buckets: output tokens left and jobs, updated), the
     decode jobs in service ``n_act`` (48) and the prefill busy share ``util`` (96), and the scalars ``res``
     (the ``R_*`` slots), and per request bucket the TTFT misses among the interval's arrivals ``miss_pb`` (by input
     bucket), the requests finishing their decode ``fin_b`` and their TPOT misses ``md_b`` (by total bucket), from
-    which the caller pairs the two misses per (input, total) bucket cell. ``finite``: the step tables ``lat``, ``tps`` and ``pw / tps`` are finite everywhere, so a
+    which the caller pairs the two misses per (input, total) bucket cell. ``finite``: the step tables ``lat``,
+    ``tps`` and ``pw / tps`` are finite everywhere, so a
     (group, bucket) cell with no queued tokens or requests adds exactly 0 to every sum and is skipped (most
     cells: a group serves a few buckets); with non-finite tables every cell is summed, as written."""
     nb = gp.size
@@ -255,6 +329,7 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
             q0 += q_tok[1, g, b]
             q_tok[1, g, b] += f_tok[b, g] * tok[1, b]
             q_req[1, g, b] += f_req[b, g] * cnt[1, b]
+            q_seg[g, b] += f_seg[b, g] * cnt[1, b]
         dr = 0.0
         for j in range(J):
             nj[j] = 0.0
@@ -287,8 +362,6 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
         n_act[g] = na
         bb = max(1.0, na / max(nr, 1e-12))
         jd = _level_index(levels, math.ceil(bb - 1e-9))
-        busyd = min(1.0, phid * nj[jd] / max(bb * nr, 1e-12)) if nr > 0.0 else 0.0
-        ebd = 0.0
         sd = 0.0
         q1 = 0.0
         served = False
@@ -296,11 +369,13 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
             if finite and q_tok[1, g, b] == 0.0 and q_req[1, g, b] == 0.0:
                 continue
             s = phid * q_tok[1, g, b]
-            ebd += s * (pw[dg, b, jd] / max(tps[dg, b, jd], 1e-300))
             sd += s
             q1 += q_tok[1, g, b] - s
             if phid * q_req[1, g, b] != 0.0:
                 served = True
+        # tokens made and their energy: by the jobs in service, over their service time (decode_in_service)
+        made, ebd, busyd, bmade = decode_in_service(T, dt, levels, g, nr, slot_n, arr_sub, phid, q_tok, q_seg, d_tok,
+                                                    d_req, latd, pw, tps, dg, finite)
         e_busy[G] = ebd
         energy[G] = ebd + T * ((1.0 - busyd) * psr[G] + psa[G] - psr[G])
         # effective TPOT = TPOT + wait / output tokens (wait: mean queue over throughput, or the boot wait)
@@ -330,9 +405,9 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
             fin_b[b] += sr
             q_tok[1, g, b] -= phid * q_tok[1, g, b]
             q_req[1, g, b] -= sr
-        tokens[G] = sd
-        batch_tok[G] = sd * bb
-        res[R_TOKENS_D] += sd
+        tokens[G] = made
+        batch_tok[G] = made * bmade
+        res[R_TOKENS_D] += made
         res[R_FIN] += fin
         res[R_MISS_D] += md
         res[R_E_D] += energy[G]
