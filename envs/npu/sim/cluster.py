@@ -299,13 +299,20 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
     def _reconcile(self) -> None:
         now = self.now
         alive = self.v_gone == np.inf
-        # deletions first (creating ones before ready ones, newest first)
+        # deletions first (creating ones before ready ones, newest first); the alive vPods of each (group,
+        # configuration) in index order, gathered in one pass rather than a mask per target group
+        alive_at: dict[int, dict[int, list[int]]] = {}
+        idx = np.flatnonzero(alive)
+        for i, g, cid in zip(idx.tolist(), self.v_group[idx].tolist(), self.v_cfg[idx].tolist(), strict=True):
+            alive_at.setdefault(g, {}).setdefault(cid, []).append(i)
         for g, tgt in self.targets.items():
-            sel = np.flatnonzero(alive & (self.v_group == g))
-            for cid in np.unique(self.v_cfg[sel]).tolist():
-                mine = sel[self.v_cfg[sel] == cid]
-                extra = mine.size - tgt.get(cid, 0)
+            have = alive_at.get(g)
+            if not have:
+                continue
+            for cid in sorted(have):
+                extra = len(have[cid]) - tgt.get(cid, 0)
                 if extra > 0:
+                    mine = np.array(have[cid], dtype=np.int64)
                     order = mine[np.lexsort((-self.v_ready[mine], self.v_ready[mine] <= now))]
                     self.v_gone[order[:extra]] = now + DELETE_S
         held = self.held_chips()
