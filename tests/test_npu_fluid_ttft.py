@@ -12,26 +12,29 @@ J = LEVELS.size
 DT = 5.0
 
 
-def _misses(n: float, isl: float, cap_top: float, slack: float, q0: float = 0.0) -> float:
-    """Misses among ``n`` prompts of ``isl`` tokens arriving in one 10-s bin at group 0 (every bucket routes there),
-    whose capacity is ``cap_top`` best-level vPods at every level (so the largest level's is ``cap_top``) at 1,000
-    tokens/s each; roofline latency 0, TTFT SLO = ``slack`` (s); ``q0`` tokens queued at the start."""
-    k_len = np.array([10.0])
-    k_pre = np.zeros((1, 2, NB))
-    k_pre[0, 0, 0] = n
-    k_pre[0, 1, 0] = n * isl
+def _misses(n: float | np.ndarray, isl: float, cap_top: float, slack: float, q0: float = 0.0, caps: np.ndarray | None = None,
+            q_job: np.ndarray | None = None, n_bins: int = 1, check_s: float = 60.0) -> float:
+    """Misses among ``n`` prompts of ``isl`` tokens arriving in each of ``n_bins`` 10-s bins at group 0 (every bucket
+    routes there), whose capacity is ``cap_top`` best-level vPods at every level (so the largest level's is
+    ``cap_top``; ``caps``: per level instead) at 1,000 tokens/s each; roofline latency 0, TTFT SLO = ``slack`` (s);
+    ``q0`` tokens queued at the start (token fluid), ``q_job`` the job queue's waiting work (vPod-s, updated)."""
+    k_len = np.full(n_bins, 10.0)
+    k_pre = np.zeros((n_bins, 2, NB))
+    k_pre[:, 0, 0] = n
+    k_pre[:, 1, 0] = np.asarray(n) * isl
     q0p = np.zeros((NB, NB))
     q0p[0, 0] = q0
     gp = np.zeros(NB, dtype=np.int64)
     dom = np.zeros(2 * NB, dtype=np.int64)
-    cap = np.full((NB, J), cap_top)
+    cap = np.full((NB, J), cap_top) if caps is None else np.tile(caps, (NB, 1))
     tps_best = np.full((NB, NB), 1000.0)
     lat = np.zeros((1, NB, J))
     slo_p = np.full(NB, slack)
     isl_m1 = np.full(NB, isl)
     isl_m2 = np.full(NB, isl * isl)
-    return fk.ttft_misses(10.0, DT, True, k_len, k_pre, q0p, gp, dom, cap, np.zeros((1, 1, 1)), tps_best, lat,
-                          slo_p, isl_m1, isl_m2, True, np.zeros(NB))
+    return fk.ttft_misses(10.0 * n_bins, DT, True, k_len, k_pre, q0p, gp, dom, cap, np.zeros((1, 1, 1)), tps_best,
+                          lat, slo_p, isl_m1, isl_m2, True, np.zeros(NB), check_s,
+                          np.zeros(NB) if q_job is None else q_job)
 
 
 def test_an_overloaded_bin_misses_by_the_lindley_backlog_alone() -> None:
@@ -53,6 +56,38 @@ def test_a_bin_the_largest_level_keeps_up_with_has_the_stationary_tail() -> None
     # for a slack shorter than the sub-step, and fewer for a longer slack
     short, longer = _misses(50.0, 100.0, 1.0, 0.05), _misses(50.0, 100.0, 1.0, 0.5)
     assert 0.0 < longer < short < 50.0
+
+
+def test_queued_jobs_keep_the_price_of_the_level_they_arrived_at() -> None:
+    # the request level prices a job's service time at its group's capacity at the level of the sub-step it arrives
+    # in (or of the chunk's first sub-step, for a job still waiting then), while the level follows the token fluid.
+    # 20 vPod-s of waiting jobs and no token backlog; 5 vPod-s arrive per 10 s, which the lowest level (0.5 vPod)
+    # just serves, so that level is chosen, the queue is 20 / 0.5 = 40 s and the arrivals add 10 s of job work per
+    # 10 s: it does not drain, every arrival waits 40 s > 30 s of slack. Draining at the largest level (4 vPods)
+    # would have cleared the queue in 20 / 3.5 s, and a token backlog alone (0 here) gave no miss at all
+    caps = np.full(J, 4.0)
+    caps[0] = 0.5
+    q_job = np.full(NB, 20.0)
+    assert _misses(50.0, 100.0, 4.0, 30.0, caps=caps, q_job=q_job) == pytest.approx(50.0, rel=1e-12)
+    assert q_job[0] == pytest.approx(20.0, rel=1e-12)  # the same 20 vPod-s of job work wait at the bin's end
+    assert _misses(50.0, 100.0, 4.0, 30.0, caps=caps) == 0.0
+
+
+def test_a_chunk_start_reprices_the_waiting_jobs() -> None:
+    # 20 vPod-s of waiting jobs; bin 0 brings 5 vPod-s (lowest level, 0.5 vPod: the queue is 40 s and stays), bin 1
+    # 10 vPod-s (the 4-vPod level). Within one 60-s chunk the queue keeps its price: 40 s + 2.5 s - 10 s = 32.5 s at
+    # bin 1's end, above 30 s of slack, so all 150 arrivals miss. With a chunk start every 10 s, the waiting jobs are
+    # priced at bin 1's level at its start (the request level prices them at the chunk's first sub-step): 20 / 4 = 5 s,
+    # and bin 1's 100 arrivals do not miss
+    caps = np.full(J, 4.0)
+    caps[0] = 0.5
+    n = np.array([50.0, 100.0])
+    assert _misses(n, 100.0, 4.0, 30.0, caps=caps, q_job=np.full(NB, 20.0), n_bins=2) == pytest.approx(150.0)
+    assert _misses(n, 100.0, 4.0, 30.0, caps=caps, q_job=np.full(NB, 20.0), n_bins=2, check_s=10.0) == (
+        pytest.approx(50.0))
+    # with the largest level all along (caps equal), the job queue is the token backlog (60 vPod-s queued, 5 vPod-s
+    # per bin on 1 vPod): it drains by 5 s per bin from 60 s, always above 30 s of slack
+    assert _misses(50.0, 100.0, 1.0, 30.0, q0=60_000.0, n_bins=3) == pytest.approx(150.0, rel=1e-12)
 
 
 class _Stub:

@@ -27,8 +27,9 @@ compiled loop, :func:`~servegym.envs.npu.sim.fluid_kernels.serve`):
   job's tokens, and the batch they ran at, in one interval: up to 11 % off the request level's energy.)
 * **SLO**: TTFT = roofline latency at the operating level + the wait of an FCFS server at the group's
   utilization (Pollaczek-Khinchine mean, exponential tail; only where the largest level keeps up, else the
-  Lindley backlog is the wait), or the wait for the first ready vPod of a
-  group; effective TPOT = TPOT + wait / output tokens, its miss share from the bucket's output-length
+  job queue is the wait: each bin's arrivals priced at the capacity of the level chosen when they arrive,
+  waiting jobs repriced at each ``check_s`` chunk's start, as the request level prices its jobs), or the wait
+  for the first ready vPod of a group; effective TPOT = TPOT + wait / output tokens, its miss share from the bucket's output-length
   distribution. Requests served from a backlog count as misses. A request misses if either does, the two paired
   per (input, total) length bucket cell (:meth:`FluidCluster._either_missed`).
 
@@ -89,6 +90,7 @@ class FluidCluster(NPUCluster):
         # fluid state: per phase, queued tokens and requests per (group bucket, request bucket)
         self.q_tok = np.zeros((2, NB, NB))
         self.q_req = np.zeros((2, NB, NB))
+        self.q_job = np.zeros(NB)  # prefill job queue's waiting work per group, best-level vPod-s (ttft_misses)
         self.n_act = np.zeros(NB)  # decode jobs in service per group at the interval's end
         # decode jobs in service (admitted, not finished making tokens): output tokens left and jobs per
         # (group bucket, request bucket), carried across intervals (fluid_kernels.decode_in_service)
@@ -164,6 +166,8 @@ class FluidCluster(NPUCluster):
             tok = self.q_tok[p][orphan].sum(axis=0)
             req = self.q_req[p][orphan].sum(axis=0)
             self.q_tok[p][orphan] = 0.0
+            if p == 0:  # the moved tokens join the new group's token backlog, which bounds its job queue from below
+                self.q_job[orphan] = 0.0
             self.q_req[p][orphan] = 0.0
             to = self._route(p, _AR) - p * NB
             self.q_tok[p][to, _AR] += tok
@@ -344,7 +348,7 @@ class FluidCluster(NPUCluster):
                  fv.psr, psa, fv.usd_ready, fv.slots, fv.unavail, fv.dom, fv.cap, cap3, fv.pbusy, fv.tps_best, fv.latd,
                  f_tok, f_req, f_seg, self.q_seg, self.lat, self.pow, self.tps, self.cfg_levels, self.slo_p, self.slo_d,
                  prof.isl_m1, prof.isl_m2, prof.osl_cdf, self._finite_tables, self.d_tok, self.d_req, energy, e_busy,
-                 tokens, batch_tok, n_act, util, res, miss_pb, md_b, fin_b)
+                 tokens, batch_tok, n_act, util, res, miss_pb, md_b, fin_b, c.check_s, self.q_job)
         self.n_act = n_act
         self.util = util
         acc["tokens"] += tokens

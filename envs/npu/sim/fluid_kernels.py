@@ -72,11 +72,24 @@ def _cap(cap, cap3, steady, g, k, j):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, lat, slo_p, isl_m1,
-                isl_m2, finite, miss_b):  # pragma: no cover - compiled
+                isl_m2, finite, miss_b, check_s, q_job):  # pragma: no cover - compiled
     """Expected TTFT misses among the interval's prefill arrivals (the fluid module's model): per profile bin,
-    the backlog ahead by a Lindley recursion at the largest level's capacity, the share of the bin's arrivals
-    that find more work ahead than their slack, and, in bins where the largest level keeps up, the M/G/1 tail of the
-    wait at the operating level. Also writes the misses per input bucket into ``miss_b`` (48)."""
+    the wait ahead (the job queue below), the share of the bin's arrivals that find more than their slack ahead,
+    and, in bins where the largest level keeps up, the M/G/1 tail of the wait at the operating level. Also writes
+    the misses per input bucket into ``miss_b`` (48).
+
+    The job queue is the request level's (serving._start_prefill): a group's operating level follows its token
+    fluid (backlog + arrivals, a Lindley recursion at the largest level's capacity), but each job's service time is
+    its work over the group's capacity at the level of the sub-step it arrives in, or, for a job still waiting at a
+    ``check_s`` chunk's start, at that chunk's first level; the server works through those service times FCFS, one
+    second per second. Under sustained overload the two part: jobs arriving while the token fluid has caught up get
+    the low level's long service times and keep them when the level rises, so the queue drains below the largest
+    level's rate (Llama-3-70B LVEval NeuScale, group 37 at 4,980 s: 111 vPod-s of token backlog, 216 of queued job
+    work). So per group the queue ``q`` (s) starts as the waiting work ``q_job`` (best-level vPod-s, at least the
+    token backlog) over the first bin's capacity, each bin adds its arrivals' work over its level's capacity and
+    drains its length; at a chunk's start the waiting work is repriced at that bin's level. Its token content is
+    kept for the repricing (FCFS: the bin's own arrivals leave last, the older part at its mean price) and written
+    back to ``q_job`` (48, updated in place) for the next interval. ``check_s``: the request level's chunk (s)."""
     nb = gp.size
     nk = k_len.size
     J = cap.shape[1]
@@ -91,12 +104,14 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
             d[k, gp[b]] += k_pre[k, 1, b] / rt[b]
         for g in range(nb):
             cmax[k, g] = _cap(cap, cap3, steady, g, k, J - 1) * k_len[k]
-    # per bin and group: the backlog ahead at the bin's start (Lindley: B_k = S_k - min(-B_0, S_1..S_k), S the
-    # cumulative arrivals - capacity), the operating level, its capacity and the utilization
-    prev = np.empty((nk, nb))
+    # per bin and group: the token fluid's backlog at the bin's start (Lindley: B_k = S_k - min(-B_0, S_1..S_k), S
+    # the cumulative arrivals - capacity), which sets the operating level, its capacity and the utilization
     jk = np.empty((nk, nb), dtype=np.int64)
     cj = np.empty((nk, nb))
     rho = np.empty((nk, nb))
+    # the job queue (seconds of the group's server) at each bin's start and its change over the bin while busy
+    qs = np.empty((nk, nb))
+    qg = np.empty((nk, nb))
     for g in range(nb):
         b0 = 0.0
         for b in range(nb):
@@ -105,8 +120,11 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
         s = 0.0
         low = -b0
         pv = b0
+        # waiting job work in best-level vPod-s: at least the token fluid's backlog (its tokens are not served yet)
+        wt = max(q_job[g], b0)
+        q = -1.0  # < 0: to be priced at the next bin with capacity
+        off = 0.0
         for k in range(nk):
-            prev[k, g] = pv
             dem = pv + d[k, g]
             jj = J - 1
             for j in range(J):
@@ -114,11 +132,34 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
                     jj = j
                     break
             jk[k, g] = jj
-            cj[k, g] = _cap(cap, cap3, steady, g, k, jj)
-            rho[k, g] = min(max(dem / max(cj[k, g] * k_len[k], 1e-300), 0.0), 0.999)
+            c = _cap(cap, cap3, steady, g, k, jj)
+            cj[k, g] = c
+            rho[k, g] = min(max(dem / max(c * k_len[k], 1e-300), 0.0), 0.999)
             s += d[k, g] - cmax[k, g]
             low = min(low, s)
             pv = s - low
+            if c <= 0.0:  # no ready vPod: nothing starts (every arrival misses); the work waits to be priced
+                qs[k, g] = 0.0
+                qg[k, g] = 0.0
+                wt += d[k, g]
+                q = -1.0
+            else:
+                if q < 0.0 or abs(off - check_s * round(off / check_s)) < 1e-6:
+                    q = wt / c  # a chunk's start: the waiting jobs' service times at the chunk's first level
+                qs[k, g] = q
+                add = d[k, g] / c  # the bin's arrivals at the level they arrive in
+                qg[k, g] = add - k_len[k]
+                qn = q + add - k_len[k]
+                if qn <= 0.0:
+                    wt = 0.0
+                    q = 0.0
+                else:
+                    # FCFS: the oldest work leaves first; what is left is this bin's arrivals (priced at c) and the
+                    # newest part of the older queue (at its mean price)
+                    wt = qn * c if qn <= add else wt * (qn - add) / q + d[k, g]
+                    q = qn
+            off += k_len[k]
+        q_job[g] = wt
     # the service-time moments of each group's arrivals in the bin (in best-level vPod-seconds, before dividing by
     # the operating capacity): a job's FCFS wait is set by the work of every job ahead of it, the group's whole
     # length mix, not by jobs of its own length bucket (a 128-token prompt waits behind 4K-token prompts)
@@ -147,27 +188,27 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
                 continue
             c_top = _cap(cap, cap3, steady, g, k, J - 1)
             grow = d[k, g] - cmax[k, g]
-            pv = prev[k, g]
+            qv = qs[k, g]
+            gq = qg[k, g]
             # a job waits for the work ahead of it, not its own. The request level's wait of job n is the work of the
             # jobs before it, max_k (a_k + sum_{k<=i<n} s_i) - a_n; the fluid's backlog at an arrival instant is the
             # expected work arrived before it (Poisson arrivals see time averages), which does not hold the job's own
             # work, so the slack is compared with the backlog as it is (subtracting one mean job, as before, made a
             # long-prompt group's waits one job too short: LVEval NeuScale rows +0.15..+0.62 pp closer)
-            thr = slack * max(c_top, 1e-300)
             if c_top <= 0.0:
                 late = 1.0
-            elif grow > 0.0:
-                late = min(max(1.0 - (thr - pv) / grow, 0.0), 1.0)
-            elif grow < 0.0:
-                late = min(max((pv - thr) / -grow, 0.0), 1.0)
+            elif gq > 0.0:
+                late = min(max(1.0 - (slack - qv) / gq, 0.0), 1.0)
+            elif gq < 0.0:
+                late = min(max((qv - slack) / -gq, 0.0), 1.0)
             else:
-                late = 1.0 if pv > thr else 0.0
+                late = 1.0 if qv > slack else 0.0
             # within the bin: FCFS wait of an M/G/1 server at the operating level (Pollaczek-Khinchine mean over
             # the group's mix), at most half the sub-step's work (the request level sizes each sub-step's level on
             # its arrivals). Only where the largest level keeps up (no backlog at the bin's start, arrivals below
             # its capacity): there the server empties between busy periods and the stationary wait is the queue.
             # Where it does not, the request level's server never empties within the bin, so a job's wait is the
-            # work ahead of it, which the Lindley backlog (``late``) already counts; adding the stationary tail on
+            # work ahead of it, which the job queue (``late``) already counts; adding the stationary tail on
             # top counted that queue twice (+1.2 pp on the Azure rows of the cross-check, where all of the request
             # level's TTFT misses are waits and 95 % of them fall in such bins: Llama-3-8B, azure-code, Base, 2 h)
             cjs = max(cj[k, g], 1e-12)
@@ -176,7 +217,7 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
             r = rho[k, g]
             wq = min(r * s2 / max(2.0 * s1 * (1.0 - r), 1e-300), 0.5 * r * dt)
             tail = 0.0
-            if wq > 0.0 and slack < r * dt and pv <= 0.0 and grow <= 0.0:
+            if wq > 0.0 and slack < r * dt and qv <= 0.0 and grow <= 0.0:
                 tail = r * math.exp(-r * slack / max(wq, 1e-300))
             miss += n * (late + (1.0 - late) * tail)
             miss_b[b] += n * (late + (1.0 - late) * tail)
@@ -258,7 +299,7 @@ def decode_in_service(T, dt, levels, g, nr, slot_n, arr_sub, phid, q_tok, q_seg,
 def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_ready, psr, psa, usd_ready, slots,
           unavail, dom, cap, cap3, pbusy, tps_best, latd, f_tok, f_req, f_seg, q_seg, lat, pw, tps, cfg_levels, slo_p,
           slo_d, isl_m1, isl_m2, osl_cdf, finite, d_tok, d_req, energy, e_busy, tokens, batch_tok, n_act, util, res,
-          miss_pb, md_b, fin_b):  # pragma: no cover
+          miss_pb, md_b, fin_b, check_s, q_job):  # pragma: no cover
     """One interval of ``T`` seconds of the fluid serving step (module docstring). Updates ``q_tok`` /
     ``q_req`` (2 phases x 48 groups x 48 request buckets), writes per group (96) ``energy``, ``e_busy``
     (request-attributed energy), ``tokens`` and ``batch_tok`` (tokens made x batch) of the interval, the
@@ -315,7 +356,7 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
         util[g] = busy if n_ready[g] > 0.0 else 0.0
         util[nb + g] = 0.0
     res[R_MISS_P] = ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, lat, slo_p, isl_m1,
-                                isl_m2, finite, miss_pb)
+                                isl_m2, finite, miss_pb, check_s, q_job)
     # ---- decode: Little's law per group
     for b in range(nb):
         md_b[b] = 0.0
