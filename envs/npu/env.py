@@ -125,7 +125,7 @@ valid config; typical steps are within +-10).
 (24-h train-split episodes, zero action; the heuristic on a 4-h episode about 1,700; random actions about 500, as
 each rebuilds the fleet), the residual mode about 600 (five 60-s decision points per step: NeuScale's decision,
 four emergency checks that observe only when a group has a queue, reconcile; the loop shared with the request
-level); the request level runs 56-66. A 24-h reset of a named split builds the day's workload (~2.6 M requests)
+level), both about 1.1-1.2x that since the 2026-12-06 reading; the request level runs 56-66. A 24-h reset of a named split builds the day's workload (~2.6 M requests)
 and its 10-s profile, about 0.4 CPU-s, plus Base's episode in the residual mode (cached per scenario; 1.1 CPU-s in
 all). The catalogs are built once per
 process (and cached on disk).
