@@ -73,6 +73,18 @@ def test_queued_jobs_keep_the_price_of_the_level_they_arrived_at() -> None:
     assert _misses(50.0, 100.0, 4.0, 30.0, caps=caps) == 0.0
 
 
+def test_the_job_queue_runs_on_into_the_next_interval() -> None:
+    # interval 1: 20 vPod-s arrive in one 10-s bin on 1 vPod, 10 s of work are left at its end (the job queue, kept
+    # in q_job). Interval 2 starts with no token backlog (the serving step's interval fluid may have served it all
+    # on paper) and brings 5 vPod-s: the request level's queue still holds 10 s, so arrivals wait 10 s -> 5 s, all
+    # above 4 s of slack; an interval that started empty had none miss
+    q_job = np.zeros(NB)
+    _misses(200.0, 100.0, 1.0, 4.0, q_job=q_job)
+    assert q_job[0] == pytest.approx(10.0, rel=1e-12)
+    assert _misses(50.0, 100.0, 1.0, 4.0, q_job=q_job) == pytest.approx(50.0, rel=1e-12)
+    assert _misses(50.0, 100.0, 1.0, 4.0) == 0.0
+
+
 def test_a_chunk_start_reprices_the_waiting_jobs() -> None:
     # 20 vPod-s of waiting jobs; bin 0 brings 5 vPod-s (lowest level, 0.5 vPod: the queue is 40 s and stays), bin 1
     # 10 vPod-s (the 4-vPod level). Within one 60-s chunk the queue keeps its price: 40 s + 2.5 s - 10 s = 32.5 s at
