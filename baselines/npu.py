@@ -13,7 +13,10 @@
   lengths): each request on its best-fit vPod at a maximum-size batch of its own sequence length;
   no SLO violations by construction.
 
-:func:`run_policy` drives the simulator's decision loop (the same loop the Gymnasium env drives).
+:func:`run_policy` drives the simulator's decision loop (the same loop the Gymnasium env drives). The rules both
+policies share (count rule, coincidence, emergency scale-out, trace sizing) are in :mod:`servegym.baselines.npu_rules`;
+the ``servegym npu compare`` runner and the Ideal oracle in :mod:`servegym.baselines.npu_compare` (both names are
+importable from here too).
 
 With ``fit_at = "operating"`` both policies fix their configurations before the run at the trace's peak demand
 (:func:`operating_picks`; §5.1: "We generate the best-fit allocations for each unique sequence length for each
@@ -59,186 +62,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
+from servegym.baselines.npu_rules import (  # noqa: F401  (re-exported: their home before the split)
+    _alive_counts,
+    _CountRule,
+    _emergency,
+    coincidence,
+    emergency_decision,
+    emergency_possible,
+    operating_picks,
+    trace_peak,
+)
 from servegym.envs.npu.sim.cluster import NB, NPUCluster, Observation, ScalingDecision
-from servegym.envs.npu.sim.dse import SEQ_BUCKETS
-from servegym.envs.npu.sim.pairwise_sums import peak_ratio
 from servegym.envs.npu.sim.roofline import PHASES
 
-from servegym.errors import ConfigError, check_range, choice_error
+from servegym.errors import ConfigError, check_range
 
 _BUCKETS = np.arange(NB)
 
 POLICIES: tuple[str, ...] = ("base", "neuscale", "ideal")
-
-
-@dataclass
-class _CountRule:
-    """Shared count rule: EWMA of R_peak, x2 per epoch, ÷2 per window, emergency scale-out."""
-
-    alpha: float = 0.5
-    max_up: float = 2.0
-    halve_window_s: float = 1800.0
-    ewma: np.ndarray = field(default_factory=lambda: np.zeros((2, NB)))
-    ref: dict[tuple[str, int], tuple[int, float, bool]] = field(default_factory=dict)
-
-    def signal(self, ctx: Observation) -> np.ndarray:
-        p = ctx.epoch_peak
-        self.ewma = np.maximum(p, self.alpha * p + (1.0 - self.alpha) * self.ewma)
-        return self.ewma
-
-    def limit(self, key: tuple[str, int], want: int, current: int, now: float) -> int:
-        """The count allowed now: at most x2 the current count per epoch; at most one halving per window,
-        measured from the window's start count; a group created in this window is not scaled in before
-        the window ends (its creation is its last scaling event), which keeps groups from flickering."""
-        if current == 0:
-            if want > 0:
-                self.ref[key] = (want, now, True)
-            return want
-        n_ref, t_ref, fresh = self.ref.get(key, (current, now, False))
-        if now - t_ref >= self.halve_window_s - 1e-9:
-            n_ref, t_ref, fresh = current, now, False
-        self.ref[key] = (n_ref, t_ref, fresh)
-        out = min(want, math.floor(self.max_up * current))
-        return max(out, min(current, n_ref) if fresh else n_ref // 2)
-
-
-def coincidence(ctx: Observation, phase: int, buckets: np.ndarray, cap: np.ndarray) -> float:
-    """Peak of a group's aggregate 10-s demand over the sum of its buckets' own peaks (in (0, 1]).
-
-    Demand of a bin = sum over the group's ``buckets`` of tokens / (bin length x ``cap``, the bucket's
-    tokens/s per vPod): vPods busy at full batch. §3.4 sizes a group by the peak rate "that would be
-    served by this group"; the count rule keeps its EWMA per bucket, so the group's R_peak / T_pod is
-    the sum of the buckets' EWMA demands times this factor, measured on the last epoch's bins. 1 when
-    the observation has no bins or the group saw no traffic in the epoch.
-    """
-    bins = ctx.epoch_token_bins
-    if bins is None or buckets.size == 0:
-        return 1.0
-    if bins.shape[0] and bins.dtype == np.float64 and bins.ndim == 3 and bins.flags.c_contiguous:
-        # the numpy formula below in one compiled call, same order of sums (sim/pairwise_sums.py)
-        return float(peak_ratio(bins, phase, np.asarray(buckets, dtype=np.int64), np.asarray(cap, dtype=np.float64)))
-    x = bins[:, phase, buckets] / np.maximum(cap, 1e-300)
-    peaks = float(x.max(axis=0).sum())
-    return float(x.sum(axis=1).max()) / peaks if peaks > 0 else 1.0
-
-
-def _alive_counts(ctx: Observation, key: tuple[str, int]) -> dict[int, int]:
-    return dict(ctx.counts.get(key, {}))
-
-
-def _emergency(sim: NPUCluster, ctx: Observation, targets: dict[tuple[str, int], dict[int, int]]) -> dict:
-    """Emergency scale-out (bypasses the x2 limit) for groups whose peak queue exceeds what their alive
-    vPods (booting included) absorb. Decode: queued jobs beyond the summed max batch, ceil(excess / max
-    batch) more vPods. Prefill (max batches of 1-8 and a fluid queue): queued tokens beyond one check
-    interval of the alive vPods' throughput, enough vPods to drain the excess in one interval."""
-    out: dict[tuple[str, int], dict[int, int]] = {}
-    dt = sim.config.check_s
-    for key, tgt in targets.items():
-        if not tgt:
-            continue
-        p, b = PHASES.index(key[0]), int(np.searchsorted(ctx.bucket_edges, key[1]))
-        q = float(ctx.peak_queue[p, b])
-        if q <= 0:
-            continue
-        alive = _alive_counts(ctx, key)
-        main = max(tgt, key=lambda c: tgt[c])
-        if p == 1:
-            excess = q - sum(n * sim.configs[c].max_batch for c, n in alive.items())
-            add = math.ceil(excess / sim.configs[main].max_batch) if excess > 0 else 0
-        else:
-            tpr = max(float(ctx.tokens_per_req[0][ctx.tokens_per_req[0] > 0].mean())
-                      if (ctx.tokens_per_req[0] > 0).any() else 1.0, 1.0)
-            cap = sum(n * sim.max_rps(c, key[0], key[1], 1.0) for c, n in alive.items()) * dt
-            excess = q * tpr - cap
-            add = math.ceil(excess / (sim.max_rps(main, key[0], key[1], 1.0) * dt)) if excess > 0 else 0
-        if add > 0:
-            new = dict(tgt)
-            new[main] = max(tgt[main], alive.get(main, 0)) + add
-            out[key] = new
-    return out
-
-def emergency_possible(sim: NPUCluster, targets: dict[tuple[str, int], dict[int, int]]) -> bool:
-    """Whether :func:`emergency_decision` could scale anything out now: :func:`_emergency` only acts on a group
-    with a target and a positive peak queue. When none has one, a decision point between epochs needs no
-    observation (``sim.skip_observation()``, then an empty decision): the same dynamics at a fraction of the cost
-    of :meth:`~servegym.envs.npu.sim.cluster.NPUCluster.observe` (between epochs, the usual case)."""
-    pq = sim.peak_queue_now()
-    if not pq.any():  # no queue anywhere (the usual case between epochs)
-        return False
-    edges = sim.edges
-    for key, tgt in targets.items():
-        if tgt and pq[PHASES.index(key[0]), int(np.searchsorted(edges, key[1]))] > 0:
-            return True
-    return False
-
-
-def emergency_decision(sim: NPUCluster, ctx: Observation,
-                       targets: dict[tuple[str, int], dict[int, int]]) -> ScalingDecision:
-    """Between epochs both policies only scale out in an emergency; the new targets stick until the next epoch.
-
-    The one emergency scale-out safety layer: Base, NeuScale and the Gymnasium env's agent (its
-    ``safety_layer``, :mod:`servegym.envs.npu.env`) all call this at every 60-s decision point between
-    epochs, with their current ``targets`` (updated in place)."""
-    em = _emergency(sim, ctx, targets)
-    targets.update(em)
-    return ScalingDecision(em)
-
-
-def trace_peak(sim: NPUCluster) -> tuple[float, np.ndarray, np.ndarray]:
-    """The trace metadata both policies size their configurations by (§5.1: Base provisions "for the peak
-    demand"): the peak ``rate_bin_s`` request rate (req/s), and per phase and bucket the mean tokens per
-    request of the whole trace that fall in that bucket (input tokens by input length for prefill, output
-    tokens by total length for decode), shape (2, NB); and the per-phase mean tokens per request (2,)."""
-    req = sim.workload.requests
-    n = len(req)
-    share = np.zeros((2, NB))
-    if n == 0:
-        return 0.0, share, np.ones(2)
-    bins = (req.arrival_s // sim.config.rate_bin_s).astype(np.int64)
-    peak_rps = float(np.bincount(bins).max()) / sim.config.rate_bin_s
-    isl, osl = req.input_tokens.astype(float), req.output_tokens.astype(float)
-    bp = np.searchsorted(sim.edges, np.minimum(isl, sim.edges[-1]))
-    bd = np.searchsorted(sim.edges, np.minimum(isl + osl, sim.edges[-1]))
-    share[0] = np.bincount(bp, weights=isl, minlength=NB) / n
-    share[1] = np.bincount(bd, weights=osl, minlength=NB) / n
-    return peak_rps, share, np.array([isl.mean(), osl.mean()])
-
-
-def operating_picks(sim: NPUCluster) -> dict[tuple[int, int], int]:
-    """Per (phase index, bucket index): the operating-point best fit (:meth:`NPUCluster.op_fit`) at the demand of the
-    group the bucket will be served in, from the trace's peak demand. Fixed for the run, like the paper's offline
-    best-fit database. A bucket's demand is its share of the trace's peak, W_b = peak req/s x the trace's tokens
-    in bucket b per request (tokens/s); consecutive buckets whose picks share an allocation form one group (as
-    :meth:`NeuScalePolicy.groups` forms them), whose configuration is the pick of its top bucket at the group's
-    summed demand, given to every member. Members then share an allocation, so groups only merge; repeated until
-    none does (at most NB rounds). A bucket without traffic keeps its pick at 1 token/s."""
-    peak_rps, share, _ = trace_peak(sim)
-    out: dict[tuple[int, int], int] = {}
-    for p in (0, 1):
-        ph = PHASES[p]
-        w = peak_rps * share[p]
-        pick = {b: sim.op_fit(ph, int(sim.edges[b]), float(w[b])) for b in range(NB)}
-        live = np.flatnonzero(w > 0).tolist()
-        for _ in range(NB):
-            runs: list[list[int]] = []
-            for b in live:
-                if runs and sim.configs[pick[b]].entry.alloc_index == sim.configs[pick[runs[-1][-1]]].entry.alloc_index:
-                    runs[-1].append(b)
-                else:
-                    runs.append([b])
-            new = dict(pick)
-            for run in runs:
-                c = sim.op_fit(ph, int(sim.edges[run[-1]]), float(w[run].sum()))
-                new.update({b: c for b in run})
-            if new == pick:
-                break
-            pick = new
-        out.update({(p, b): c for b, c in pick.items()})
-    return out
 
 
 class NeuScalePolicy:
@@ -673,208 +516,14 @@ def warm_start(sim: NPUCluster, policy: NeuScalePolicy | BasePolicy) -> dict:
     return dict(dec.targets)
 
 
-#: summary key of SLO violation (%) -> the paper's matching SLO satisfaction key (0-1)
-PAPER_SATISFACTION_KEYS = {"slo_violation_pct": "slo_satisfaction", "ttft_violation_pct": "slo_satisfaction_prefill",
-                           "tpot_violation_pct": "slo_satisfaction_decode"}
-
-
-def paper_satisfaction(summary: dict[str, float]) -> dict[str, float]:
-    """``summary`` plus the paper's SLO satisfaction (share of requests meeting the SLO, 0-1) beside each
-    SLO violation (%): ``slo_satisfaction`` = 1 - ``slo_violation_pct`` / 100, ``_prefill`` from TTFT, ``_decode``
-    from TPOT. servegym reports violation %; this is only for comparing with the paper's satisfaction figures
-    (§5.2-5.4). A summary recorded with satisfaction keys only gets the violation keys filled the same way."""
-    out = dict(summary)
-    for viol, sat in PAPER_SATISFACTION_KEYS.items():
-        if viol in out:
-            out.setdefault(sat, 1.0 - out[viol] / 100.0)
-        elif sat in out:
-            out[viol] = 100.0 * (1.0 - out[sat])
-    return out
-
-
-def ideal_metrics(sim: NPUCluster, hours: float | None = None) -> dict[str, float]:
-    """The §5.1 oracle (uses oracle information: true lengths): every request on its best-fit vPod at
-    a maximum-size batch of its own sequence length; energy/cost per token from the scoring model's best fits.
-
-    Prefill tokens = input tokens at the input-length bucket; decode tokens = output tokens at the
-    total-length bucket. SLO violation is 0 % by construction (best fits meet the SLO).
-    """
-    horizon = sim.workload.duration_s if hours is None else hours * 3600.0
-    r = sim.workload.requests.window(0.0, horizon)
-    out: dict[str, float] = {"oracle": 1.0}
-    e_tot = u_tot = t_tot = 0.0
-    for ph, bk, tok in (("prefill", sim.bk_p[: len(r)], r.input_tokens), ("decode", sim.bk_d[: len(r)], r.output_tokens)):
-        # the scoring model's best fits the cluster can run (those of its phase's chip versions,
-        # ClusterConfig.phase_versions): the oracle knows the true costs, not the selection model's estimates
-        e_tok = np.array([sim.ideal_fit[(ph, int(s))].energy_j_per_token for s in sim.edges])
-        u_tok = np.array([sim.ideal_fit[(ph, int(s))].usd_per_token for s in sim.edges])
-        e = float((tok * e_tok[bk]).sum())
-        u = float((tok * u_tok[bk]).sum())
-        t = float(tok.sum())
-        out[f"energy_j_{ph}"], out[f"usd_{ph}"], out[f"tokens_{ph}"] = e, u, t
-        out[f"energy_efficiency_{ph}"] = t / e if e else 0.0
-        out[f"cost_efficiency_{ph}"] = t / u if u else 0.0
-        e_tot, u_tot, t_tot = e_tot + e, u_tot + u, t_tot + t
-    out.update(energy_j=e_tot, usd=u_tot, tokens=t_tot, energy_efficiency=t_tot / e_tot if e_tot else 0.0,
-               cost_efficiency=t_tot / u_tot if u_tot else 0.0, slo_violation_pct=0.0,
-               ttft_violation_pct=0.0, tpot_violation_pct=0.0,
-               requests_finished=float(len(r)))
-    return out
-
-
-@dataclass(frozen=True)
-class CompareResult:
-    """One row of :func:`compare`: efficiencies (tokens/J, tokens/USD), SLO violation (%) and the
-    per-epoch vPod counts (epochs x 2 phases x 48 buckets) for plots."""
-
-    policy: str
-    summary: dict[str, float]
-    alive: np.ndarray
-    energy_j_per_epoch: np.ndarray
-    slo_per_epoch: np.ndarray
-
-    def row(self) -> dict[str, float | str | bool]:
-        s = self.summary
-        out: dict[str, float | str | bool] = {
-            "policy": self.policy, "energy_efficiency": s["energy_efficiency"],
-            "cost_efficiency": s["cost_efficiency"], "slo_violation_pct": s["slo_violation_pct"],
-            "oracle": bool(s.get("oracle", 0.0)),
-        }
-        for k in ("energy_efficiency_prefill", "energy_efficiency_decode", "cost_efficiency_prefill",
-                  "cost_efficiency_decode", "ttft_violation_pct", "tpot_violation_pct",
-                  "energy_j", "usd", "tokens"):
-            out[k] = s[k]
-        for k in ("energy_efficiency_busy", "cost_efficiency_busy"):
-            # request-attributed (no idle vPods); the oracle has no idle, so its value is the plain one
-            out[k] = s.get(k, s[k.replace("_busy", "")])
-        return out
-
-
-def compare(model_name: str = "Llama-3-70B", trace: str = "azure", hours: float = 2.0,
-            policies: tuple[str, ...] = ("base", "neuscale", "ideal"), seed: int = 0,
-            objective: str = "energy", rate_rpm: float | None = None, quota: dict[str, int] | None = None,
-            osl_accuracy: float = 0.6, progress: bool = False, day: int | None = None,
-            fidelity: str = "request", fit_at: str = "best-batch") -> list[CompareResult]:
-    """Run each policy on the same workload and simulator settings (Ideal: the §5.1 oracle bound); ``day``:
-    the day of the 2024 Azure week (:func:`~servegym.envs.npu.sim.workloads.make_workload`); ``fidelity``: the
-    request-level simulator or the fluid one (:func:`~servegym.envs.npu.sim.fluid.make_cluster`); ``fit_at``:
-    :attr:`ClusterConfig.fit_at` (the DSE's best fits, or best fits at the operating point)."""
-    from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog
-    from servegym.envs.npu.sim.fluid import make_cluster
-    from servegym.envs.npu.sim.workloads import make_workload
-
-    for p in policies:
-        if p not in POLICIES:
-            raise choice_error("policy", p, POLICIES)
-    if not policies:
-        raise ConfigError(f"policies is empty; allowed: a non-empty subset of {', '.join(POLICIES)}")
-    check_range("hours", hours, 5.0 / 60.0, 24.0 * 7)
-    cfg = ClusterConfig(model=model_name, objective=objective, quota_chips=quota, osl_accuracy=osl_accuracy,
-                        n_candidates=1, fit_at=fit_at)  # the policies use only the best fit and the fail-overs
-    if day is not None and trace in ("azure-2023", "bursty"):
-        raise ConfigError(f"day = {day} is a day of the 2024 Azure trace; allowed: None with trace = {trace}")
-    epochs = int(hours * 3600.0 // cfg.epoch_s)
-    played = [p for p in policies if p != "ideal"]
-    bar = None
-    if progress:  # the start line comes before the workload and the catalog are built (seconds for a day)
-        from servegym.envs.npu.sim.workloads import TABLE4_RATE_RPM
-
-        from servegym.estimates import estimate
-        from servegym.progress import Progress
-
-        rpm = rate_rpm if rate_rpm is not None else TABLE4_RATE_RPM.get(trace)
-        est, basis = estimate("npu compare" if fidelity == "request" else "npu compare fluid", policies,
-                              None if rpm is None else rpm * hours * 60.0 / 1000.0, once=("workload",))
-        bar = Progress(epochs * len(played), "npu compare", "epoch", what=f"{', '.join(policies)} on {model_name}, "
-                       f"{trace}, {hours:g} h (seed {seed})", estimate_s=est, basis=basis)
-    wl = make_workload(trace, hours=hours, seed=seed, rate_rpm=rate_rpm, day=None if trace == "bursty" else day)
-    cat = ConfigCatalog(cfg)
-    out: list[CompareResult] = []
-    if epochs != int(wl.duration_s // cfg.epoch_s):
-        raise AssertionError("the workload's length differs from the hours asked")
-    for name in policies:
-        sim = make_cluster(cfg, wl, seed=seed, catalog=cat, fidelity=fidelity)
-        if name == "ideal":
-            s = ideal_metrics(sim)
-            out.append(CompareResult(name, s, np.zeros((0, 2, NB)), np.zeros(0), np.zeros(0)))
-            continue
-        cb = None
-        if bar is not None:
-            def cb(_e: int, bar: Any = bar) -> None:
-                bar.update(1)
-        s = run_policy(sim, make_policy(name), progress=cb)
-        per = round(cfg.epoch_s / cfg.check_s)
-        hist = sim.history
-        alive = np.array([hist[i].alive for i in range(per - 1, len(hist), per)])
-        e = np.array([sum(h.energy_j.sum() for h in hist[i:i + per]) for i in range(0, len(hist), per)])
-        slo = np.array([_slo(hist[i:i + per]) for i in range(0, len(hist), per)])
-        out.append(CompareResult(name, s, alive, e, slo))
-    if bar is not None:
-        bar.close()
-    return out
-
-
-def _slo(hs: list) -> float:
-    """SLO violation (%) of the requests finished in the spans ``hs`` (0 when none finished)."""
-    met = sum(h.slo_met[2] for h in hs)
-    tot = sum(h.slo_total for h in hs)
-    return float(100.0 * (1.0 - met / tot)) if tot else 0.0
-
-
-def plot_compare(results: list[CompareResult], out_dir: str, title: str = "") -> list[str]:
-    """vPods over time (per policy, stacked by group) and energy efficiency vs SLO violation (%); PNG paths."""
-    import os
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    os.makedirs(out_dir, exist_ok=True)
-    paths = []
-    sims = [r for r in results if r.alive.size]
-    if sims:
-        fig, axes = plt.subplots(len(sims), 2, figsize=(11, 3.2 * len(sims)), squeeze=False)
-        for i, r in enumerate(sims):
-            edges = np.arange(r.alive.shape[0] + 1) * 5.0 / 60.0  # one 5-min epoch per step of the stairs
-            for p, ph in enumerate(PHASES):
-                ax = axes[i, p]
-                cols = np.flatnonzero(r.alive[:, p].sum(axis=0) > 0)
-                base = np.zeros(r.alive.shape[0])
-                for k, c in enumerate(cols):  # stacked stairs: vPod counts are whole numbers per epoch
-                    top = base + r.alive[:, p, c]
-                    ax.stairs(top, edges, baseline=base, fill=True, color=f"C{k % 10}", label=f"≤{int(SEQ_BUCKETS[c])}")
-                    base = top
-                if cols.size:
-                    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
-                              title="group (tokens)", title_fontsize=6)
-                ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-                ax.set_ylim(0, max(1.0, float(base.max())) * 1.1)
-                ax.set_title(f"{r.policy}: {ph} vPods per group")
-                ax.set_xlabel("hours")
-                ax.set_ylabel("vPods")
-        fig.suptitle(title)
-        fig.tight_layout()
-        path = os.path.join(out_dir, "vpods_over_time.png")
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for i, r in enumerate(results):
-        oracle = bool(r.summary.get("oracle", 0.0))
-        ax.scatter(r.summary["slo_violation_pct"], r.summary["energy_efficiency"], s=70, marker="*" if oracle else "o",
-                   color=f"C{i}", label=f"{r.policy} (oracle bound)" if oracle else r.policy)
-    ax.margins(x=0.1, y=0.12)
-    ax.text(0.01, 0.985, "\u2196 better: more tokens/J, fewer violations", transform=ax.transAxes, fontsize=8,
-            color="0.25", ha="left", va="top")
-    ax.set_xlabel("SLO violation (%, TTFT or TPOT missed)")
-    ax.set_ylabel("energy efficiency (tokens/J)")
-    ax.set_title(title or "energy vs SLO")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
-    fig.tight_layout()
-    path = os.path.join(out_dir, "energy_vs_slo.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    paths.append(path)
-    return paths
+# the compare runner's old home: ``from servegym.baselines.npu import compare`` keeps working (its module imports
+# this one, so the names come in at the end, once the policies above exist)
+from servegym.baselines.npu_compare import (  # noqa: E402,F401
+    PAPER_SATISFACTION_KEYS,
+    CompareResult,
+    _slo,
+    compare,
+    ideal_metrics,
+    paper_satisfaction,
+    plot_compare,
+)
