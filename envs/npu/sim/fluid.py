@@ -10,8 +10,10 @@ compiled loop, :func:`~servegym.envs.npu.sim.fluid_kernels.serve`):
 * **Arrivals** from the workload's per-10-s bins (:mod:`~servegym.envs.npu.sim.fluid_profile`): prefill tokens
   and requests by input bucket, decode by total-length bucket, routed by the same length-to-group map;
   decode's misrouted share (1 - ``osl_accuracy``) goes uniformly to the active groups at or above the
-  request's input bucket, and the part of a short-routed request beyond 2x its group's edge to its true
-  group (the migration), using each (input, total) bucket cell's mean lengths.
+  request's input bucket, and the part of a short-routed request beyond its migration point to its true
+  group (the migration: at the next bucket boundary after the input when the re-estimate is right,
+  ``osl_accuracy``, else at 2x the group's edge, as the request level's router), using each (input, total)
+  bucket cell's mean lengths.
 * **Prefill**: a token fluid per group. Work in vPod-seconds at the group's dominant configuration's
   best level (as the request level charges a job); the operating level is the smallest whose capacity
   (ready vPods, each for the share of the interval it is ready) covers backlog + arrivals; unserved
@@ -236,8 +238,14 @@ class FluidCluster(NPUCluster):
             w_tok = P * osl
             w_tok = w_tok / np.maximum(w_tok.sum(axis=1, keepdims=True), 1e-300)
             edge_g = self.edges[None, None, :].astype(float)
-            # share of the output served before the migration at 2x the group's edge (short groups only)
-            first = np.clip((2.0 * edge_g - isl[:, :, None]) / np.maximum(osl[:, :, None], 1.0), 0.0, 1.0)
+            # share of the output served before the migration (short groups only): at 2x the group's edge, or,
+            # when the re-estimate is right (osl_accuracy) and the total passes 2x the edge, at the next bucket
+            # boundary after the input (routing: mig_at), which lies below the group's edge
+            o1 = np.maximum(osl[:, :, None], 1.0)
+            late = np.clip((2.0 * edge_g - isl[:, :, None]) / o1, 0.0, 1.0)
+            nxt = self.edges[np.minimum(np.searchsorted(self.edges, isl, side="right"), NB - 1)].astype(float)
+            early = np.clip((np.minimum(nxt[:, :, None], 2.0 * edge_g) - isl[:, :, None]) / o1, 0.0, 1.0)
+            first = np.where(late < 1.0, acc * early + (1.0 - acc) * late, late)
             short = _AR[None, None, :] < _AR[:, None, None]  # group bucket < total bucket
             f1 = np.where(short, first, 1.0)  # (total, input, group)
             mis_tok = np.einsum("ti,ig,tig->tg", w_tok, U, f1)
