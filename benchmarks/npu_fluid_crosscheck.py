@@ -22,7 +22,7 @@ import platform
 import time
 
 from servegym.envs.npu.env import NPUEnvConfig, draw_scenario
-from servegym.envs.npu.reports.fluid_check import ENERGY_COST_TOL, SLO_TOL_PP, crosscheck
+from servegym.envs.npu.reports.fluid_check import ENERGY_COST_TOL, SLO_TOL_PP, crosscheck, segment_scenario
 from servegym.envs.npu.scenarios import SPLIT_DAY_SET
 from servegym.envs.npu.sim import azure2024
 from servegym.envs.npu.sim.catalog import MODELS
@@ -30,7 +30,6 @@ from servegym.envs.npu.sim.cluster import ConfigCatalog
 from servegym.envs.npu.sim.workloads import AZURE2024_TRACE, make_workload
 
 from servegym.outputs import atomic_path
-from servegym.splits import segment
 
 WORKLOADS = (("test", "azure-code"), ("test", "azure-conv"), ("shift-lveval", "azure-code"),
              ("shift-openthoughts", "azure-code"))
@@ -61,8 +60,7 @@ def main() -> None:
                 wl = make_workload(sc["trace"], hours=args.hours, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"],
                                    azure_trace=azure, start_hour=sc["start_hour"], day=day, within_day=True)
             else:  # the tiled 2023 hour on the split's segment of the trace hour (the earlier scenarios)
-                wl = make_workload(sc["trace"], hours=args.hours, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"],
-                                   azure_trace=azure, start_hour=sc["start_hour"], segment=segment(split))
+                sc, wl = segment_scenario(split, azure, args.hours, args.seed)
             for r in crosscheck(cc, wl, seed=sc["simulation_seed"], catalog=cat):
                 r.update(model=m, split=split, workload=sc["trace"] if sc["trace"] != "azure" else azure,
                          start_hour=sc["start_hour"], rate_rpm=sc["rate_rpm"], requests=len(wl.requests))

@@ -83,17 +83,12 @@ def test_without_a_ready_vpod_the_jobs_wait_in_service() -> None:
 
 @pytest.mark.slow
 def test_fluid_energy_follows_the_request_level_on_long_outputs() -> None:
-    from servegym.envs.npu.env import NPUEnvConfig, draw_scenario
-    from servegym.envs.npu.reports.fluid_check import ENERGY_COST_TOL, crosscheck
-    from servegym.envs.npu.sim.workloads import make_workload
-
-    from servegym.splits import segment
+    from servegym.envs.npu.env import NPUEnvConfig
+    from servegym.envs.npu.reports.fluid_check import ENERGY_COST_TOL, crosscheck, segment_scenario
 
     # OpenThoughts' outputs (thousands of tokens at Llama-3.1-405B's TPOT: a job spans many intervals). Serving
     # each interval's decode arrivals within it put the fluid 7.3 % below the request level here (6 h, Base)
-    sc = draw_scenario("shift-openthoughts", 0)
-    wl = make_workload(sc["trace"], hours=2.0, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"],
-                       azure_trace="azure-code", start_hour=sc["start_hour"], segment=segment("shift-openthoughts"))
+    sc, wl = segment_scenario("shift-openthoughts", "azure-code", 2.0)
     (row,) = crosscheck(NPUEnvConfig(split=None, model="Llama-3.1-405B").cluster_config(), wl,
                         seed=sc["simulation_seed"], policies=("base",))
     assert abs(row["energy_rel"]) <= ENERGY_COST_TOL
@@ -102,19 +97,15 @@ def test_fluid_energy_follows_the_request_level_on_long_outputs() -> None:
 @pytest.mark.slow
 def test_migrated_requests_split_their_tokens_where_the_request_level_does() -> None:
     from servegym.baselines.npu import make_policy, run_policy
-    from servegym.envs.npu.env import NPUEnvConfig, draw_scenario
+    from servegym.envs.npu.env import NPUEnvConfig
+    from servegym.envs.npu.reports.fluid_check import segment_scenario
     from servegym.envs.npu.sim.cluster import ConfigCatalog, NPUCluster
     from servegym.envs.npu.sim.fluid import FluidCluster
-    from servegym.envs.npu.sim.workloads import make_workload
-
-    from servegym.splits import segment
 
     # NeuScale runs several decode groups; a misrouted request migrates at the next bucket boundary after its input
     # when the re-estimate is right, else at 2x its group's edge. Taking 2x the edge always gave DeepSeek's
     # shortest busy group 22 % more decode tokens than the request level here (2 h); now every group is within 12 %
-    sc = draw_scenario("shift-openthoughts", 0)
-    wl = make_workload(sc["trace"], hours=2.0, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"],
-                       azure_trace="azure-code", start_hour=sc["start_hour"], segment=segment("shift-openthoughts"))
+    sc, wl = segment_scenario("shift-openthoughts", "azure-code", 2.0)
     cc = NPUEnvConfig(split=None, model="DeepSeek-V3-671B").cluster_config()
     cat = ConfigCatalog(cc)
     tok = []

@@ -62,20 +62,19 @@ def test_fidelity_switch_is_validated_and_request_mode_runs() -> None:
 
 @pytest.mark.slow
 def test_fluid_crosschecks_the_request_level_on_a_small_scenario() -> None:
-    from servegym.envs.npu.env import draw_scenario
-    from servegym.envs.npu.reports.fluid_check import ENERGY_COST_TOL, SLO_TOL_PP, crosscheck
+    from servegym.envs.npu.reports.fluid_check import (
+        ENERGY_COST_TOL,
+        SLO_TOL_PP,
+        crosscheck,
+        segment_scenario,
+    )
     from servegym.envs.npu.sim.cluster import ClusterConfig
-    from servegym.envs.npu.sim.workloads import make_workload
-
-    from servegym.splits import segment
 
     # the tiled 2023 hour (a named bursty scenario) on its test segment. Energy and cost are within tolerance.
     # The fluid was pessimistic on the coding trace here (+1.18 pp Base, +1.29 pp NeuScale) while it added the
     # stationary M/G/1 tail on top of the Lindley backlog in bins the largest level cannot keep up with (the
     # queue counted twice); with the tail only where the server empties: +0.19 / +0.56 pp, within 1 pp.
-    sc = draw_scenario("test", 0)
-    wl = make_workload("azure", hours=1.0, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"],
-                       azure_trace="azure-code", start_hour=sc["start_hour"], segment=segment("test"))
+    sc, wl = segment_scenario("test", "azure-code", 1.0)
     for row in crosscheck(ClusterConfig(model="Llama-3-70B", n_candidates=1), wl, seed=sc["simulation_seed"]):
         assert abs(row["energy_rel"]) <= ENERGY_COST_TOL and abs(row["usd_rel"]) <= ENERGY_COST_TOL
         assert abs(row["slo_pp"]) <= SLO_TOL_PP
@@ -83,18 +82,13 @@ def test_fluid_crosschecks_the_request_level_on_a_small_scenario() -> None:
 
 @pytest.mark.slow
 def test_fluid_ttft_misses_follow_the_request_level_on_the_conversation_trace() -> None:
-    from servegym.envs.npu.env import NPUEnvConfig, draw_scenario
-    from servegym.envs.npu.reports.fluid_check import SLO_TOL_PP, crosscheck
-    from servegym.envs.npu.sim.workloads import make_workload
-
-    from servegym.splits import segment
+    from servegym.envs.npu.env import NPUEnvConfig
+    from servegym.envs.npu.reports.fluid_check import SLO_TOL_PP, crosscheck, segment_scenario
 
     # Base's one prefill group serves every prompt length, so a short prompt waits behind long ones: the
     # fluid's TTFT wait uses the group's length mix (it read each bucket's own moments before and gave
     # 0.84 % against the request level's 11.68 % here)
-    sc = draw_scenario("test", 0)
-    wl = make_workload("azure", hours=1.0, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"],
-                       azure_trace="azure-conv", start_hour=sc["start_hour"], segment=segment("test"))
+    sc, wl = segment_scenario("test", "azure-conv", 1.0)
     (row,) = crosscheck(NPUEnvConfig(split=None, model="Llama-3-8B").cluster_config(), wl,
                         seed=sc["simulation_seed"], policies=("base",))
     assert row["slo_violation_pct_request"] > 5.0  # a scenario with misses to follow
@@ -103,20 +97,15 @@ def test_fluid_ttft_misses_follow_the_request_level_on_the_conversation_trace() 
 
 @pytest.mark.slow
 def test_fluid_ttft_follows_the_request_level_under_sustained_prefill_overload() -> None:
-    from servegym.envs.npu.env import NPUEnvConfig, draw_scenario
-    from servegym.envs.npu.reports.fluid_check import SLO_TOL_PP, crosscheck
-    from servegym.envs.npu.sim.workloads import make_workload
-
-    from servegym.splits import segment
+    from servegym.envs.npu.env import NPUEnvConfig
+    from servegym.envs.npu.reports.fluid_check import SLO_TOL_PP, crosscheck, segment_scenario
 
     # the cross-check table's DeepSeek-V3 LVEval NeuScale row (2023, 6 h): long-prompt prefill groups with few vPods
     # stay overloaded for minutes. The request level prices each prefill job at the capacity of the level of the
     # sub-step it arrives in, while the level follows the token fluid, so the job queue drains slower than the
     # largest level would; the fluid drained its backlog at the largest level and gave -1.78 pp (TTFT 52.4 % against
     # 54.7 %); with the job queue priced as the request level prices it: +0.19 pp
-    sc = draw_scenario("shift-lveval", 0)
-    wl = make_workload(sc["trace"], hours=6.0, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"],
-                       azure_trace="azure-code", start_hour=sc["start_hour"], segment=segment("shift-lveval"))
+    sc, wl = segment_scenario("shift-lveval", "azure-code", 6.0)
     (row,) = crosscheck(NPUEnvConfig(split=None, model="DeepSeek-V3-671B").cluster_config(), wl,
                         seed=sc["simulation_seed"], policies=("neuscale",))
     assert row["ttft_violation_pct_request"] > 20.0  # the overloaded scenario
