@@ -22,8 +22,8 @@ import platform
 import time
 
 from servegym.envs.npu.env import NPUEnvConfig, draw_scenario
-from servegym.envs.npu.reports.fluid_check import ENERGY_COST_TOL, SLO_TOL_PP, crosscheck, segment_scenario
-from servegym.envs.npu.scenarios import SPLIT_DAY_SET
+from servegym.envs.npu.reports.fluid_check import ENERGY_COST_TOL, SLO_TOL_PP, crosscheck
+from servegym.envs.npu.scenarios import SPLIT_DAY_SET, segment_scenario
 from servegym.envs.npu.sim import azure2024
 from servegym.envs.npu.sim.catalog import MODELS
 from servegym.envs.npu.sim.cluster import ConfigCatalog

@@ -84,7 +84,8 @@ def test_without_a_ready_vpod_the_jobs_wait_in_service() -> None:
 @pytest.mark.slow
 def test_fluid_energy_follows_the_request_level_on_long_outputs() -> None:
     from servegym.envs.npu.env import NPUEnvConfig
-    from servegym.envs.npu.reports.fluid_check import ENERGY_COST_TOL, crosscheck, segment_scenario
+    from servegym.envs.npu.reports.fluid_check import ENERGY_COST_TOL, crosscheck
+    from servegym.envs.npu.scenarios import segment_scenario
 
     # OpenThoughts' outputs (thousands of tokens at Llama-3.1-405B's TPOT: a job spans many intervals). Serving
     # each interval's decode arrivals within it put the fluid 7.3 % below the request level here (6 h, Base)
@@ -98,7 +99,7 @@ def test_fluid_energy_follows_the_request_level_on_long_outputs() -> None:
 def test_migrated_requests_split_their_tokens_where_the_request_level_does() -> None:
     from servegym.baselines.npu import make_policy, run_policy
     from servegym.envs.npu.env import NPUEnvConfig
-    from servegym.envs.npu.reports.fluid_check import segment_scenario
+    from servegym.envs.npu.scenarios import segment_scenario
     from servegym.envs.npu.sim.cluster import ConfigCatalog, NPUCluster
     from servegym.envs.npu.sim.fluid import FluidCluster
 

@@ -66,8 +66,8 @@ def test_fluid_crosschecks_the_request_level_on_a_small_scenario() -> None:
         ENERGY_COST_TOL,
         SLO_TOL_PP,
         crosscheck,
-        segment_scenario,
     )
+    from servegym.envs.npu.scenarios import segment_scenario
     from servegym.envs.npu.sim.cluster import ClusterConfig
 
     # the tiled 2023 hour (a named bursty scenario) on its test segment. Energy and cost are within tolerance.
@@ -83,7 +83,8 @@ def test_fluid_crosschecks_the_request_level_on_a_small_scenario() -> None:
 @pytest.mark.slow
 def test_fluid_ttft_misses_follow_the_request_level_on_the_conversation_trace() -> None:
     from servegym.envs.npu.env import NPUEnvConfig
-    from servegym.envs.npu.reports.fluid_check import SLO_TOL_PP, crosscheck, segment_scenario
+    from servegym.envs.npu.reports.fluid_check import SLO_TOL_PP, crosscheck
+    from servegym.envs.npu.scenarios import segment_scenario
 
     # Base's one prefill group serves every prompt length, so a short prompt waits behind long ones: the
     # fluid's TTFT wait uses the group's length mix (it read each bucket's own moments before and gave
@@ -98,7 +99,8 @@ def test_fluid_ttft_misses_follow_the_request_level_on_the_conversation_trace() 
 @pytest.mark.slow
 def test_fluid_ttft_follows_the_request_level_under_sustained_prefill_overload() -> None:
     from servegym.envs.npu.env import NPUEnvConfig
-    from servegym.envs.npu.reports.fluid_check import SLO_TOL_PP, crosscheck, segment_scenario
+    from servegym.envs.npu.reports.fluid_check import SLO_TOL_PP, crosscheck
+    from servegym.envs.npu.scenarios import segment_scenario
 
     # the cross-check table's DeepSeek-V3 LVEval NeuScale row (2023, 6 h): long-prompt prefill groups with few vPods
     # stay overloaded for minutes. The request level prices each prefill job at the capacity of the level of the

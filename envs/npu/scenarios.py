@@ -23,7 +23,7 @@ from servegym.envs.npu.sim.workloads import (
     make_workload,
 )
 
-from servegym.splits import scenario_rng
+from servegym.splits import scenario_rng, segment
 
 if TYPE_CHECKING:
     from servegym.envs.npu.env_config import NPUEnvConfig
@@ -97,6 +97,17 @@ CATALOG_CACHE_MAX = 4
 WORKLOAD_CACHE_MAX = 2
 _CATALOGS: _LRU = _LRU(CATALOG_CACHE_MAX)
 _WORKLOADS: _LRU = _LRU(WORKLOAD_CACHE_MAX)
+
+
+def segment_scenario(split: str, azure_trace: str, hours: float, seed: int = 0) -> tuple[dict[str, Any], NPUWorkload]:
+    """The fluid cross-check's scenario of ``split`` on the tiled 2023 Azure hour (``benchmarks/npu_fluid_crosscheck.py``
+    and its tests): :func:`draw_scenario` (reset ``seed``: start hour, rate, workload and simulator seeds) with the
+    arrival timestamps of ``azure_trace`` (azure-code or azure-conv) on the split's segment of the trace hour,
+    ``hours`` (h) long. Returns the drawn scenario and its workload (not cached)."""
+    sc = draw_scenario(split, seed)
+    wl = make_workload(sc["trace"], hours=hours, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"],
+                       azure_trace=azure_trace, start_hour=sc["start_hour"], segment=segment(split))
+    return sc, wl
 
 
 def _catalog(cc: ClusterConfig) -> ConfigCatalog:

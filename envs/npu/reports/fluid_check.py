@@ -15,28 +15,13 @@ from typing import Any
 from servegym.baselines.npu import make_policy, run_policy
 from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog, NPUCluster
 from servegym.envs.npu.sim.fluid import FluidCluster
-from servegym.envs.npu.sim.workloads import NPUWorkload, make_workload
-
-from servegym.splits import segment
+from servegym.envs.npu.sim.workloads import NPUWorkload
 
 ENERGY_COST_TOL = 0.03
 """Largest relative difference of energy and cost (fluid vs request level) the cross-check accepts."""
 SLO_TOL_PP = 1.0
 """Largest difference of SLO violation (percentage points) the cross-check accepts."""
 POLICIES: tuple[str, ...] = ("base", "neuscale")
-
-
-def segment_scenario(split: str, azure_trace: str, hours: float, seed: int = 0) -> tuple[dict[str, Any], NPUWorkload]:
-    """The cross-check's scenario of ``split`` on the tiled 2023 Azure hour: the env's draw
-    (:func:`~servegym.envs.npu.env.draw_scenario`, reset ``seed``: start hour, rate, workload and simulator seeds)
-    with the arrival timestamps of ``azure_trace`` (azure-code or azure-conv) on the split's segment of the trace
-    hour, ``hours`` (h) long. Returns the drawn scenario and its workload."""
-    from servegym.envs.npu.env import draw_scenario  # the env imports the baselines this module imports
-
-    sc = draw_scenario(split, seed)
-    wl = make_workload(sc["trace"], hours=hours, seed=sc["workload_seed"], rate_rpm=sc["rate_rpm"],
-                       azure_trace=azure_trace, start_hour=sc["start_hour"], segment=segment(split))
-    return sc, wl
 
 
 def crosscheck(config: ClusterConfig, workload: NPUWorkload, seed: int = 0, hours: float | None = None,
