@@ -44,8 +44,9 @@ counts it (energy per Ideal epoch + ``slo_penalty`` x misses per arrived request
 ``slo_penalty / objective_weight``), then played on the real simulator through the same decision loop as Base and
 NeuScale (:func:`~servegym.baselines.npu.run_policy`, which asks it at every 60-s point,
 ``decides_between_epochs``; no emergency layer: the plan already knows the future). Its energy, cost and SLO are
-the simulator's. About 9-20 distinct plans are played per episode: 2-3.5 CPU-s per 2-h episode, 29 CPU-s per 24-h
-one (shared 2-core machine; benchmarks/results/npu_yardsticks.md).
+the simulator's. About 9-20 distinct plans are played per episode: 1.4-4.2 CPU-s per 2-h episode, 14-17 CPU-s per
+24-h one (measured 2026-12-06 on the shared 2-core machine, where the DP's count problems in numpy took 7-8 CPU-s
+per 2-h episode before they were compiled; benchmarks/results/npu_yardsticks.md has the suite's figures).
 
 **What the result is.** The played plan is a **feasible** policy of the real simulator, so its return is a
 *lower bound* on the hindsight optimum of the simulator (not an upper bound on anything a policy can do). The
@@ -63,6 +64,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numba import njit
 from numpy.typing import NDArray
 from servegym.envs.npu.sim.cluster import NB, NPUCluster, Observation, ScalingDecision
 from servegym.envs.npu.sim.config import CREATE_S, DELETE_S
@@ -96,28 +98,64 @@ def count_plan(demand: NDArray[np.int64], lead: int, delete_cost: float = DELETE
     if d.ndim != 1 or (d < 0).any():
         raise ConfigError("demand must be a 1-D array of non-negative vPod counts")
     check_range("lead", lead, 1, None)
+    if d.size == 0:
+        return np.zeros(0, dtype=np.int64), 0.0
+    held, cost = _count_layers(d, int(lead), float(delete_cost))
+    return held, float(cost)
+
+
+@njit(cache=True)
+def _hold(held: NDArray[np.int64], b_start: int, b_end: int, lead: int, mult: int) -> int:
+    """Hold ``mult`` vPods over the block [b_start - lead (0 at the earliest), b_end]; its held intervals."""
+    h0 = max(b_start - lead, 0)
+    for t in range(h0, b_end + 1):
+        held[t] += mult
+    return b_end - h0 + 1
+
+
+@njit(cache=True)
+def _count_layers(d: NDArray[np.int64], lead: int, delete_cost: float) -> tuple[NDArray[np.int64], float]:
+    """:func:`count_plan`'s layers in one compiled pass (the planner calls it ~10^4 times per episode). Per level
+    ``lv`` of the demand (ascending, ``mult`` = its step above the previous level): scan the runs of d >= lv,
+    merge runs whose gap is at most ``lead + delete_cost`` intervals into blocks, and hold ``mult`` vPods over
+    each block from ``lead`` intervals before its start (interval 0 at the earliest) to its end; a block that
+    ends before the last interval is deleted. Integer held counts, and the cost summed level by level as
+    mult x (held intervals + ``delete_cost`` x deletions), the same float operations in the same order as the
+    array form it replaces."""
     K = d.size
     held = np.zeros(K, dtype=np.int64)
     cost = 0.0
-    levels = np.unique(d[d > 0])
     prev = 0
-    for lv in levels.tolist():
+    for lv in np.unique(d):
+        if lv <= 0:
+            continue
         mult = lv - prev
         prev = lv
-        need = np.concatenate([[False], d >= lv, [False]])
-        edges = np.flatnonzero(need[1:] != need[:-1])
-        starts, ends = edges[0::2], edges[1::2] - 1  # runs [start, end] of needed intervals
-        gaps = starts[1:] - ends[:-1] - 1
-        cut = np.concatenate([[True], gaps > lead + delete_cost])  # a new block starts here
-        b_start = starts[cut]
-        b_end = np.concatenate([ends[:-1][cut[1:]], ends[-1:]])
-        h0 = np.maximum(b_start - lead, 0)
-        diff = np.zeros(K + 1, dtype=np.int64)
-        np.add.at(diff, h0, mult)
-        np.add.at(diff, b_end + 1, -mult)
-        held += np.cumsum(diff[:-1])
-        n_del = int(np.count_nonzero(b_end < K - 1))
-        cost += mult * (float((b_end - h0 + 1).sum()) + delete_cost * n_del)
+        total = 0  # held intervals of this level's blocks
+        n_del = 0
+        b_start = -1  # the open block [b_start, b_end] (-1: none yet)
+        b_end = -1
+        k = 0
+        while k < K:
+            if d[k] < lv:
+                k += 1
+                continue
+            s = k  # a run [s, e] of needed intervals
+            while k < K and d[k] >= lv:
+                k += 1
+            e = k - 1
+            if b_start >= 0 and s - b_end - 1 <= lead + delete_cost:
+                b_end = e  # the gap is short: the block holds through it
+                continue
+            if b_start >= 0:
+                total += _hold(held, b_start, b_end, lead, mult)
+                n_del += 1  # a later run follows, so this block ends before the last interval
+            b_start = s
+            b_end = e
+        total += _hold(held, b_start, b_end, lead, mult)
+        if b_end < K - 1:
+            n_del += 1
+        cost += mult * (float(total) + delete_cost * n_del)
     return held, cost
 
 
@@ -157,6 +195,11 @@ def milp_count_plan(demand: NDArray[np.int64], lead: int, delete_cost: float = D
         h.addRow(float(d[k]), inf, len(idx), np.array(idx, dtype=np.int32), np.array(val))
     h.run()
     return float(h.getInfo().objective_function_value)
+
+
+def _at_target(need: NDArray[np.float64], rho: float) -> NDArray[np.int64]:
+    """vPods to plan per interval for the fractional ``need`` at utilization target ``rho`` (rounded up)."""
+    return np.ceil(need / rho - 1e-9).astype(np.int64)
 
 
 # ----------------------------------------------------------------------------------------- the plan
@@ -215,6 +258,7 @@ class _Planner:
         self.slo = (sim.slo_p, sim.slo_d)
         self.static_j = sim.cfg_static_w * c.check_s  # J per held vPod-interval
         self._parts: dict[tuple[int, float], list[tuple[int, int]]] = {}
+        self._range_cache: dict[tuple[int, int, int], list[tuple[int, NDArray[np.float64], float]]] = {}
 
     def lead(self, cid: int) -> int:
         return max(math.ceil((CREATE_S[1] + float(self.sim.cfg_boot_s[cid])) / self.dt - 1e-9), 1)
@@ -231,11 +275,19 @@ class _Planner:
         s = self.sim
         return np.maximum(s.pow[cid, :, -1] - s.cfg_static_w[cid], 0.0) / np.maximum(s.tps[cid, :, -1], 1e-300)
 
+    def need(self, phase: int, cid: int, rate: NDArray[np.float64]) -> NDArray[np.float64]:
+        """vPods needed ready per interval at utilization 1 for the token rates ``rate`` (K, bins, NB) routed to
+        the group (fractional)."""
+        w = (rate * self.per_vpod(phase, cid)).sum(axis=2)  # (K, bins)
+        return w.max(axis=1) if phase == 0 else w.mean(axis=1)
+
     def demand(self, phase: int, cid: int, rate: NDArray[np.float64], rho: float) -> NDArray[np.int64]:
         """vPods needed ready per interval for the token rates ``rate`` (K, bins, NB) routed to the group."""
-        w = (rate * self.per_vpod(phase, cid)).sum(axis=2)  # (K, bins)
-        need = w.max(axis=1) if phase == 0 else w.mean(axis=1)
-        return np.ceil(need / rho - 1e-9).astype(np.int64)
+        return _at_target(self.need(phase, cid, rate), rho)
+
+    def dynamic_j(self, phase: int, cid: int, rate: NDArray[np.float64]) -> float:
+        """Planned dynamic energy (J) of the token rates ``rate`` (K, bins, NB) on ``cid``."""
+        return float((rate.mean(axis=1).sum(axis=0) * self.dyn_j(phase, cid)).sum()) * self.dt
 
     def configs(self, phase: int, top: int, members: list[int]) -> list[int]:
         """Configurations a group keyed at bucket ``top`` may run: its SLO-meeting candidates and fail-overs
@@ -251,10 +303,13 @@ class _Planner:
     def group_cost(self, phase: int, cid: int, rate: NDArray[np.float64], rho: float
                    ) -> tuple[float, float, NDArray[np.int64], NDArray[np.int64]]:
         """(planned energy J, its static part, counts, demand) of one group on ``cid`` for ``rate``."""
-        d = self.demand(phase, cid, rate, rho)
-        counts, held = count_plan(d, self.lead(cid))
+        return self._cost(cid, self.demand(phase, cid, rate, rho), self.dynamic_j(phase, cid, rate))
+
+    def _cost(self, cid: int, d: NDArray[np.int64], dyn: float
+              ) -> tuple[float, float, NDArray[np.int64], NDArray[np.int64]]:
+        # the count problem's kernel without count_plan's input checks: d is a fresh non-negative int64 array
+        counts, held = _count_layers(d, self.lead(cid), DELETE_S / 60.0) if d.size else count_plan(d, 1)
         static = held * float(self.static_j[cid])
-        dyn = float((rate.mean(axis=1).sum(axis=0) * self.dyn_j(phase, cid)).sum()) * self.dt
         return static + dyn, static, counts, d
 
     def partition(self, phase: int, rho: float) -> list[tuple[int, int]]:
@@ -268,18 +323,13 @@ class _Planner:
         if not live:
             return []
         n = len(live)
-        rate = self.tok[:, :, phase, :]
         best = np.full(n + 1, np.inf)
         best[0] = 0.0
         arg: list[tuple[int, int]] = [(0, -1)] * (n + 1)
         for j in range(1, n + 1):  # best[j]: the first j live buckets grouped
-            top = live[j - 1]
             for i in range(j):
-                members = live[i:j]
-                r = np.zeros_like(rate)
-                r[:, :, members] = rate[:, :, members]
-                for cid in self.configs(phase, top, members):
-                    cst = best[i] + self.group_cost(phase, cid, r, rho)[0]
+                for cid, need, dyn in self._ranges(phase, live, i, j):
+                    cst = best[i] + self._cost(cid, _at_target(need, rho), dyn)[0]
                     if cst < best[j]:
                         best[j], arg[j] = cst, (i, cid)
         out, j = [], n
@@ -288,6 +338,20 @@ class _Planner:
             out.append((live[j - 1], cid))
             j = i
         return out[::-1]
+
+    def _ranges(self, phase: int, live: list[int], i: int, j: int) -> list[tuple[int, NDArray[np.float64], float]]:
+        """(config, need at utilization 1, dynamic J) of the group of the live buckets ``live[i:j]`` on each
+        configuration it may run: what the DP costs a range with, kept across its utilization targets (the DP
+        runs once per phase and target; only the rounding to vPods depends on the target)."""
+        key = (phase, i, j)
+        if key not in self._range_cache:
+            members = live[i:j]
+            rate = self.tok[:, :, phase, :]
+            r = np.zeros_like(rate)
+            r[:, :, members] = rate[:, :, members]
+            self._range_cache[key] = [(cid, self.need(phase, cid, r), self.dynamic_j(phase, cid, r))
+                                      for cid in self.configs(phase, live[j - 1], members)]
+        return self._range_cache[key]
 
     def single(self, phase: int, rho: float) -> list[tuple[int, int]]:
         """One group per phase at the top live bucket, on its cheapest allowed configuration."""

@@ -57,6 +57,39 @@ def test_count_plan_is_the_milp_optimum_and_serves_the_demand(demand: list[int],
     assert milp_count_plan(d, lead, relax=True) <= cost + 1e-6
 
 
+def _count_plan_by_arrays(d: np.ndarray, lead: int, delete_cost: float) -> tuple[np.ndarray, float]:
+    """count_plan's layers written with numpy arrays (its form before the compiled pass): the reference it must
+    equal bit for bit, counts and cost."""
+    K = d.size
+    held = np.zeros(K, dtype=np.int64)
+    cost = 0.0
+    prev = 0
+    for lv in np.unique(d[d > 0]).tolist():
+        mult, prev = lv - prev, lv
+        need = np.concatenate([[False], d >= lv, [False]])
+        edges = np.flatnonzero(need[1:] != need[:-1])
+        starts, ends = edges[0::2], edges[1::2] - 1
+        cut = np.concatenate([[True], starts[1:] - ends[:-1] - 1 > lead + delete_cost])
+        b_start, b_end = starts[cut], np.concatenate([ends[:-1][cut[1:]], ends[-1:]])
+        h0 = np.maximum(b_start - lead, 0)
+        diff = np.zeros(K + 1, dtype=np.int64)
+        np.add.at(diff, h0, mult)
+        np.add.at(diff, b_end + 1, -mult)
+        held += np.cumsum(diff[:-1])
+        cost += mult * (float((b_end - h0 + 1).sum()) + delete_cost * int(np.count_nonzero(b_end < K - 1)))
+    return held, cost
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=60), st.integers(1, 6),
+       st.sampled_from([0.0, 0.25, 1.0, 2.5]))
+def test_compiled_count_plan_equals_the_array_form(demand: list[int], lead: int, delete_cost: float) -> None:
+    d = np.array(demand, dtype=np.int64)
+    counts, cost = count_plan(d, lead, delete_cost)
+    ref_counts, ref_cost = _count_plan_by_arrays(d, lead, delete_cost)
+    assert counts.tolist() == ref_counts.tolist() and cost == ref_cost
+
+
 def test_count_plan_holds_through_short_gaps_and_orders_ahead() -> None:
     # need 2 at intervals 5-6, 1 at 10; lead 3: order at 2, hold the level-1 vPod through the 3-interval gap
     d = np.array([0, 0, 0, 0, 0, 2, 2, 0, 0, 0, 1, 0], dtype=np.int64)
