@@ -125,9 +125,15 @@ def _count_layers(d: NDArray[np.int64], lead: int, delete_cost: float) -> tuple[
     K = d.size
     held = np.zeros(K, dtype=np.int64)
     cost = 0.0
+    top = 0
+    for k in range(K):
+        top = max(top, d[k])
+    present = np.zeros(top + 1, dtype=np.bool_)  # the demand's levels, ascending by index (no sort to compile)
+    for k in range(K):
+        present[d[k]] = True
     prev = 0
-    for lv in np.unique(d):
-        if lv <= 0:
+    for lv in range(1, top + 1):
+        if not present[lv]:
             continue
         mult = lv - prev
         prev = lv

@@ -85,19 +85,17 @@ def test_oracle_plan_replays_to_its_prediction_and_beats_the_baselines() -> None
 
 @pytest.mark.parametrize("split", splits_of("pd"))
 def test_every_pd_split_is_well_posed(split: str) -> None:
-    """One episode (a whole day) of each pd split: every period servable within the budget, the oracle
-    above naive by a margin, naive 0 and oracle 100 on the episode's scale. (Shorter windows need not be:
-    on 4-h windows of flat load static-peak can be the optimum itself, e.g. validation seeds 0 and 2,
-    and the protocol leaves such an episode without a scale.)"""
+    """One episode (a whole day, reset seed 0) of each pd split: every period servable within the budget, and the
+    budget scaled exactly on the capacity-scaled splits. The same episodes played (the oracle above naive by the
+    protocol's margin, naive 0 and the oracle 100 on their scale) are tests/test_yardsticks.py's
+    ``test_every_split_of_every_id_is_well_posed[PDProvision-v0-<split>]``: PDProvision-v0's quick-suite config
+    draws these scenarios, and its reference setting changes neither the oracle nor naive. (Shorter windows need
+    not be well posed: on 4-h windows of flat load static-peak can be the optimum itself, e.g. validation seeds 0
+    and 2, and the protocol leaves such an episode without a scale.)"""
     env = PDProvisionEnv({"split": split})
-    oracle = HindsightOracle()
-    o = run_policy(env, oracle, seed=0)
-    n = run_policy(env, StaticPeak(), seed=0)
-    assert oracle.plan is not None and oracle.plan.infeasible_periods == 0
-    margin = o.reward - n.reward
-    assert margin > 1e-3 * max(abs(o.reward), abs(n.reward))
-    np.testing.assert_allclose(protocol.oracle_scores([n.reward, o.reward], [n.reward] * 2, [o.reward] * 2),
-                               [0.0, 100.0])
+    env.reset(seed=0)
+    plan = solve_oracle(env)
+    assert plan.infeasible_periods == 0 and plan.arrivals.sum() > 0
     assert (env.split_capacity_scale() < 1.0) == (split in CAPACITY_SCALED_SPLITS)
 
 
