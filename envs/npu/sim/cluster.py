@@ -187,6 +187,7 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
         self.v_cfg = np.zeros(0, dtype=np.int64)
         self.v_ready = np.zeros(0)
         self.v_gone = np.zeros(0)  # inf while not deleting; end of deletion otherwise
+        self.fleet_version = 0  # bumped wherever the vPod arrays above change (the fluid's caches key on it)
         self.targets: dict[int, dict[int, int]] = {}
         self.targets_touched = False  # set by apply() (the fluid's reconcile reads and clears it)
         self.target_order: list[int] = []
@@ -315,6 +316,7 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
                     mine = np.array(have[cid], dtype=np.int64)
                     order = mine[np.lexsort((-self.v_ready[mine], self.v_ready[mine] <= now))]
                     self.v_gone[order[:extra]] = now + DELETE_S
+                    self.fleet_version += 1
         held = self.held_chips()
         new_g, new_c, new_r = [], [], []
         for g in self.target_order:
@@ -337,6 +339,7 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
             self.v_cfg = np.concatenate([self.v_cfg, new_c]).astype(np.int64)
             self.v_ready = np.concatenate([self.v_ready, new_r])
             self.v_gone = np.concatenate([self.v_gone, np.full(len(new_g), np.inf)])
+            self.fleet_version += 1
         held_now = self.held_chips()
         for v in VERSIONS:
             self.max_held[v] = max(self.max_held[v], held_now[v])

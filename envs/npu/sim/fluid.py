@@ -45,6 +45,7 @@ import math
 
 import numpy as np
 from numpy.typing import NDArray
+from servegym.envs.npu.sim import fluid_books as fb
 from servegym.envs.npu.sim import fluid_kernels as fk
 from servegym.envs.npu.sim.cluster import (
     LEVELS,
@@ -88,6 +89,7 @@ class FluidCluster(NPUCluster):
         self.targets_version = 0  # bumped whenever the targets' content changes
         self._tkey: tuple = ()
         self._fleet_cache: tuple | None = None
+        self._ready_cache: tuple | None = None  # ((fleet_version, now), ready count, ready groups, their set)
         self._dom_tables: tuple | None = None  # (dominant configurations, their tps_best and latd): fluid_fleet.py
         # fluid state: per phase, queued tokens and requests per (group bucket, request bucket)
         self.q_tok = np.zeros((2, NB, NB))
@@ -106,6 +108,8 @@ class FluidCluster(NPUCluster):
         # TTFT miss rate per input bucket, as of the last interval with arrivals in it (pairs TTFT and TPOT misses)
         self._p_rate = np.zeros(NB)
         self._pair_bufs = (np.empty(NB), np.empty(NB), np.empty(NB))  # serve's per-bucket outputs
+        # serve's per-group energy, busy energy, tokens, tokens x batch (96 each) and scalar results, read within a chunk
+        self._chunk_bufs = (*(np.empty(2 * NB) for _ in range(4)), np.empty(fk.N_RES))
         self._route_cache: dict[tuple[int, ...], tuple[NDArray[np.float64], NDArray[np.float64]]] = {}
         # the request-level containers the env and policies may read, empty in this mode
         self.d_g = np.zeros(0, dtype=np.int64)
@@ -139,7 +143,7 @@ class FluidCluster(NPUCluster):
             if tkey != self._tkey:  # new targets: the fleet view (fluid_fleet.py) changes with them
                 self._tkey = tkey
                 self.targets_version += 1
-        sig = (self.targets_version, self.v_group.size, int(np.count_nonzero(self.v_ready <= self.now)))
+        sig = (self.targets_version, self.v_group.size, self._ready_now()[0])
         if self._signature == sig and self._unlimited:
             return
         if self._unlimited and self._signature is not None and self._signature[:2] == sig[:2]:
@@ -148,8 +152,24 @@ class FluidCluster(NPUCluster):
             self._reroute_orphans()  # moves queued work only: the vPods and so the signature stay as they are
         else:
             super()._reconcile()
-            sig = (self.targets_version, self.v_group.size, int(np.count_nonzero(self.v_ready <= self.now)))
+            sig = (self.targets_version, self.v_group.size, self._ready_now()[0])
         self._signature = sig
+
+    def _ready_now(self) -> tuple[int, NDArray[np.int64], set[int]]:
+        """The vPods with ``v_ready <= now`` (deleting ones included) counted, and the groups with a ready, not
+        deleting vPod (:meth:`_ready_groups`) as an array and a set; kept while the vPods (``fleet_version``) and
+        ``now`` stay the same (a chunk's end, the next apply and advance all ask at the same time)."""
+        key = (self.fleet_version, self.now)
+        hit = self._ready_cache
+        if hit is None or hit[0] != key:
+            groups = super()._ready_groups()
+            groups.setflags(write=False)
+            hit = self._ready_cache = (key, int(np.count_nonzero(self.v_ready <= self.now)), groups,
+                                       set(groups.tolist()))
+        return hit[1], hit[2], hit[3]
+
+    def _ready_groups(self) -> NDArray[np.int64]:
+        return self._ready_now()[1]
 
     # ------------------------------------------------------------------ routing and queues
     def _reroute_orphans(self) -> None:
@@ -157,7 +177,7 @@ class FluidCluster(NPUCluster):
         for p in (0, 1):
             if not self.q_req[p].any():
                 continue
-            act = self._active_groups(p)
+            act = self._active_groups(p, self._ready_now()[2])
             if act.size == 0:
                 continue
             orphan = np.ones(NB, dtype=bool)
@@ -171,7 +191,7 @@ class FluidCluster(NPUCluster):
             if p == 0:  # the moved tokens join the new group's token backlog, which bounds its job queue from below
                 self.q_job[orphan] = 0.0
             self.q_req[p][orphan] = 0.0
-            to = self._route(p, _AR) - p * NB
+            to = self._route(p, _AR, act) - p * NB
             self.q_tok[p][to, _AR] += tok
             self.q_req[p][to, _AR] += req
             if p == 1:
@@ -186,7 +206,7 @@ class FluidCluster(NPUCluster):
         rest)."""
         if not self.d_req.any():
             return
-        ready = set(self._ready_groups().tolist())
+        ready = self._ready_now()[2]
         act = self._active_groups(1, ready)
         if act.size == 0:
             return
@@ -276,19 +296,11 @@ class FluidCluster(NPUCluster):
         if i0 >= i1:
             z = np.zeros((2, NB))
             return z, z.copy(), float(prof.cum_counts[-1]), np.array([t0]), np.array([t1 - t0]), np.zeros((1, 2, NB))
-        lo = np.arange(i0, i1) * bs
-        length = np.minimum(lo + bs, t1) - np.maximum(lo, t0)
-        w = length / bs
-        cnt_k = w[:, None, None] * prof.counts[i0:i1]
-        tok_k = w[:, None] * prof.tokens[i0:i1, 0]
-        last = i1 - 1
-        arrived = float(prof.cum_counts[last]) + w[-1] * float(prof.cum_counts[last + 1] - prof.cum_counts[last])
+        cnt, w, arrived, k_start, k_len, k_pre = fb.arrivals(prof.counts, prof.tokens, prof.cum_counts, bs, i0, i1, t0,
+                                                             t1)
         # np.tensordot(w, tokens, axes=1) without its Python overhead: the same dot on the same (1, k) x (k, 2 NB) layout
         tok = np.dot(w.reshape(1, -1), prof.tokens[i0:i1].reshape(i1 - i0, -1)).reshape(2, NB)
-        k_pre = np.empty((i1 - i0, 2, NB))  # np.stack([cnt_k[:, 0], tok_k], axis=1) without its Python overhead
-        k_pre[:, 0] = cnt_k[:, 0]
-        k_pre[:, 1] = tok_k
-        return cnt_k.sum(axis=0), tok, arrived, np.maximum(lo, t0), length, k_pre
+        return cnt, tok, arrived, k_start, k_len, k_pre
 
     def _monitor_bins(self, t0: float, t1: float) -> None:
         """The rate monitor's bins of [t0, t1) from the profile (one fancy assignment for the span's bins)."""
@@ -330,11 +342,6 @@ class FluidCluster(NPUCluster):
         # ---- the fleet over the interval (fluid_fleet.py: cached while it cannot change)
         fv = fleet_view(self, t0, t1)
         psa = fv.psa
-        usd_g = fv.usd_s * T
-        acc = self.group_acc
-        acc["usd"] += usd_g
-        acc["chip_s"] += fv.chip_s * T
-        acc["static_j"] += psa * T
         # ---- serving (fluid_kernels.serve): prefill fluid, TTFT misses, decode by Little's law, SLO shares
         cap3 = _NO_CAP3
         if not fv.steady:  # a vPod ready or deleted within the interval: each profile bin's own capacity
@@ -348,9 +355,9 @@ class FluidCluster(NPUCluster):
                 np.add.at(cap3, vg[pre], rfk[:, :, None] * fv.tps_v[pre, None, :])
         f_tok, f_req, f_seg = self._decode_split(fv.act)
         prof = self.profile
-        energy, e_busy, tokens, batch_tok, util = (np.empty(G) for _ in range(5))
+        energy, e_busy, tokens, batch_tok, res = self._chunk_bufs
+        util = np.empty(G)
         n_act = np.empty(NB)
-        res = np.empty(fk.N_RES)
         miss_pb, md_b, fin_b = self._pair_bufs
         fk.serve(T, c.substep_s, fv.steady, LEVELS, cnt, tok, k_len, k_pre, self.q_tok, self.q_req, fv.gp, fv.n_ready,
                  fv.psr, psa, fv.usd_ready, fv.slots, fv.unavail, fv.dom, fv.cap, cap3, fv.pbusy, fv.tps_best, fv.latd,
@@ -359,10 +366,11 @@ class FluidCluster(NPUCluster):
                  tokens, batch_tok, n_act, util, res, miss_pb, md_b, fin_b, c.check_s, self.q_job)
         self.n_act = n_act
         self.util = util
-        acc["tokens"] += tokens
-        acc["batch_tok"] += batch_tok
-        acc["energy_j"] += energy
-        acc["energy_busy_j"] += e_busy
+        # ---- the interval's totals per group and phase, and the peak queues (fluid_books.settle)
+        acc = self.group_acc
+        fb.settle(T, fv.usd_s, fv.chip_s, psa, tokens, batch_tok, energy, e_busy, acc["usd"], acc["chip_s"],
+                  acc["static_j"], acc["tokens"], acc["batch_tok"], acc["energy_j"], acc["energy_busy_j"], res,
+                  m.energy_j, m.usd, m.energy_busy_j, m.usd_busy, m.tokens, self.q_req, self.peak_queue)
         # ---- requests finish with their decode; a request misses if its TTFT or its TPOT does (_either_missed)
         fin = res[fk.R_FIN]
         n_p = float(cnt[0].sum())
@@ -380,15 +388,8 @@ class FluidCluster(NPUCluster):
         lp, ld = float(res[fk.R_LATE_P]), float(res[fk.R_LATE_D])
         self._late_pd = (lp, ld)
         self._late = lp + ld
-        # ---- totals of the interval
-        m.energy_j += res[[fk.R_E_P, fk.R_E_D]]
-        m.usd += np.array([usd_g[:NB].sum(), usd_g[NB:].sum()])
-        m.energy_busy_j += res[[fk.R_EB_P, fk.R_EB_D]]
-        m.usd_busy += res[[fk.R_USDB_P, fk.R_USDB_D]]
-        m.tokens += res[[fk.R_TOKENS_P, fk.R_TOKENS_D]]
         self.now = t1
         self._drop_gone(t1)
-        self.peak_queue = np.maximum(self.peak_queue, self._queue())
         self._reconcile()
 
     def _either_missed(self, miss_p: float, miss_d: float, n_p: NDArray[np.float64], miss_pb: NDArray[np.float64],
@@ -401,8 +402,7 @@ class FluidCluster(NPUCluster):
         TTFT miss rate of the input bucket (``miss_pb`` / ``n_p``, the interval's arrivals, carried over while a
         bucket has none) x the cell's TPOT misses, the cells from the profile's input-given-total shares and the
         TPOT misses ``md_b`` per total bucket. The overlap is at most either count (requests, fluid)."""
-        have = n_p > 0.0
-        self._p_rate[have] = miss_pb[have] / n_p[have]
+        fb.carry_rates(self._p_rate, miss_pb, n_p)
         both = float(md_b @ (self.profile.in_given_tot @ self._p_rate))
         return miss_p + miss_d - min(both, miss_p, miss_d)
 

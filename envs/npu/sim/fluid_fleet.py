@@ -8,9 +8,9 @@ ready by t0 or not before t1, and none whose deletion ends within it) each vPod'
 exactly 1 or 0, so the view is the same for every interval of the same length until the fleet, the targets or
 the set of ready vPods changes: it is computed once and reused (a 24-h episode mostly runs in steady state
 between scaling decisions, and a booting vPod only breaks it in the interval it becomes ready). The cache key is
-the content of the vPod arrays, which of them are ready and serving, the targets' version and the interval
-length, so a hit returns the arrays the full computation would give, bit for bit (tested against the uncached
-view); and in a steady interval every profile bin's capacity is the interval's (``cap``).
+the vPod arrays' version (bumped wherever they change), how many vPods are live and ready, the targets' version
+and the interval length, so a hit returns the arrays the full computation would give, bit for bit (tested against
+the uncached view); and in a steady interval every profile bin's capacity is the interval's (``cap``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 from servegym.envs.npu.sim.config import LEVELS, NB
+from servegym.envs.npu.sim.fluid_books import fleet_state
 
 if TYPE_CHECKING:
     from servegym.envs.npu.sim.fluid import FluidCluster
@@ -72,20 +73,17 @@ class FleetView:
 
 def fleet_view(sim: FluidCluster, t0: float, t1: float) -> FleetView:
     """The :class:`FleetView` of ``sim`` over [t0, t1) (module docstring), from its cache when steady."""
-    live = sim.v_gone > t0
-    vr_all = sim.v_ready[live]
-    ready = vr_all <= t0
+    n_live, n_ready, steady = fleet_state(sim.v_ready, sim.v_gone, t0, t1)
     # every live vPod is ready over the whole interval or not before its end, and held to its end: its ready and
-    # held shares are exactly 1 or 0, so the view depends on which vPods are ready and serving, not on t0
-    steady = bool((ready | (vr_all >= t1)).all() and (sim.v_gone[live] >= t1).all())
-    key = None
-    if steady:
-        key = (t1 - t0, sim.targets_version, sim.v_group[live].tobytes(), sim.v_cfg[live].tobytes(), ready.tobytes(),
-               (sim.v_gone[live] == np.inf).tobytes())
+    # held shares are exactly 1 or 0, so the view depends on which vPods are ready and serving, not on t0. While the
+    # vPod arrays stay as they are (``fleet_version``), the live vPods and the ready ones among them are threshold
+    # sets of their deletion and ready times, named by their counts
+    key = (t1 - t0, sim.targets_version, sim.fleet_version, n_live, n_ready) if steady else None
+    if key is not None:
         hit = sim._fleet_cache
         if hit is not None and hit[0] == key:
             return hit[1]
-    view = _compute(sim, live, t0, t1, steady)
+    view = _compute(sim, sim.v_gone > t0, t0, t1, steady)
     if key is not None:
         sim._fleet_cache = (key, view)
     return view
@@ -139,7 +137,7 @@ def _compute(sim: FluidCluster, live: NDArray[np.bool_], t0: float, t1: float, s
     if hit is None or hit[0] != key:
         hit = sim._dom_tables = (key, np.maximum(sim.tps[dom[:NB], :, -1], 1e-12), sim.lat[dom[NB:]])
     tps_best, latd = hit[1], hit[2]
-    ready = set(sim._ready_groups().tolist())
+    ready = sim._ready_now()[2]
     return FleetView(T, n_ready, psr, psa, usd_s, usd_ready, chip_s, slots, unavail, dom, cap, pbusy, tps_best, latd,
                      vg, vc, vr, serving, tps_v, steady, sim._route(0, _AR, sim._active_groups(0, ready)),
                      sim._active_groups(1, ready))

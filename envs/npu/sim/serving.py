@@ -166,6 +166,7 @@ class ServingMixin:
         if not keepv.all():
             self.v_group, self.v_cfg = self.v_group[keepv], self.v_cfg[keepv]
             self.v_ready, self.v_gone = self.v_ready[keepv], self.v_gone[keepv]
+            self.fleet_version += 1
 
     def _start_prefill(self, t0: float, t1: float, K: int, dt: float, cap: np.ndarray, jop: np.ndarray,
                        dom: np.ndarray, tokens: np.ndarray, avail: np.ndarray) -> None:

@@ -1,0 +1,138 @@
+"""Compiled bookkeeping around the fluid NPU model's serving kernel (:class:`~servegym.envs.npu.sim.fluid.FluidCluster`).
+
+The fluid's per-interval Python around :func:`~servegym.envs.npu.sim.fluid_kernels.serve` (which vPods are live,
+ready and serving, the arrivals of the interval, the totals) is dozens of numpy calls on arrays of a few to a few
+hundred elements, where each call's dispatch costs more than its arithmetic; these loops do the same sums in the
+same order (numpy's reductions over a leading axis and ``np.bincount`` add in element order from zero), so their
+results equal the numpy formulation's bit for bit (tests/test_npu_fluid_speed.py). Without numba they run as plain
+Python (correct, slower).
+
+Times are seconds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from servegym.envs.npu.sim.fluid_kernels import (
+    R_E_D,
+    R_E_P,
+    R_EB_D,
+    R_EB_P,
+    R_TOKENS_D,
+    R_TOKENS_P,
+    R_USDB_D,
+    R_USDB_P,
+    njit,
+)
+from servegym.envs.npu.sim.pairwise_sums import pairwise_sum
+
+
+@njit(cache=True)
+def fleet_state(v_ready, v_gone, t0, t1):  # pragma: no cover - compiled
+    """Of the vPods (ready time ``v_ready``, end of deletion ``v_gone``, inf while not deleting; s) live at ``t0``
+    (``v_gone > t0``): how many, how many of them are ready at ``t0`` and whether the interval [t0, t1) is steady
+    (every live vPod ready by ``t0`` or not before ``t1``, and held to ``t1``: :func:`~servegym.envs.npu.sim.
+    fluid_fleet.fleet_view`). For fixed arrays both sets are threshold sets (of ``v_gone``, then of ``v_ready``),
+    so the two counts name them."""
+    n_live = 0
+    n_ready = 0
+    steady = True
+    for i in range(v_gone.size):
+        g = v_gone[i]
+        if g > t0:
+            n_live += 1
+            r = v_ready[i]
+            if r <= t0:
+                n_ready += 1
+            elif r < t1:
+                steady = False
+            if g < t1:
+                steady = False
+    return n_live, n_ready, steady
+
+
+@njit(cache=True)
+def arrivals(counts, tokens, cum_counts, bs, i0, i1, t0, t1):  # pragma: no cover - compiled
+    """The interval [t0, t1)'s share of the profile bins ``i0`` <= i < ``i1`` (``bs`` s each; ``counts`` /
+    ``tokens`` / ``cum_counts`` of :class:`~servegym.envs.npu.sim.fluid_profile.WorkloadProfile`): requests per
+    (phase, bucket) (the weighted bins summed over the bins in order, as numpy's reduction over the leading axis),
+    each bin's weight (its length within the span over ``bs``), start (s) and length (s), its prefill requests and
+    tokens per input bucket (bins, 2, buckets), and the requests arrived by ``t1``."""
+    nk = i1 - i0
+    nb = counts.shape[2]
+    w = np.empty(nk)
+    k_start = np.empty(nk)
+    k_len = np.empty(nk)
+    for k in range(nk):
+        lo = float(i0 + k) * bs
+        k_start[k] = max(lo, t0)
+        k_len[k] = min(lo + bs, t1) - k_start[k]
+        w[k] = k_len[k] / bs
+    cnt = np.empty((2, nb))
+    k_pre = np.empty((nk, 2, nb))
+    for p in range(2):
+        for b in range(nb):
+            s = w[0] * counts[i0, p, b]
+            if p == 0:
+                k_pre[0, 0, b] = s
+            for k in range(1, nk):
+                x = w[k] * counts[i0 + k, p, b]
+                s += x
+                if p == 0:
+                    k_pre[k, 0, b] = x
+            cnt[p, b] = s
+    for k in range(nk):
+        for b in range(nb):
+            k_pre[k, 1, b] = w[k] * tokens[i0 + k, 0, b]
+    last = i1 - 1
+    arrived = float(cum_counts[last]) + w[nk - 1] * float(cum_counts[last + 1] - cum_counts[last])
+    return cnt, w, arrived, k_start, k_len, k_pre
+
+
+@njit(cache=True)
+def settle(T, usd_s, chip_s, psa, tokens, batch_tok, energy, e_busy, acc_usd, acc_chip_s, acc_static_j, acc_tokens,
+           acc_batch_tok, acc_energy_j, acc_energy_busy_j, res, m_energy_j, m_usd, m_energy_busy_j, m_usd_busy,
+           m_tokens, q_req, peak_queue):  # pragma: no cover - compiled
+    """The interval's totals after :func:`~servegym.envs.npu.sim.fluid_kernels.serve` (``T`` s): adds the per-group
+    figures (96 groups: rental USD/s ``usd_s``, chips ``chip_s`` and static W ``psa`` held, times ``T``; tokens,
+    tokens x batch, energy and busy energy, J) to the group accumulators ``acc_*`` and the kernel's per-phase totals
+    ``res`` and the phases' rental (numpy's pairwise sums of the 48 groups' USD) to the span's ``m_*``, and raises
+    ``peak_queue`` (96) to each group's queued requests (``q_req`` summed over request buckets, numpy's order). All
+    arrays updated in place."""
+    G = usd_s.size
+    nb = G // 2
+    usd_g = np.empty(G)
+    for g in range(G):
+        usd_g[g] = usd_s[g] * T
+        acc_usd[g] += usd_g[g]
+        acc_chip_s[g] += chip_s[g] * T
+        acc_static_j[g] += psa[g] * T
+        acc_tokens[g] += tokens[g]
+        acc_batch_tok[g] += batch_tok[g]
+        acc_energy_j[g] += energy[g]
+        acc_energy_busy_j[g] += e_busy[g]
+    m_energy_j[0] += res[R_E_P]
+    m_energy_j[1] += res[R_E_D]
+    m_usd[0] += pairwise_sum(usd_g, 0, nb)
+    m_usd[1] += pairwise_sum(usd_g, nb, G)
+    m_energy_busy_j[0] += res[R_EB_P]
+    m_energy_busy_j[1] += res[R_EB_D]
+    m_usd_busy[0] += res[R_USDB_P]
+    m_usd_busy[1] += res[R_USDB_D]
+    m_tokens[0] += res[R_TOKENS_P]
+    m_tokens[1] += res[R_TOKENS_D]
+    for p in range(2):
+        for g in range(nb):
+            q = pairwise_sum(q_req[p, g], 0, q_req.shape[2])
+            i = p * nb + g
+            pq = peak_queue[i]
+            if not (pq >= q or pq != pq):  # np.maximum: the first unless the second is larger (NaN kept)
+                peak_queue[i] = q
+
+
+@njit(cache=True)
+def carry_rates(rate, miss_b, n_b):  # pragma: no cover - compiled
+    """``rate[n_b > 0] = miss_b[n_b > 0] / n_b[n_b > 0]`` (the other buckets keep their rate)."""
+    for b in range(rate.size):
+        if n_b[b] > 0.0:
+            rate[b] = miss_b[b] / n_b[b]

@@ -1,0 +1,116 @@
+"""The fluid npu simulator's compiled bookkeeping (envs/npu/sim/fluid_books.py) equals the numpy formulation it
+replaced bit for bit, on random arrays (fractional bin weights, so the summation order shows), and the fleet
+version moves wherever the vPod arrays change."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from servegym.envs.npu.env import NPUAutoscaleEnv
+from servegym.envs.npu.sim import fluid_books as fb
+from servegym.envs.npu.sim import fluid_kernels as fk
+from servegym.envs.npu.sim.config import NB
+
+
+def _arrivals_numpy(counts, tokens, cum, bs, t0, t1):  # type: ignore[no-untyped-def]
+    """FluidCluster._arrivals as it was written in numpy (before fluid_books.arrivals)."""
+    i0, i1 = int(t0 // bs), min(math.ceil(t1 / bs - 1e-9), counts.shape[0])
+    lo = np.arange(i0, i1) * bs
+    length = np.minimum(lo + bs, t1) - np.maximum(lo, t0)
+    w = length / bs
+    cnt_k = w[:, None, None] * counts[i0:i1]
+    tok_k = w[:, None] * tokens[i0:i1, 0]
+    last = i1 - 1
+    arrived = float(cum[last]) + w[-1] * float(cum[last + 1] - cum[last])
+    k_pre = np.stack([cnt_k[:, 0], tok_k], axis=1)
+    return cnt_k.sum(axis=0), w, arrived, np.maximum(lo, t0), length, k_pre
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.floats(0.0, 500.0), st.floats(1.0, 400.0))
+def test_arrivals_equal_the_numpy_formulation(seed: int, t0: float, span: float) -> None:
+    rng = np.random.default_rng(seed)
+    n_bins, bs = 90, 10.0
+    counts = rng.integers(0, 50, (n_bins, 2, NB)).astype(float) * rng.random((n_bins, 2, NB))  # fractional on purpose
+    tokens = counts * rng.integers(1, 9000, (n_bins, 2, NB))
+    cum = np.concatenate([[0], np.cumsum(rng.integers(0, 100, n_bins))])
+    t1 = t0 + span
+    i0, i1 = int(t0 // bs), min(math.ceil(t1 / bs - 1e-9), n_bins)
+    if i0 >= i1:
+        return
+    got = fb.arrivals(counts, tokens, cum, bs, i0, i1, t0, t1)
+    want = _arrivals_numpy(counts, tokens, cum, bs, t0, t1)
+    for a, b in zip(got, want, strict=True):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.floats(1.0, 300.0))
+def test_settle_equals_the_numpy_formulation(seed: int, T: float) -> None:
+    rng = np.random.default_rng(seed)
+    G = 2 * NB
+
+    def r(*shape):  # type: ignore[no-untyped-def]
+        return rng.random(shape) * 10.0 ** rng.integers(-3, 9)
+
+    usd_s, chip_s, psa, tokens, batch_tok, energy, e_busy = (r(G) for _ in range(7))
+    res = r(fk.N_RES)
+    q_req = r(2, NB, NB) * (rng.random((2, NB, NB)) < 0.3)
+    acc = [r(G) for _ in range(7)]
+    mm = [r(2) for _ in range(5)]
+    peak = r(G)
+    want_acc = [a.copy() for a in acc]
+    want_m = [a.copy() for a in mm]
+    usd_g = usd_s * T
+    for a, x in zip(want_acc, (usd_g, chip_s * T, psa * T, tokens, batch_tok, energy, e_busy), strict=True):
+        a += x
+    want_m[0] += res[[fk.R_E_P, fk.R_E_D]]
+    want_m[1] += np.array([usd_g[:NB].sum(), usd_g[NB:].sum()])
+    want_m[2] += res[[fk.R_EB_P, fk.R_EB_D]]
+    want_m[3] += res[[fk.R_USDB_P, fk.R_USDB_D]]
+    want_m[4] += res[[fk.R_TOKENS_P, fk.R_TOKENS_D]]
+    want_peak = np.maximum(peak, q_req.sum(axis=2).ravel())
+    fb.settle(T, usd_s, chip_s, psa, tokens, batch_tok, energy, e_busy, *acc, res, *mm, q_req, peak)
+    for a, b in zip([*acc, *mm, peak], [*want_acc, *want_m, want_peak], strict=True):
+        assert np.array_equal(a, b)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(0, 40))
+def test_fleet_state_and_rates_equal_the_numpy_formulation(seed: int, n: int) -> None:
+    rng = np.random.default_rng(seed)
+    t0 = 600.0
+    t1 = t0 + 60.0
+    v_ready = rng.choice([0.0, t0, t0 + 30.0, t1, t1 + 5.0, 300.0], n)
+    v_gone = rng.choice([np.inf, t0 - 1.0, t0, t0 + 10.0, t1, t1 + 10.0], n)
+    live = v_gone > t0
+    ready = v_ready[live] <= t0
+    steady = bool((ready | (v_ready[live] >= t1)).all() and (v_gone[live] >= t1).all())
+    assert fb.fleet_state(v_ready, v_gone, t0, t1) == (int(live.sum()), int(ready.sum()), steady)
+    rate = rng.random(NB)
+    miss = rng.random(NB) * 5.0
+    n_b = rng.random(NB) * 9.0 * (rng.random(NB) < 0.5)
+    want = rate.copy()
+    have = n_b > 0.0
+    want[have] = miss[have] / n_b[have]
+    fb.carry_rates(rate, miss, n_b)
+    assert np.array_equal(rate, want)
+
+
+def test_the_fleet_version_moves_with_the_vpod_arrays() -> None:
+    # the fleet view's cache (fluid_fleet.py) keys on fleet_version: every change of the vPods must move it
+    env = NPUAutoscaleEnv({"hours": 1.0, "split": None})
+    env.reset(seed=1)
+    sim = env.sim
+    seen = {(sim.fleet_version, sim.v_group.tobytes(), sim.v_ready.tobytes(), sim.v_gone.tobytes())}
+    rng = np.random.default_rng(0)
+    splits = np.cumsum(env.action_space.nvec)[:-1]
+    for _ in range(12):
+        a = np.array([rng.choice(np.flatnonzero(m)) for m in np.split(env.action_masks(), splits)])
+        env.step(a)
+        seen.add((sim.fleet_version, sim.v_group.tobytes(), sim.v_ready.tobytes(), sim.v_gone.tobytes()))
+    versions = [s[0] for s in seen]
+    assert len(versions) == len(set(versions)) > 5  # one version per content, and the content changed
