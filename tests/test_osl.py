@@ -269,6 +269,24 @@ def test_calibrate_osl_writes_a_user_folder_by_default_never_the_package(tmp_pat
     assert _tree_digest(default_out_dir()) == shipped
 
 
+def test_output_folder_is_the_package_only_with_overwrite_shipped(tmp_path) -> None:
+    """Every calibration command resolves its folder here: --out, else the package with --overwrite-shipped,
+    else the user folder; the two flags together are refused. (The whole osl run into the package is the slow
+    test below: the flag refuses a row subset, so it trains on every row.)"""
+    import argparse
+
+    from servegym.calibration.cli import USER_OUT, output_dir
+
+    shipped = tmp_path / "package"
+    ns = argparse.Namespace
+    assert output_dir(ns(out=None, overwrite_shipped=True), "osl", shipped) == shipped
+    assert output_dir(ns(out=None, overwrite_shipped=False), "osl", shipped) == USER_OUT / "osl"
+    assert output_dir(ns(out=tmp_path / "x", overwrite_shipped=False), "osl", shipped) == tmp_path / "x"
+    with pytest.raises(ConfigError, match="exclude each other"):
+        output_dir(ns(out=tmp_path / "x", overwrite_shipped=True), "osl", shipped)
+
+
+@pytest.mark.slow
 def test_overwrite_shipped_is_explicit(tmp_path, monkeypatch) -> None:
     import servegym.calibration.osl as osl_mod
 
