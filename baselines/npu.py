@@ -64,6 +64,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+from servegym.baselines.npu_grouping import OK, grouping_tables, neuscale_groups
 from servegym.baselines.npu_rules import (  # noqa: F401  (re-exported: their home before the split)
     _alive_counts,
     _CountRule,
@@ -80,6 +81,7 @@ from servegym.envs.npu.sim.roofline import PHASES
 from servegym.errors import ConfigError, check_range
 
 _BUCKETS = np.arange(NB)
+_NO_BINS = np.zeros((1, 2, NB))  # the grouping kernel's bins when the observation has none (unused then)
 
 POLICIES: tuple[str, ...] = ("base", "neuscale", "ideal")
 
@@ -124,6 +126,10 @@ class NeuScalePolicy:
         self._slo_ok: dict[tuple[int, int, tuple[int, ...]], bool] = {}
         self._best: dict[tuple[str, int], int] = {}  # (phase, bucket index) -> the DSE's best fit
         self._tps_full: dict[tuple[int, int], float] = {}  # (config, bucket index) -> tokens/s at its max batch
+        # the compiled grouping's per-run tables and output buffers (npu_grouping.py)
+        self._kt = grouping_tables(sim, self.fixed)
+        self._n_alloc = int(self._kt["alloc"].max()) + 1 if self._kt["alloc"].size else 1
+        self._kbuf = tuple(np.empty(NB, dtype=t) for t in (np.int64, float, float, np.int64, float, np.int64, np.int64))
 
     def _candidates(self, phase: str, edge: int) -> list[int]:
         """``sim.candidates(phase, edge)`` (best fit first) without its validation and copy for a known group (read only)."""
@@ -151,7 +157,54 @@ class NeuScalePolicy:
 
     def groups(self, ctx: Observation, phase: int, signal: np.ndarray) -> list[tuple[int, float, float, int]]:
         """(bucket index, token rate W (tokens/s), per-vPod capacity C (tokens/s), best-fit id, R_peak
-        (req/s)) after coalescing, for buckets with traffic in the window."""
+        (req/s)) after coalescing, for buckets with traffic in the window: :meth:`_groups_py` in one compiled call
+        (:mod:`servegym.baselines.npu_grouping`, the same figures bit for bit), or that method itself where the
+        kernel does not apply."""
+        out = self._groups_compiled(ctx, phase, signal)
+        return self._groups_py(ctx, phase, signal) if out is None else out
+
+    def _groups_compiled(self, ctx: Observation, phase: int, signal: np.ndarray
+                         ) -> list[tuple[int, float, float, int]] | None:
+        """:meth:`_groups_py` by :func:`~servegym.baselines.npu_grouping.neuscale_groups`; None where it does not
+        apply (no per-run tables, ``max_groups``, inputs not float64 (2, buckets), bins other than
+        :func:`coincidence`'s compiled case) or reports that the Python method must run (it would raise)."""
+        kt = getattr(self, "_kt", None)
+        tpr, sig, bins = ctx.tokens_per_req, signal, ctx.epoch_token_bins
+        if kt is None or self.max_groups is not None:
+            return None
+        for a in (tpr, sig):
+            if not (isinstance(a, np.ndarray) and a.dtype == np.float64 and a.shape == (2, NB)):
+                return None
+        if bins is None:
+            use_bins, bins = False, _NO_BINS
+        elif (isinstance(bins, np.ndarray) and bins.ndim == 3 and bins.shape[0] and bins.shape[1:] == (2, NB)
+              and bins.dtype == np.float64 and bins.flags.c_contiguous):
+            use_bins = True
+        else:
+            return None
+        ph = PHASES[phase]
+        sticky = self.sim.config.fit_at == "operating"
+        prev = np.full(self._n_alloc, -1, dtype=np.int64)
+        if sticky:  # the current groups by allocation (the last one of an allocation wins, as a dict would)
+            for k, c in self.main.items():
+                if k[0] == ph:
+                    prev[self._alloc[c]] = int(np.searchsorted(ctx.bucket_edges, k[1]))
+        ob, ow, oc, ocid, orr, mb, mt = self._kbuf
+        ng, nm, status = neuscale_groups(
+            phase, np.ascontiguousarray(tpr[phase]), np.ascontiguousarray(sig[phase]), kt["pick"][phase],
+            kt["alloc"], kt["full_tps"], bins, use_bins, sticky, prev, self.coalescing, float(self.coalesce_below),
+            self.slo_aware_merge, kt["slo_ok"][phase], self._fit_aware, self.sim.config.objective == "cost",
+            kt["tps"], kt["pow"], kt["jmax"], kt["static_w"], kt["per_s"], ob, ow, oc, ocid, orr, mb, mt)
+        if status != OK:
+            return None
+        edges = ctx.bucket_edges
+        for i in range(nm):
+            self.merged.append((ph, int(edges[mb[i]]), int(edges[mt[i]])))
+        return list(zip(ob[:ng].tolist(), ow[:ng].tolist(), oc[:ng].tolist(), ocid[:ng].tolist(), orr[:ng].tolist(),
+                        strict=True))
+
+    def _groups_py(self, ctx: Observation, phase: int, signal: np.ndarray) -> list[tuple[int, float, float, int]]:
+        """:meth:`groups` in Python: the reference the compiled grouping is tested against, and its fallback."""
         sim = self.sim
         ph = PHASES[phase]
         tpr = ctx.tokens_per_req[phase]
