@@ -3,6 +3,8 @@ applies only where the largest level keeps up; in an overloaded bin the Lindley 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from servegym.envs.npu.sim import fluid_kernels as fk
@@ -56,6 +58,19 @@ def test_a_bin_the_largest_level_keeps_up_with_has_the_stationary_tail() -> None
     # for a slack shorter than the sub-step, and fewer for a longer slack
     short, longer = _misses(50.0, 100.0, 1.0, 0.05), _misses(50.0, 100.0, 1.0, 0.5)
     assert 0.0 < longer < short < 50.0
+
+
+def test_the_sub_step_bound_on_the_stationary_wait_needs_a_level_that_sets_the_capacity() -> None:
+    # one 4,000-token prompt per 10 s on one vPod at every level (a long prompt's tokens/s does not grow with the
+    # batch): service 4 s, utilization 0.4, P-K mean 0.4 x 16 / (2 x 4 x 0.6) = 1.33 s, above half the sub-step's
+    # work (0.5 x 0.4 x 5 = 1 s). The request level's server cannot speed up there, so the mean is not capped
+    r, wq = 0.4, 0.4 * 16.0 / (2.0 * 4.0 * 0.6)
+    assert _misses(1.0, 4000.0, 1.0, 1.0) == pytest.approx(r * math.exp(-r * 1.0 / wq), rel=1e-12)
+    # the lowest level at half the capacity: it serves the 4 vPod-s (utilization 0.8, service 8 s, P-K mean 16 s)
+    # and a busier sub-step would run at a larger, faster level, so the mean stays at most 0.5 x 0.8 x 5 = 2 s
+    caps = np.full(J, 1.0)
+    caps[0] = 0.5
+    assert _misses(1.0, 4000.0, 1.0, 1.0, caps=caps) == pytest.approx(0.8 * math.exp(-0.8 * 1.0 / 2.0), rel=1e-12)
 
 
 def test_queued_jobs_keep_the_price_of_the_level_they_arrived_at() -> None:
