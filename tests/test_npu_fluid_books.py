@@ -114,3 +114,66 @@ def test_the_fleet_version_moves_with_the_vpod_arrays() -> None:
         seen.add((sim.fleet_version, sim.v_group.tobytes(), sim.v_ready.tobytes(), sim.v_gone.tobytes()))
     versions = [s[0] for s in seen]
     assert len(versions) == len(set(versions)) > 5  # one version per content, and the content changed
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(0, 30))
+def test_fleet_sums_and_groups_equal_the_numpy_formulation(seed: int, n: int) -> None:
+    rng = np.random.default_rng(seed)
+    G, J, n_cfg = 2 * NB, 11, 7
+    t0, t1 = 600.0, 660.0
+    T = t1 - t0
+    v_group = rng.integers(0, G, n)
+    v_cfg = rng.integers(0, n_cfg, n)
+    v_ready = rng.choice([0.0, t0, t0 + 12.5, t1, t1 + 5.0], n)
+    v_gone = rng.choice([np.inf, np.inf, t0 + 3.0, t1, t1 + 10.0], n)
+    live = v_gone > t0 - 1.0
+    static_w, usd, maxb, chips = (rng.random(n_cfg) * 10.0 ** rng.integers(0, 4) for _ in range(4))
+    tps = rng.random((n_cfg, NB, J)) * 1e4
+    pw = rng.random((n_cfg, NB, J)) * 1e3
+    got = fb.fleet_sums(live, v_group, v_cfg, v_ready, v_gone, t0, t1, static_w, usd, maxb, chips, tps, pw, G)
+    # the numpy formulation fluid_fleet._compute had before fluid_books.fleet_sums
+    vg, vc, vr, vgone = v_group[live], v_cfg[live], v_ready[live], v_gone[live]
+    serving = vgone == np.inf
+    rf = np.where(serving, np.clip((t1 - np.maximum(vr, t0)) / T, 0.0, 1.0), 0.0)
+    hf = np.clip((np.minimum(vgone, t1) - t0) / T, 0.0, 1.0)
+    vb = vg % NB
+
+    def bc(w):  # type: ignore[no-untyped-def]
+        return np.bincount(vg, weights=w, minlength=G) if vg.size else np.zeros(G)
+
+    avail = np.full(G, np.inf)
+    dom = np.full(G, -1, dtype=np.int64)
+    if vg.size:
+        np.minimum.at(avail, vg[serving], np.maximum(vr[serving], t0))
+        order = np.lexsort((-(rf + 1e-3 * serving), vg))
+        vgo = vg[order]
+        first = np.ones(order.size, dtype=bool)
+        first[1:] = vgo[1:] != vgo[:-1]
+        dom[vgo[first]] = vc[order][first]
+    tps_v = tps[vc, vb] / np.maximum(tps[vc, vb, -1:], 1e-300)
+    pre = vg < NB
+    cap = np.zeros((NB, J))
+    pbusy = np.zeros((NB, J))
+    if pre.any():
+        cell = (vg[pre][:, None] * J + np.arange(J)[None, :]).ravel()
+        cap = np.bincount(cell, weights=(rf[pre, None] * tps_v[pre]).ravel(), minlength=NB * J).reshape(NB, J)
+        pbusy = np.bincount(cell, weights=(rf[pre, None] * pw[vc[pre], vb[pre]]).ravel(),
+                            minlength=NB * J).reshape(NB, J)
+    want = (vg, vc, vr, serving, tps_v, bc(rf), bc(rf * static_w[vc]), bc(hf * static_w[vc]), bc(hf * usd[vc]),
+            bc(rf * usd[vc]), bc(rf * maxb[vc]), bc(hf * chips[vc]),
+            np.clip(np.where(np.isfinite(avail), avail, t1) - t0, 0.0, T), dom, cap, pbusy)
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    now = t0 + 12.5
+    ok = (v_gone == np.inf) & (v_ready <= now)
+    assert np.array_equal(fb.ready_groups(v_group, v_ready, v_gone, now, G), np.unique(v_group[ok]))
+    assert fb.ready_count(v_ready, now) == np.count_nonzero(v_ready <= now)
+    rows = rng.random((NB, NB)) * (rng.random((NB, NB)) < 0.1)
+    act = np.sort(rng.choice(NB, 5, replace=False))
+    keep = rng.random(NB) < 0.3
+    want_o = np.ones(NB, dtype=bool)
+    want_o[act] = False
+    want_o &= (rows.sum(axis=1) > 0) & ~keep
+    got_o, anyone = fb.orphans(rows, act, keep)
+    assert np.array_equal(got_o, want_o) and anyone == bool(want_o.any())

@@ -66,6 +66,7 @@ FIDELITIES: tuple[str, ...] = ("fluid", "request")
 every request)."""
 _AR = np.arange(NB)
 _NO_CAP3 = np.zeros((1, 1, 1))  # the kernel's per-bin capacity when the fleet is steady (unused then)
+_NONE = np.zeros(NB, dtype=bool)  # no group kept (fluid_books.orphans)
 
 
 class FluidCluster(NPUCluster):
@@ -89,7 +90,8 @@ class FluidCluster(NPUCluster):
         self.targets_version = 0  # bumped whenever the targets' content changes
         self._tkey: tuple = ()
         self._fleet_cache: tuple | None = None
-        self._ready_cache: tuple | None = None  # ((fleet_version, now), ready count, ready groups, their set)
+        self._route_state: tuple | None = None  # ((targets_version, ready key), act0, act1, gp, ready): _routes
+        self._ready_cache: tuple | None = None  # ((fleet_version, ready count), ready count, ready groups, their set)
         self._dom_tables: tuple | None = None  # (dominant configurations, their tps_best and latd): fluid_fleet.py
         # fluid state: per phase, queued tokens and requests per (group bucket, request bucket)
         self.q_tok = np.zeros((2, NB, NB))
@@ -157,33 +159,44 @@ class FluidCluster(NPUCluster):
 
     def _ready_now(self) -> tuple[int, NDArray[np.int64], set[int]]:
         """The vPods with ``v_ready <= now`` (deleting ones included) counted, and the groups with a ready, not
-        deleting vPod (:meth:`_ready_groups`) as an array and a set; kept while the vPods (``fleet_version``) and
-        ``now`` stay the same (a chunk's end, the next apply and advance all ask at the same time)."""
-        key = (self.fleet_version, self.now)
+        deleting vPod (:meth:`_ready_groups`) as an array and a set; kept while the vPods (``fleet_version``) and the
+        count stay the same (for fixed vPod arrays the ready ones are a threshold set of their ready times)."""
+        n = fb.ready_count(self.v_ready, self.now)
+        key = (self.fleet_version, n)
         hit = self._ready_cache
         if hit is None or hit[0] != key:
-            groups = super()._ready_groups()
+            groups = fb.ready_groups(self.v_group, self.v_ready, self.v_gone, self.now, 2 * NB)
             groups.setflags(write=False)
-            hit = self._ready_cache = (key, int(np.count_nonzero(self.v_ready <= self.now)), groups,
-                                       set(groups.tolist()))
+            hit = self._ready_cache = (key, n, groups, set(groups.tolist()))
         return hit[1], hit[2], hit[3]
 
     def _ready_groups(self) -> NDArray[np.int64]:
         return self._ready_now()[1]
 
     # ------------------------------------------------------------------ routing and queues
+    def _routes(self) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.bool_]]:
+        """The routable prefill and decode groups (bucket indices, :meth:`_active_groups`), the prefill route of
+        every input bucket (:meth:`_route`) and which of the 96 groups have a ready vPod; kept while the targets
+        (``targets_version``, current from a reconcile on) and the ready vPods (:meth:`_ready_now`) stay the same."""
+        _, groups, ready = self._ready_now()
+        key = (self.targets_version, self._ready_cache[0])
+        hit = self._route_state
+        if hit is None or hit[0] != key:
+            act0, act1 = self._active_groups(0, ready), self._active_groups(1, ready)
+            is_ready = np.zeros(2 * NB, dtype=bool)
+            is_ready[groups] = True
+            hit = self._route_state = (key, act0, act1, self._route(0, _AR, act0), is_ready)
+        return hit[1], hit[2], hit[3], hit[4]
+
     def _reroute_orphans(self) -> None:
         """Move the queued work of groups that left the length map to their route (as the request level does)."""
+        routes = self._routes()
         for p in (0, 1):
-            if not self.q_req[p].any():
-                continue
-            act = self._active_groups(p, self._ready_now()[2])
+            act = routes[p]
             if act.size == 0:
                 continue
-            orphan = np.ones(NB, dtype=bool)
-            orphan[act] = False
-            orphan &= self.q_req[p].sum(axis=1) > 0
-            if not orphan.any():
+            orphan, any_orphan = fb.orphans(self.q_req[p], act, _NONE)
+            if not any_orphan:
                 continue
             tok = self.q_tok[p][orphan].sum(axis=0)
             req = self.q_req[p][orphan].sum(axis=0)
@@ -204,16 +217,11 @@ class FluidCluster(NPUCluster):
         """Move the decode jobs in service on groups that left the length map and have no ready vPod to their
         route (the request level keeps an active job where a vPod of its group still serves it, and moves the
         rest)."""
-        if not self.d_req.any():
-            return
-        ready = self._ready_now()[2]
-        act = self._active_groups(1, ready)
+        _, act, _, is_ready = self._routes()
         if act.size == 0:
             return
-        orphan = np.ones(NB, dtype=bool)
-        orphan[act] = False
-        orphan &= (self.d_req.sum(axis=1) > 0) & ~np.isin(_AR + NB, list(ready))
-        if not orphan.any():
+        orphan, any_orphan = fb.orphans(self.d_req, act, is_ready[NB:])
+        if not any_orphan:
             return
         tok = self.d_tok[orphan].sum(axis=0)
         req = self.d_req[orphan].sum(axis=0)

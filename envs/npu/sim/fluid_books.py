@@ -136,3 +136,135 @@ def carry_rates(rate, miss_b, n_b):  # pragma: no cover - compiled
     for b in range(rate.size):
         if n_b[b] > 0.0:
             rate[b] = miss_b[b] / n_b[b]
+
+
+@njit(cache=True)
+def _unit(x):  # pragma: no cover - compiled
+    """``np.clip(x, 0.0, 1.0)`` for a finite float."""
+    return min(max(x, 0.0), 1.0)
+
+
+@njit(cache=True)
+def fleet_sums(live, v_group, v_cfg, v_ready, v_gone, t0, t1, static_w, usd_s_cfg, maxb, chips, tps, pw,
+               G):  # pragma: no cover - compiled
+    """The fleet aggregates of :func:`~servegym.envs.npu.sim.fluid_fleet._compute` over [t0, t1) for the vPods
+    ``live`` (group, configuration, ready and deletion times; per-configuration static W ``static_w``, USD/s
+    ``usd_s_cfg``, max batch ``maxb``, chips ``chips``; step tables ``tps`` / ``pw``, configuration x bucket x
+    level), each per-group sum added in vPod order from 0.0 as ``np.bincount`` adds its weights: the live vPods'
+    group, configuration, ready time, not-deleting flag and per-level tokens/s relative to their best level;
+    per group (``G``) ready vPod-equivalents, static W of the ready / held vPods, USD/s of the held / ready ones,
+    batch slots, chips held, the wait for the first ready vPod (s) and the dominant configuration (the first
+    vPod of the group with the largest ready share, a serving one ahead at a tie; -1 without a vPod); per
+    prefill group and level the capacity (best-level vPod-equivalents) and busy power (W)."""
+    n = 0
+    for i in range(live.size):
+        if live[i]:
+            n += 1
+    nb = G // 2
+    J = tps.shape[2]
+    T = t1 - t0
+    vg = np.empty(n, dtype=np.int64)
+    vc = np.empty(n, dtype=np.int64)
+    vr = np.empty(n)
+    serving = np.empty(n, dtype=np.bool_)
+    tps_v = np.empty((n, J))
+    n_ready = np.zeros(G)
+    psr = np.zeros(G)
+    psa = np.zeros(G)
+    usd_s = np.zeros(G)
+    usd_ready = np.zeros(G)
+    slots = np.zeros(G)
+    chip_s = np.zeros(G)
+    avail = np.full(G, np.inf)
+    dom = np.full(G, -1, dtype=np.int64)
+    best = np.empty(G)
+    cap = np.zeros((nb, J))
+    pbusy = np.zeros((nb, J))
+    k = 0
+    for i in range(live.size):
+        if not live[i]:
+            continue
+        g = v_group[i]
+        c = v_cfg[i]
+        r = v_ready[i]
+        gone = v_gone[i]
+        vg[k] = g
+        vc[k] = c
+        vr[k] = r
+        srv = gone == np.inf
+        serving[k] = srv
+        rf = _unit((t1 - max(r, t0)) / T) if srv else 0.0
+        hf = _unit((min(gone, t1) - t0) / T)
+        n_ready[g] += rf
+        psr[g] += rf * static_w[c]
+        psa[g] += hf * static_w[c]
+        usd_s[g] += hf * usd_s_cfg[c]
+        usd_ready[g] += rf * usd_s_cfg[c]
+        slots[g] += rf * maxb[c]
+        chip_s[g] += hf * chips[c]
+        if srv:
+            avail[g] = min(avail[g], max(r, t0))
+        score = rf + 1e-3 * (1.0 if srv else 0.0)
+        if dom[g] < 0 or score > best[g]:
+            dom[g] = c
+            best[g] = score
+        b = g % nb
+        top = max(tps[c, b, J - 1], 1e-300)
+        for j in range(J):
+            tps_v[k, j] = tps[c, b, j] / top
+        if g < nb:
+            for j in range(J):
+                cap[g, j] += rf * tps_v[k, j]
+                pbusy[g, j] += rf * pw[c, b, j]
+        k += 1
+    unavail = np.empty(G)
+    for g in range(G):
+        a = avail[g] if avail[g] < np.inf else t1
+        unavail[g] = min(max(a - t0, 0.0), T)
+    return vg, vc, vr, serving, tps_v, n_ready, psr, psa, usd_s, usd_ready, slots, chip_s, unavail, dom, cap, pbusy
+
+
+@njit(cache=True)
+def ready_count(v_ready, now):  # pragma: no cover - compiled
+    """``np.count_nonzero(v_ready <= now)``."""
+    n = 0
+    for i in range(v_ready.size):
+        if v_ready[i] <= now:
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def ready_groups(v_group, v_ready, v_gone, now, G):  # pragma: no cover - compiled
+    """``np.unique(v_group[(v_gone == inf) & (v_ready <= now)])`` for groups in [0, ``G``)."""
+    have = np.zeros(G, dtype=np.bool_)
+    n = 0
+    for i in range(v_group.size):
+        if v_gone[i] == np.inf and v_ready[i] <= now and not have[v_group[i]]:
+            have[v_group[i]] = True
+            n += 1
+    out = np.empty(n, dtype=np.int64)
+    k = 0
+    for g in range(G):
+        if have[g]:
+            out[k] = g
+            k += 1
+    return out
+
+
+@njit(cache=True)
+def orphans(rows, act, keep):  # pragma: no cover - compiled
+    """Groups (rows of ``rows``, groups x buckets) outside the active ones ``act`` and not in ``keep`` (bool per
+    group) whose row sum (numpy's pairwise order) is positive, and whether there is any."""
+    nb = rows.shape[0]
+    out = np.zeros(nb, dtype=np.bool_)
+    for g in range(nb):
+        out[g] = not keep[g]
+    for a in act:
+        out[a] = False
+    anyone = False
+    for g in range(nb):
+        if out[g]:
+            out[g] = pairwise_sum(rows[g], 0, rows.shape[1]) > 0.0
+            anyone = anyone or out[g]
+    return out, anyone

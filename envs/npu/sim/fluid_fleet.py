@@ -20,17 +20,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
-from servegym.envs.npu.sim.config import LEVELS, NB
-from servegym.envs.npu.sim.fluid_books import fleet_state
+from servegym.envs.npu.sim.config import NB
+from servegym.envs.npu.sim.fluid_books import fleet_state, fleet_sums
 
 if TYPE_CHECKING:
     from servegym.envs.npu.sim.fluid import FluidCluster
 
 _AR = np.arange(NB)
-
-
-def _bincount(g: NDArray[np.int64], w: NDArray[np.float64], n: int) -> NDArray[np.float64]:
-    return np.bincount(g, weights=w, minlength=n) if g.size else np.zeros(n)
 
 
 @dataclass(frozen=True)
@@ -91,53 +87,19 @@ def fleet_view(sim: FluidCluster, t0: float, t1: float) -> FleetView:
 
 def _compute(sim: FluidCluster, live: NDArray[np.bool_], t0: float, t1: float, steady: bool) -> FleetView:
     T = t1 - t0
-    G = 2 * NB
-    J = LEVELS.size
-    vg, vc = sim.v_group[live], sim.v_cfg[live]
-    vr, vgone = sim.v_ready[live], sim.v_gone[live]
-    serving = vgone == np.inf
-    rf = np.where(serving, np.clip((t1 - np.maximum(vr, t0)) / T, 0.0, 1.0), 0.0)
-    hf = np.clip((np.minimum(vgone, t1) - t0) / T, 0.0, 1.0)
-    vb = vg % NB
-    n_ready = _bincount(vg, rf, G)
-    stat_w = sim.cfg_static_w[vc]
-    psr = _bincount(vg, rf * stat_w, G)
-    psa = _bincount(vg, hf * stat_w, G)
-    usd_s = _bincount(vg, hf * sim.cfg_usd_s[vc], G)
-    usd_ready = _bincount(vg, rf * sim.cfg_usd_s[vc], G)
-    slots = _bincount(vg, rf * sim.cfg_maxb[vc], G)
-    chip_s = _bincount(vg, hf * sim.cfg_chips[vc], G)
-    avail = np.full(G, np.inf)
-    dom = np.full(G, -1, dtype=np.int64)
-    if vg.size:
-        np.minimum.at(avail, vg[serving], np.maximum(vr[serving], t0))
-        score = rf + 1e-3 * serving
-        order = np.lexsort((-score, vg))
-        vgo = vg[order]
-        first = np.ones(order.size, dtype=bool)
-        first[1:] = vgo[1:] != vgo[:-1]
-        dom[vgo[first]] = vc[order][first]
+    # each vPod's ready share (serving ones) and held share of the interval, summed per group in one compiled pass
+    (vg, vc, vr, serving, tps_v, n_ready, psr, psa, usd_s, usd_ready, slots, chip_s, unavail, dom, cap,
+     pbusy) = fleet_sums(live, sim.v_group, sim.v_cfg, sim.v_ready, sim.v_gone, t0, t1, sim.cfg_static_w,
+                         sim.cfg_usd_s, sim.cfg_maxb, sim.cfg_chips, sim.tps, sim.pow, 2 * NB)
     if (dom < 0).any():  # groups without a vPod: their target's configuration, else the bucket's best fit
         dom = np.where(dom >= 0, dom, sim._dom_targets())
         dom = np.where(dom >= 0, dom, sim._fallback)
-    unavail = np.clip(np.where(np.isfinite(avail), avail, t1) - t0, 0.0, T)
-    tps_v = sim.tps[vc, vb] / np.maximum(sim.tps[vc, vb, -1:], 1e-300)
-    pre = vg < NB
-    cap = np.zeros((NB, J))
-    pbusy = np.zeros((NB, J))
-    if pre.any():
-        # np.add.at(cap, vg[pre], x) as one bincount over (group, level) cells: the same sums in the same order
-        cell = (vg[pre][:, None] * J + np.arange(J)[None, :]).ravel()
-        cap = np.bincount(cell, weights=(rf[pre, None] * tps_v[pre]).ravel(), minlength=NB * J).reshape(NB, J)
-        pbusy = np.bincount(cell, weights=(rf[pre, None] * sim.pow[vc[pre], vb[pre]]).ravel(),
-                            minlength=NB * J).reshape(NB, J)
     # the dominant configurations' step tables, reused while they stay the same (read only)
     key = dom.tobytes()
     hit = sim._dom_tables
     if hit is None or hit[0] != key:
         hit = sim._dom_tables = (key, np.maximum(sim.tps[dom[:NB], :, -1], 1e-12), sim.lat[dom[NB:]])
     tps_best, latd = hit[1], hit[2]
-    ready = sim._ready_now()[2]
+    _, act, gp, _ = sim._routes()
     return FleetView(T, n_ready, psr, psa, usd_s, usd_ready, chip_s, slots, unavail, dom, cap, pbusy, tps_best, latd,
-                     vg, vc, vr, serving, tps_v, steady, sim._route(0, _AR, sim._active_groups(0, ready)),
-                     sim._active_groups(1, ready))
+                     vg, vc, vr, serving, tps_v, steady, gp, act)
