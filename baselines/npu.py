@@ -123,6 +123,8 @@ class NeuScalePolicy:
         # per-run lookups of the catalog (decide runs every epoch): each configuration's allocation, and the
         # merge check's verdicts (a function of the catalog's step tables)
         self._alloc = [cf.entry.alloc_index for cf in sim.configs]
+        self._ver_of = [cf.version for cf in sim.configs]
+        self._chips_of = [cf.chips for cf in sim.configs]
         self._slo_ok: dict[tuple[int, int, tuple[int, ...]], bool] = {}
         self._best: dict[tuple[str, int], int] = {}  # (phase, bucket index) -> the DSE's best fit
         self._tps_full: dict[tuple[int, int], float] = {}  # (config, bucket index) -> tokens/s at its max batch
@@ -382,12 +384,14 @@ class NeuScalePolicy:
         keep: set[tuple[str, int]] = set()
         n_merged = len(self.merged)
         main: dict[tuple[str, int], int] = {}
+        edges = ctx.bucket_edges.tolist()
+        counts = ctx.counts
         for p in (0, 1):
             for b, w, c, cid_g, r_peak in self.groups(ctx, p, signal):
-                key = (PHASES[p], int(ctx.bucket_edges[b]))
+                key = (PHASES[p], edges[b])
                 main[key] = cid_g
                 n = max(1, math.ceil(w / c - 1e-9))
-                cur = sum(_alive_counts(ctx, key).values())
+                cur = sum(counts.get(key, {}).values())
                 wanted.append((r_peak, key, self.rule.limit(key, n, cur, ctx.time_s)))
                 keep.add(key)
         # a coalesced group is gone: the larger group absorbs all its requests (§3.4), so it leaves the
@@ -415,9 +419,10 @@ class NeuScalePolicy:
                 wanted.append((0.0, key, n_left))
         # quota: highest-R_peak (req/s) groups first; best fit, then fail-over versions; the rest is evicted
         budget = dict(ctx.quota_left)
-        for alive in ctx.counts.values():
+        ver, chips = self._ver_of, self._chips_of  # each configuration's chip version and chips
+        for alive in counts.values():
             for cid, n in alive.items():
-                budget[sim.configs[cid].version] += n * sim.configs[cid].chips
+                budget[ver[cid]] += n * chips[cid]
         targets: dict[tuple[str, int], dict[int, int]] = {}
         for _w, key, n in sorted(wanted, key=lambda x: -x[0]):
             tgt: dict[int, int] = {}
@@ -430,15 +435,15 @@ class NeuScalePolicy:
                 keep_old = _alive_counts(ctx, key).get(old, 0)
                 if keep_old > 0:
                     tgt[old] = keep_old
-                    budget[sim.configs[old].version] -= keep_old * sim.configs[old].chips
+                    budget[ver[old]] -= keep_old * chips[old]
             for cid in [first, *self._failovers(*key)]:
                 if left <= 0:
                     break
-                cf = sim.configs[cid]
-                fit = left if math.isinf(budget[cf.version]) else min(left, int(budget[cf.version] // cf.chips))
+                v = ver[cid]
+                fit = left if math.isinf(budget[v]) else min(left, int(budget[v] // chips[cid]))
                 if fit > 0:
                     tgt[cid] = tgt.get(cid, 0) + fit
-                    budget[cf.version] -= fit * cf.chips
+                    budget[v] -= fit * chips[cid]
                     left -= fit
             targets[key] = tgt
         self.targets = {k: v for k, v in targets.items() if v}

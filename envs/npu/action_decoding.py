@@ -54,26 +54,33 @@ class ActionsMixin:
             lv.append(min(max(math.ceil(x - 1e-9), lv[-1] + 1), int(self.config.max_group_vpods)))
         return np.array(sorted(set(lv)), dtype=np.int64)
 
+    def _allowed(self) -> str:
+        """The "allowed: ..." part of an invalid action's error (formatted only when one is raised)."""
+        n = self.action_space.nvec
+        per = self.action_type.per_group(self, n.size // len(self.groups))
+        return f"allowed: {n.size} integers, {per} per group {self.groups}"
+
     def _check_action(self, action: Any) -> tuple[NDArray[np.int64], bool]:
         a = np.asarray(action)
         n = self.action_space.nvec
         d = n.size // len(self.groups)  # dimensions per group
         kinds = self.action_type.kinds(d)
-        per = self.action_type.per_group(self, d)
-        allowed = f"allowed: {n.size} integers, {per} per group {self.groups}"
         if a.shape != n.shape:
-            raise ActionError(f"action has shape {a.shape}; {allowed}")
+            raise ActionError(f"action has shape {a.shape}; {self._allowed()}")
         if a.dtype.kind not in "iu":  # bools, strings and complex numbers are not indices
             if a.dtype.kind != "f" or not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
-                raise ActionError(f"action {str(a.tolist())[:200]} is not integer-valued; {allowed}")
+                raise ActionError(f"action {str(a.tolist())[:200]} is not integer-valued; {self._allowed()}")
         # Range first, in the action's own dtype: a uint64 or float past int64 must not wrap when cast.
         bad = np.flatnonzero((a < 0) | (a >= n))
         if bad.size:
             i = int(bad[0])
             raise ActionError(f"action[{i}] = {a[i].item()} is out of range for group {self.groups[i // d]} "
-                              f"({kinds[i % d]}); {allowed}")
+                              f"({kinds[i % d]}); {self._allowed()}")
         a = a.astype(np.int64)
-        ok = self.action_masks()[np.concatenate([[0], np.cumsum(n)[:-1]]) + a]
+        offsets = getattr(self, "_mask_offsets", None)
+        if offsets is None or offsets[0] is not n:  # where each dimension's values start in the masks
+            offsets = self._mask_offsets = (n, np.concatenate([[0], np.cumsum(n)[:-1]]))
+        ok = self.action_masks()[offsets[1] + a]
         if ok.all():
             return a, False
         if self.config.strict_masks:
@@ -128,15 +135,16 @@ class ActionsMixin:
         vPods on ``options[g][j - 1]``. Key order (creation priority under a quota) is the reference's."""
         d = 2 if self.config.residual_options else 1
         top: dict[int, int] = {}
+        bucket = self._bucket_index
         for key, tgt in base.items():
             if sum(tgt.values()) > 0:
-                p, b = PHASES.index(key[0]), int(np.searchsorted(self.edges, key[1]))
+                p, b = PHASES.index(key[0]), bucket(key[1])
                 top[p] = max(top.get(p, -1), b)
         out: dict[tuple[str, int], dict[int, int]] = {}
         for key, tgt in base.items():
             tgt = {int(c): int(n) for c, n in tgt.items() if n > 0}
             n = sum(tgt.values())
-            p, b = PHASES.index(key[0]), int(np.searchsorted(self.edges, key[1]))
+            p, b = PHASES.index(key[0]), bucket(key[1])
             g = int(self._env_group[p, b])
             step = RESIDUAL_STEPS[int(a[d * g])]
             if n > 0 and step != 0:
@@ -155,6 +163,17 @@ class ActionsMixin:
                 tgt = {self.options[g][int(a[d * g + 1]) - 1]: sum(tgt.values())}
             out[key] = tgt
         return self._capped(out)
+
+    def _bucket_index(self, edge: int) -> int:
+        """``int(np.searchsorted(self.edges, edge))``, looked up in a table kept per ``edges`` array (the groups'
+        edges recur every step)."""
+        cache = getattr(self, "_bucket_cache", None)
+        if cache is None or cache[0] is not self.edges:
+            cache = self._bucket_cache = (self.edges, {})
+        hit = cache[1].get(edge)
+        if hit is None:
+            hit = cache[1][edge] = int(np.searchsorted(self.edges, edge))
+        return hit
 
     def _update_reference(self) -> None:
         """Reference target vPods per env group: NeuScale's decision for the next epoch (residual mode;

@@ -176,7 +176,7 @@ class ResidualAction:
         ref = np.zeros(len(env.groups))
         tg = env._pending.targets if env._pending is not None else env._ref_policy.targets
         for key, tgt in tg.items():
-            p, b = PHASES.index(key[0]), int(np.searchsorted(env.edges, key[1]))
+            p, b = PHASES.index(key[0]), env._bucket_index(key[1])
             ref[int(env._env_group[p, b])] += sum(tgt.values())
         return ref
 

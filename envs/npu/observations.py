@@ -72,8 +72,7 @@ class ObservationsMixin:
                 w = ctx.rate_peak[p, lo:hi]
                 tpr[g] = float((w * ctx.tokens_per_req[p, lo:hi]).sum() / w.sum()) if w.sum() > 0 else 0.0
         share = np.zeros(G)
-        for p in (0, 1):
-            sel = self.group_phase == p
+        for sel in self._phase_masks():
             tot = rr[sel].sum()
             if tot > 0:
                 share[sel] = rr[sel] / tot
@@ -91,8 +90,23 @@ class ObservationsMixin:
             ctx.slo_recent, [self._last["slo_satisfaction"], self._last["slo_miss_share"]], q_left,
             [math.sin(2 * math.pi * hour / 24.0), math.cos(2 * math.pi * hour / 24.0), self._t / self.horizon],
         ]
-        obs = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in parts])
-        return np.clip(obs, -1.0, 10.0).astype(np.float32)
+        # each part into its slice of one float64 buffer (the values np.concatenate of the float64 parts gives)
+        obs = np.empty(len(self.obs_fields))
+        o = 0
+        for x in parts:
+            k = x.size if isinstance(x, np.ndarray) else len(x)
+            obs[o:o + k] = x.ravel() if isinstance(x, np.ndarray) else x
+            o += k
+        if o != obs.size:  # pragma: no cover - the fields and the parts are listed together
+            raise AssertionError(f"observation parts fill {o} of {obs.size} fields")
+        return np.clip(obs, -1.0, 10.0, out=obs).astype(np.float32)
+
+    def _phase_masks(self) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+        """``group_phase == p`` for p = 0, 1 (kept while the groups' phase array is the same object)."""
+        cache = getattr(self, "_phase_mask_cache", None)
+        if cache is None or cache[0] is not self.group_phase:
+            cache = self._phase_mask_cache = (self.group_phase, (self.group_phase == 0, self.group_phase == 1))
+        return cache[1]
 
     def _vpod_rate(self, tpr: NDArray[np.float64]) -> NDArray[np.float64]:
         """Per env group: requests/s one vPod of its configuration serves at its max batch (T_pod of
@@ -101,12 +115,19 @@ class ObservationsMixin:
         out = np.zeros(len(self.groups))
         if sim is None:
             return out
+        cache = getattr(self, "_full_tps_cache", None)  # (config, bucket) -> tokens/s at the max batch
+        if cache is None or cache[0] is not sim.tps or cache[1] is not sim.jmax:
+            cache = self._full_tps_cache = (sim.tps, sim.jmax, {})
+        full = cache[2]
         for g in range(len(self.groups)):
             if tpr[g] <= 0:
                 continue
             opt = self.action_type.option_index(self, g)
             cid, b = self.options[g][opt], self.group_bucket[g]
-            out[g] = float(sim.tps[cid, b, sim.jmax[cid, b]]) / tpr[g]
+            t = full.get((cid, b))
+            if t is None:
+                t = full[(cid, b)] = float(sim.tps[cid, b, sim.jmax[cid, b]])
+            out[g] = t / tpr[g]
         return out
 
     # ------------------------------------------------------------------------------------------ render
@@ -169,22 +190,34 @@ class BucketGroupState(GroupStateReader):
     def read(env: Any, ctx: Observation) -> tuple[NDArray[np.float64], ...]:
         G = len(env.groups)
         gp = env.group_phase
-        gb = np.array(env.group_bucket)
+        gb, dec, gb_dec, ver = _group_tables(env)
         util = ctx.util[gp, gb].copy()
         sim = env.sim
         if sim is not None:
             # the simulator's util is the prefill fluid's busy share; for decode, batch-slot occupancy
             act = sim.decode_jobs()
-            dec = gp == 1
-            slots = ctx.slots[1, gb[dec]]
-            util[dec] = np.where(slots > 0, np.minimum(act[gb[dec]] / np.maximum(slots, 1e-9), 1.0), 0.0)
+            slots = ctx.slots[1, gb_dec]
+            util[dec] = np.where(slots > 0, np.minimum(act[gb_dec] / np.maximum(slots, 1e-9), 1.0), 0.0)
         per_v = np.zeros((len(VERSIONS), G))
         for g, key in enumerate(env.groups):
             for cid, k in ctx.counts.get(key, {}).items():
-                per_v[VERSIONS.index(env.catalog.configs[cid].version), g] += k
+                per_v[ver[cid], g] += k
         alive, ready = ctx.alive[gp, gb], ctx.ready[gp, gb]
         queue, peak_queue = ctx.queue[gp, gb], ctx.peak_queue[gp, gb]
         return alive, ready, queue, peak_queue, util, per_v
+
+
+def _group_tables(env: Any) -> tuple[NDArray[np.int64], NDArray[np.bool_], NDArray[np.int64], list[int]]:
+    """Per env group its bucket, whether it decodes, the decode groups' buckets, and per configuration its chip
+    version's index in ``VERSIONS``; kept while the env's groups and catalog are the same objects."""
+    key = (env.group_bucket, env.group_phase, env.catalog)
+    cache = getattr(env, "_group_table_cache", None)
+    if cache is None or any(a is not b for a, b in zip(cache[0], key, strict=True)):
+        gb = np.array(env.group_bucket)
+        dec = env.group_phase == 1
+        ver = [VERSIONS.index(cf.version) for cf in env.catalog.configs]
+        cache = env._group_table_cache = (key, (gb, dec, gb[dec], ver))
+    return cache[1]
 
 
 class RangeGroupState(GroupStateReader):
