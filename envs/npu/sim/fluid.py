@@ -21,12 +21,15 @@ compiled loop, :func:`~servegym.envs.npu.sim.fluid_kernels.serve`):
   the vPods not ready.
 * **Decode**: per group, the batch is the fixed point of Little's law: active jobs = tokens x TPOT(level)
   / interval, level = the batch level of active jobs per ready vPod; jobs beyond the batch slots wait.
-  Admitted jobs stay in service across intervals (a job-count fluid per group and bucket with exponential
-  remaining lengths, :func:`~servegym.envs.npu.sim.fluid_kernels.decode_in_service`): as the request level
-  decodes a job over output tokens x TPOT, an interval makes the tokens its jobs in service produce at the
-  level of their mean count per ready vPod, and charges them that level's J/token; the vPods' idle share
-  is at static power. (Serving every job's whole output in its arrival interval put a long OpenThoughts
-  job's tokens, and the batch they ran at, in one interval: up to 11 % off the request level's energy.)
+  Admitted jobs stay in service across intervals (per group and bucket, one cohort per admission interval,
+  its jobs' remaining tokens spread only by when they arrived, so a burst's jobs finish together,
+  :func:`~servegym.envs.npu.sim.fluid_kernels.decode_in_service`): as the request level decodes a job over
+  output tokens x TPOT, an interval makes the tokens its jobs in service produce, stepped in the request
+  level's sub-steps, each at the level of its own active jobs per ready vPod and charged that level's J/token;
+  the vPods' idle share is at static power. (Serving every job's whole output in its arrival interval put a
+  long OpenThoughts job's tokens, and the batch they ran at, in one interval: up to 11 % off the request
+  level's energy; one level per interval at the mean batch missed the batch's steps as bursts leave: up to
+  5 %.)
 * **SLO**: TTFT = roofline latency at the operating level + the wait of an FCFS server at the group's
   utilization (Pollaczek-Khinchine mean, exponential tail; only where the largest level keeps up, else the
   job queue is the wait: each bin's arrivals priced at the capacity of the level chosen when they arrive,
@@ -65,6 +68,9 @@ FIDELITIES: tuple[str, ...] = ("fluid", "request")
 """Simulator modes: ``fluid`` (:class:`FluidCluster`, per-interval aggregates) or ``request`` (:class:`NPUCluster`,
 every request)."""
 _AR = np.arange(NB)
+# decode cohorts in service per (group, bucket): one per admission interval; an OpenThoughts job spans up to ~17
+# intervals at the request level, so more are rarely alive at once (a new one merges when all are taken)
+N_COHORTS = 24
 _NO_CAP3 = np.zeros((1, 1, 1))  # the kernel's per-bin capacity when the fleet is steady (unused then)
 _NONE = np.zeros(NB, dtype=bool)  # no group kept (fluid_books.orphans)
 
@@ -99,9 +105,10 @@ class FluidCluster(NPUCluster):
         self.q_job = np.zeros(NB)  # prefill job queue's waiting work per group, best-level vPod-s (ttft_misses)
         self.n_act = np.zeros(NB)  # decode jobs in service per group at the interval's end
         # decode jobs in service (admitted, not finished making tokens): output tokens left and jobs per
-        # (group bucket, request bucket), carried across intervals (fluid_kernels.decode_in_service)
-        self.d_tok = np.zeros((NB, NB))
-        self.d_req = np.zeros((NB, NB))
+        # (group bucket, request bucket, cohort), carried across intervals (fluid_kernels.decode_in_service)
+        self.d_tok = np.zeros((NB, NB, N_COHORTS))
+        self.d_req = np.zeros((NB, NB, N_COHORTS))
+        self.d_sp = np.zeros((NB, NB, N_COHORTS))  # width of a cohort's remaining tokens per job (uniform)
         self.q_seg = np.zeros((NB, NB))  # decode jobs queued (q_req[1] counts requests where they finish)
         self.arrived = 0.0
         self.finished = 0.0
@@ -220,16 +227,22 @@ class FluidCluster(NPUCluster):
         _, act, _, is_ready = self._routes()
         if act.size == 0:
             return
-        orphan, any_orphan = fb.orphans(self.d_req, act, is_ready[NB:])
+        # the cohorts of a group as one row (a view): any job in service there
+        orphan, any_orphan = fb.orphans(self.d_req.reshape(NB, -1), act, is_ready[NB:])
         if not any_orphan:
             return
         tok = self.d_tok[orphan].sum(axis=0)
         req = self.d_req[orphan].sum(axis=0)
+        sp = self.d_sp[orphan].max(axis=0)
         self.d_tok[orphan] = 0.0
         self.d_req[orphan] = 0.0
+        self.d_sp[orphan] = 0.0
         to = self._route(1, _AR, act) - NB
         self.d_tok[to, _AR] += tok
         self.d_req[to, _AR] += req
+        # a merged cohort keeps the wider spread, within what its mean allows
+        self.d_sp[to, _AR] = np.minimum(np.maximum(self.d_sp[to, _AR], sp),
+                                        2.0 * self.d_tok[to, _AR] / np.maximum(self.d_req[to, _AR], 1e-300))
 
     def _queue(self) -> NDArray[np.float64]:
         # one reduction over the last axis: each (phase, group) row summed as q_req[p].sum(axis=1) sums it
@@ -370,8 +383,8 @@ class FluidCluster(NPUCluster):
         fk.serve(T, c.substep_s, fv.steady, LEVELS, cnt, tok, k_len, k_pre, self.q_tok, self.q_req, fv.gp, fv.n_ready,
                  fv.psr, psa, fv.usd_ready, fv.slots, fv.unavail, fv.dom, fv.cap, cap3, fv.pbusy, fv.tps_best, fv.latd,
                  f_tok, f_req, f_seg, self.q_seg, self.lat, self.pow, self.tps, self.cfg_levels, self.slo_p, self.slo_d,
-                 prof.isl_m1, prof.isl_m2, prof.osl_cdf, self._finite_tables, self.d_tok, self.d_req, energy, e_busy,
-                 tokens, batch_tok, n_act, util, res, miss_pb, md_b, fin_b, c.check_s, self.q_job)
+                 prof.isl_m1, prof.isl_m2, prof.osl_cdf, self._finite_tables, self.d_tok, self.d_req, self.d_sp,
+                 energy, e_busy, tokens, batch_tok, n_act, util, res, miss_pb, md_b, fin_b, c.check_s, self.q_job)
         self.n_act = n_act
         self.util = util
         # ---- the interval's totals per group and phase, and the peak queues (fluid_books.settle)

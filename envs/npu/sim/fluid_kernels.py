@@ -243,81 +243,161 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
 
 
 @njit(cache=True)
-def _drain(n0, r0, tau, span):  # pragma: no cover - compiled
-    """Decode jobs in service (``n0`` jobs holding ``r0`` output tokens, each at ``tau`` s per token) over ``span``
-    s, their remaining lengths exponential with mean ``r0 / n0`` (a job-count fluid whose mean remaining length
-    stays put as jobs finish): tokens made, the integral of the jobs in service (job-seconds) and the share of
-    jobs (and tokens) still in service at the end."""
-    if n0 <= 0.0 or r0 <= 0.0:
+def _drain(n, tok, sp, x):  # pragma: no cover - compiled
+    """One cohort of decode jobs in service (``n`` jobs holding ``tok`` output tokens, their remaining tokens per job
+    spread uniformly over a width ``sp`` around the mean ``tok / n``) after each job makes ``x`` more tokens: jobs,
+    tokens and width left. The jobs whose remaining tokens run out finish; the rest stay uniform, from 0 up."""
+    if n <= 0.0:
         return 0.0, 0.0, 0.0
-    life = r0 / n0 * tau  # mean remaining service time of a job (s)
-    if not life < math.inf:  # no step latency at this level: the jobs make nothing and stay in service
-        return 0.0, n0 * span, 1.0
-    done = -math.expm1(-span / life)  # share of the tokens (and jobs) finished within the span
-    return r0 * done, n0 * life * done, 1.0 - done
+    mean = tok / n
+    hi = mean + 0.5 * sp
+    if x >= hi:
+        return 0.0, 0.0, 0.0
+    lo = mean - 0.5 * sp
+    if x <= lo:
+        return n, tok - n * x, sp
+    n1 = n * (hi - x) / sp  # lo < x < hi, so sp > 0
+    return n1, 0.5 * n1 * (hi - x), hi - x
 
 
 @njit(cache=True)
-def decode_in_service(T, dt, levels, g, nr, slot_n, arr_sub, phid, q_tok, q_seg, d_tok, d_req, latd, pw, tps, dg,
+def decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d_req, d_sp, latd, pw, tps, dg,
                       finite):  # pragma: no cover - compiled
     """Decode tokens made and their energy in one interval of ``T`` s by the jobs in service of decode group ``g``
-    (``d_tok`` / ``d_req``: output tokens left and jobs, per (group, bucket), carried across intervals and
-    updated in place). The request level decodes a job over its whole service time, output tokens x TPOT at the
-    batch level of its sub-steps (a long OpenThoughts job spans many intervals), and charges each token made the
-    J/token of that level. Here the admitted work (``phid`` x the queued tokens ``q_tok[1]`` and jobs ``q_seg``,
-    both taken off the queue) joins the jobs in service at mid-interval on average; jobs drain at the TPOT of
-    the operating level (:func:`_drain`); the operating level is the smallest consistent with the mean jobs in
-    service per ready vPod (Little's law over the interval, plus a sub-step's arrivals, which take a batch slot
-    even when shorter than a sub-step). Returns tokens made, their energy (J), the busy share of the ready
-    vPods' time and the batch (requests per busy vPod)."""
+    (per (group, bucket, cohort) ``d_tok`` / ``d_req`` / ``d_sp``: output tokens left, jobs and the width of
+    their remaining tokens per job; carried across intervals and updated in place), stepped in the request
+    level's sub-steps of ``dt`` s. The request level decodes a job over its whole service time, output tokens x
+    TPOT at the batch level of its sub-steps (a long OpenThoughts job spans many intervals): each sub-step's
+    batch is its active jobs (in service, or arriving within it: a job shorter than a sub-step still takes a
+    batch slot) per busy vPod, ``max(1, min(n, slot_n) / nr)``, its level the smallest that holds it, and
+    each token made there is charged that level's J/token. Here the admitted work (``phid`` x the queued
+    tokens ``q_tok[1]`` and jobs ``q_seg``, both taken off the queue) arrives evenly over the interval's
+    sub-steps as one cohort per (group, bucket). The jobs of a cohort have nearly the same length (a bucket
+    spans a factor <= 1.25 of total length), so their remaining tokens spread only by when they arrived: a
+    burst's jobs finish together and the group's batch, level and busy share fall in steps as the request
+    level's do. A new cohort takes an empty cohort slot or, all taken, merges into the one with the most tokens
+    left per job (the youngest). Returns tokens made, their energy (J), the busy share of the ready vPods'
+    time (job decode time / batch / vPod time, as the request level) and the token-weighted batch."""
     nb = q_seg.shape[1]
-    J = levels.size
-    nbar = np.zeros(J)
-    for b in range(nb):
-        if finite and d_req[g, b] == 0.0 and q_seg[g, b] == 0.0:
-            continue
-        for j in range(J):
-            tau = latd[g, b, j]
-            _, occ0, _ = _drain(d_req[g, b], d_tok[g, b], tau, T)
-            _, occ1, _ = _drain(phid * q_seg[g, b], phid * q_tok[1, g, b], tau, 0.5 * T)
-            nbar[j] += (occ0 + occ1) / T
+    K = d_req.shape[2]
     if nr <= 0.0:  # no ready vPod: the jobs wait in service, nothing is made
         for b in range(nb):
-            d_tok[g, b] += phid * q_tok[1, g, b]
-            d_req[g, b] += phid * q_seg[g, b]
-            q_seg[g, b] -= phid * q_seg[g, b]
+            nn = phid * q_seg[g, b]
+            if nn > 0.0:
+                _join(d_tok, d_req, d_sp, g, b, _new_slot(d_tok, d_req, g, b), phid * q_tok[1, g, b], nn, 0.0)
+            q_seg[g, b] -= nn
         return 0.0, 0.0, 0.0, 1.0
-    js = J - 1
-    for j in range(J):
-        if _level_index(levels, math.ceil(max(min(nbar[j] + arr_sub, slot_n) / nr, 1.0) - 1e-9)) <= j:
-            js = j
-            break
-    bb = max(1.0, min(nbar[js] + arr_sub, slot_n) / nr)
-    jd = _level_index(levels, math.ceil(bb - 1e-9))
-    busy = min(1.0, nbar[jd] / (bb * nr))
+    ns = max(1, math.floor(T / dt + 0.5))
+    h = T / ns
+    slot = np.full(nb, -1)
+    r_new = np.zeros(nb)  # tokens per admitted job
+    n_new = np.zeros(nb)  # admitted jobs per sub-step
+    kend = np.zeros(nb, dtype=np.int64)  # 1 + the last cohort slot in use (slots fill from 0)
+    live = np.empty(nb, dtype=np.int64)  # the buckets with jobs (every bucket with non-finite tables)
+    nl = 0
+    for b in range(nb):
+        nn = phid * q_seg[g, b]
+        if nn > 0.0:
+            slot[b] = _new_slot(d_tok, d_req, g, b)
+            r_new[b] = phid * q_tok[1, g, b] / nn
+            n_new[b] = nn / ns
+            kend[b] = slot[b] + 1
+        q_seg[g, b] -= nn
+        for k in range(K):
+            if d_req[g, b, k] > 0.0 and k >= kend[b]:
+                kend[b] = k + 1
+        if kend[b] > 0 or not finite:
+            live[nl] = b
+            nl += 1
     made = 0.0
     e = 0.0
-    for b in range(nb):
-        if finite and d_req[g, b] == 0.0 and q_seg[g, b] == 0.0:
+    busy_t = 0.0  # vPod-seconds busy per ready vPod
+    bt = 0.0  # tokens made x batch
+    for _s in range(ns):
+        n = 0.0
+        for i in range(nl):
+            b = live[i]
+            n += n_new[b]
+            for k in range(kend[b]):
+                n += d_req[g, b, k]
+        if n <= 0.0:
             continue
-        tau = latd[g, b, jd]
-        m0, _, l0 = _drain(d_req[g, b], d_tok[g, b], tau, T)
-        rn, nn = phid * q_tok[1, g, b], phid * q_seg[g, b]
-        m1, _, l1 = _drain(nn, rn, tau, 0.5 * T)
-        mk = m0 + m1
-        made += mk
-        e += mk * (pw[dg, b, jd] / max(tps[dg, b, jd], 1e-300))
-        d_tok[g, b] = d_tok[g, b] * l0 + rn * l1
-        d_req[g, b] = d_req[g, b] * l0 + nn * l1
-        q_seg[g, b] -= nn
-    return made, e, busy, bb
+        bb = max(1.0, min(n, slot_n) / nr)
+        j = _level_index(levels, math.ceil(bb - 1e-9))
+        work = 0.0  # the jobs' decode time in the sub-step (s)
+        for i in range(nl):
+            b = live[i]
+            tau = latd[g, b, j]
+            if not tau < math.inf:  # no step latency at this level: the jobs make nothing and stay in service
+                if slot[b] >= 0:
+                    _join(d_tok, d_req, d_sp, g, b, slot[b], n_new[b] * r_new[b], n_new[b], 0.0)
+                continue
+            x = h / tau  # tokens per job in the sub-step
+            mb = 0.0
+            for k in range(kend[b]):
+                if d_req[g, b, k] > 0.0:
+                    n1, t1, s1 = _drain(d_req[g, b, k], d_tok[g, b, k], d_sp[g, b, k], x)
+                    mb += d_tok[g, b, k] - t1
+                    d_req[g, b, k], d_tok[g, b, k], d_sp[g, b, k] = n1, t1, s1
+            if slot[b] >= 0:
+                # the sub-step's arrivals come evenly within it: each makes x times the share of the sub-step
+                # left after it arrives (remaining tokens uniform on [r - x, r]: a cohort on [r, r + x] drained
+                # by x, less the x / 2 per job it never held)
+                nn, rr = n_new[b], r_new[b]
+                n1, t1, s1 = _drain(nn, nn * (rr + 0.5 * x), x, x)
+                mb += nn * rr - t1
+                _join(d_tok, d_req, d_sp, g, b, slot[b], t1, n1, s1)
+            made += mb
+            e += mb * (pw[dg, b, j] / max(tps[dg, b, j], 1e-300))
+            bt += mb * bb
+            work += mb * tau
+        busy_t += min(h, work / bb / nr)
+    return made, e, busy_t / T, (bt / made if made > 0.0 else 1.0)
+
+
+@njit(cache=True)
+def _new_slot(d_tok, d_req, g, b):  # pragma: no cover - compiled
+    """The cohort slot a new cohort of (group ``g``, bucket ``b``) takes: an empty one, or the one with the most
+    tokens left per job (the youngest), which it joins."""
+    K = d_req.shape[2]
+    best = 0
+    most = -1.0
+    for k in range(K):
+        if d_req[g, b, k] <= 0.0:
+            return k
+        per = d_tok[g, b, k] / d_req[g, b, k]
+        if per > most:
+            most = per
+            best = k
+    return best
+
+
+@njit(cache=True)
+def _join(d_tok, d_req, d_sp, g, b, k, tok, jobs, sp):  # pragma: no cover - compiled
+    """Add ``jobs`` jobs holding ``tok`` output tokens (their remaining tokens per job uniform over a width ``sp``)
+    to cohort ``k`` of (group ``g``, bucket ``b``): the widest uniform spread with the merged mean within the
+    two parts' range (exact for jobs arriving evenly)."""
+    if jobs <= 0.0:
+        return
+    n0 = d_req[g, b, k]
+    if n0 <= 0.0:
+        d_tok[g, b, k], d_req[g, b, k], d_sp[g, b, k] = tok, jobs, sp
+        return
+    m0 = d_tok[g, b, k] / n0
+    m1 = tok / jobs
+    lo = max(min(m0 - 0.5 * d_sp[g, b, k], m1 - 0.5 * sp), 0.0)
+    hi = max(m0 + 0.5 * d_sp[g, b, k], m1 + 0.5 * sp)
+    d_tok[g, b, k] += tok
+    d_req[g, b, k] += jobs
+    mean = d_tok[g, b, k] / d_req[g, b, k]
+    d_sp[g, b, k] = max(0.0, min(2.0 * (mean - lo), 2.0 * (hi - mean)))
 
 
 @njit(cache=True)
 def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_ready, psr, psa, usd_ready, slots,
           unavail, dom, cap, cap3, pbusy, tps_best, latd, f_tok, f_req, f_seg, q_seg, lat, pw, tps, cfg_levels, slo_p,
-          slo_d, isl_m1, isl_m2, osl_cdf, finite, d_tok, d_req, energy, e_busy, tokens, batch_tok, n_act, util, res,
-          miss_pb, md_b, fin_b, check_s, q_job):  # pragma: no cover
+          slo_d, isl_m1, isl_m2, osl_cdf, finite, d_tok, d_req, d_sp, energy, e_busy, tokens, batch_tok, n_act, util,
+          res, miss_pb, md_b, fin_b, check_s, q_job):  # pragma: no cover
     """One interval of ``T`` seconds of the fluid serving step (module docstring). Updates ``q_tok`` /
     ``q_req`` (2 phases x 48 groups x 48 request buckets), writes per group (96) ``energy``, ``e_busy``
     (request-attributed energy), ``tokens`` and ``batch_tok`` (tokens made x batch) of the interval, the
@@ -433,8 +513,8 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
             if phid * q_req[1, g, b] != 0.0:
                 served = True
         # tokens made and their energy: by the jobs in service, over their service time (decode_in_service)
-        made, ebd, busyd, bmade = decode_in_service(T, dt, levels, g, nr, slot_n, arr_sub, phid, q_tok, q_seg, d_tok,
-                                                    d_req, latd, pw, tps, dg, finite)
+        made, ebd, busyd, bmade = decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d_req,
+                                                    d_sp, latd, pw, tps, dg, finite)
         e_busy[G] = ebd
         energy[G] = ebd + T * ((1.0 - busyd) * psr[G] + psa[G] - psr[G])
         # effective TPOT = TPOT + wait / output tokens (wait: mean queue over throughput, or the boot wait)
