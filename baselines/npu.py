@@ -475,6 +475,10 @@ class BasePolicy:
             self.cfg = {k: sim.op_fit(k[0], k[1], peak_rps * float(mean_tok[i])) for i, k in enumerate(self.keys)}
         else:
             self.cfg = {k: sim.candidates(*k)[0] for k in self.keys}
+        self._caps = {}  # per key: each bucket's full-batch tokens/s, floored at 1e-300, and the bucket indices
+        for k, cid in self.cfg.items():
+            cap = sim.tps[cid, _BUCKETS, sim.jmax[cid]]
+            self._caps[k] = (cap, np.maximum(cap, 1e-300), np.arange(cap.size))
         self.targets = {}
 
     def decide(self, ctx: Observation) -> ScalingDecision:
@@ -485,12 +489,13 @@ class BasePolicy:
         out: dict[tuple[str, int], dict[int, int]] = {}
         for p, key in enumerate(self.keys):
             cid = self.cfg[key]
-            w = float((signal[p] * ctx.tokens_per_req[p]).sum())
-            # T_pod at the requests' own lengths: tokens/s of the configuration at each bucket, weighted
-            cap = sim.tps[cid, _BUCKETS, sim.jmax[cid]]  # = sim.max_rps(cid, phase, edge, 1.0) per bucket
             wb = signal[p] * ctx.tokens_per_req[p]
+            w = float(wb.sum())
+            # T_pod at the requests' own lengths: tokens/s of the configuration at each bucket, weighted
+            # (= sim.max_rps(cid, phase, edge, 1.0) per bucket; the configuration is fixed for the run)
+            cap, cap_floor, buckets = self._caps[key]
             # vPods needed at full batch for the group's peak (the aggregate's peak, not the buckets' sum)
-            vpod_s = float((wb / np.maximum(cap, 1e-300)).sum()) * coincidence(ctx, p, np.arange(cap.size), cap)
+            vpod_s = float((wb / cap_floor).sum()) * coincidence(ctx, p, buckets, cap)
             n = max(1, math.ceil(vpod_s - 1e-9)) if w > 0 else 1
             cur = sum(_alive_counts(ctx, key).values())
             out[key] = {cid: self.rule.limit(key, n, cur, ctx.time_s)}

@@ -59,3 +59,17 @@ def test_range_rates_is_the_numpy_loop() -> None:
             want = (rr_in[p, a:b].sum(), w.sum(),
                     float((w * tpr_in[p, a:b]).sum() / w.sum()) if w.sum() > 0 else 0.0)
             assert (got[0][g], got[1][g], got[2][g]) == want
+
+
+def test_phase_sum_is_numpys_sum_of_a_pair() -> None:
+    from servegym.envs.npu.rewards import phase_sum
+
+    rng = np.random.default_rng(4)
+    special = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1e308, -1e308]
+    vals = [*special, *_values(rng, (40,)).tolist()]
+    with np.errstate(all="ignore"):
+        for x in vals:
+            for y in vals:
+                a = np.array([x, y])
+                assert np.array(phase_sum(a)).tobytes() == np.array(float(a.sum())).tobytes(), (x, y)
+    assert phase_sum(np.arange(5.0)) == 10.0  # other shapes: numpy's own sum

@@ -49,6 +49,16 @@ def workload_fingerprint(w: NPUWorkload) -> tuple:
             tuple((float(r.arrival_s[i]), int(r.input_tokens[i]), int(r.output_tokens[i])) for i in probe))
 
 
+def phase_sum(a: NDArray[np.float64]) -> float:
+    """``float(a.sum())`` of a span's per-phase totals (J, USD or tokens): for a float64 pair, numpy's sum adds the
+    two from -0.0 and the result to the reduction's identity 0.0, i.e. 0.0 + (a[0] + a[1]) (-0.0 + x is x), here on
+    Python floats without a numpy call per span; any other array by numpy."""
+    if a.shape == (2,) and a.dtype == np.float64:
+        x, y = a.tolist()
+        return 0.0 + (x + y)
+    return float(a.sum())
+
+
 def cfg_weight_ok(objective_weight: float) -> bool:
     """Whether the objective has a positive weight (else the hindsight plan keeps its default SLO weight)."""
     return objective_weight > 0.0
@@ -131,9 +141,9 @@ class RewardsMixin:
         # a late open request that finishes moves from `late` to the finished misses; the age test of
         # `late` is conservative, so the difference can dip below 0 by a request or two: clip
         misses = max(slo_total - slo_met + (late - late_prev), 0.0)
-        energy = sum(float(m.energy_j.sum()) for m in spans)
-        usd = sum(float(m.usd.sum()) for m in spans)
-        tokens = sum(float(m.tokens.sum()) for m in spans)
+        energy = sum(phase_sum(m.energy_j) for m in spans)
+        usd = sum(phase_sum(m.usd) for m in spans)
+        tokens = sum(phase_sum(m.tokens) for m in spans)
         duration_s = sum(float(m.t1_s - m.t0_s) for m in spans)
         flows = {"energy_j": energy, "cost_usd": usd, "tokens": tokens,
                  "slo_violation_pct": 100.0 * (1.0 - slo_met / slo_total) if slo_total else 0.0,
