@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from servegym.envs.npu.env import NPUAutoscaleEnv
 from servegym.envs.npu.sim import fluid_books as fb
 from servegym.envs.npu.sim import fluid_kernels as fk
+from servegym.envs.npu.sim.cluster import NPUCluster
 from servegym.envs.npu.sim.config import NB
 
 
@@ -111,6 +112,10 @@ def test_the_fleet_version_moves_with_the_vpod_arrays() -> None:
     for _ in range(12):
         a = np.array([rng.choice(np.flatnonzero(m)) for m in np.split(env.action_masks(), splits)])
         env.step(a)
+        # the fluid's caches keyed on it give what the request level's uncached forms give
+        assert sim.held_chips() == NPUCluster.held_chips(sim)
+        assert np.array_equal(sim._alive_counts(), NPUCluster._alive_counts(sim))
+        assert np.array_equal(sim._ready_groups(), NPUCluster._ready_groups(sim))
         seen.add((sim.fleet_version, sim.v_group.tobytes(), sim.v_ready.tobytes(), sim.v_gone.tobytes()))
     versions = [s[0] for s in seen]
     assert len(versions) == len(set(versions)) > 5  # one version per content, and the content changed

@@ -319,12 +319,13 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
                     self.fleet_version += 1
         held = self.held_chips()
         new_g, new_c, new_r = [], [], []
+        made: dict[tuple[int, int], int] = {}  # vPods created below per (group, configuration)
         for g in self.target_order:
             tgt = self.targets.get(g, {})
-            sel = (self.v_gone == np.inf) & (self.v_group == g)
+            have_g = alive_at.get(g, {})
             for cid, cnt in tgt.items():
-                have = int(np.count_nonzero(sel & (self.v_cfg == cid))) + sum(
-                    1 for gg, cc in zip(new_g, new_c, strict=True) if gg == g and cc == cid)
+                # alive (not deleting) now: the deletions above kept at most the target of each configuration
+                have = min(len(have_g.get(cid, ())), cnt) + made.get((g, cid), 0)
                 ver = self.configs[cid].version
                 for _ in range(cnt - have):
                     if held[ver] + self.cfg_chips[cid] > self.quota[ver]:
@@ -332,6 +333,7 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
                     held[ver] += self.cfg_chips[cid]
                     new_g.append(g)
                     new_c.append(cid)
+                    made[(g, cid)] = made.get((g, cid), 0) + 1
                     boot = self.rng.uniform(*CREATE_S) + self.cfg_boot_s[cid]
                     new_r.append(now if getattr(self, "_instant", False) else now + boot)
         if new_g:
@@ -411,6 +413,11 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
         and reconcile happen at a steady cadence."""
         return round(self.config.check_s / self.config.substep_s)
 
+    def _alive_counts(self) -> np.ndarray:
+        """vPods alive (not deleting) per group now, (2, 48) floats (a new array)."""
+        live = self.v_gone == np.inf
+        return np.bincount(self.v_group[live], minlength=2 * NB).reshape(2, NB).astype(float)
+
     def advance(self, duration_s: float) -> EpochMetrics:
         """Advance ``duration_s`` (a multiple of ``substep_s``); returns the totals of that span."""
         c = self.config
@@ -428,8 +435,7 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
             k = min(kc, K - done)
             self._chunk(k, m)
             done += k
-        live = self.v_gone == np.inf
-        m.alive = np.bincount(self.v_group[live], minlength=2 * NB).reshape(2, NB).astype(float)
+        m.alive = self._alive_counts()
         for key in self.totals:
             self.totals[key] += getattr(m, key)
         self.history.append(m)

@@ -97,6 +97,9 @@ class FluidCluster(NPUCluster):
         self._tkey: tuple = ()
         self._fleet_cache: tuple | None = None
         self._route_state: tuple | None = None  # ((targets_version, ready key), act0, act1, gp, ready): _routes
+        self._held_cache: tuple | None = None  # ((fleet_version, vPods held), chips held per version)
+        self._alive_cache: tuple | None = None  # (fleet_version, alive vPods per group)
+        self._split_last: tuple | None = None  # (the active decode groups array, its _decode_split)
         self._ready_cache: tuple | None = None  # ((fleet_version, ready count), ready count, ready groups, their set)
         self._dom_tables: tuple | None = None  # (dominant configurations, their tps_best and latd): fluid_fleet.py
         # fluid state: per phase, queued tokens and requests per (group bucket, request bucket)
@@ -177,6 +180,22 @@ class FluidCluster(NPUCluster):
             hit = self._ready_cache = (key, n, groups, set(groups.tolist()))
         return hit[1], hit[2], hit[3]
 
+    def held_chips(self) -> dict[str, float]:
+        """:meth:`NPUCluster.held_chips`, kept while the vPods (``fleet_version``) and the ones held (a threshold set
+        of their deletion ends, named by its count) stay the same (a new dict each call)."""
+        key = (self.fleet_version, fb.count_after(self.v_gone, self.now))
+        hit = self._held_cache
+        if hit is None or hit[0] != key:
+            hit = self._held_cache = (key, super().held_chips())
+        return dict(hit[1])
+
+    def _alive_counts(self) -> NDArray[np.float64]:
+        """:meth:`NPUCluster._alive_counts`, kept per ``fleet_version`` (a copy each call)."""
+        hit = self._alive_cache
+        if hit is None or hit[0] != self.fleet_version:
+            hit = self._alive_cache = (self.fleet_version, super()._alive_counts())
+        return hit[1].copy()
+
     def _ready_groups(self) -> NDArray[np.int64]:
         return self._ready_now()[1]
 
@@ -254,9 +273,13 @@ class FluidCluster(NPUCluster):
         finish) and of its decode jobs (a migrated request is a job in its short group, making its first
         tokens, and another in its true group) served by each decode group (columns) under the active decode
         groups ``act``."""
+        last = self._split_last
+        if last is not None and last[0] is act:  # the same array from _routes: the same groups
+            return last[1]
         key = tuple(act.tolist())
         hit = self._route_cache.get(key)
         if hit is not None:
+            self._split_last = (act, hit)
             return hit
         acc = self.config.osl_accuracy
         true = np.minimum(np.searchsorted(act, _AR, side="left"), act.size - 1)
@@ -303,6 +326,7 @@ class FluidCluster(NPUCluster):
         if len(self._route_cache) > 64:
             self._route_cache.clear()
         self._route_cache[key] = (tok, req, seg)
+        self._split_last = (act, (tok, req, seg))
         return tok, req, seg
 
     # ------------------------------------------------------------------ dynamics

@@ -268,3 +268,13 @@ def orphans(rows, act, keep):  # pragma: no cover - compiled
             out[g] = pairwise_sum(rows[g], 0, rows.shape[1]) > 0.0
             anyone = anyone or out[g]
     return out, anyone
+
+
+@njit(cache=True)
+def count_after(x, t):  # pragma: no cover - compiled
+    """``np.count_nonzero(x > t)``."""
+    n = 0
+    for i in range(x.size):
+        if x[i] > t:
+            n += 1
+    return n
