@@ -129,9 +129,13 @@ class NeuScalePolicy:
         self._best: dict[tuple[str, int], int] = {}  # (phase, bucket index) -> the DSE's best fit
         self._tps_full: dict[tuple[int, int], float] = {}  # (config, bucket index) -> tokens/s at its max batch
         # the compiled grouping's per-run tables and output buffers (npu_grouping.py)
-        self._kt = grouping_tables(sim, self.fixed)
-        self._n_alloc = int(self._kt["alloc"].max()) + 1 if self._kt["alloc"].size else 1
+        kt = grouping_tables(sim, self.fixed)
+        self._n_alloc = int(kt["alloc"].max()) + 1 if kt["alloc"].size else 1
+        self._no_prev = np.full(self._n_alloc, -1, dtype=np.int64)  # no current group of any allocation (read only)
         self._kbuf = tuple(np.empty(NB, dtype=t) for t in (np.int64, float, float, np.int64, float, np.int64, np.int64))
+        # per phase, the kernel's arguments that are fixed for the run (its tables, then its output buffers)
+        self._kargs = tuple((kt["pick"][p], kt["alloc"], kt["full_tps"], kt["slo_ok"][p], kt["tps"], kt["pow"],
+                             kt["jmax"], kt["static_w"], kt["per_s"], *self._kbuf) for p in (0, 1))
 
     def _candidates(self, phase: str, edge: int) -> list[int]:
         """``sim.candidates(phase, edge)`` (best fit first) without its validation and copy for a known group (read only)."""
@@ -170,9 +174,9 @@ class NeuScalePolicy:
         """:meth:`_groups_py` by :func:`~servegym.baselines.npu_grouping.neuscale_groups`; None where it does not
         apply (no per-run tables, ``max_groups``, inputs not float64 (2, buckets), bins other than
         :func:`coincidence`'s compiled case) or reports that the Python method must run (it would raise)."""
-        kt = getattr(self, "_kt", None)
+        kargs = getattr(self, "_kargs", None)
         tpr, sig, bins = ctx.tokens_per_req, signal, ctx.epoch_token_bins
-        if kt is None or self.max_groups is not None:
+        if kargs is None or self.max_groups is not None:
             return None
         for a in (tpr, sig):
             if not (isinstance(a, np.ndarray) and a.dtype == np.float64 and a.shape == (2, NB)):
@@ -185,18 +189,19 @@ class NeuScalePolicy:
         else:
             return None
         ph = PHASES[phase]
-        sticky = self.sim.config.fit_at == "operating"
-        prev = np.full(self._n_alloc, -1, dtype=np.int64)
+        cfg = self.sim.config
+        sticky = cfg.fit_at == "operating"
+        prev = self._no_prev
         if sticky:  # the current groups by allocation (the last one of an allocation wins, as a dict would)
+            prev = prev.copy()
             for k, c in self.main.items():
                 if k[0] == ph:
                     prev[self._alloc[c]] = int(np.searchsorted(ctx.bucket_edges, k[1]))
         ob, ow, oc, ocid, orr, mb, mt = self._kbuf
         ng, nm, status = neuscale_groups(
-            phase, np.ascontiguousarray(tpr[phase]), np.ascontiguousarray(sig[phase]), kt["pick"][phase],
-            kt["alloc"], kt["full_tps"], bins, use_bins, sticky, prev, self.coalescing, float(self.coalesce_below),
-            self.slo_aware_merge, kt["slo_ok"][phase], self._fit_aware, self.sim.config.objective == "cost",
-            kt["tps"], kt["pow"], kt["jmax"], kt["static_w"], kt["per_s"], ob, ow, oc, ocid, orr, mb, mt)
+            phase, np.ascontiguousarray(tpr[phase]), np.ascontiguousarray(sig[phase]), bins, use_bins, sticky, prev,
+            self.coalescing, float(self.coalesce_below), self.slo_aware_merge,
+            self.fit_aware_merge and sticky, cfg.objective == "cost", *kargs[phase])
         if status != OK:
             return None
         edges = ctx.bucket_edges

@@ -106,8 +106,8 @@ def _ceil_at_least_1(x):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def neuscale_groups(phase, tpr, sig, pick, alloc, full_tps, bins, use_bins, sticky, prev_bucket, coalescing,
-                    coalesce_below, slo_aware, slo_ok, fit_aware, cost, tps, pw, jmax, static_w, per_s,
+def neuscale_groups(phase, tpr, sig, bins, use_bins, sticky, prev_bucket, coalescing, coalesce_below, slo_aware,
+                    fit_aware, cost, pick, alloc, full_tps, slo_ok, tps, pw, jmax, static_w, per_s,
                     out_b, out_w, out_c, out_cid, out_r, merged_b, merged_t):  # pragma: no cover - compiled
     """:meth:`NeuScalePolicy.groups` for ``phase`` (module docstring): ``tpr``, ``sig`` the phase's tokens per
     request and EWMA R_peak per bucket (float64, buckets,); ``pick`` the phase's row of :func:`grouping_tables`;
