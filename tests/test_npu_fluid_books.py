@@ -1,4 +1,4 @@
-"""The fluid npu simulator's compiled bookkeeping (envs/npu/sim/fluid_books.py) equals the numpy formulation it
+"""The fluid npu simulator's compiled bookkeeping (envs/npu/sim/fluid_books.py, monitor_stats.py) equals the numpy formulation it
 replaced bit for bit, on random arrays (fractional bin weights, so the summation order shows), and the fleet
 version moves wherever the vPod arrays change."""
 
@@ -14,6 +14,7 @@ from servegym.envs.npu.sim import fluid_books as fb
 from servegym.envs.npu.sim import fluid_kernels as fk
 from servegym.envs.npu.sim.cluster import NPUCluster
 from servegym.envs.npu.sim.config import NB
+from servegym.envs.npu.sim.monitor_stats import window_stats
 
 
 def _arrivals_numpy(counts, tokens, cum, bs, t0, t1):  # type: ignore[no-untyped-def]
@@ -116,6 +117,8 @@ def test_the_fleet_version_moves_with_the_vpod_arrays() -> None:
         assert sim.held_chips() == NPUCluster.held_chips(sim)
         assert np.array_equal(sim._alive_counts(), NPUCluster._alive_counts(sim))
         assert np.array_equal(sim._ready_groups(), NPUCluster._ready_groups(sim))
+        for a, b in zip(sim._fleet_counts(), NPUCluster._fleet_counts(sim), strict=True):
+            assert np.array_equal(a, b)
         seen.add((sim.fleet_version, sim.v_group.tobytes(), sim.v_ready.tobytes(), sim.v_gone.tobytes()))
     versions = [s[0] for s in seen]
     assert len(versions) == len(set(versions)) > 5  # one version per content, and the content changed
@@ -182,3 +185,23 @@ def test_fleet_sums_and_groups_equal_the_numpy_formulation(seed: int, n: int) ->
     want_o &= (rows.sum(axis=1) > 0) & ~keep
     got_o, anyone = fb.orphans(rows, act, keep)
     assert np.array_equal(got_o, want_o) and anyone == bool(want_o.any())
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(0, 1000), st.sampled_from([(180, 30), (30, 30), (12, 30), (60, 1)]))
+def test_window_stats_equal_the_numpy_formulation(seed: int, bin_index: int, sizes: tuple[int, int]) -> None:
+    # NPUCluster.observe's monitor figures as they were written in numpy; fractional bins, so the order shows
+    rng = np.random.default_rng(seed)
+    nw, nb_epoch = sizes
+    rate_bin_s, epoch_s = 10.0, 300.0
+    bin_counts = rng.random((nw, 2, NB)) * rng.integers(0, 30, (nw, 2, NB)) * (rng.random((nw, 2, NB)) < 0.7)
+    bin_tokens = bin_counts * rng.random((nw, 2, NB)) * 5000.0
+    order = (bin_index - 1 - np.arange(nb_epoch)) % nw
+    counts = bin_counts[order]
+    tot_c = bin_counts.sum(axis=0)
+    want = (bin_tokens[order], counts.sum(axis=0) / epoch_s,
+            np.where(tot_c > 0, bin_tokens.sum(axis=0) / np.maximum(tot_c, 1), 0.0),
+            bin_counts.max(axis=0) / rate_bin_s, (counts / rate_bin_s).max(axis=0))
+    got = window_stats(bin_counts, bin_tokens, bin_index, nb_epoch, rate_bin_s, epoch_s)
+    for a, b in zip(got, want, strict=True):
+        assert np.array_equal(a, b)

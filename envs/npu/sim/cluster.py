@@ -85,6 +85,7 @@ from servegym.envs.npu.sim.config import (
     ClusterConfig,
 )
 from servegym.envs.npu.sim.dse import SEQ_BUCKETS, BestFit, BestFitTable, check_versions, run_dse
+from servegym.envs.npu.sim.monitor_stats import window_stats
 from servegym.envs.npu.sim.records import EpochMetrics, Observation, ScalingDecision
 from servegym.envs.npu.sim.roofline import PHASES, RooflineParams, evaluate, space_for, weight_bytes_per_chip
 from servegym.envs.npu.sim.routing import RoutingMixin
@@ -363,24 +364,24 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
         simulator, the restart of the peak-queue window."""
         self.peak_queue = np.zeros(2 * NB)
 
-    def observe(self) -> Observation:
-        c = self.config
-        nb_epoch = round(c.epoch_s / c.rate_bin_s)
-        # the last epoch's bins, newest first; the window's sums and maxima need no order (the bins hold request
-        # and token counts, integers, so any summation order gives the same sums, and max commutes with / c)
-        order = (self.bin_index - 1 - np.arange(nb_epoch)) % self.nbins_w
-        counts = self.bin_counts[order]
-        toks = self.bin_tokens[order]
-        rates = counts / c.rate_bin_s
-        recent = counts.sum(axis=0) / c.epoch_s
-        tot_c = self.bin_counts.sum(axis=0)
-        tpr = np.where(tot_c > 0, self.bin_tokens.sum(axis=0) / np.maximum(tot_c, 1), 0.0)
+    def _fleet_counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per group (96) now: ready and alive (not deleting) vPods and the ready ones' batch slots (new arrays)."""
         live = self.v_gone == np.inf
         ready = live & (self.v_ready <= self.now)
         G = 2 * NB
-        n_ready = np.bincount(self.v_group[ready], minlength=G).astype(float)
-        n_alive = np.bincount(self.v_group[live], minlength=G).astype(float)
-        slots = np.bincount(self.v_group[ready], weights=self.cfg_maxb[self.v_cfg[ready]], minlength=G)
+        return (np.bincount(self.v_group[ready], minlength=G).astype(float),
+                np.bincount(self.v_group[live], minlength=G).astype(float),
+                np.bincount(self.v_group[ready], weights=self.cfg_maxb[self.v_cfg[ready]], minlength=G))
+
+    def observe(self) -> Observation:
+        c = self.config
+        nb_epoch = round(c.epoch_s / c.rate_bin_s)
+        # the last epoch's bins, newest first, and the window's sums and maxima in one compiled pass (monitor_stats)
+        toks, recent, tpr, rate_peak, epoch_peak = window_stats(self.bin_counts, self.bin_tokens, self.bin_index,
+                                                                nb_epoch, c.rate_bin_s, c.epoch_s)
+        live = self.v_gone == np.inf
+        G = 2 * NB
+        n_ready, n_alive, slots = self._fleet_counts()
         queue = self._queue()
         cnt: dict[tuple[str, int], dict[int, int]] = {}
         for g, cid in zip(self.v_group[live].tolist(), self.v_cfg[live].tolist(), strict=True):
@@ -391,8 +392,8 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
         ctx = Observation(
             time_s=self.now, epoch=int(self.now // c.epoch_s),
             at_epoch_boundary=self.at_epoch_boundary(),
-            bucket_edges=self.edges.copy(), rate_recent=recent, rate_peak=self.bin_counts.max(axis=0) / c.rate_bin_s,
-            epoch_peak=rates.max(axis=0), tokens_per_req=tpr,
+            bucket_edges=self.edges.copy(), rate_recent=recent, rate_peak=rate_peak,
+            epoch_peak=epoch_peak, tokens_per_req=tpr,
             ready=n_ready.reshape(2, NB), alive=n_alive.reshape(2, NB), queue=queue.reshape(2, NB),
             peak_queue=np.maximum(self.peak_queue, queue).reshape(2, NB), slots=slots.reshape(2, NB),
             util=self.util.reshape(2, NB).copy(), slo_recent=self.recent_slo.copy(), counts=cnt,

@@ -97,6 +97,7 @@ class FluidCluster(NPUCluster):
         self._tkey: tuple = ()
         self._fleet_cache: tuple | None = None
         self._route_state: tuple | None = None  # ((targets_version, ready key), act0, act1, gp, ready): _routes
+        self._counts_cache: tuple | None = None  # (ready key, ready / alive vPods and slots per group): observe
         self._held_cache: tuple | None = None  # ((fleet_version, vPods held), chips held per version)
         self._alive_cache: tuple | None = None  # (fleet_version, alive vPods per group)
         self._split_last: tuple | None = None  # (the active decode groups array, its _decode_split)
@@ -195,6 +196,16 @@ class FluidCluster(NPUCluster):
         if hit is None or hit[0] != self.fleet_version:
             hit = self._alive_cache = (self.fleet_version, super()._alive_counts())
         return hit[1].copy()
+
+    def _fleet_counts(self) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+        """:meth:`NPUCluster._fleet_counts`, kept while the vPods and the ready ones (:meth:`_ready_now`'s key) stay
+        the same (copies each call)."""
+        self._ready_now()
+        key = self._ready_cache[0]
+        hit = self._counts_cache
+        if hit is None or hit[0] != key:
+            hit = self._counts_cache = (key, super()._fleet_counts())
+        return hit[1][0].copy(), hit[1][1].copy(), hit[1][2].copy()
 
     def _ready_groups(self) -> NDArray[np.int64]:
         return self._ready_now()[1]
