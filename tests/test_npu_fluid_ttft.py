@@ -3,8 +3,6 @@ applies only where the largest level keeps up; in an overloaded bin the Lindley 
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from servegym.envs.npu.sim import fluid_kernels as fk
@@ -65,12 +63,17 @@ def test_the_sub_step_bound_on_the_stationary_wait_needs_a_level_that_sets_the_c
     # batch): service 4 s, utilization 0.4, P-K mean 0.4 x 16 / (2 x 4 x 0.6) = 1.33 s, above half the sub-step's
     # work (0.5 x 0.4 x 5 = 1 s). The request level's server cannot speed up there, so the mean is not capped
     r, wq = 0.4, 0.4 * 16.0 / (2.0 * 4.0 * 0.6)
-    assert _misses(1.0, 4000.0, 1.0, 1.0) == pytest.approx(r * math.exp(-r * 1.0 / wq), rel=1e-12)
+    # (the tail is the one given the bin's realized work, fluid_kernels.bin_tail, which reads the mean through its
+    # P-K floor: capped at 1 s it would be lighter)
+    want = fk.bin_tail(1.0, r, 4.0, 16.0, wq, 10.0)
+    assert _misses(1.0, 4000.0, 1.0, 1.0) == pytest.approx(want, rel=1e-12)
+    assert fk.bin_tail(1.0, r, 4.0, 16.0, 1.0, 10.0) < 0.99 * want
     # the lowest level at half the capacity: it serves the 4 vPod-s (utilization 0.8, service 8 s, P-K mean 16 s)
     # and a busier sub-step would run at a larger, faster level, so the mean stays at most 0.5 x 0.8 x 5 = 2 s
     caps = np.full(J, 1.0)
     caps[0] = 0.5
-    assert _misses(1.0, 4000.0, 1.0, 1.0, caps=caps) == pytest.approx(0.8 * math.exp(-0.8 * 1.0 / 2.0), rel=1e-12)
+    assert _misses(1.0, 4000.0, 1.0, 1.0, caps=caps) == pytest.approx(fk.bin_tail(1.0, 0.8, 8.0, 64.0, 2.0, 10.0),
+                                                                     rel=1e-12)
 
 
 def test_queued_jobs_keep_the_price_of_the_level_they_arrived_at() -> None:
@@ -167,3 +170,50 @@ def test_a_bucket_without_arrivals_keeps_its_last_ttft_miss_rate() -> None:
     md_b = np.zeros(NB)
     md_b[0] = 10.0
     assert FluidCluster._either_missed(stub, 5.0, 10.0, np.zeros(NB), np.zeros(NB), md_b) == pytest.approx(10.0)
+
+
+def test_the_wait_tail_is_the_one_given_each_bins_realized_work() -> None:
+    # an M/G/1 queue (Poisson arrivals at utilization 0.65, gamma service times with mean 40 ms and SCV 0.2, one
+    # vPod at 1,000 tokens/s) simulated job by job, as the request level serves a group that one level keeps up
+    # with; the kernel sees each 10-s bin's realized count and work, as the fluid does. The Pollaczek-Khinchine
+    # tail at each bin's realized utilization overstates P(wait > x) (bins that drew more work already hold it);
+    # the tail given the bin's work (fluid_kernels.bin_tail) removes most of that excess and stays above the queue's
+    rng = np.random.default_rng(0)
+    n, s1, scv = 60_000, 0.04, 0.2
+    arr = np.cumsum(rng.exponential(s1 / 0.65, n))
+    s = rng.gamma(1.0 / scv, s1 * scv, n)
+    wait = np.zeros(n)
+    free = 0.0
+    for i in range(n):
+        start = max(arr[i], free)
+        wait[i] = start - arr[i]
+        free = start + s[i]
+    kb = (arr // 10.0).astype(np.int64)
+    cnt = np.bincount(kb).astype(float)
+    work = np.bincount(kb, weights=s * 1000.0)
+    nk = cnt.size
+    k_pre = np.zeros((nk, 2, NB))
+    k_pre[:, 0, 0] = cnt
+    k_pre[:, 1, 0] = work
+    isl_m1 = np.full(NB, 1000.0 * s.mean())
+    isl_m2 = np.full(NB, 1e6 * (s * s).mean())
+    for x in (0.2, 0.3):
+        got = fk.ttft_misses(10.0 * nk, DT, True, np.full(nk, 10.0), k_pre, np.zeros((NB, NB)),
+                             np.zeros(NB, dtype=np.int64), np.zeros(2 * NB, dtype=np.int64), np.ones((NB, J)),
+                             np.zeros((1, 1, 1)), np.full((NB, NB), 1000.0), np.zeros((1, NB, J)), np.full(NB, x),
+                             isl_m1, isl_m2, True, np.zeros(NB), 60.0, np.zeros(NB)) / n
+        r = np.minimum(work / 1000.0 / 10.0, 0.999)
+        wq = np.minimum(r * isl_m2[0] / 1e6 / (2.0 * isl_m1[0] / 1e3 * (1.0 - r)), 0.5 * r * DT)
+        pk = float((cnt * r * np.exp(-r * x / wq)).sum()) / n
+        sim = float((wait > x).mean())
+        assert sim < got < pk
+        assert got - sim < 0.6 * (pk - sim)
+
+
+def test_the_bin_tail_is_the_pollaczek_khinchine_tail_for_a_long_bin() -> None:
+    r, s1, s2 = 0.7, 0.04, 0.04 ** 2 * 1.2
+    wq = r * s2 / (2.0 * s1 * (1.0 - r))
+    pk = r * np.exp(-r * 0.2 / wq)
+    assert fk.bin_tail(0.2, r, s1, s2, wq, 1e9) == pytest.approx(pk, rel=1e-6)
+    assert fk.bin_tail(0.2, r, s1, s2, wq, 10.0) < fk.bin_tail(0.2, r, s1, s2, wq, 60.0) < pk
+    assert fk.bin_tail(0.0, r, s1, s2, wq, 10.0) == pytest.approx(r)  # P(wait > 0) = utilization
