@@ -320,3 +320,30 @@ def test_phase_versions_restrict_every_configuration_choice() -> None:
     sim = env.sim
     assert sim is not None and sim.max_held["NPU-A"] == sim.max_held["NPU-B"] == 0.0
     assert sim.max_held["NPU-C"] > 0 and sim.max_held["NPU-D"] > 0
+
+
+def test_demand_action_and_count_index_equal_their_numpy_form() -> None:
+    # the heuristic's sizing runs on Python floats and bisect (speed); the same figures as its numpy form
+    env = NPUAutoscaleEnv({"hours": 1.0, "split": None})
+    env.reset(seed=2)
+    sim = env.sim
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        rate = rng.random((2, 48)) * 10.0 * (rng.random((2, 48)) < 0.6)
+        tpr = rng.random((2, 48)) * 4000.0
+        want = np.zeros(2 * len(env.groups), dtype=np.int64)
+        for g, (p, lo, hi) in enumerate(env._ranges):
+            opt = int(np.flatnonzero(env._opt_ok[g])[0])
+            cid = env.options[g][opt]
+            need = 0.0
+            for b in range(lo, hi):
+                w = float(rate[p, b] * tpr[p, b])
+                if w > 0:
+                    need += w / max(float(sim.tps[cid, b, sim.jmax[cid, b]]), 1e-300)
+            n = max(math.ceil(need - 1e-9), 1 if g in env.top_group else 0)
+            want[2 * g] = int(min(np.searchsorted(env.levels, math.ceil(n - 1e-9), side="left"), env.levels.size - 1))
+            want[2 * g + 1] = opt
+        assert np.array_equal(env._demand_action(rate, tpr), want)
+    for n in [0, 0.5, 1, 1.0000000001, 3, 7.2, 63.9, 64, 65, 1e9, *rng.random(20) * 80.0]:
+        assert env.count_index(n) == int(min(np.searchsorted(env.levels, math.ceil(n - 1e-9), side="left"),
+                                             env.levels.size - 1))

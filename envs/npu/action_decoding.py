@@ -6,6 +6,7 @@ env (module docstring there: "Action modes", "Masks"); the action mode classes t
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -190,7 +191,10 @@ class ActionsMixin:
 
     def count_index(self, n: float) -> int:
         """Index of the smallest count level >= n (the largest level when n exceeds them all)."""
-        return int(min(np.searchsorted(self.levels, math.ceil(n - 1e-9), side="left"), self.levels.size - 1))
+        memo = getattr(self, "_levels_memo", None)
+        if memo is None or memo[0] is not self.levels:  # the levels as a list (bisect: np.searchsorted's index)
+            memo = self._levels_memo = (self.levels, self.levels.tolist())
+        return min(bisect.bisect_left(memo[1], math.ceil(n - 1e-9)), len(memo[1]) - 1)
 
     def _demand_action(self, rate: NDArray[np.float64], tpr: NDArray[np.float64]) -> NDArray[np.int64]:
         """Best fit per group, count = ceil(sum over the group's buckets of token demand / one vPod's
@@ -198,15 +202,27 @@ class ActionsMixin:
         sim = self.sim
         assert sim is not None
         a = np.zeros(2 * len(self.groups), dtype=np.int64)
+        # the same float64 products and sums on Python floats (numpy scalars cost more than their arithmetic)
+        rates, tprs = rate.tolist(), tpr.tolist()
+        memo = getattr(self, "_demand_memo", None)
+        if memo is None or memo[0] is not self._opt_ok or memo[1] is not sim.tps or memo[2] is not sim.jmax:
+            # per group: its first allowed option, and per bucket one vPod's tokens/s at its best level
+            first = [int(np.flatnonzero(ok)[0]) for ok in self._opt_ok]
+            caps = {}
+            for g, opt in enumerate(first):
+                cid = self.options[g][opt]
+                caps[cid] = sim.tps[cid, np.arange(sim.tps.shape[1]), sim.jmax[cid]].tolist()
+            memo = self._demand_memo = (self._opt_ok, sim.tps, sim.jmax, first, caps)
+        first, caps = memo[3], memo[4]
         for g, (p, lo, hi) in enumerate(self._ranges):
-            opt = int(np.flatnonzero(self._opt_ok[g])[0])
+            opt = first[g]
             cid = self.options[g][opt]
             need = 0.0
+            rp, tp, cp = rates[p], tprs[p], caps[cid]
             for b in range(lo, hi):
-                w = float(rate[p, b] * tpr[p, b])
+                w = rp[b] * tp[b]
                 if w > 0:
-                    cap = float(sim.tps[cid, b, sim.jmax[cid, b]])
-                    need += w / max(cap, 1e-300)
+                    need += w / max(cp[b], 1e-300)
             n = max(math.ceil(need - 1e-9), 1 if g in self.top_group else 0)
             a[2 * g], a[2 * g + 1] = self.count_index(n), opt
         return a
