@@ -14,6 +14,7 @@ from servegym.envs.npu.sim import fluid_books as fb
 from servegym.envs.npu.sim import fluid_kernels as fk
 from servegym.envs.npu.sim.cluster import NPUCluster
 from servegym.envs.npu.sim.config import NB
+from servegym.envs.npu.sim.fluid import FluidCluster
 from servegym.envs.npu.sim.monitor_stats import window_stats
 
 
@@ -205,3 +206,23 @@ def test_window_stats_equal_the_numpy_formulation(seed: int, bin_index: int, siz
     got = window_stats(bin_counts, bin_tokens, bin_index, nb_epoch, rate_bin_s, epoch_s)
     for a, b in zip(got, want, strict=True):
         assert np.array_equal(a, b)
+
+
+def test_either_missed_with_no_miss_of_one_kind_skips_the_overlap() -> None:
+    # with no TTFT or no TPOT miss the overlap (>= 0) cannot lower the count: the same figure without the products
+    class _Stub:
+        def __init__(self, rng: np.random.Generator) -> None:
+            self.profile = type("P", (), {"in_given_tot": rng.random((NB, NB))})()
+            self._p_rate = rng.random(NB)
+
+    rng = np.random.default_rng(0)
+    for miss_p, miss_d in ((0.0, 7.5), (3.25, 0.0), (0.0, 0.0)):
+        stub = _Stub(rng)
+        n_p, miss_pb, md_b = rng.random(NB) * 4.0, rng.random(NB), rng.random(NB) * 2.0
+        rate = stub._p_rate.copy()
+        have = n_p > 0.0
+        rate[have] = miss_pb[have] / n_p[have]
+        both = float(md_b @ (stub.profile.in_given_tot @ rate))
+        want = miss_p + miss_d - min(both, miss_p, miss_d)
+        got = FluidCluster._either_missed(stub, miss_p, miss_d, n_p, miss_pb, md_b)
+        assert got == want and np.array_equal(stub._p_rate, rate)

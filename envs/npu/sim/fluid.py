@@ -207,6 +207,11 @@ class FluidCluster(NPUCluster):
             hit = self._counts_cache = (key, super()._fleet_counts())
         return hit[1][0].copy(), hit[1][1].copy(), hit[1][2].copy()
 
+    def _drop_gone(self, t: float) -> None:
+        """:meth:`NPUCluster._drop_gone` with the usual case (no deletion ends by ``t``) counted in one call."""
+        if fb.count_after(self.v_gone, t) < self.v_gone.size:
+            super()._drop_gone(t)
+
     def _ready_groups(self) -> NDArray[np.int64]:
         return self._ready_now()[1]
 
@@ -459,6 +464,9 @@ class FluidCluster(NPUCluster):
         bucket has none) x the cell's TPOT misses, the cells from the profile's input-given-total shares and the
         TPOT misses ``md_b`` per total bucket. The overlap is at most either count (requests, fluid)."""
         fb.carry_rates(self._p_rate, miss_pb, n_p)
+        if miss_p == 0.0 or miss_d == 0.0:
+            # the overlap, a sum of products of non-negative figures, is >= 0, so the min is that zero either way
+            return miss_p + miss_d - 0.0
         both = float(md_b @ (self.profile.in_given_tot @ self._p_rate))
         return miss_p + miss_d - min(both, miss_p, miss_d)
 
