@@ -349,3 +349,21 @@ def test_group_state_readings_are_classes_chosen_by_the_config() -> None:
     assert all(issubclass(c, observations.GroupStateReader) for c in observations.GROUP_STATE_READERS.values())
     src = inspect.getsource(observations.ObservationsMixin._obs)
     assert '"range"' not in src and '"bucket"' not in src
+
+
+@pytest.mark.parametrize("over", [{"action_mode": "residual", "group_state_obs": "range"},
+                                  {"action_mode": "absolute", "split": "train", "hours": 1.0},
+                                  {"action_mode": "residual", "residual_options": True, "objective": "cost"}])
+def test_compiled_observation_equals_the_numpy_parts(over: dict) -> None:
+    """_obs's compiled assembly (observations.fill_obs) gives the numpy parts' observation bit for bit."""
+    env = make(**over)
+    rng = np.random.default_rng(7)
+    env.reset(seed=3)
+    for t in range(env.horizon):
+        ctx = env.last_ctx
+        fast = env._obs(ctx)
+        env._compiled_obs = False
+        slow = env._obs(ctx)
+        del env._compiled_obs
+        assert fast.tobytes() == slow.tobytes(), t
+        env.step(random_valid(env, rng) if t % 2 else zero(env))

@@ -16,7 +16,8 @@ from servegym.envs.npu.sim.cluster import (
     NB,
     Observation,
 )
-from servegym.envs.npu.sim.pairwise_sums import range_rates
+from servegym.envs.npu.sim.fluid_kernels import njit
+from servegym.envs.npu.sim.pairwise_sums import pairwise_sum, range_rates
 from servegym.envs.npu.sim.roofline import PHASES
 
 from servegym.render import BLUE, GREEN, GREY, LIGHT_BLUE, LIGHT_ORANGE, ORANGE, RED, Bar, render_bars
@@ -24,6 +25,8 @@ from servegym.render import BLUE, GREEN, GREY, LIGHT_BLUE, LIGHT_ORANGE, ORANGE,
 
 class ObservationsMixin:
     """Observation and render methods of :class:`~servegym.envs.npu.env.NPUAutoscaleEnv`."""
+
+    _compiled_obs = True  # False: the numpy parts only (the reference :func:`fill_obs` is tested against)
 
     def _obs_fields(self) -> list[str]:
         names: list[str] = []
@@ -71,24 +74,42 @@ class ObservationsMixin:
                 rp[g] = ctx.rate_peak[p, lo:hi].sum()
                 w = ctx.rate_peak[p, lo:hi]
                 tpr[g] = float((w * ctx.tokens_per_req[p, lo:hi]).sum() / w.sum()) if w.sum() > 0 else 0.0
-        share = np.zeros(G)
-        for sel in self._phase_masks():
-            tot = rr[sel].sum()
-            if tot > 0:
-                share[sel] = rr[sel] / tot
         alive, ready, queue, peak_queue, util, per_v = GROUP_STATE_READERS[self.config.group_state_obs].read(self, ctx)
         quota = self.sim.quota if self.sim is not None else {}
         q_left = [1.0 if math.isinf(quota[v]) else (ctx.quota_left[v] / quota[v] if quota[v] > 0 else 0.0)
                   for v in VERSIONS]
         hour = (ctx.time_s / 3600.0 + float(self.scenario.get("start_hour", self.config.start_hour))) % 24.0
+        trig = [math.sin(2 * math.pi * hour / 24.0), math.cos(2 * math.pi * hour / 24.0), self._t / self.horizon]
+        flt = (rr, rp, tpr, alive, ready, util, self._ref_counts, ctx.slo_recent, per_v)
+        if (self._compiled_obs and all(isinstance(x, np.ndarray) and x.dtype == np.float64 for x in flt)
+                and per_v.shape == (len(VERSIONS), G)
+                and all(x.shape == (G,) for x in flt[:7]) and ctx.slo_recent.shape == (2,)
+                and self._option.dtype == np.int64 and self._option.shape == (G,)
+                and len(self.obs_fields) == (12 + len(VERSIONS)) * G + 7 + len(VERSIONS)):
+            # the parts below in one compiled pass into the buffer (the same float64 operations); the three
+            # log1p parts stay numpy's (its float64 log1p is not libm's on every machine)
+            obs = np.empty(len(self.obs_fields))
+            fill_obs(obs, rr, rp, tpr, self.group_phase, alive, ready, per_v, self._option,
+                     float(max(self.n_options - 1, 1)), util, self._ref_counts, self._vpod_full(tpr), ctx.slo_recent,
+                     float(self._last["slo_satisfaction"]), float(self._last["slo_miss_share"]),
+                     np.array(q_left, dtype=np.float64), *trig, float(self._mean_rate), maxl)
+            obs[3 * G:4 * G] = np.log1p(tpr) / LOG_MAX_TOKENS
+            o = (8 + len(VERSIONS)) * G  # after util: the queue and the peak queue
+            obs[o:o + G] = np.log1p(queue) / 10.0
+            obs[o + G:o + 2 * G] = np.log1p(peak_queue) / 10.0
+            return np.clip(obs, -1.0, 10.0, out=obs).astype(np.float32)
+        share = np.zeros(G)
+        for sel in self._phase_masks():
+            tot = rr[sel].sum()
+            if tot > 0:
+                share[sel] = rr[sel] / tot
         parts = [
             rr / self._mean_rate, rp / self._mean_rate, share, np.log1p(tpr) / LOG_MAX_TOKENS,
             alive / maxl, ready / maxl, per_v.ravel() / maxl,
             self._option / max(self.n_options - 1, 1), util,
             np.log1p(queue) / 10.0, np.log1p(peak_queue) / 10.0,
             self._ref_counts / maxl, self._vpod_rate(tpr) / self._mean_rate,
-            ctx.slo_recent, [self._last["slo_satisfaction"], self._last["slo_miss_share"]], q_left,
-            [math.sin(2 * math.pi * hour / 24.0), math.cos(2 * math.pi * hour / 24.0), self._t / self.horizon],
+            ctx.slo_recent, [self._last["slo_satisfaction"], self._last["slo_miss_share"]], q_left, trig,
         ]
         # each part into its slice of one float64 buffer (the values np.concatenate of the float64 parts gives)
         obs = np.empty(len(self.obs_fields))
@@ -111,6 +132,17 @@ class ObservationsMixin:
     def _vpod_rate(self, tpr: NDArray[np.float64]) -> NDArray[np.float64]:
         """Per env group: requests/s one vPod of its configuration serves at its max batch (T_pod of
         §3.4) at the group's bucket and the window's tokens per request ``tpr`` (0 with no traffic)."""
+        full = self._vpod_full(tpr)
+        out = np.zeros(len(self.groups))
+        for g in range(len(self.groups)):
+            if tpr[g] <= 0:
+                continue
+            out[g] = full[g] / tpr[g]
+        return out
+
+    def _vpod_full(self, tpr: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Per env group with traffic (``tpr`` > 0): tokens/s of one vPod of its configuration at its bucket and max
+        batch (0.0 elsewhere, and everywhere before ``reset``)."""
         sim = self.sim
         out = np.zeros(len(self.groups))
         if sim is None:
@@ -127,7 +159,7 @@ class ObservationsMixin:
             t = full.get((cid, b))
             if t is None:
                 t = full[(cid, b)] = float(sim.tps[cid, b, sim.jmax[cid, b]])
-            out[g] = t / tpr[g]
+            out[g] = t
         return out
 
     # ------------------------------------------------------------------------------------------ render
@@ -170,6 +202,64 @@ class ObservationsMixin:
         bars += [Bar(at[f"{ph}[{edge}].log1p_queue/10"], RED) for ph, edge in self.groups]
         bars += [Bar(at["slo_satisfaction_last"], GREEN), Bar(at["episode_progress"], GREY)]
         return render_bars(bars)
+
+
+@njit(cache=True)
+def fill_obs(obs, rr, rp, tpr, phase, alive, ready, per_v, option, opt_div, util, ref, full, slo, last0, last1, q_left,
+             sin_h, cos_h, progress, mean_rate, maxl):  # pragma: no cover - compiled
+    """The observation's parts in field order into ``obs`` (float64), except the three log1p parts (tokens per
+    request, queue, peak queue), which the caller writes: the same float64 operations as the numpy parts of
+    :meth:`ObservationsMixin._obs` (elementwise divisions; the length share's phase totals in numpy's summation
+    order, :func:`~servegym.envs.npu.sim.pairwise_sums.pairwise_sum` over the phase's groups in order)."""
+    G = rr.size
+    V = per_v.shape[0]
+    tmp = np.empty(G)
+    for g in range(G):
+        obs[g] = rr[g] / mean_rate
+        obs[G + g] = rp[g] / mean_rate
+        obs[2 * G + g] = 0.0
+    for p in range(2):
+        k = 0
+        for g in range(G):
+            if phase[g] == p:
+                tmp[k] = rr[g]
+                k += 1
+        tot = pairwise_sum(tmp, 0, k)
+        if tot > 0:
+            for g in range(G):
+                if phase[g] == p:
+                    obs[2 * G + g] = rr[g] / tot
+    o = 4 * G
+    for g in range(G):
+        obs[o + g] = alive[g] / maxl
+        obs[o + G + g] = ready[g] / maxl
+    o += 2 * G
+    for v in range(V):
+        for g in range(G):
+            obs[o + v * G + g] = per_v[v, g] / maxl
+    o += V * G
+    for g in range(G):
+        obs[o + g] = option[g] / opt_div
+        obs[o + G + g] = util[g]
+    o += 4 * G  # past the queue and peak queue
+    for g in range(G):
+        obs[o + g] = ref[g] / maxl
+        r = 0.0
+        if not tpr[g] <= 0:
+            r = full[g] / tpr[g]
+        obs[o + G + g] = r / mean_rate
+    o += 2 * G
+    obs[o] = slo[0]
+    obs[o + 1] = slo[1]
+    obs[o + 2] = last0
+    obs[o + 3] = last1
+    o += 4
+    for v in range(q_left.size):
+        obs[o + v] = q_left[v]
+    o += q_left.size
+    obs[o] = sin_h
+    obs[o + 1] = cos_h
+    obs[o + 2] = progress
 
 
 class GroupStateReader:
