@@ -258,3 +258,16 @@ def test_phase_versions_restrict_configurations_and_keep_the_slo(cat: ConfigCata
     s = run_policy(sim, NeuScalePolicy())
     assert s["requests_finished"] > 0
     assert sim.max_held["NPU-A"] == sim.max_held["NPU-B"] == 0.0 and sim.max_held["NPU-C"] > 0 < sim.max_held["NPU-D"]
+
+
+def test_group_index_of_an_int_edge_equals_the_searchsorted_form(cfg: ClusterConfig, cat: ConfigCatalog) -> None:
+    # the dict lookup (speed) gives np.searchsorted's index; anything else still goes the checked way
+    sim = NPUCluster(cfg, _empty(), seed=0, catalog=cat)
+    for p, phase in enumerate(("prefill", "decode")):
+        for i, e in enumerate(sim.edges.tolist()):
+            assert sim.group_index(phase, int(e)) == p * 48 + int(np.searchsorted(sim.edges, e)) == p * 48 + i
+            assert sim.group_index(phase, np.int64(e)) == p * 48 + i
+    with pytest.raises(ActionError):
+        sim.group_index("prefill", int(sim.edges[0]) + 1)
+    with pytest.raises(ActionError):
+        sim.group_index("prefill", float(sim.edges[3]) + 0.5)

@@ -214,6 +214,16 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
     def group_index(self, phase: str, edge: int) -> int:
         if phase not in PHASES:
             raise ActionError(f"phase = {phase!r} is unknown; allowed: {', '.join(PHASES)}")
+        if type(edge) is int:  # the usual key: a dict lookup gives np.searchsorted's index of an exact edge
+            pos = self.__dict__.get("_edge_pos")
+            if pos is None or pos[0] is not self.edges:
+                first: dict[int, int] = {}
+                for k, e in enumerate(self.edges.tolist()):
+                    first.setdefault(int(e), k)  # np.searchsorted's side="left": the first equal edge
+                pos = self._edge_pos = (self.edges, first)
+            i = pos[1].get(edge)
+            if i is not None:
+                return PHASES.index(phase) * NB + i
         i = int(np.searchsorted(self.edges, edge))
         if i >= NB or int(self.edges[i]) != int(edge):
             raise ActionError(f"bucket = {edge!r} is not a sequence-length bucket edge; allowed: the DSE's 48 edges "
