@@ -186,6 +186,18 @@ def test_fleet_sums_and_groups_equal_the_numpy_formulation(seed: int, n: int) ->
     want_o &= (rows.sum(axis=1) > 0) & ~keep
     got_o, anyone = fb.orphans(rows, act, keep)
     assert np.array_equal(got_o, want_o) and anyone == bool(want_o.any())
+    # wide rows, mostly all zero (decode cohorts), some cancelling or negative or -0.0
+    wide = np.zeros((NB, NB * 24))
+    for g in rng.choice(NB, 6, replace=False):
+        wide[g, rng.integers(0, wide.shape[1], 3)] = rng.random(3) - 0.3
+    wide[act[0] if act.size else 0, 5:7] = [2.5, -2.5]
+    wide[NB - 1, 100] = -0.0
+    keep[:] = False
+    got_o, anyone = fb.orphans(wide, act[1:], keep)
+    want_o = np.ones(NB, dtype=bool)
+    want_o[act[1:]] = False
+    want_o &= wide.sum(axis=1) > 0
+    assert np.array_equal(got_o, want_o) and anyone == bool(want_o.any())
 
 
 @settings(max_examples=30, deadline=None)

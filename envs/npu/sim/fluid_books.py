@@ -263,9 +263,19 @@ def orphans(rows, act, keep):  # pragma: no cover - compiled
     for a in act:
         out[a] = False
     anyone = False
+    n = rows.shape[1]
     for g in range(nb):
         if out[g]:
-            out[g] = pairwise_sum(rows[g], 0, rows.shape[1]) > 0.0
+            # an all-zero row sums to 0.0: summed only when a block of it holds something (most candidate rows are
+            # groups that never served, and a decode row holds every cohort of every bucket)
+            nz = False
+            j = 0
+            while j < n and not nz:
+                stop = min(j + 64, n)
+                for k in range(j, stop):
+                    nz |= rows[g, k] != 0.0
+                j = stop
+            out[g] = nz and pairwise_sum(rows[g], 0, n) > 0.0
             anyone = anyone or out[g]
     return out, anyone
 
