@@ -45,7 +45,7 @@ from servegym.envs.npu.sim.fluid_profile import (
 # was stepped in the request level's sub-steps, each at the level of its own jobs in service, with jobs admitted
 # together finishing together (decode_in_service's cohorts).
 # The SLO (and so the return) moved when the stationary TTFT tail became the one given each profile bin's realized
-# work (fluid_kernels.bin_tail: SLO 57.38 -> 57.34 % and 48.06 -> 47.37 %).
+# work (fluid_tail.bin_tail: SLO 57.38 -> 57.34 % and 48.06 -> 47.37 %).
 NUMPY_FIGURES = {
     "absolute": (0, {"energy_j": 1949509004.1395848, "tokens": 165958876.4364539, "requests_finished": 66706.0,
                      "slo_violation_pct": 57.33976208382545, "return": -2364.3879141230614}),

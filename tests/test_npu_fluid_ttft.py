@@ -63,7 +63,7 @@ def test_the_sub_step_bound_on_the_stationary_wait_needs_a_level_that_sets_the_c
     # batch): service 4 s, utilization 0.4, P-K mean 0.4 x 16 / (2 x 4 x 0.6) = 1.33 s, above half the sub-step's
     # work (0.5 x 0.4 x 5 = 1 s). The request level's server cannot speed up there, so the mean is not capped
     r, wq = 0.4, 0.4 * 16.0 / (2.0 * 4.0 * 0.6)
-    # (the tail is the one given the bin's realized work, fluid_kernels.bin_tail, which reads the mean through its
+    # (the tail is the one given the bin's realized work, fluid_tail.bin_tail, which reads the mean through its
     # P-K floor: capped at 1 s it would be lighter)
     want = fk.bin_tail(1.0, r, 4.0, 16.0, wq, 10.0)
     assert _misses(1.0, 4000.0, 1.0, 1.0) == pytest.approx(want, rel=1e-12)
@@ -177,7 +177,7 @@ def test_the_wait_tail_is_the_one_given_each_bins_realized_work() -> None:
     # vPod at 1,000 tokens/s) simulated job by job, as the request level serves a group that one level keeps up
     # with; the kernel sees each 10-s bin's realized count and work, as the fluid does. The Pollaczek-Khinchine
     # tail at each bin's realized utilization overstates P(wait > x) (bins that drew more work already hold it);
-    # the tail given the bin's work (fluid_kernels.bin_tail) removes most of that excess and stays above the queue's
+    # the tail given the bin's work (fluid_tail.bin_tail) removes most of that excess and stays above the queue's
     rng = np.random.default_rng(0)
     n, s1, scv = 60_000, 0.04, 0.2
     arr = np.cumsum(rng.exponential(s1 / 0.65, n))

@@ -34,6 +34,8 @@ except ImportError:  # pragma: no cover - numba is a core dependency; this keeps
         return lambda f: f
 
 
+from servegym.envs.npu.sim.fluid_tail import bin_tail  # the TTFT tail of one bin (ttft_misses calls it)
+
 # slots of the kernel's scalar results (``res``)
 (R_MISS_P, R_SERVED_P, R_TOKENS_P, R_TOKENS_D, R_FIN, R_MISS_D, R_LATE_P, R_LATE_D, R_E_P, R_E_D, R_EB_P, R_EB_D,
  R_USDB_P, R_USDB_D) = range(14)
@@ -68,55 +70,6 @@ def _osl_share(cdf, b, x):  # pragma: no cover - compiled
 @njit(cache=True)
 def _cap(cap, cap3, steady, g, k, j):  # pragma: no cover - compiled
     return cap[g, j] if steady else cap3[g, k, j]
-
-
-@njit(cache=True)
-def bin_tail(x, r, s1, s2, wq, span):  # pragma: no cover - compiled
-    """P(wait > ``x`` s) of a prefill arrival in a profile bin of ``span`` s whose arrivals are known, at the
-    bin's utilization ``r`` and service-time moments ``s1`` (s), ``s2`` (s^2) at its level; ``wq`` (s) the
-    Pollaczek-Khinchine mean wait (as capped by the caller).
-
-    The request level's prefill queue is an M/G/1 server fed by the trace's arrivals; the fluid knows how much
-    work arrived in each bin (the workload profile's counts) and prices the bin at that realized utilization.
-    The stationary tail ``r exp(-r x / wq)`` at that utilization counts the work's fluctuation twice: long waits
-    come from stretches that receive more work than the server's rate, and a bin whose realized work is high
-    already holds that excess in ``r``; given the bin's total, the work within it can no longer fluctuate freely.
-    In a Brownian approximation the net input over the last s seconds (work in - time) has mean -(1 - r) s and,
-    given the bin's total, variance sigma s (1 - s / span) inside the bin (a bridge, pinned at the bin's ends) and
-    u (1 - u / span) + p (1 - p / span) reaching p s into the previous bin (an arrival u s after its bin's start).
-    The wait exceeds x where that input exceeds x over some s; the large-deviation exponent
-    E = min_s (x + (1 - r) s)^2 / (2 sigma v(s)), v the variance time above, has a closed-form minimizer on each
-    piece (inside s* = x / (1 - r + 2 x / span); across p* = (x' - 2 (1 - r) c_u) / (1 - r + 2 x' / span), with
-    x' = x + (1 - r) u and c_u = u (1 - u / span)) and is averaged over 8 arrival offsets u in the bin.
-    ``sigma = s2 / s1`` (s) makes the unpinned exponent (v = s) the P-K one, 2 x (1 - r) s1 / s2, so the tail is
-    ``r exp(-max(E, r x / wq))``: never heavier than the P-K tail, equal to it as ``span`` grows, and the same
-    P(wait > 0) = r.
-
-    Measured on the request level (Llama-3.1-405B NeuScale 2024, 2 h, each job at its 10-s bin's realized
-    utilization and moments, 2024 azure-conv / azure-code): P(wait > 0.2 s) 0.0335 / 0.1127 at the request level,
-    0.0486 / 0.1348 from the P-K tail, 0.0412 / 0.1192 from this one (P(wait > 0.4 s): 0.0028 / 0.0356, P-K
-    0.0077 / 0.0536, this 0.0043 / 0.0354); per bin-utilization band the mean wait and P(wait > 0) match P-K
-    (within 4-7 % below utilization 0.8), only the tail does not. The request level's own per-sub-step level sizing
-    plays no part there (99.9 % of azure-conv's jobs run at level 0: the steps' capacities are equal for these
-    prompts), and redrawing its arrivals uniformly within 5-, 10- or 60-s windows leaves P(wait > 0.2 s) at
-    0.034: its queue is an M/G/1 at the underlying rate, which the realized bin work overstates where it is high."""
-    d = 1.0 - r
-    sig = s2 / max(s1, 1e-300)
-    if sig <= 0.0 or x <= 0.0:
-        return r
-    e_pk = r * x / max(wq, 1e-300)
-    nu = 8
-    acc = 0.0
-    for i in range(nu):
-        u = (i + 0.5) * span / nu
-        si = min(x / (d + 2.0 * x / span), u)
-        h = (x + d * si) ** 2 / max(si * (1.0 - si / span), 1e-300)
-        cu = u * (1.0 - u / span)
-        xp = x + d * u
-        p = min(max((xp - 2.0 * d * cu) / (d + 2.0 * xp / span), 0.0), span)
-        h = min(h, (xp + d * p) ** 2 / max(cu + p * (1.0 - p / span), 1e-300))
-        acc += math.exp(-max(h / (2.0 * sig), e_pk))
-    return r * acc / nu
 
 
 @njit(cache=True)
@@ -611,39 +564,3 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
         for g in range(nb):
             res[R_LATE_P] += max(q_req[0, g, b] - lim_p, 0.0)
             res[R_LATE_D] += max(q_req[1, g, b] - lim_d, 0.0)
-
-
-@njit(cache=True)
-def profile_sums(kb, bk_p, bk_d, isl, osl, gi, n_bins, nb, ng):  # pragma: no cover - compiled
-    """One pass over a workload's requests for :func:`~servegym.envs.npu.sim.fluid_profile.build_profile`: per
-    (bin ``kb``, phase, bucket) requests and tokens (prefill: input tokens by input bucket ``bk_p``; decode:
-    output tokens by total bucket ``bk_d``); per (input, total) bucket cell the request count and input and
-    output token sums; per input bucket the count and the sums of input tokens and their squares; per (total
-    bucket, output-length grid point ``gi``) the count. Each sum runs over the requests in order from 0, as
-    ``np.bincount`` sums its weights, so the arrays equal the bincount formulation bit for bit (tested)."""
-    counts = np.zeros((n_bins, 2, nb))
-    tokens = np.zeros((n_bins, 2, nb))
-    n_cell = np.zeros(nb * nb, dtype=np.int64)
-    isl_cell = np.zeros(nb * nb)
-    osl_cell = np.zeros(nb * nb)
-    n_in = np.zeros(nb, dtype=np.int64)
-    isl_s1 = np.zeros(nb)
-    isl_s2 = np.zeros(nb)
-    hist = np.zeros(nb * ng, dtype=np.int64)
-    for i in range(kb.size):
-        k, p, d = kb[i], bk_p[i], bk_d[i]
-        x = float(isl[i])
-        y = float(osl[i])
-        counts[k, 0, p] += 1.0
-        tokens[k, 0, p] += x
-        counts[k, 1, d] += 1.0
-        tokens[k, 1, d] += y
-        c = p * nb + d
-        n_cell[c] += 1
-        isl_cell[c] += x
-        osl_cell[c] += y
-        n_in[p] += 1
-        isl_s1[p] += x
-        isl_s2[p] += x * x
-        hist[d * ng + gi[i]] += 1
-    return counts, tokens, n_cell, isl_cell, osl_cell, n_in, isl_s1, isl_s2, hist

@@ -2,7 +2,7 @@
 bucket, the length moments and output-length distribution the fluid's SLO estimates read.
 
 Built once per workload (one compiled pass over the requests,
-:func:`~servegym.envs.npu.sim.fluid_kernels.profile_sums`, ~30 ms for a 24-h Azure day of 2.6 M requests) and
+:func:`profile_sums`, ~30 ms for a 24-h Azure day of 2.6 M requests) and
 cached per process (bounded), so a fluid simulator never touches a request again.
 """
 
@@ -84,14 +84,14 @@ def length_bucket(edges: NDArray[np.int64], x: NDArray[np.int64]) -> NDArray[np.
 
 def _sums(kb: NDArray[np.int64], bk_p: NDArray[np.int64], bk_d: NDArray[np.int64], isl: NDArray[np.int64],
           osl: NDArray[np.int64], gi: NDArray[np.int64], n_bins: int, nb: int, g: int) -> tuple:
-    """:func:`~servegym.envs.npu.sim.fluid_kernels.profile_sums` on contiguous int64 inputs."""
+    """:func:`profile_sums` on contiguous int64 inputs."""
     c = [np.ascontiguousarray(a, dtype=np.int64) for a in (kb, bk_p, bk_d, isl, osl, gi)]
-    return fk.profile_sums(*c, int(n_bins), int(nb), int(g))
+    return profile_sums(*c, int(n_bins), int(nb), int(g))
 
 
 def _sums_numpy(kb: NDArray[np.int64], bk_p: NDArray[np.int64], bk_d: NDArray[np.int64], isl: NDArray[np.int64],
                 osl: NDArray[np.int64], gi: NDArray[np.int64], n_bins: int, nb: int, g: int) -> tuple:
-    """The same sums as :func:`~servegym.envs.npu.sim.fluid_kernels.profile_sums` by ``np.bincount`` (without numba;
+    """The same sums as :func:`profile_sums` by ``np.bincount`` (without numba;
     the reference the kernel is tested against)."""
     counts = np.zeros((n_bins, 2, nb))
     tokens = np.zeros((n_bins, 2, nb))
@@ -171,3 +171,39 @@ def osl_share_below(cdf: NDArray[np.float64], bucket: NDArray[np.int64], x: NDAr
     hi = np.minimum(lo + 1, OSL_GRID.size - 1)
     a, b = cdf[bucket, lo], cdf[bucket, hi]
     return np.where(x <= 1.0, 0.0, a + (b - a) * (lx - lo))
+
+
+@fk.njit(cache=True)
+def profile_sums(kb, bk_p, bk_d, isl, osl, gi, n_bins, nb, ng):  # pragma: no cover - compiled
+    """One pass over a workload's requests for :func:`~servegym.envs.npu.sim.fluid_profile.build_profile`: per
+    (bin ``kb``, phase, bucket) requests and tokens (prefill: input tokens by input bucket ``bk_p``; decode:
+    output tokens by total bucket ``bk_d``); per (input, total) bucket cell the request count and input and
+    output token sums; per input bucket the count and the sums of input tokens and their squares; per (total
+    bucket, output-length grid point ``gi``) the count. Each sum runs over the requests in order from 0, as
+    ``np.bincount`` sums its weights, so the arrays equal the bincount formulation bit for bit (tested)."""
+    counts = np.zeros((n_bins, 2, nb))
+    tokens = np.zeros((n_bins, 2, nb))
+    n_cell = np.zeros(nb * nb, dtype=np.int64)
+    isl_cell = np.zeros(nb * nb)
+    osl_cell = np.zeros(nb * nb)
+    n_in = np.zeros(nb, dtype=np.int64)
+    isl_s1 = np.zeros(nb)
+    isl_s2 = np.zeros(nb)
+    hist = np.zeros(nb * ng, dtype=np.int64)
+    for i in range(kb.size):
+        k, p, d = kb[i], bk_p[i], bk_d[i]
+        x = float(isl[i])
+        y = float(osl[i])
+        counts[k, 0, p] += 1.0
+        tokens[k, 0, p] += x
+        counts[k, 1, d] += 1.0
+        tokens[k, 1, d] += y
+        c = p * nb + d
+        n_cell[c] += 1
+        isl_cell[c] += x
+        osl_cell[c] += y
+        n_in[p] += 1
+        isl_s1[p] += x
+        isl_s2[p] += x * x
+        hist[d * ng + gi[i]] += 1
+    return counts, tokens, n_cell, isl_cell, osl_cell, n_in, isl_s1, isl_s2, hist
