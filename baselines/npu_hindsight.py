@@ -64,11 +64,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numba import njit
 from numpy.typing import NDArray
 from servegym.envs.npu.sim.cluster import NB, NPUCluster, Observation, ScalingDecision
 from servegym.envs.npu.sim.config import CREATE_S, DELETE_S
 from servegym.envs.npu.sim.fluid import FluidCluster, make_cluster
+from servegym.envs.npu.sim.fluid_kernels import (
+    njit,  # numba, or plain Python without it (as every npu kernel)
+)
 from servegym.envs.npu.sim.roofline import PHASES
 
 from servegym.errors import ConfigError, check_range
