@@ -539,8 +539,7 @@ def run_policy(sim: NPUCluster, policy: NeuScalePolicy | BasePolicy, hours: floa
         for _ in range(per):
             if not every_point and not sim.at_epoch_boundary() and not emergency_possible(sim, policy.targets):
                 # between epochs both policies only call emergency_decision, which has nothing to act on
-                sim.skip_observation()
-                sim.apply(ScalingDecision({}))
+                sim.skip_observation()  # no apply: an empty decision only reconciles, as the advance does first
                 sim.advance(c.check_s)
                 continue
             ctx = sim.observe()

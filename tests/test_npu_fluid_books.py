@@ -238,3 +238,45 @@ def test_either_missed_with_no_miss_of_one_kind_skips_the_overlap() -> None:
         want = miss_p + miss_d - min(both, miss_p, miss_d)
         got = FluidCluster._either_missed(stub, miss_p, miss_d, n_p, miss_pb, md_b)
         assert got == want and np.array_equal(stub._p_rate, rate)
+
+
+class _ScanEveryGroup(FluidCluster):
+    """The fluid with the orphan scan of every non-routable decode group without a ready vPod (no skip of the groups
+    known to be empty), the reference for the skip."""
+
+    def _reroute_in_service(self) -> None:
+        self._d_live[:] = True
+        super()._reroute_in_service()
+
+
+def test_the_orphan_scan_skips_only_groups_known_to_be_empty() -> None:
+    from servegym.baselines.npu import NeuScalePolicy, run_policy
+    from servegym.envs.npu.sim.cluster import ScalingDecision
+
+    env = NPUAutoscaleEnv({"hours": 3, "fidelity": "fluid"})
+    env.reset(seed=3)
+    sims = [cls(env.cluster_config, env.workload, seed=1, catalog=env.catalog) for cls in (FluidCluster, _ScanEveryGroup)]
+    cleared = []
+    a, b = sims
+    orig = a._reroute_in_service
+
+    def watch() -> None:  # records whether a call found a group it may skip from then on
+        before = a._d_live.copy()
+        orig()
+        cleared.append(bool((before & ~a._d_live).any()))
+
+    a._reroute_in_service = watch  # type: ignore[method-assign]
+    for sim in sims:
+        run_policy(sim, NeuScalePolicy(), hours=2)
+    assert any(cleared), "no group left the decode routes empty: the skip was never exercised"
+    # then the decode group holding the most jobs in service loses its vPods: its jobs move to the routes
+    held = a.d_req.sum(axis=(1, 2))
+    g = int(np.argmax(held))
+    assert held[g] > 0 and (held > 0).sum() > 1
+    for sim in sims:
+        sim.apply(ScalingDecision({("decode", int(sim.edges[g])): {}}))
+        sim.advance(600.0)
+    assert a.d_req[g].sum() == 0.0
+    for name in ("d_req", "d_tok", "d_sp", "q_req", "q_tok", "q_seg", "q_job"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert a.summary() == b.summary()

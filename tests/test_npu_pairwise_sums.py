@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from servegym.envs.npu.sim.pairwise_sums import pairwise_sum, peak_ratio, range_rates
+from servegym.envs.npu.sim.pairwise_sums import pairwise_sum, peak_ratio, range_rates, row_sums
 
 
 def _values(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -73,3 +73,11 @@ def test_phase_sum_is_numpys_sum_of_a_pair() -> None:
                 a = np.array([x, y])
                 assert np.array(phase_sum(a)).tobytes() == np.array(float(a.sum())).tobytes(), (x, y)
     assert phase_sum(np.arange(5.0)) == 10.0  # other shapes: numpy's own sum
+
+
+def test_row_sums_is_numpys_sum_over_the_last_axis() -> None:
+    # the fluid's queue per (phase, group): q_req (2 x 48 x 48) summed over its last axis
+    rng = np.random.default_rng(7)
+    for n in (1, 7, 8, 9, 48, 128, 129, 300):
+        x = rng.standard_normal((2, 5, n)) * 10.0 ** rng.uniform(-6, 6, (2, 5, n))
+        assert np.array_equal(row_sums(x.reshape(10, n)), x.sum(axis=2).ravel())

@@ -505,7 +505,8 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
                 else:  # nothing the emergency layer could act on: no observation needed
                     sim.skip_observation()
                     capped = {}
-                sim.apply(ScalingDecision(capped))
+                if capped:  # an empty decision only reconciles, which the advance does first at the same instant
+                    sim.apply(ScalingDecision(capped))
                 spans.append(sim.advance(cc.check_s))
         else:
             spans = [sim.advance_epoch()]

@@ -60,6 +60,7 @@ from servegym.envs.npu.sim.cluster import (
 )
 from servegym.envs.npu.sim.fluid_fleet import fleet_view
 from servegym.envs.npu.sim.fluid_profile import workload_profile
+from servegym.envs.npu.sim.pairwise_sums import row_sums
 from servegym.envs.npu.sim.workloads import NPUWorkload
 
 from servegym.errors import choice_error
@@ -103,6 +104,11 @@ class FluidCluster(NPUCluster):
         self._split_last: tuple | None = None  # (the active decode groups array, its _decode_split)
         self._ready_cache: tuple | None = None  # ((fleet_version, ready count), ready count, ready groups, their set)
         self._dom_tables: tuple | None = None  # (dominant configurations, their tps_best and latd): fluid_fleet.py
+        self._dom_cache: tuple | None = None  # (targets_version, _dom_targets)
+        # decode groups whose jobs in service (d_req rows) may be non-zero: jobs join a group's cohorts from its decode
+        # queue (q_seg), which only routable groups receive, so a group outside them found empty with an empty queue
+        # stays empty until it is routable again (_reroute_in_service)
+        self._d_live = np.zeros(NB, dtype=bool)
         # fluid state: per phase, queued tokens and requests per (group bucket, request bucket)
         self.q_tok = np.zeros((2, NB, NB))
         self.q_req = np.zeros((2, NB, NB))
@@ -212,6 +218,16 @@ class FluidCluster(NPUCluster):
         if fb.count_after(self.v_gone, t) < self.v_gone.size:
             super()._drop_gone(t)
 
+    def _dom_targets(self) -> NDArray[np.int64]:
+        """:meth:`NPUCluster._dom_targets`, kept while the targets' content (``targets_version``) stays the same (read
+        only; only :meth:`apply` changes the targets, and it reconciles at once, which keeps the version current)."""
+        hit = self._dom_cache
+        if hit is None or hit[0] != self.targets_version:
+            out = super()._dom_targets()
+            out.setflags(write=False)
+            hit = self._dom_cache = (self.targets_version, out)
+        return hit[1]
+
     def _ready_groups(self) -> NDArray[np.int64]:
         return self._ready_now()[1]
 
@@ -228,6 +244,7 @@ class FluidCluster(NPUCluster):
             is_ready = np.zeros(2 * NB, dtype=bool)
             is_ready[groups] = True
             hit = self._route_state = (key, act0, act1, self._route(0, _AR, act0), is_ready)
+            self._d_live[act1] = True
         return hit[1], hit[2], hit[3], hit[4]
 
     def _reroute_orphans(self) -> None:
@@ -262,8 +279,14 @@ class FluidCluster(NPUCluster):
         _, act, _, is_ready = self._routes()
         if act.size == 0:
             return
-        # the cohorts of a group as one row (a view): any job in service there
-        orphan, any_orphan = fb.orphans(self.d_req.reshape(NB, -1), act, is_ready[NB:])
+        # the cohorts of a group as one row (a view): any job in service there. Only the groups that may hold jobs
+        # are scanned (an all-zero row is no orphan either way); those outside the routable ones are empty once this
+        # returns, and stay so until routable again unless decode jobs queued there (q_seg) join them
+        keep = is_ready[NB:] | ~self._d_live
+        orphan, any_orphan = fb.orphans(self.d_req.reshape(NB, -1), act, keep)
+        emptied = ~keep
+        emptied[act] = False
+        self._d_live[emptied & ~self.q_seg.any(axis=1)] = False
         if not any_orphan:
             return
         tok = self.d_tok[orphan].sum(axis=0)
@@ -280,8 +303,8 @@ class FluidCluster(NPUCluster):
                                         2.0 * self.d_tok[to, _AR] / np.maximum(self.d_req[to, _AR], 1e-300))
 
     def _queue(self) -> NDArray[np.float64]:
-        # one reduction over the last axis: each (phase, group) row summed as q_req[p].sum(axis=1) sums it
-        return self.q_req.sum(axis=2).ravel()
+        # each (phase, group) row summed in numpy's order, as q_req.sum(axis=2).ravel() sums it, in one compiled call
+        return row_sums(self.q_req.reshape(2 * NB, NB))
 
     def _decode_split(self, act: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.float64],
                                                               NDArray[np.float64]]:

@@ -31,29 +31,38 @@ def window_stats(bin_counts, bin_tokens, bin_index, nb_epoch, rate_bin_s, epoch_
         for p in range(P):
             for b in range(nb):
                 toks[k, p, b] = bin_tokens[i, p, b]
+    # bins outermost so each pass reads a bin's contiguous (phase, bucket) row; every (phase, bucket) still adds its
+    # bins in the order the per-element loops did (newest first for the epoch, first bin first for the window)
+    i = (bin_index - 1) % nw
     for p in range(P):
         for b in range(nb):
-            i = (bin_index - 1) % nw
-            s = bin_counts[i, p, b]
-            e = bin_counts[i, p, b] / rate_bin_s
-            for k in range(1, nb_epoch):
-                i = (bin_index - 1 - k) % nw
+            recent[p, b] = bin_counts[i, p, b]
+            epeak[p, b] = bin_counts[i, p, b] / rate_bin_s
+    for k in range(1, nb_epoch):
+        i = (bin_index - 1 - k) % nw
+        for p in range(P):
+            for b in range(nb):
                 x = bin_counts[i, p, b]
-                s += x
+                recent[p, b] += x
                 r = x / rate_bin_s
+                e = epeak[p, b]
                 if not (e >= r or e != e):  # np.maximum's reduction: NaN kept
-                    e = r
-            recent[p, b] = s / epoch_s
-            epeak[p, b] = e
-            c = bin_counts[0, p, b]
-            t = bin_tokens[0, p, b]
-            m = bin_counts[0, p, b]
-            for j in range(1, nw):
+                    epeak[p, b] = r
+    c = bin_counts[0].copy()
+    t = bin_tokens[0].copy()
+    m = bin_counts[0].copy()
+    for j in range(1, nw):
+        for p in range(P):
+            for b in range(nb):
                 x = bin_counts[j, p, b]
-                c += x
-                t += bin_tokens[j, p, b]
-                if not (m >= x or m != m):
-                    m = x
-            tpr[p, b] = t / max(c, 1.0) if c > 0 else 0.0
-            peak[p, b] = m / rate_bin_s
+                c[p, b] += x
+                t[p, b] += bin_tokens[j, p, b]
+                mm = m[p, b]
+                if not (mm >= x or mm != mm):
+                    m[p, b] = x
+    for p in range(P):
+        for b in range(nb):
+            recent[p, b] = recent[p, b] / epoch_s
+            tpr[p, b] = t[p, b] / max(c[p, b], 1.0) if c[p, b] > 0 else 0.0
+            peak[p, b] = m[p, b] / rate_bin_s
     return toks, recent, tpr, peak, epeak

@@ -140,3 +140,13 @@ def range_rates(rate_recent, rate_peak, tokens_per_req, phase, lo, hi, rr, rp, t
             tpr[g] = pairwise_sum(buf, 0, b - a) / w
         else:
             tpr[g] = 0.0
+
+
+@njit(cache=True)
+def row_sums(x):  # pragma: no cover - compiled
+    """``x.sum(axis=1)`` of a C-contiguous 2-D float64 array, each row in numpy's order (a new array)."""
+    n = x.shape[1]
+    out = np.empty(x.shape[0])
+    for i in range(x.shape[0]):
+        out[i] = pairwise_sum(x[i], 0, n)
+    return out
