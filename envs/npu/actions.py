@@ -96,6 +96,10 @@ class AbsoluteAction:
     def option_index(self, env: NPUAutoscaleEnv, g: int) -> int:
         return int(env._option[g])
 
+    def option_indices(self, env: NPUAutoscaleEnv) -> NDArray[np.int64]:
+        """:meth:`option_index` of every group (a new array)."""
+        return env._option.copy()
+
     def require_absolute(self, what: str, why: str) -> None:
         """Absolute-mode helpers (``heuristic_action``, ``action_from_decision``) run in this mode."""
 
@@ -184,6 +188,10 @@ class ResidualAction:
         """The reference's configuration (best fit) unless the agent chose one."""
         opt = int(env._option[g])
         return opt - 1 if opt > 0 else 0
+
+    def option_indices(self, env: NPUAutoscaleEnv) -> NDArray[np.int64]:
+        """:meth:`option_index` of every group (a new array)."""
+        return np.maximum(env._option - 1, 0)
 
     def require_absolute(self, what: str, why: str) -> None:
         raise ActionError(f"{what}() returns an absolute action; with action_mode = 'residual' {why}")

@@ -97,7 +97,8 @@ class ObservationsMixin:
             o = (8 + len(VERSIONS)) * G  # after util: the queue and the peak queue
             obs[o:o + G] = np.log1p(queue) / 10.0
             obs[o + G:o + 2 * G] = np.log1p(peak_queue) / 10.0
-            return np.clip(obs, -1.0, 10.0, out=obs).astype(np.float32)
+            # np.clip's bounds as the two ufuncs (the same values, NaN kept, without np.clip's Python wrapper)
+            return np.minimum(np.maximum(obs, -1.0, out=obs), 10.0, out=obs).astype(np.float32)
         share = np.zeros(G)
         for sel in self._phase_masks():
             tot = rr[sel].sum()
@@ -147,20 +148,19 @@ class ObservationsMixin:
         out = np.zeros(len(self.groups))
         if sim is None:
             return out
-        cache = getattr(self, "_full_tps_cache", None)  # (config, bucket) -> tokens/s at the max batch
-        if cache is None or cache[0] is not sim.tps or cache[1] is not sim.jmax:
-            cache = self._full_tps_cache = (sim.tps, sim.jmax, {})
-        full = cache[2]
-        for g in range(len(self.groups)):
-            if tpr[g] <= 0:
-                continue
-            opt = self.action_type.option_index(self, g)
-            cid, b = self.options[g][opt], self.group_bucket[g]
-            t = full.get((cid, b))
-            if t is None:
-                t = full[(cid, b)] = float(sim.tps[cid, b, sim.jmax[cid, b]])
-            out[g] = t
-        return out
+        # per group and option: tokens/s at the bucket and max batch, kept while the step tables and groups stay
+        cache = getattr(self, "_full_tps_cache", None)
+        if cache is None or cache[0] is not sim.tps or cache[1] is not sim.jmax or cache[2] is not self.options:
+            width = max(self.n_options + 1, *(len(o) for o in self.options))
+            table = np.zeros((len(self.groups), width))
+            for g, opts in enumerate(self.options):
+                b = self.group_bucket[g]
+                for j, cid in enumerate(opts):
+                    table[g, j] = float(sim.tps[cid, b, sim.jmax[cid, b]])
+            cache = self._full_tps_cache = (sim.tps, sim.jmax, self.options, table)
+        table = cache[3]
+        idx = self.action_type.option_indices(self)
+        return np.where(tpr > 0, table[np.arange(len(self.groups)), idx], 0.0)
 
     # ------------------------------------------------------------------------------------------ render
     def render(self) -> str | NDArray[np.uint8] | None:
