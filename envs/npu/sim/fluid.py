@@ -94,6 +94,7 @@ class FluidCluster(NPUCluster):
         self._finite_tables = bool(np.isfinite(self.lat).all() and np.isfinite(self.tps).all()
                                    and np.isfinite(self.pow / np.maximum(self.tps, 1e-300)).all())
         self._signature: tuple | None = None
+        self._rec_at: tuple | None = None  # (now, fleet_version) of the last reconcile (_reconcile)
         self.targets_version = 0  # bumped whenever the targets' content changes
         self._tkey: tuple = ()
         self._fleet_cache: tuple | None = None
@@ -154,8 +155,16 @@ class FluidCluster(NPUCluster):
 
     # ------------------------------------------------------------------ decisions
     def _reconcile(self) -> None:
-        """:meth:`NPUCluster._reconcile`, skipped when it cannot change anything: the same targets as at the last
-        one, no vPod gone or newly ready (so no orphaned queue), and no quota (so no creation waits for chips)."""
+        """:meth:`NPUCluster._reconcile`, skipped when it cannot change anything: a second one at the same instant
+        with the same vPods and no :meth:`apply` since (a reconcile is idempotent at a fixed time: the first met every
+        target the quota allowed and moved every orphaned queue), or the same targets as at the last one, no vPod gone
+        or newly ready (so no orphaned queue), and no quota (so no creation waits for chips)."""
+        if not self.targets_touched and self._rec_at == (self.now, self.fleet_version):
+            return
+        self._reconcile_changed()
+        self._rec_at = (self.now, self.fleet_version)
+
+    def _reconcile_changed(self) -> None:
         if self.targets_touched:  # only apply() sets targets: compare their content only after one
             self.targets_touched = False
             tkey = tuple((g, tuple(t.items())) for g, t in self.targets.items())
