@@ -65,6 +65,7 @@ def test_settle_equals_the_numpy_formulation(seed: int, T: float) -> None:
     acc = [r(G) for _ in range(7)]
     mm = [r(2) for _ in range(5)]
     peak = r(G)
+    q_pre = r(NB) * (rng.random(NB) < 0.5)  # the prefill job queue observed (ttft_misses' q_obs[1])
     want_acc = [a.copy() for a in acc]
     want_m = [a.copy() for a in mm]
     usd_g = usd_s * T
@@ -75,8 +76,9 @@ def test_settle_equals_the_numpy_formulation(seed: int, T: float) -> None:
     want_m[2] += res[[fk.R_EB_P, fk.R_EB_D]]
     want_m[3] += res[[fk.R_USDB_P, fk.R_USDB_D]]
     want_m[4] += res[[fk.R_TOKENS_P, fk.R_TOKENS_D]]
-    want_peak = np.maximum(peak, q_req.sum(axis=2).ravel())
-    fb.settle(T, usd_s, chip_s, psa, tokens, batch_tok, energy, e_busy, *acc, res, *mm, q_req, peak)
+    # a prefill group's queue is its observed job queue, a decode group's its queued requests
+    want_peak = np.maximum(peak, np.concatenate((q_pre, q_req[1].sum(axis=1))))
+    fb.settle(T, usd_s, chip_s, psa, tokens, batch_tok, energy, e_busy, *acc, res, *mm, q_req, q_pre, peak)
     for a, b in zip([*acc, *mm, peak], [*want_acc, *want_m, want_peak], strict=True):
         assert np.array_equal(a, b)
 

@@ -13,17 +13,21 @@ DT = 5.0
 
 
 def _misses(n: float | np.ndarray, isl: float, cap_top: float, slack: float, q0: float = 0.0, caps: np.ndarray | None = None,
-            q_job: np.ndarray | None = None, n_bins: int = 1, check_s: float = 60.0) -> float:
+            q_job: np.ndarray | None = None, n_bins: int = 1, check_s: float = 60.0, n_job: np.ndarray | None = None,
+            q_obs: np.ndarray | None = None, q0r: float = 0.0) -> float:
     """Misses among ``n`` prompts of ``isl`` tokens arriving in each of ``n_bins`` 10-s bins at group 0 (every bucket
     routes there), whose capacity is ``cap_top`` best-level vPods at every level (so the largest level's is
     ``cap_top``; ``caps``: per level instead) at 1,000 tokens/s each; roofline latency 0, TTFT SLO = ``slack`` (s);
-    ``q0`` tokens queued at the start (token fluid), ``q_job`` the job queue's waiting work (vPod-s, updated)."""
+    ``q0`` tokens queued at the start (token fluid) in ``q0r`` requests, ``q_job`` the job queue's waiting work (vPod-s,
+    updated), ``n_job`` its jobs (updated), ``q_obs`` the observed queue (2 x 48, written)."""
     k_len = np.full(n_bins, 10.0)
     k_pre = np.zeros((n_bins, 2, NB))
     k_pre[:, 0, 0] = n
     k_pre[:, 1, 0] = np.asarray(n) * isl
     q0p = np.zeros((NB, NB))
     q0p[0, 0] = q0
+    q0r_a = np.zeros((NB, NB))
+    q0r_a[0, 0] = q0r
     gp = np.zeros(NB, dtype=np.int64)
     dom = np.zeros(2 * NB, dtype=np.int64)
     cap = np.full((NB, J), cap_top) if caps is None else np.tile(caps, (NB, 1))
@@ -34,7 +38,8 @@ def _misses(n: float | np.ndarray, isl: float, cap_top: float, slack: float, q0:
     isl_m2 = np.full(NB, isl * isl)
     return fk.ttft_misses(10.0 * n_bins, DT, True, k_len, k_pre, q0p, gp, dom, cap, np.zeros((1, 1, 1)), tps_best,
                           lat, slo_p, isl_m1, isl_m2, True, np.zeros(NB), check_s,
-                          np.zeros(NB) if q_job is None else q_job)
+                          np.zeros(NB) if q_job is None else q_job, q0r_a, np.zeros(NB) if n_job is None else n_job,
+                          np.zeros((2, NB)) if q_obs is None else q_obs)
 
 
 def test_an_overloaded_bin_misses_by_the_lindley_backlog_alone() -> None:
@@ -120,6 +125,49 @@ def test_a_chunk_start_reprices_the_waiting_jobs() -> None:
     assert _misses(50.0, 100.0, 1.0, 30.0, q0=60_000.0, n_bins=3) == pytest.approx(150.0, rel=1e-12)
 
 
+def test_the_observed_prefill_queue_is_the_job_count_less_the_last_sub_step() -> None:
+    # the request level's prefill queue at a chunk's end (what the policies' emergency scale-out reads) is its jobs not
+    # started yet less those that arrived in the last sub-step. 200 jobs of 100 tokens (20 vPod-s) wait, priced at the
+    # lowest level (0.5 vPod): 40 s of queue; 50 more arrive in the bin (10 s at that level) and 10 s drain. FCFS the
+    # 30 s left of the older queue hold 200 x 30 / 40 = 150 jobs, behind them the bin's 50: 200 wait, of which the 25
+    # of the last 5 s are too young to count: 175. The token fluid has no backlog here (the lowest level keeps up with
+    # the arrivals), so its queued requests, which the observation read before, showed 0 and no scale-out
+    caps = np.full(J, 4.0)
+    caps[0] = 0.5
+    n_job, q_obs = np.full(NB, 200.0), np.zeros((2, NB))
+    _misses(50.0, 100.0, 4.0, 30.0, caps=caps, q_job=np.full(NB, 20.0), n_job=n_job, q_obs=q_obs)
+    assert n_job[0] == pytest.approx(200.0, rel=1e-12)
+    assert q_obs[:, 0] == pytest.approx([175.0, 175.0], rel=1e-12)
+    # an empty start: 200 jobs (20 vPod-s) on 1 vPod in 10 s leave 10 s of work, the newest 100 jobs, all of the
+    # last 5 s: nothing observed
+    n_job, q_obs = np.zeros(NB), np.full((2, NB), 7.0)
+    _misses(200.0, 100.0, 1.0, 4.0, n_job=n_job, q_obs=q_obs)
+    assert n_job[0] == pytest.approx(100.0, rel=1e-12)
+    assert q_obs[:, 0] == pytest.approx([0.0, 0.0], abs=1e-9)
+    # a token backlog of 60 vPod-s in 600 requests: at least those wait (no job work carried). 5 vPod-s arrive, 10
+    # drain: 55 s left, the bin's 5 s (50 jobs) behind 50 s of the older 60 s (500 jobs): 550, less the last 5 s's 25
+    n_job, q_obs = np.zeros(NB), np.zeros((2, NB))
+    _misses(50.0, 100.0, 1.0, 1.0, q0=60_000.0, q0r=600.0, n_job=n_job, q_obs=q_obs)
+    assert n_job[0] == pytest.approx(550.0, rel=1e-12)
+    assert q_obs[0, 0] == pytest.approx(525.0, rel=1e-12)
+
+
+def test_the_peak_of_the_observed_queue_is_taken_at_the_chunk_ends() -> None:
+    # 300 jobs (30 vPod-s) wait on 1 vPod and no more arrive: 200 are left after bin 0, 100 after bin 1. The request
+    # level takes its peak queue at its chunk ends: with one every 10 s the peak is 200, with one 60-s chunk only the
+    # interval's end counts (100); the value at the end is 100 either way
+    for check_s, peak in ((10.0, 200.0), (60.0, 100.0)):
+        q_obs = np.zeros((2, NB))
+        _misses(np.zeros(2), 100.0, 1.0, 4.0, n_bins=2, check_s=check_s, q_job=np.full(NB, 30.0),
+                n_job=np.full(NB, 300.0), q_obs=q_obs)
+        assert q_obs[:, 0] == pytest.approx([100.0, peak], rel=1e-12)
+    # 400 jobs (40 vPod-s) arrive in bin 0, none in bin 1: 30 s left at bin 0's end (its newest 300 jobs, 200 of them of
+    # the last 5 s: 100 observed), 20 s at bin 1's end (200 jobs, none recent): peak and end value 200
+    q_obs = np.zeros((2, NB))
+    _misses(np.array([400.0, 0.0]), 100.0, 1.0, 4.0, n_bins=2, check_s=10.0, q_obs=q_obs)
+    assert q_obs[:, 0] == pytest.approx([200.0, 200.0], rel=1e-12)
+
+
 class _Stub:
     """The fields :meth:`FluidCluster._either_missed` reads: the profile's input-given-total shares, the carried
     per-input-bucket TTFT miss rate."""
@@ -201,7 +249,8 @@ def test_the_wait_tail_is_the_one_given_each_bins_realized_work() -> None:
         got = fk.ttft_misses(10.0 * nk, DT, True, np.full(nk, 10.0), k_pre, np.zeros((NB, NB)),
                              np.zeros(NB, dtype=np.int64), np.zeros(2 * NB, dtype=np.int64), np.ones((NB, J)),
                              np.zeros((1, 1, 1)), np.full((NB, NB), 1000.0), np.zeros((1, NB, J)), np.full(NB, x),
-                             isl_m1, isl_m2, True, np.zeros(NB), 60.0, np.zeros(NB)) / n
+                             isl_m1, isl_m2, True, np.zeros(NB), 60.0, np.zeros(NB), np.zeros((NB, NB)),
+                             np.zeros(NB), np.zeros((2, NB))) / n
         r = np.minimum(work / 1000.0 / 10.0, 0.999)
         wq = np.minimum(r * isl_m2[0] / 1e6 / (2.0 * isl_m1[0] / 1e3 * (1.0 - r)), 0.5 * r * DT)
         pk = float((cnt * r * np.exp(-r * x / wq)).sum()) / n

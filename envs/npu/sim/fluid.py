@@ -37,6 +37,9 @@ compiled loop, :func:`~servegym.envs.npu.sim.fluid_kernels.serve`):
   for the first ready vPod of a group; effective TPOT = TPOT + wait / output tokens, its miss share from the bucket's output-length
   distribution. Requests served from a backlog count as misses. A request misses if either does, the two paired
   per (input, total) length bucket cell (:meth:`FluidCluster._either_missed`).
+* **Observed queues**: a prefill group's queue (what Base's and NeuScale's emergency scale-out read) is the TTFT
+  job queue's waiting jobs less the last sub-step's arrivals, as the request level's; a decode group's its queued
+  requests.
 
 Its cross-check against the request-level simulator is ``benchmarks/npu_fluid_crosscheck.py``
 (``benchmarks/results/npu_fluid_crosscheck.md``).
@@ -114,6 +117,10 @@ class FluidCluster(NPUCluster):
         self.q_tok = np.zeros((2, NB, NB))
         self.q_req = np.zeros((2, NB, NB))
         self.q_job = np.zeros(NB)  # prefill job queue's waiting work per group, best-level vPod-s (ttft_misses)
+        self.n_job = np.zeros(NB)  # its waiting jobs per group (ttft_misses)
+        # the prefill queue the policies observe per group (jobs waiting longer than a sub-step): at the last
+        # interval's end (row 0) and its largest at the interval's chunk ends (row 1; ttft_misses)
+        self.q_obs = np.zeros((2, NB))
         self.n_act = np.zeros(NB)  # decode jobs in service per group at the interval's end
         # decode jobs in service (admitted, not finished making tokens): output tokens left and jobs per
         # (group bucket, request bucket, cohort), carried across intervals (fluid_kernels.decode_in_service)
@@ -271,6 +278,8 @@ class FluidCluster(NPUCluster):
             self.q_tok[p][orphan] = 0.0
             if p == 0:  # the moved tokens join the new group's token backlog, which bounds its job queue from below
                 self.q_job[orphan] = 0.0
+                self.n_job[orphan] = 0.0
+                self.q_obs[:, orphan] = 0.0  # as the request level's queue: its jobs are the new group's now
             self.q_req[p][orphan] = 0.0
             to = self._route(p, _AR, act) - p * NB
             self.q_tok[p][to, _AR] += tok
@@ -312,8 +321,10 @@ class FluidCluster(NPUCluster):
                                         2.0 * self.d_tok[to, _AR] / np.maximum(self.d_req[to, _AR], 1e-300))
 
     def _queue(self) -> NDArray[np.float64]:
-        # each (phase, group) row summed in numpy's order, as q_req.sum(axis=2).ravel() sums it, in one compiled call
-        return row_sums(self.q_req.reshape(2 * NB, NB))
+        """Waiting jobs per group (96), as the request level's :meth:`NPUCluster._queue`: a prefill group's job queue
+        less its last sub-step's arrivals (``q_obs[0]``, :func:`~servegym.envs.npu.sim.fluid_kernels.ttft_misses`),
+        a decode group's queued requests (each row summed in numpy's order in one compiled call)."""
+        return np.concatenate((self.q_obs[0], row_sums(self.q_req[1])))
 
     def _decode_split(self, act: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.float64],
                                                               NDArray[np.float64]]:
@@ -456,14 +467,15 @@ class FluidCluster(NPUCluster):
                  fv.psr, psa, fv.usd_ready, fv.slots, fv.unavail, fv.dom, fv.cap, cap3, fv.pbusy, fv.tps_best, fv.latd,
                  f_tok, f_req, f_seg, self.q_seg, self.lat, self.pow, self.tps, self.cfg_levels, self.slo_p, self.slo_d,
                  prof.isl_m1, prof.isl_m2, prof.osl_cdf, self._finite_tables, self.d_tok, self.d_req, self.d_sp,
-                 energy, e_busy, tokens, batch_tok, n_act, util, res, miss_pb, md_b, fin_b, c.check_s, self.q_job)
+                 energy, e_busy, tokens, batch_tok, n_act, util, res, miss_pb, md_b, fin_b, c.check_s, self.q_job,
+                 self.n_job, self.q_obs)
         self.n_act = n_act
         self.util = util
         # ---- the interval's totals per group and phase, and the peak queues (fluid_books.settle)
         acc = self.group_acc
         fb.settle(T, fv.usd_s, fv.chip_s, psa, tokens, batch_tok, energy, e_busy, acc["usd"], acc["chip_s"],
                   acc["static_j"], acc["tokens"], acc["batch_tok"], acc["energy_j"], acc["energy_busy_j"], res,
-                  m.energy_j, m.usd, m.energy_busy_j, m.usd_busy, m.tokens, self.q_req, self.peak_queue)
+                  m.energy_j, m.usd, m.energy_busy_j, m.usd_busy, m.tokens, self.q_req, self.q_obs[1], self.peak_queue)
         # ---- requests finish with their decode; a request misses if its TTFT or its TPOT does (_either_missed)
         fin = res[fk.R_FIN]
         n_p = float(cnt[0].sum())

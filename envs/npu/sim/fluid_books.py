@@ -92,13 +92,14 @@ def arrivals(counts, tokens, cum_counts, bs, i0, i1, t0, t1):  # pragma: no cove
 @njit(cache=True)
 def settle(T, usd_s, chip_s, psa, tokens, batch_tok, energy, e_busy, acc_usd, acc_chip_s, acc_static_j, acc_tokens,
            acc_batch_tok, acc_energy_j, acc_energy_busy_j, res, m_energy_j, m_usd, m_energy_busy_j, m_usd_busy,
-           m_tokens, q_req, peak_queue):  # pragma: no cover - compiled
+           m_tokens, q_req, q_pre, peak_queue):  # pragma: no cover - compiled
     """The interval's totals after :func:`~servegym.envs.npu.sim.fluid_kernels.serve` (``T`` s): adds the per-group
     figures (96 groups: rental USD/s ``usd_s``, chips ``chip_s`` and static W ``psa`` held, times ``T``; tokens,
     tokens x batch, energy and busy energy, J) to the group accumulators ``acc_*`` and the kernel's per-phase totals
     ``res`` and the phases' rental (numpy's pairwise sums of the 48 groups' USD) to the span's ``m_*``, and raises
-    ``peak_queue`` (96) to each group's queued requests (``q_req`` summed over request buckets, numpy's order). All
-    arrays updated in place."""
+    ``peak_queue`` (96) to each group's queue: a prefill group's observed job queue ``q_pre`` (48, its largest at
+    the interval's chunk ends, :func:`~servegym.envs.npu.sim.fluid_kernels.ttft_misses`), a decode group's queued
+    requests (``q_req[1]`` summed over request buckets, numpy's order). All arrays updated in place."""
     G = usd_s.size
     nb = G // 2
     usd_g = np.empty(G)
@@ -123,7 +124,7 @@ def settle(T, usd_s, chip_s, psa, tokens, batch_tok, energy, e_busy, acc_usd, ac
     m_tokens[1] += res[R_TOKENS_D]
     for p in range(2):
         for g in range(nb):
-            q = pairwise_sum(q_req[p, g], 0, q_req.shape[2])
+            q = q_pre[g] if p == 0 else pairwise_sum(q_req[p, g], 0, q_req.shape[2])
             i = p * nb + g
             pq = peak_queue[i]
             if not (pq >= q or pq != pq):  # np.maximum: the first unless the second is larger (NaN kept)

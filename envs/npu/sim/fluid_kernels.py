@@ -34,6 +34,7 @@ except ImportError:  # pragma: no cover - numba is a core dependency; this keeps
         return lambda f: f
 
 
+from servegym.envs.npu.sim.fluid_cohorts import drain, join, new_slot  # decode cohorts (decode_in_service)
 from servegym.envs.npu.sim.fluid_tail import bin_tail  # the TTFT tail of one bin (ttft_misses calls it)
 
 # slots of the kernel's scalar results (``res``)
@@ -73,8 +74,24 @@ def _cap(cap, cap3, steady, g, k, j):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def _recent(nkg, k_len, g, k, dt):  # pragma: no cover - compiled
+    """Jobs of group ``g`` arriving in the last ``dt`` s up to bin ``k``'s end (``nkg``: per bin and group, evenly
+    within the bin)."""
+    left = dt
+    n = 0.0
+    i = k
+    while i >= 0 and left > 0.0:
+        w = min(left, k_len[i])
+        if k_len[i] > 0.0:
+            n += nkg[i, g] * w / k_len[i]
+        left -= w
+        i -= 1
+    return n
+
+
+@njit(cache=True)
 def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, lat, slo_p, isl_m1,
-                isl_m2, finite, miss_b, check_s, q_job):  # pragma: no cover - compiled
+                isl_m2, finite, miss_b, check_s, q_job, q0r, n_job, q_obs):  # pragma: no cover - compiled
     """Expected TTFT misses among the interval's prefill arrivals (the fluid module's model): per profile bin,
     the wait ahead (the job queue below), the share of the bin's arrivals that find more than their slack ahead,
     and, in bins where the largest level keeps up, the M/G/1 tail of the wait at the operating level given the
@@ -94,6 +111,17 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
     kept for the repricing (FCFS: the bin's own arrivals leave last, the older part at its mean price) and written
     back to ``q_job`` (48, updated in place) for the next interval. ``check_s``: the request level's chunk (s).
 
+    The same FCFS bookkeeping carries the waiting jobs' count ``n_job`` (48, updated in place; at least the token
+    backlog's requests ``q0r``, 48 groups x 48 buckets, at the interval's start): the jobs left are the bin's
+    arrivals and the newest part of the older queue, in proportion to their work. It is the prefill queue the
+    policies observe: the request level's queue at a chunk's end is the jobs not started yet less those that arrived
+    in its last sub-step (``dt``; serving._queue: the fluid serves a sub-step's arrivals together), FCFS the newest,
+    so ``q_obs[0]`` (48) is the count at the interval's end less the last ``dt`` s of arrivals and ``q_obs[1]`` its
+    largest value at the ``check_s`` chunk ends within the interval (the request level's peak queue is taken there).
+    The token fluid's queued requests, which the observation read before, only hold what exceeds the largest level's
+    capacity, so a queue of jobs priced at a low level went unseen by the emergency scale-out: on Llama-3-70B LVEval
+    NeuScale (2023) the SLO row went from -1.93 to -0.99 pp.
+
     Carrying the queue is most of the effect: the serving step's token fluid (:func:`serve`) serves the interval's
     work at one level over the whole interval and keeps only what exceeds its capacity, so a backlog built in an
     interval's last bins was gone at the next interval's start, while the request level's queue runs on across
@@ -109,10 +137,12 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
         rt[b] = tps_best[gp[b], b]
     # per bin and group: arriving work d and what the largest level serves in the bin (cmax)
     d = np.zeros((nk, nb))
+    nkg = np.zeros((nk, nb))  # arriving jobs
     cmax = np.empty((nk, nb))
     for k in range(nk):
         for b in range(nb):
             d[k, gp[b]] += k_pre[k, 1, b] / rt[b]
+            nkg[k, gp[b]] += k_pre[k, 0, b]
         for g in range(nb):
             cmax[k, g] = _cap(cap, cap3, steady, g, k, J - 1) * k_len[k]
     # per bin and group: the token fluid's backlog at the bin's start (Lindley: B_k = S_k - min(-B_0, S_1..S_k), S
@@ -133,8 +163,13 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
         pv = b0
         # waiting job work in best-level vPod-s: at least the token fluid's backlog (its tokens are not served yet)
         wt = max(q_job[g], b0)
+        n0 = 0.0
+        for b in range(nb):
+            n0 += q0r[g, b]
+        nw = max(n_job[g], n0)  # waiting jobs: at least the token backlog's requests
         q = -1.0  # < 0: to be priced at the next bin with capacity
         off = 0.0
+        q_obs[1, g] = 0.0
         for k in range(nk):
             dem = pv + d[k, g]
             jj = J - 1
@@ -153,6 +188,7 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
                 qs[k, g] = 0.0
                 qg[k, g] = 0.0
                 wt += d[k, g]
+                nw += nkg[k, g]
                 q = -1.0
             else:
                 if q < 0.0 or abs(off - check_s * round(off / check_s)) < 1e-6:
@@ -163,14 +199,27 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
                 qn = q + add - k_len[k]
                 if qn <= 0.0:
                     wt = 0.0
+                    nw = 0.0
                     q = 0.0
                 else:
                     # FCFS: the oldest work leaves first; what is left is this bin's arrivals (priced at c) and the
-                    # newest part of the older queue (at its mean price)
-                    wt = qn * c if qn <= add else wt * (qn - add) / q + d[k, g]
+                    # newest part of the older queue (at its mean price); its jobs in proportion
+                    if qn <= add:
+                        wt = qn * c
+                        nw = nkg[k, g] * qn / add
+                    else:
+                        wt = wt * (qn - add) / q + d[k, g]
+                        nw = nw * (qn - add) / q + nkg[k, g]
                     q = qn
             off += k_len[k]
+            end = k == nk - 1
+            if end or abs(off - check_s * round(off / check_s)) < 1e-6:  # a chunk's end: the observed queue
+                qo = max(nw - _recent(nkg, k_len, g, k, dt), 0.0)
+                q_obs[1, g] = max(q_obs[1, g], qo)
+                if end:
+                    q_obs[0, g] = qo
         q_job[g] = wt
+        n_job[g] = nw
     # the service-time moments of each group's arrivals in the bin (in best-level vPod-seconds, before dividing by
     # the operating capacity): a job's FCFS wait is set by the work of every job ahead of it, the group's whole
     # length mix, not by jobs of its own length bucket (a 128-token prompt waits behind 4K-token prompts)
@@ -247,24 +296,6 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
 
 
 @njit(cache=True)
-def _drain(n, tok, sp, x):  # pragma: no cover - compiled
-    """One cohort of decode jobs in service (``n`` jobs holding ``tok`` output tokens, their remaining tokens per job
-    spread uniformly over a width ``sp`` around the mean ``tok / n``) after each job makes ``x`` more tokens: jobs,
-    tokens and width left. The jobs whose remaining tokens run out finish; the rest stay uniform, from 0 up."""
-    if n <= 0.0:
-        return 0.0, 0.0, 0.0
-    mean = tok / n
-    hi = mean + 0.5 * sp
-    if x >= hi:
-        return 0.0, 0.0, 0.0
-    lo = mean - 0.5 * sp
-    if x <= lo:
-        return n, tok - n * x, sp
-    n1 = n * (hi - x) / sp  # lo < x < hi, so sp > 0
-    return n1, 0.5 * n1 * (hi - x), hi - x
-
-
-@njit(cache=True)
 def decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d_req, d_sp, latd, pw, tps, dg,
                       finite):  # pragma: no cover - compiled
     """Decode tokens made and their energy in one interval of ``T`` s by the jobs in service of decode group ``g``
@@ -288,7 +319,7 @@ def decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d
         for b in range(nb):
             nn = phid * q_seg[g, b]
             if nn > 0.0:
-                _join(d_tok, d_req, d_sp, g, b, _new_slot(d_tok, d_req, g, b), phid * q_tok[1, g, b], nn, 0.0)
+                join(d_tok, d_req, d_sp, g, b, new_slot(d_tok, d_req, g, b), phid * q_tok[1, g, b], nn, 0.0)
             q_seg[g, b] -= nn
         return 0.0, 0.0, 0.0, 1.0
     ns = max(1, math.floor(T / dt + 0.5))
@@ -302,7 +333,7 @@ def decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d
     for b in range(nb):
         nn = phid * q_seg[g, b]
         if nn > 0.0:
-            slot[b] = _new_slot(d_tok, d_req, g, b)
+            slot[b] = new_slot(d_tok, d_req, g, b)
             r_new[b] = phid * q_tok[1, g, b] / nn
             n_new[b] = nn / ns
             kend[b] = slot[b] + 1
@@ -334,13 +365,13 @@ def decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d
             tau = latd[g, b, j]
             if not tau < math.inf:  # no step latency at this level: the jobs make nothing and stay in service
                 if slot[b] >= 0:
-                    _join(d_tok, d_req, d_sp, g, b, slot[b], n_new[b] * r_new[b], n_new[b], 0.0)
+                    join(d_tok, d_req, d_sp, g, b, slot[b], n_new[b] * r_new[b], n_new[b], 0.0)
                 continue
             x = h / tau  # tokens per job in the sub-step
             mb = 0.0
             for k in range(kend[b]):
                 if d_req[g, b, k] > 0.0:
-                    n1, t1, s1 = _drain(d_req[g, b, k], d_tok[g, b, k], d_sp[g, b, k], x)
+                    n1, t1, s1 = drain(d_req[g, b, k], d_tok[g, b, k], d_sp[g, b, k], x)
                     mb += d_tok[g, b, k] - t1
                     d_req[g, b, k], d_tok[g, b, k], d_sp[g, b, k] = n1, t1, s1
             if slot[b] >= 0:
@@ -348,9 +379,9 @@ def decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d
                 # left after it arrives (remaining tokens uniform on [r - x, r]: a cohort on [r, r + x] drained
                 # by x, less the x / 2 per job it never held)
                 nn, rr = n_new[b], r_new[b]
-                n1, t1, s1 = _drain(nn, nn * (rr + 0.5 * x), x, x)
+                n1, t1, s1 = drain(nn, nn * (rr + 0.5 * x), x, x)
                 mb += nn * rr - t1
-                _join(d_tok, d_req, d_sp, g, b, slot[b], t1, n1, s1)
+                join(d_tok, d_req, d_sp, g, b, slot[b], t1, n1, s1)
             made += mb
             e += mb * (pw[dg, b, j] / max(tps[dg, b, j], 1e-300))
             bt += mb * bb
@@ -360,48 +391,10 @@ def decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d
 
 
 @njit(cache=True)
-def _new_slot(d_tok, d_req, g, b):  # pragma: no cover - compiled
-    """The cohort slot a new cohort of (group ``g``, bucket ``b``) takes: an empty one, or the one with the most
-    tokens left per job (the youngest), which it joins."""
-    K = d_req.shape[2]
-    best = 0
-    most = -1.0
-    for k in range(K):
-        if d_req[g, b, k] <= 0.0:
-            return k
-        per = d_tok[g, b, k] / d_req[g, b, k]
-        if per > most:
-            most = per
-            best = k
-    return best
-
-
-@njit(cache=True)
-def _join(d_tok, d_req, d_sp, g, b, k, tok, jobs, sp):  # pragma: no cover - compiled
-    """Add ``jobs`` jobs holding ``tok`` output tokens (their remaining tokens per job uniform over a width ``sp``)
-    to cohort ``k`` of (group ``g``, bucket ``b``): the widest uniform spread with the merged mean within the
-    two parts' range (exact for jobs arriving evenly)."""
-    if jobs <= 0.0:
-        return
-    n0 = d_req[g, b, k]
-    if n0 <= 0.0:
-        d_tok[g, b, k], d_req[g, b, k], d_sp[g, b, k] = tok, jobs, sp
-        return
-    m0 = d_tok[g, b, k] / n0
-    m1 = tok / jobs
-    lo = max(min(m0 - 0.5 * d_sp[g, b, k], m1 - 0.5 * sp), 0.0)
-    hi = max(m0 + 0.5 * d_sp[g, b, k], m1 + 0.5 * sp)
-    d_tok[g, b, k] += tok
-    d_req[g, b, k] += jobs
-    mean = d_tok[g, b, k] / d_req[g, b, k]
-    d_sp[g, b, k] = max(0.0, min(2.0 * (mean - lo), 2.0 * (hi - mean)))
-
-
-@njit(cache=True)
 def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_ready, psr, psa, usd_ready, slots,
           unavail, dom, cap, cap3, pbusy, tps_best, latd, f_tok, f_req, f_seg, q_seg, lat, pw, tps, cfg_levels, slo_p,
           slo_d, isl_m1, isl_m2, osl_cdf, finite, d_tok, d_req, d_sp, energy, e_busy, tokens, batch_tok, n_act, util,
-          res, miss_pb, md_b, fin_b, check_s, q_job):  # pragma: no cover
+          res, miss_pb, md_b, fin_b, check_s, q_job, n_job, q_obs):  # pragma: no cover
     """One interval of ``T`` seconds of the fluid serving step (module docstring). Updates ``q_tok`` /
     ``q_req`` (2 phases x 48 groups x 48 request buckets), writes per group (96) ``energy``, ``e_busy``
     (request-attributed energy), ``tokens`` and ``batch_tok`` (tokens made x batch) of the interval, the
@@ -409,7 +402,9 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
     decode jobs in service ``n_act`` (48) and the prefill busy share ``util`` (96), and the scalars ``res``
     (the ``R_*`` slots), and per request bucket the TTFT misses among the interval's arrivals ``miss_pb`` (by input
     bucket), the requests finishing their decode ``fin_b`` and their TPOT misses ``md_b`` (by total bucket), from
-    which the caller pairs the two misses per (input, total) bucket cell. ``finite``: the step tables ``lat``,
+    which the caller pairs the two misses per (input, total) bucket cell. The prefill job queue's waiting work
+    ``q_job`` and jobs ``n_job`` (48 each, updated) and the prefill queue the policies observe ``q_obs`` (2 x 48,
+    written) are :func:`ttft_misses`'. ``finite``: the step tables ``lat``,
     ``tps`` and ``pw / tps`` are finite everywhere, so a
     (group, bucket) cell with no queued tokens or requests adds exactly 0 to every sum and is skipped (most
     cells: a group serves a few buckets); with non-finite tables every cell is summed, as written."""
@@ -419,6 +414,7 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
         res[i] = 0.0
     # ---- prefill: token fluid per group
     q0p = q_tok[0].copy()
+    q0r = q_req[0].copy()
     for b in range(nb):
         q_tok[0, gp[b], b] += tok[0, b]
         q_req[0, gp[b], b] += cnt[0, b]
@@ -458,7 +454,7 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
         util[g] = busy if n_ready[g] > 0.0 else 0.0
         util[nb + g] = 0.0
     res[R_MISS_P] = ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, lat, slo_p, isl_m1,
-                                isl_m2, finite, miss_pb, check_s, q_job)
+                                isl_m2, finite, miss_pb, check_s, q_job, q0r, n_job, q_obs)
     # ---- decode: Little's law per group
     for b in range(nb):
         md_b[b] = 0.0
