@@ -63,6 +63,7 @@ from servegym.envs.npu.sim.cluster import (
 )
 from servegym.envs.npu.sim.fluid_fleet import fleet_view
 from servegym.envs.npu.sim.fluid_profile import workload_profile
+from servegym.envs.npu.sim.fluid_split import decode_split
 from servegym.envs.npu.sim.pairwise_sums import row_sums
 from servegym.envs.npu.sim.workloads import NPUWorkload
 
@@ -340,48 +341,7 @@ class FluidCluster(NPUCluster):
         if hit is not None:
             self._split_last = (act, hit)
             return hit
-        acc = self.config.osl_accuracy
-        true = np.minimum(np.searchsorted(act, _AR, side="left"), act.size - 1)
-        gt = act[true] if act.size else _AR
-        tok = np.zeros((NB, NB))
-        req = np.zeros((NB, NB))
-        tok[_AR, gt] = acc
-        req[_AR, gt] = acc
-        seg = req
-        if act.size and acc < 1.0:
-            prof = self.profile
-            # a misrouted request goes to a random active group whose edge is >= its input length
-            lo = np.minimum(np.searchsorted(act, _AR, side="left"), act.size - 1)  # per input bucket
-            U = np.zeros((NB, NB))
-            for bi in range(NB):
-                U[bi, act[lo[bi]:]] = 1.0 / (act.size - lo[bi])
-            P = prof.in_given_tot  # (total bucket, input bucket)
-            osl = prof.osl_mean.T  # (total, input)
-            isl = prof.isl_mean.T
-            w_tok = P * osl
-            w_tok = w_tok / np.maximum(w_tok.sum(axis=1, keepdims=True), 1e-300)
-            edge_g = self.edges[None, None, :].astype(float)
-            # share of the output served before the migration (short groups only): at 2x the group's edge, or,
-            # when the re-estimate is right (osl_accuracy) and the total passes 2x the edge, at the next bucket
-            # boundary after the input (routing: mig_at), which lies below the group's edge
-            o1 = np.maximum(osl[:, :, None], 1.0)
-            late = np.clip((2.0 * edge_g - isl[:, :, None]) / o1, 0.0, 1.0)
-            nxt = self.edges[np.minimum(np.searchsorted(self.edges, isl, side="right"), NB - 1)].astype(float)
-            early = np.clip((np.minimum(nxt[:, :, None], 2.0 * edge_g) - isl[:, :, None]) / o1, 0.0, 1.0)
-            first = np.where(late < 1.0, acc * early + (1.0 - acc) * late, late)
-            short = _AR[None, None, :] < _AR[:, None, None]  # group bucket < total bucket
-            f1 = np.where(short, first, 1.0)  # (total, input, group)
-            mis_tok = np.einsum("ti,ig,tig->tg", w_tok, U, f1)
-            moved_tok = np.einsum("ti,ig,tig->t", w_tok, U, 1.0 - f1)
-            stays = f1 >= 1.0
-            mis_req = np.einsum("ti,ig,tig->tg", P, U, stays.astype(float))
-            moved_req = np.einsum("ti,ig,tig->t", P, U, (~stays).astype(float))
-            tok += (1.0 - acc) * mis_tok
-            tok[_AR, gt] += (1.0 - acc) * moved_tok
-            req += (1.0 - acc) * mis_req
-            req[_AR, gt] += (1.0 - acc) * moved_req
-            # the first part of a migrated request: a job in its short group (where it makes tokens there)
-            seg = req + (1.0 - acc) * np.einsum("ti,ig,tig->tg", P, U, (~stays & (f1 > 0.0)).astype(float))
+        tok, req, seg = decode_split(self.profile, self.edges, self.config.osl_accuracy, act)
         if len(self._route_cache) > 64:
             self._route_cache.clear()
         self._route_cache[key] = (tok, req, seg)
