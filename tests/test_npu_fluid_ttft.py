@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from servegym.envs.npu.sim import fluid_kernels as fk
 from servegym.envs.npu.sim.config import LEVELS, NB
+from servegym.envs.npu.sim.fluid_tail import residual_share
 
 J = LEVELS.size
 DT = 5.0
@@ -81,6 +82,59 @@ def test_the_sub_step_bound_on_the_stationary_wait_needs_a_level_that_sets_the_c
                                                                      rel=1e-12)
 
 
+def test_a_fixed_rate_group_has_its_tail_beyond_a_sub_step() -> None:
+    # one 4,000-token prompt per 10 s on one vPod (service 4 s, utilization 0.4; P-K mean 1.33 s): a slack of 2.5 s
+    # is beyond a sub-step's work (0.4 x 5 = 2 s). Where a busier sub-step gets a faster server the request level's
+    # wait stays within that, so nothing is counted; at one rate for every level (LVEval's long-prompt groups) the
+    # FCFS wait has no such bound and the tail counts at every slack (the residual bound needs another arrival)
+    r, wq = 0.4, 0.4 * 16.0 / (2.0 * 4.0 * 0.6)
+    want = fk.bin_tail(2.5, r, 4.0, 16.0, wq, 10.0)
+    assert want > 0.1
+    assert _misses(1.0, 4000.0, 1.0, 2.5) == pytest.approx(want, rel=1e-12)
+    caps = np.full(J, 1.0)
+    caps[0] = 0.999  # a capacity that depends on the level (by a hair): the sub-step cut-off applies
+    assert _misses(1.0, 4000.0, 1.0, 2.5, caps=caps) == 0.0
+
+
+def _mixed(n_short: float, n_long: float, isl_long: float, slack: float) -> tuple[float, float]:
+    """TTFT misses among ``n_short`` 100-token prompts (bucket 0) and ``n_long`` prompts of ``isl_long`` tokens (bucket
+    1) arriving in one 10-s bin at group 0, one vPod at 1,000 tokens/s at every level, latency 0, TTFT SLO ``slack``
+    s for both; and the bin tail alone for that bin's load and job mix (:func:`fluid_tail.bin_tail`)."""
+    k_pre = np.zeros((1, 2, NB))
+    k_pre[0, 0, :2] = n_short, n_long
+    k_pre[0, 1, :2] = n_short * 100.0, n_long * isl_long
+    isl_m1 = np.zeros(NB)
+    isl_m1[:2] = 100.0, isl_long
+    got = fk.ttft_misses(10.0, DT, True, np.array([10.0]), k_pre, np.zeros((NB, NB)), np.zeros(NB, dtype=np.int64),
+                         np.zeros(2 * NB, dtype=np.int64), np.ones((NB, J)), np.zeros((1, 1, 1)),
+                         np.full((NB, NB), 1000.0), np.zeros((1, NB, J)), np.full(NB, slack), isl_m1, isl_m1 ** 2,
+                         True, np.zeros(NB), 60.0, np.zeros(NB), np.zeros((NB, NB)), np.zeros(NB), np.zeros((2, NB)))
+    n = n_short + n_long
+    s1 = (n_short * 0.1 + n_long * isl_long / 1000.0) / n
+    s2 = (n_short * 0.01 + n_long * (isl_long / 1000.0) ** 2) / n
+    r = n * s1 / 10.0
+    return got, n * fk.bin_tail(slack, r, s1, s2, r * s2 / (2.0 * s1 * (1.0 - r)), 10.0)
+
+
+def test_an_arrival_waits_out_the_rest_of_a_long_job_in_service() -> None:
+    # 20 prompts of 0.1 s and, on average, a quarter of an 8-s one per 10-s bin (utilization 0.4): the 8-s prompt holds
+    # the server 8 s, and the others arriving in its first 8 - 4 = 4 s wait more than 4 s for its rest alone: at the
+    # bin's rate less that job, 19.25 / 10 per s, 0.25 x 4 x 19.25 / 10 = 1.925 of the 20.25 arrivals. The bin tail
+    # (the queue's diffusion at that load and mix, which spreads the long job's work over the bin) gives 1.30: below
+    # that lower bound, which is the count
+    got, diffusion = _mixed(20.0, 0.25, 8000.0, 4.0)
+    assert diffusion < 1.31
+    assert got == pytest.approx(1.925, rel=1e-12)
+    assert residual_share(np.array([[[20.0, 0.25]]]), np.zeros(2, dtype=np.int64), np.array([100.0, 8000.0]),
+                             np.full(2, 1000.0), 0, 0, 1.0, 4.0, 10.0) == pytest.approx(1.925 / 20.25, rel=1e-12)
+    # a long job shorter than the slack leaves only the bin tail (the Azure mixes: prompts of well under a second)
+    got, diffusion = _mixed(20.0, 0.25, 3500.0, 4.0)
+    assert got == pytest.approx(diffusion, rel=1e-12)
+    # where the queue's diffusion is heavier than the bound (a long job's share of the load large), it stays the count
+    got, diffusion = _mixed(10.0, 1.0, 4000.0, 2.0)
+    assert got == pytest.approx(diffusion, rel=1e-12) and diffusion > 0.2 * 11.0
+
+
 def test_queued_jobs_keep_the_price_of_the_level_they_arrived_at() -> None:
     # the request level prices a job's service time at its group's capacity at the level of the sub-step it arrives
     # in (or of the chunk's first sub-step, for a job still waiting then), while the level follows the token fluid.
@@ -105,7 +159,9 @@ def test_the_job_queue_runs_on_into_the_next_interval() -> None:
     _misses(200.0, 100.0, 1.0, 4.0, q_job=q_job)
     assert q_job[0] == pytest.approx(10.0, rel=1e-12)
     assert _misses(50.0, 100.0, 1.0, 4.0, q_job=q_job) == pytest.approx(50.0, rel=1e-12)
-    assert _misses(50.0, 100.0, 1.0, 4.0) == 0.0
+    # (an empty start: only the tail of 0.1-s jobs at utilization 0.5 beyond 4 s, ~1e-24: a fixed-rate group's tail
+    # counts at any slack)
+    assert _misses(50.0, 100.0, 1.0, 4.0) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_a_chunk_start_reprices_the_waiting_jobs() -> None:

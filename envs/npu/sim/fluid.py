@@ -33,7 +33,8 @@ compiled loop, :func:`~servegym.envs.npu.sim.fluid_kernels.serve`):
 * **SLO**: TTFT = roofline latency at the operating level + the wait of an FCFS server at the group's
   utilization (Pollaczek-Khinchine mean, exponential tail; only where the largest level keeps up, else the
   job queue is the wait: each bin's arrivals priced at the capacity of the level chosen when they arrive,
-  waiting jobs repriced at each ``check_s`` chunk's start, as the request level prices its jobs), or the wait
+  waiting jobs repriced at each ``check_s`` chunk's start, as the request level prices its jobs; at least the
+  share of arrivals that wait out the rest of a long job in service), or the wait
   for the first ready vPod of a group; effective TPOT = TPOT + wait / output tokens, its miss share from the bucket's output-length
   distribution. Requests served from a backlog count as misses. A request misses if either does, the two paired
   per (input, total) length bucket cell (:meth:`FluidCluster._either_missed`).

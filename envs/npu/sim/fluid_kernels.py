@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - numba is a core dependency; this keeps
 
 
 from servegym.envs.npu.sim.fluid_cohorts import drain, join, new_slot  # decode cohorts (decode_in_service)
-from servegym.envs.npu.sim.fluid_tail import bin_tail  # the TTFT tail of one bin (ttft_misses calls it)
+from servegym.envs.npu.sim.fluid_tail import bin_tail, residual_share  # TTFT tail and its bound (ttft_misses)
 
 # slots of the kernel's scalar results (``res``)
 (R_MISS_P, R_SERVED_P, R_TOKENS_P, R_TOKENS_D, R_FIN, R_MISS_D, R_LATE_P, R_LATE_D, R_E_P, R_E_D, R_EB_P, R_EB_D,
@@ -95,8 +95,9 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
     """Expected TTFT misses among the interval's prefill arrivals (the fluid module's model): per profile bin,
     the wait ahead (the job queue below), the share of the bin's arrivals that find more than their slack ahead,
     and, in bins where the largest level keeps up, the M/G/1 tail of the wait at the operating level given the
-    bin's realized work (:func:`bin_tail`). Also writes
-    the misses per input bucket into ``miss_b`` (48).
+    bin's realized work (:func:`bin_tail`); at least the share that waits out the rest of a longer job in service
+    (:func:`residual_share`, a lower bound the queue's diffusion misses where one prompt holds the server for
+    seconds). Also writes the misses per input bucket into ``miss_b`` (48).
 
     The job queue is the request level's (serving._start_prefill): a group's operating level follows its token
     fluid (backlog + arrivals, a Lindley recursion at the largest level's capacity), but each job's service time is
@@ -224,6 +225,7 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
     # the operating capacity): a job's FCFS wait is set by the work of every job ahead of it, the group's whole
     # length mix, not by jobs of its own length bucket (a 128-token prompt waits behind 4K-token prompts)
     mix = np.zeros((nk, nb, 3))
+    smax = np.zeros((nk, nb))  # the longest job's mean work among the bin's arrivals (residual_share)
     for k in range(nk):
         for b in range(nb):
             n = k_pre[k, 0, b]
@@ -232,6 +234,7 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
                 mix[k, g, 0] += n
                 mix[k, g, 1] += n * (isl_m1[b] / rt[b])
                 mix[k, g, 2] += n * (isl_m2[b] / rt[b] ** 2)
+                smax[k, g] = max(smax[k, g], isl_m1[b] / rt[b])
     miss = 0.0
     for b in range(nb):
         miss_b[b] = 0.0
@@ -278,20 +281,26 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
             s2 = mix[k, g, 2] / mix[k, g, 0] / cjs ** 2
             r = rho[k, g]
             wq = r * s2 / max(2.0 * s1 * (1.0 - r), 1e-300)
-            # the sub-step bound stands for that speed-up. A group whose capacity is the same at every level (long
-            # prompts run at the same tokens/s at every batch size: LVEval's long-context groups) has none: the
-            # request level's server there is a fixed-rate FCFS queue of the jobs' own service times, a short
-            # prompt waits out the rest of a long one ahead of it, and the P-K mean holds uncapped. Measured on
-            # DeepSeek-V3 LVEval NeuScale (2024), its last group (fixed capacity, no backlog): request level 218
-            # TTFT misses; the P-K tail from the request level's own per-bin load and job sizes 160 with the
-            # bound, 218 without it; the fluid had 155 (row -1.62 -> -1.06 pp without the bound there)
-            if _cap(cap, cap3, steady, g, k, 0) < c_top * (1.0 - 1e-9):
+            # the sub-step bound stands for that speed-up, and so does counting no tail beyond a sub-step's work
+            # (``slack < r dt``). A group whose capacity is the same at every level (long prompts run at the same
+            # tokens/s at every batch size: LVEval's long-context groups) has neither: the request level's server
+            # there is a fixed-rate FCFS queue of the jobs' own service times, a short prompt waits out the rest of a
+            # long one ahead of it, and the tail holds uncapped at every slack. Measured on DeepSeek-V3 LVEval NeuScale
+            # (2024), its last group (fixed capacity, no backlog): request level 218 TTFT misses; the bin tail from the
+            # request level's own per-bin load and job sizes 191 with the slack cut-off, 216 without it (the P-K mean's
+            # bound: 160 with it); the row went -1.62 -> -1.06 pp without the bound and -1.36 -> -1.07 pp without the
+            # cut-off there
+            fixed = _cap(cap, cap3, steady, g, k, 0) >= c_top * (1.0 - 1e-9)
+            if not fixed:
                 wq = min(wq, 0.5 * r * dt)
             tail = 0.0
-            if wq > 0.0 and slack < r * dt and qv <= 0.0 and grow <= 0.0:
+            if wq > 0.0 and (fixed or slack < r * dt) and qv <= 0.0 and grow <= 0.0:
                 tail = bin_tail(slack, r, s1, s2, wq, k_len[k])
-            miss += n * (late + (1.0 - late) * tail)
-            miss_b[b] += n * (late + (1.0 - late) * tail)
+            p = late + (1.0 - late) * tail
+            if c_top > 0.0 and smax[k, g] > slack * cjs:
+                p = max(p, residual_share(k_pre, gp, isl_m1, rt, k, g, cjs, slack, k_len[k]))
+            miss += n * p
+            miss_b[b] += n * p
     return miss
 
 
