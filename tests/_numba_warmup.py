@@ -29,18 +29,34 @@ import sys
 from pathlib import Path
 from typing import Any
 
-#: The environment variable naming the lock folder in the warm-up process (conftest sets it).
-LOCK_DIR_VAR = "_SERVEGYM_TEST_NUMBA_LOCKS"
+#: How long a process waits for another's compile of one kernel before compiling it itself (s): far above a
+#: compile (the largest kernel takes about 5 CPU-s), so only a hung holder ever reaches it.
+LOCK_TIMEOUT_S = 300.0
+
+
+def _flock(fd: int, timeout_s: float) -> bool:
+    """Take the exclusive lock on ``fd``, waiting at most ``timeout_s`` s; False if it stayed taken."""
+    import fcntl
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
 
 
 def install_compile_locks(folder: Path) -> bool:
     """Wrap numba's ``Dispatcher.compile`` so a cached kernel (``cache=True``) compiles under a file lock in
     ``folder``, one per kernel. Returns False (and changes nothing) without numba or on a second call."""
     try:
-        import fcntl
-
         from numba.core import dispatcher, sigutils
         from numba.core.caching import NullCache
+        from numba.core.compiler_lock import global_compiler_lock
     except ImportError:  # pragma: no cover - numba is a core dependency
         return False
     if getattr(dispatcher.Dispatcher.compile, "_servegym_locked", False):
@@ -52,25 +68,28 @@ def install_compile_locks(folder: Path) -> bool:
     def compile(self: Any, sig: Any) -> Any:
         if isinstance(self._cache, NullCache):  # not cached on disk: nothing another process could share
             return original(self, sig)
-        args, _ = sigutils.normalize_signature(sig)
-        if tuple(args) in self.overloads:  # already in this process (the common call: typing a caller)
-            return original(self, sig)
-        f = self.py_func
-        name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{f.__module__}.{f.__qualname__}")
-        entry = held.get(name)
-        if entry is not None:
-            entry[1] += 1
-        else:
-            fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(fd, fcntl.LOCK_EX)  # waits while another process compiles this kernel
-            held[name] = entry = [fd, 1]
-        try:
-            return original(self, sig)  # loads what the lock's previous holder saved, or compiles and saves
-        finally:
-            entry[1] -= 1
-            if entry[1] == 0:
-                del held[name]
-                os.close(entry[0])  # closing the descriptor releases the lock
+        # numba's own (re-entrant) lock first: one thread of this process compiles at a time anyway, so ``held``
+        # is this thread's and two threads never wait on each other's file locks
+        with global_compiler_lock:
+            args, _ = sigutils.normalize_signature(sig)
+            if tuple(args) in self.overloads:  # already in this process (the common call: typing a caller)
+                return original(self, sig)
+            f = self.py_func
+            name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{f.__module__}.{f.__qualname__}")
+            entry = held.get(name)
+            if entry is not None:
+                entry[1] += 1
+            else:
+                fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+                _flock(fd, LOCK_TIMEOUT_S)  # waits while another process compiles this kernel
+                held[name] = entry = [fd, 1]
+            try:
+                return original(self, sig)  # loads what the lock's previous holder saved, or compiles and saves
+            finally:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del held[name]
+                    os.close(entry[0])  # closing the descriptor releases the lock
 
     compile._servegym_locked = True  # type: ignore[attr-defined]
     dispatcher.Dispatcher.compile = compile
