@@ -35,11 +35,23 @@ def _tree() -> dict[str, float]:
 _TEST_CACHE_VAR = "_SERVEGYM_TEST_CACHE_DIR"
 
 
+def _numba_locks(folder: str) -> Path:
+    """The session's folder of per-kernel numba compile locks (tests/_numba_warmup.py)."""
+    return Path(folder) / "numba-locks"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Point servegym's disk cache at a temporary folder shared by the whole run (workers included), so tests
-    write only to tmp folders and the parallel workers exercise the cache's concurrent writers."""
-    if os.environ.get(_TEST_CACHE_VAR):
-        return  # a pytest-xdist worker: the controller's folder
+    write only to tmp folders and the parallel workers exercise the cache's concurrent writers; start the numba
+    warm-up (tests/_numba_warmup.py) and make the processes that run tests share its compiles."""
+    from _numba_warmup import install_compile_locks
+
+    worker = os.environ.get(_TEST_CACHE_VAR)
+    if worker:  # a pytest-xdist worker: the controller's folder
+        install_compile_locks(_numba_locks(worker))
+        return
+    import subprocess
+    import sys
     import tempfile
 
     folder = tempfile.mkdtemp(prefix="servegym-test-cache-")
@@ -47,6 +59,15 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[_TEST_CACHE_VAR] = os.environ["SERVEGYM_CACHE_DIR"] = folder
     os.environ.pop("SERVEGYM_NO_CACHE", None)
     config._servegym_cache_dir = folder  # type: ignore[attr-defined]
+    locks = _numba_locks(folder)
+    locks.mkdir()
+    if not getattr(config.option, "numprocesses", None):  # no workers: this process runs the tests itself
+        install_compile_locks(locks)
+    # Compiles the kernels beside the first tests (the workers wait for a kernel it is compiling rather than
+    # compile it too); on a warm cache it only loads them (about 2 CPU-s). Its own folder: it writes nothing else.
+    config._servegym_warmup = subprocess.Popen(  # type: ignore[attr-defined]
+        [sys.executable, str(Path(__file__).with_name("_numba_warmup.py")), str(locks)], cwd=folder,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -54,6 +75,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if folder is not None:
         import shutil
 
+        warmup = config._servegym_warmup  # type: ignore[attr-defined]
+        if warmup.poll() is None:  # a short run (a few tests) ends first: its compiles are only a cache
+            warmup.kill()
+        warmup.wait()
         shutil.rmtree(folder, ignore_errors=True)
         os.environ.pop(_TEST_CACHE_VAR, None)
         for k, v in config._servegym_cache_before.items():  # type: ignore[attr-defined]

@@ -54,9 +54,12 @@ def test_every_env_id_names_its_yardsticks_among_its_baselines() -> None:
     assert protocol.yardsticks("servegym/PDProvision-v0").strongest != "no-such-policy"
 
 
+# nine episodes per id, about 1.2 CPU-s each: one id of each scale (fallback, oracle) in the fast suite, the
+# variants of the same families in the slow one
 @pytest.mark.parametrize(("env_id", "kwargs"), [
-    ("servegym/GeoRoute-v0", GEO), ("servegym/GeoRouteWindow-v0", GEO), ("servegym/PDProvision-v0", PD),
-    ("servegym/PDProvisionResidual-v0", PD), ("servegym/PDProvisionFront-v0", PD)])
+    ("servegym/GeoRoute-v0", GEO), pytest.param("servegym/GeoRouteWindow-v0", GEO, marks=pytest.mark.slow),
+    ("servegym/PDProvision-v0", PD), pytest.param("servegym/PDProvisionResidual-v0", PD, marks=pytest.mark.slow),
+    pytest.param("servegym/PDProvisionFront-v0", PD, marks=pytest.mark.slow)])
 def test_naive_scores_0_and_the_top_100_on_real_episodes(env_id: str, kwargs: dict) -> None:
     """The arithmetic on real episodes of the test split. Ids with an oracle (pd): naive 0 and the oracle
     100 on every episode, a third baseline 100 (R - R_naive) / (R_oracle - R_naive) of its own episode.

@@ -44,7 +44,9 @@ def random_valid(env: NPUAutoscaleEnv, rng: np.random.Generator) -> np.ndarray:
 
 
 @pytest.mark.parametrize("over", [{}, {"reward_mode": "base"}, {"quota_chips": {"NPU-C": 64, "NPU-D": 64}},
-                                  {"trace": "lveval", "hours": 1.0}, {"split": "train", "hours": 0.25},
+                                  # an hour of lveval: about 2 CPU-s, the longest episode here (slow suite)
+                                  pytest.param({"trace": "lveval", "hours": 1.0}, marks=pytest.mark.slow),
+                                  {"split": "train", "hours": 0.25},
                                   {"split": "test", "hours": 0.25}])
 def test_residual_zero_reproduces_neuscale_epoch_by_epoch(over: dict[str, Any]) -> None:
     env = make(action_mode="residual", **over)
@@ -311,6 +313,7 @@ def test_mode_helpers_and_config_errors() -> None:
             make(**over)
 
 
+@pytest.mark.slow  # four 3-epoch episodes on the validation split, each building its tables: about 4 CPU-s
 def test_group_state_obs_range_sees_the_references_vpods() -> None:
     """``group_state_obs="range"`` reads alive/ready/util/queue over each group's whole length range: around NeuScale
     every alive vPod of the simulator shows in some group (``"bucket"``, the default, misses those of NeuScale's

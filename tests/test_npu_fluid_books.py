@@ -44,6 +44,8 @@ def test_arrivals_equal_the_numpy_formulation(seed: int, t0: float, span: float)
     i0, i1 = int(t0 // bs), min(math.ceil(t1 / bs - 1e-9), n_bins)
     if i0 >= i1:
         return
+    for a in (counts, tokens, cum):  # read-only, as the workload profile's tables are (production's compile)
+        a.setflags(write=False)
     got = fb.arrivals(counts, tokens, cum, bs, i0, i1, t0, t1)
     want = _arrivals_numpy(counts, tokens, cum, bs, t0, t1)
     for a, b in zip(got, want, strict=True):

@@ -30,7 +30,7 @@ def _tables(tpot: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _step(q_tok: np.ndarray, q_req: np.ndarray, d: tuple, tables: tuple,
           nr: float = 2.0) -> tuple[float, float, float, float]:
     lat, pw, tps = tables
-    return fk.decode_in_service(T, DT, LEVELS, G, nr, 64.0, 1.0, q_tok, q_req[1], *d, lat, pw, tps, 0, True)
+    return fk.decode_in_service(T, DT, LEVELS, G, nr, 64, 1.0, q_tok, q_req[1], *d, lat, pw, tps, 0, True)
 
 
 def _queues(jobs: float, length: float) -> tuple[np.ndarray, np.ndarray, tuple]:
@@ -47,14 +47,14 @@ def test_a_long_job_makes_its_tokens_over_its_service_time(py: bool) -> None:
     # 4 jobs of 12,000 tokens at ~50 ms per token: ~600 s of decode each, ten intervals
     q_tok, q_req, d = _queues(4.0, 12_000.0)
     d_tok, d_req, _ = d
-    made, e, busy, bb = f(T, DT, LEVELS, G, 2.0, 64.0, 1.0, q_tok, q_req[1], *d, lat, pw, tps, 0, True)
+    made, e, busy, bb = f(T, DT, LEVELS, G, 2.0, 64, 1.0, q_tok, q_req[1], *d, lat, pw, tps, 0, True)
     # arriving evenly over the interval, a job makes ~30 s of tokens, not its whole output
     assert made == pytest.approx(4 * 0.5 * T / lat[G, B, 0], rel=0.1)
     assert d_tok[G, B].sum() == pytest.approx(48_000.0 - made) and d_req[G, B].sum() == pytest.approx(4.0)
     # 0 to 4 jobs on 2 vPods: batch 1 in the first half, up to 2 in the last sub-step; the vPods busy 3/4 of it
     assert 1.0 < bb < 2.0 and busy == pytest.approx(0.75, rel=0.1)
     zero = np.zeros((2, NB, NB))
-    made2, e, busy, bb = f(T, DT, LEVELS, G, 2.0, 64.0, 1.0, zero, zero[1], *d, lat, pw, tps, 0, True)
+    made2, e, busy, bb = f(T, DT, LEVELS, G, 2.0, 64, 1.0, zero, zero[1], *d, lat, pw, tps, 0, True)
     # the next interval: 4 jobs on 2 vPods the whole interval, batch 2 (level 2), each at its TPOT there; the
     # energy is the tokens made at that level's J/token
     assert bb == pytest.approx(2.0) and busy == pytest.approx(1.0)
@@ -62,7 +62,7 @@ def test_a_long_job_makes_its_tokens_over_its_service_time(py: bool) -> None:
     assert e == pytest.approx(made2 * pw[0, B, 1] / tps[0, B, 1])
     total = made + made2
     for _ in range(200):  # nothing new arrives: the jobs in service finish their tokens
-        total += f(T, DT, LEVELS, G, 2.0, 64.0, 1.0, zero, zero[1], *d, lat, pw, tps, 0, True)[0]
+        total += f(T, DT, LEVELS, G, 2.0, 64, 1.0, zero, zero[1], *d, lat, pw, tps, 0, True)[0]
     assert total + d_tok[G, B].sum() == pytest.approx(48_000.0, rel=1e-12)  # every token admitted is made or left
     assert d_tok[G, B].sum() == 0.0 and d_req[G, B].sum() == 0.0
 
@@ -89,7 +89,7 @@ def test_each_sub_step_is_charged_the_level_of_the_jobs_then_in_service() -> Non
     d_req[G, B, 0], d_tok[G, B, 0] = 6.0, 6.0 * 27.5 / lat[G, B, 2]
     d_req[G, B, 1], d_tok[G, B, 1] = 2.0, 2.0 * 10_000.0
     zero = np.zeros((2, NB, NB))
-    made, e, busy, bb = fk.decode_in_service(T, DT, LEVELS, G, 2.0, 64.0, 1.0, zero, zero[1], d_tok, d_req, d_sp,
+    made, e, busy, bb = fk.decode_in_service(T, DT, LEVELS, G, 2.0, 64, 1.0, zero, zero[1], d_tok, d_req, d_sp,
                                              lat, pw, tps, 0, True)
     first = (6.0 * 27.5 + 2.0 * 30.0) / lat[G, B, 2]
     second = 2.0 * 30.0 / lat[G, B, 0]

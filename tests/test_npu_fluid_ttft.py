@@ -37,6 +37,8 @@ def _misses(n: float | np.ndarray, isl: float, cap_top: float, slack: float, q0:
     slo_p = np.full(NB, slack)
     isl_m1 = np.full(NB, isl)
     isl_m2 = np.full(NB, isl * isl)
+    for a in (isl_m1, isl_m2):  # read-only, as the workload profile's are: production's compile, not a second one
+        a.setflags(write=False)
     return fk.ttft_misses(10.0 * n_bins, DT, True, k_len, k_pre, q0p, gp, dom, cap, np.zeros((1, 1, 1)), tps_best,
                           lat, slo_p, isl_m1, isl_m2, True, np.zeros(NB), check_s,
                           np.zeros(NB) if q_job is None else q_job, q0r_a, np.zeros(NB) if n_job is None else n_job,
@@ -301,6 +303,8 @@ def test_the_wait_tail_is_the_one_given_each_bins_realized_work() -> None:
     k_pre[:, 1, 0] = work
     isl_m1 = np.full(NB, 1000.0 * s.mean())
     isl_m2 = np.full(NB, 1e6 * (s * s).mean())
+    for a in (isl_m1, isl_m2):  # read-only, as the workload profile's are (production's compile)
+        a.setflags(write=False)
     for x in (0.2, 0.3):
         got = fk.ttft_misses(10.0 * nk, DT, True, np.full(nk, 10.0), k_pre, np.zeros((NB, NB)),
                              np.zeros(NB, dtype=np.int64), np.zeros(2 * NB, dtype=np.int64), np.ones((NB, J)),

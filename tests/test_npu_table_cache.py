@@ -65,6 +65,7 @@ def test_round_trip_is_exact(stored) -> None:
     assert loaded.candidates("decode", 1024, 4) == t.candidates("decode", 1024, 4)
 
 
+@pytest.mark.slow  # builds a catalog's tables from nothing (the cold read): about 1.7 CPU-s
 def test_warm_catalog_equals_cold(cache: Path) -> None:
     cfg = ClusterConfig(model=MODEL)
     cold = ConfigCatalog(cfg)
