@@ -55,9 +55,13 @@ def pytest_configure(config: pytest.Config) -> None:
     import tempfile
 
     folder = tempfile.mkdtemp(prefix="servegym-test-cache-")
-    config._servegym_cache_before = {k: os.environ.get(k) for k in ("SERVEGYM_CACHE_DIR", "SERVEGYM_NO_CACHE")}  # type: ignore[attr-defined]
+    config._servegym_cache_before = {k: os.environ.get(k) for k in ("SERVEGYM_CACHE_DIR", "SERVEGYM_NO_CACHE",
+                                                                     "SB3_LOGDIR")}  # type: ignore[attr-defined]
     os.environ[_TEST_CACHE_VAR] = os.environ["SERVEGYM_CACHE_DIR"] = folder
     os.environ.pop("SERVEGYM_NO_CACHE", None)
+    # stable-baselines3 makes a folder for its stdout logger at every learn() without a log folder, under the
+    # system's temp folder unless SB3_LOGDIR names one: inside this run's folder, removed with it
+    os.environ["SB3_LOGDIR"] = str(Path(folder) / "sb3-logs")
     config._servegym_cache_dir = folder  # type: ignore[attr-defined]
     locks = _numba_locks(folder)
     locks.mkdir()

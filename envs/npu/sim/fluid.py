@@ -65,7 +65,7 @@ from servegym.envs.npu.sim.cluster import (
 from servegym.envs.npu.sim.fluid_fleet import fleet_view
 from servegym.envs.npu.sim.fluid_profile import workload_profile
 from servegym.envs.npu.sim.fluid_split import decode_split
-from servegym.envs.npu.sim.pairwise_sums import row_sums
+from servegym.envs.npu.sim.pairwise_sums import pairwise_sum, row_sums
 from servegym.envs.npu.sim.workloads import NPUWorkload
 
 from servegym.errors import choice_error
@@ -438,20 +438,23 @@ class FluidCluster(NPUCluster):
                   acc["static_j"], acc["tokens"], acc["batch_tok"], acc["energy_j"], acc["energy_busy_j"], res,
                   m.energy_j, m.usd, m.energy_busy_j, m.usd_busy, m.tokens, self.q_req, self.q_obs[1], self.peak_queue)
         # ---- requests finish with their decode; a request misses if its TTFT or its TPOT does (_either_missed)
-        fin = res[fk.R_FIN]
-        n_p = float(cnt[0].sum())
-        rate_p = res[fk.R_MISS_P] / max(n_p, 1e-12) if n_p > 0 else (1.0 if res[fk.R_SERVED_P] > 0 else 0.0)
-        rate_d = res[fk.R_MISS_D] / fin if fin > 0 else 0.0
+        r = res.tolist()  # the scalars as Python floats (the same doubles; scalar arithmetic without numpy's)
+        fin = r[fk.R_FIN]
+        n_p = pairwise_sum(cnt[0], 0, NB)  # cnt[0].sum(), numpy's order
+        rate_p = r[fk.R_MISS_P] / max(n_p, 1e-12) if n_p > 0 else (1.0 if r[fk.R_SERVED_P] > 0 else 0.0)
+        rate_d = r[fk.R_MISS_D] / fin if fin > 0 else 0.0
         before = self.finished
         self.finished += fin
         m.finished += int(round(self.finished) - round(before))
         m.slo_total += fin
-        m.slo_met += np.array([fin * (1.0 - rate_p), fin * (1.0 - rate_d), fin - self._either_missed(
-            fin * rate_p, res[fk.R_MISS_D], cnt[0], miss_pb, md_b)])
+        met = m.slo_met
+        met[0] += fin * (1.0 - rate_p)
+        met[1] += fin * (1.0 - rate_d)
+        met[2] += fin - self._either_missed(fin * rate_p, r[fk.R_MISS_D], cnt[0], miss_pb, md_b)
         if fin > 0:
             self.recent_slo = np.array([1.0 - rate_p, 1.0 - rate_d])
         self.n_finished = round(self.finished)
-        lp, ld = float(res[fk.R_LATE_P]), float(res[fk.R_LATE_D])
+        lp, ld = r[fk.R_LATE_P], r[fk.R_LATE_D]
         self._late_pd = (lp, ld)
         self._late = lp + ld
         self.now = t1
