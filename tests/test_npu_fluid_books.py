@@ -284,3 +284,24 @@ def test_the_orphan_scan_skips_only_groups_known_to_be_empty() -> None:
     for name in ("d_req", "d_tok", "d_sp", "q_req", "q_tok", "q_seg", "q_job"):
         assert np.array_equal(getattr(a, name), getattr(b, name)), name
     assert a.summary() == b.summary()
+
+
+def test_bin_capacity_is_the_numpy_formulation() -> None:
+    rng = np.random.default_rng(11)
+    for trial in range(40):
+        n, nk, L = int(rng.integers(0, 30)), int(rng.integers(1, 9)), 11
+        vg = rng.integers(0, 2 * NB, n).astype(np.int64)
+        serving = rng.random(n) < 0.8
+        k_start = 600.0 * trial + 10.0 * np.arange(nk)
+        k_len = np.full(nk, 10.0)
+        k_len[-1] = float(rng.uniform(0.5, 10.0))
+        vr = k_start[0] + rng.uniform(-30.0, 10.0 * nk + 30.0, n)
+        vr[rng.random(n) < 0.3] = k_start[0] - 100.0  # ready before the interval
+        tps_v = rng.uniform(0.0, 5e4, (n, L))
+        want = np.zeros((NB, nk, L))
+        pre = (vg < NB) & serving
+        if pre.any():
+            rfk = np.clip((k_start + k_len - np.maximum(vr[pre, None], k_start[None, :])) / k_len[None, :], 0.0, 1.0)
+            np.add.at(want, vg[pre], rfk[:, :, None] * tps_v[pre, None, :])
+        got = fb.bin_capacity(vg, serving, vr, tps_v, k_start, k_len, NB)
+        assert np.array_equal(got, want), trial

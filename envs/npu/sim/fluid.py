@@ -410,14 +410,7 @@ class FluidCluster(NPUCluster):
         # ---- serving (fluid_kernels.serve): prefill fluid, TTFT misses, decode by Little's law, SLO shares
         cap3 = _NO_CAP3
         if not fv.steady:  # a vPod ready or deleted within the interval: each profile bin's own capacity
-            nk = k_len.size
-            vg = fv.vg
-            pre = (vg < NB) & fv.serving
-            cap3 = np.zeros((NB, nk, LEVELS.size))
-            if pre.any():
-                rfk = np.clip((k_start + k_len - np.maximum(fv.vr[pre, None], k_start[None, :])) / k_len[None, :],
-                              0.0, 1.0)
-                np.add.at(cap3, vg[pre], rfk[:, :, None] * fv.tps_v[pre, None, :])
+            cap3 = fb.bin_capacity(fv.vg, fv.serving, fv.vr, fv.tps_v, k_start, k_len, NB)
         f_tok, f_req, f_seg = self._decode_split(fv.act)
         prof = self.profile
         energy, e_busy, tokens, batch_tok, res = self._chunk_bufs

@@ -289,3 +289,29 @@ def count_after(x, t):  # pragma: no cover - compiled
         if x[i] > t:
             n += 1
     return n
+
+
+@njit(cache=True)
+def bin_capacity(vg, serving, vr, tps_v, k_start, k_len, nb):  # pragma: no cover - compiled
+    """Per prefill group (``nb``), profile bin of the interval (``k_start`` / ``k_len``, s) and batch level: the
+    capacity of its serving vPods (``vg`` group, ``vr`` ready time s, ``tps_v`` tokens/s per level), each for the
+    share of the bin it is ready. The numpy form, ``np.add.at(cap3, vg[pre], clip((k_start + k_len -
+    maximum(vr, k_start)) / k_len, 0, 1)[:, :, None] * tps_v[pre, None, :])``, in one pass: the same products added
+    to each cell in the same (vPod) order, so the same values bit for bit."""
+    nk = k_len.size
+    L = tps_v.shape[1]
+    cap3 = np.zeros((nb, nk, L))
+    for v in range(vg.size):
+        g = vg[v]
+        if g >= nb or not serving[v]:
+            continue
+        for k in range(nk):
+            a, b = vr[v], k_start[k]
+            m = a if (a >= b or a != a) else b  # np.maximum: NaN kept
+            x = (b + k_len[k] - m) / k_len[k]
+            if x == x:  # np.clip's bounds, NaN kept
+                x = x if x > 0.0 else 0.0
+                x = x if x < 1.0 else 1.0
+            for j in range(L):
+                cap3[g, k, j] += x * tps_v[v, j]
+    return cap3
