@@ -64,4 +64,4 @@ def test_the_split_from_kept_constants_is_the_whole_computation() -> None:
         for g, w in zip(got, want, strict=True):
             assert np.array_equal(g, w), (trial, acc, act)
     # the constants were kept for the profile (one entry per accuracy seen last), not rebuilt per active set
-    assert any(entry[0] is prof for entry in _CONSTS.values())
+    assert any(entry[0]() is prof for entry in _CONSTS.values())

@@ -12,6 +12,7 @@ bit. Shares are fractions (dimensionless).
 
 from __future__ import annotations
 
+import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -33,13 +34,14 @@ class _Consts(NamedTuple):
     first_job: NDArray[np.float64]  # a job in the short group: moves and f1 > 0, as 0/1
 
 
-# id(profile) -> (profile, edges, osl_accuracy, constants); the profile is held so its id stays its own
-_CONSTS: dict[int, tuple[WorkloadProfile, NDArray[np.int64], float, _Consts]] = {}
+# id(profile) -> (a weak reference to the profile, edges, osl_accuracy, constants): the reference tells a reused id
+# from its profile without keeping an evicted profile (and its per-request arrays) alive
+_CONSTS: dict[int, tuple[weakref.ref, NDArray[np.int64], float, _Consts]] = {}
 
 
 def _consts(prof: WorkloadProfile, edges: NDArray[np.int64], acc: float) -> _Consts:
     hit = _CONSTS.get(id(prof))
-    if hit is not None and hit[0] is prof and hit[2] == acc and np.array_equal(hit[1], edges):
+    if hit is not None and hit[0]() is prof and hit[2] == acc and np.array_equal(hit[1], edges):
         return hit[3]
     P = prof.in_given_tot  # (total bucket, input bucket)
     osl = prof.osl_mean.T  # (total, input)
@@ -62,7 +64,7 @@ def _consts(prof: WorkloadProfile, edges: NDArray[np.int64], acc: float) -> _Con
                   (~stays & (f1 > 0.0)).astype(float))
     while len(_CONSTS) >= PROFILE_CACHE_MAX:
         del _CONSTS[next(iter(_CONSTS))]
-    _CONSTS[id(prof)] = (prof, edges.copy(), acc, out)
+    _CONSTS[id(prof)] = (weakref.ref(prof), edges.copy(), acc, out)
     return out
 
 
