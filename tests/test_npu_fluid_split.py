@@ -1,12 +1,15 @@
 """The fluid's decode split computed from the per-profile constants equals the whole computation (its form before
-the constants were kept), bit for bit, for random sets of active decode groups and routing accuracies."""
+the constants were kept), bit for bit, for random sets of active decode groups and routing accuracies; and its
+compiled contractions equal ``np.einsum``'s, bit for bit, on random tensors."""
 
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from servegym.envs.npu.env import NPUAutoscaleEnv
 from servegym.envs.npu.sim.config import NB
-from servegym.envs.npu.sim.fluid_split import _CONSTS, decode_split
+from servegym.envs.npu.sim.fluid_split import _CONSTS, contractions, decode_split
 
 _AR = np.arange(NB)
 
@@ -65,3 +68,26 @@ def test_the_split_from_kept_constants_is_the_whole_computation() -> None:
             assert np.array_equal(g, w), (trial, acc, act)
     # the constants were kept for the profile (one entry per accuracy seen last), not rebuilt per active set
     assert any(entry[0]() is prof for entry in _CONSTS.values())
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.sampled_from([1, 5, 48]), scale=st.sampled_from([1e-6, 1.0, 1e6]))
+def test_the_compiled_contractions_are_einsums(seed: int, n: int, scale: float) -> None:
+    """Each of the five outputs equals its ``np.einsum`` bit for bit: random non-negative factors of mixed magnitude,
+    exact zeros among them, a routing matrix nonzero on a random ascending set of columns (and zero in some rows
+    there, as an input bucket above a group's edge)."""
+    rng = np.random.default_rng(seed)
+    act = np.sort(rng.choice(n, size=int(rng.integers(1, n + 1)), replace=False)).astype(np.int64)
+    U = np.zeros((n, n))
+    U[:, act] = rng.random((n, act.size)) * (rng.random((n, act.size)) < 0.7)
+    w = rng.random((n, n)) * scale * (rng.random((n, n)) < 0.8)
+    P = rng.random((n, n)) * (rng.random((n, n)) < 0.8)
+    f1 = rng.random((n, n, n)) * (rng.random((n, n, n)) < 0.9)
+    rest, stays, moves, first = 1.0 - f1, (f1 >= 0.5).astype(float), (f1 < 0.5).astype(float), rng.random((n, n, n))
+    got = contractions(w, P, U, act, f1, rest, stays, moves, first)
+    want = (np.einsum("ti,ig,tig->tg", w, U, f1), np.einsum("ti,ig,tig->t", w, U, rest),
+            np.einsum("ti,ig,tig->tg", P, U, stays), np.einsum("ti,ig,tig->t", P, U, moves),
+            np.einsum("ti,ig,tig->tg", P, U, first))
+    for g, x in zip(got, want, strict=True):
+        assert g.shape == x.shape
+        assert np.array_equal(g, x)
