@@ -23,7 +23,7 @@ compiled loop, :func:`~servegym.envs.npu.sim.fluid_kernels.serve`):
   / interval, level = the batch level of active jobs per ready vPod; jobs beyond the batch slots wait.
   Admitted jobs stay in service across intervals (per group and bucket, one cohort per admission interval,
   its jobs' remaining tokens spread only by when they arrived, so a burst's jobs finish together,
-  :func:`~servegym.envs.npu.sim.fluid_kernels.decode_in_service`): as the request level decodes a job over
+  :func:`~servegym.envs.npu.sim.fluid_cohorts.decode_in_service`): as the request level decodes a job over
   output tokens x TPOT, an interval makes the tokens its jobs in service produce, stepped in the request
   level's sub-steps, each at the level of its own active jobs per ready vPod and charged that level's J/token;
   the vPods' idle share is at static power. (Serving every job's whole output in its arrival interval put a
@@ -125,7 +125,7 @@ class FluidCluster(NPUCluster):
         self.q_obs = np.zeros((2, NB))
         self.n_act = np.zeros(NB)  # decode jobs in service per group at the interval's end
         # decode jobs in service (admitted, not finished making tokens): output tokens left and jobs per
-        # (group bucket, request bucket, cohort), carried across intervals (fluid_kernels.decode_in_service)
+        # (group bucket, request bucket, cohort), carried across intervals (fluid_cohorts.decode_in_service)
         self.d_tok = np.zeros((NB, NB, N_COHORTS))
         self.d_req = np.zeros((NB, NB, N_COHORTS))
         self.d_sp = np.zeros((NB, NB, N_COHORTS))  # width of a cohort's remaining tokens per job (uniform)

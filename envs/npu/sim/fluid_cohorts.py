@@ -1,10 +1,15 @@
-"""Decode cohorts of the fluid NPU model's jobs in service: draining a cohort by the tokens each job makes and
-adding a new cohort to a (group, bucket)'s slots, for :func:`~servegym.envs.npu.sim.fluid_kernels.decode_in_service`
-(kept in their own module so the kernels' module stays small). Tokens and jobs are counts (fractional: a fluid).
+"""Decode cohorts of the fluid NPU model's jobs in service: draining a cohort by the tokens each job makes, adding a
+new cohort to a (group, bucket)'s slots, and one interval's decode by a group's jobs in service
+(:func:`decode_in_service`), for the compiled serving step :func:`~servegym.envs.npu.sim.fluid_kernels.serve` (kept
+in their own module so the kernels' module stays small). Tokens and jobs are counts (fractional: a fluid), times
+seconds, energies joules.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 from numba import njit  # a core dependency (fluid_kernels keeps the pure-Python fallback for its own kernels)
 
 
@@ -62,3 +67,118 @@ def join(d_tok, d_req, d_sp, g, b, k, tok, jobs, sp):  # pragma: no cover - comp
     d_req[g, b, k] += jobs
     mean = d_tok[g, b, k] / d_req[g, b, k]
     d_sp[g, b, k] = max(0.0, min(2.0 * (mean - lo), 2.0 * (hi - mean)))
+
+
+@njit(cache=True)
+def _level_index(levels, x):  # pragma: no cover - compiled
+    """First index i with levels[i] >= x (``np.searchsorted(levels, x, side="left")``), at most the last."""
+    n = levels.size
+    for i in range(n):
+        if levels[i] >= x:
+            return i
+    return n - 1
+
+
+@njit(cache=True)
+def _any_positive(x, g):  # pragma: no cover - compiled
+    """Whether ``x[g]`` (a (group, bucket, cohort) array) holds a value > 0."""
+    for b in range(x.shape[1]):
+        for k in range(x.shape[2]):
+            if x[g, b, k] > 0.0:
+                return True
+    return False
+
+
+@njit(cache=True)
+def decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d_req, d_sp, latd, pw, tps, dg,
+                      finite):  # pragma: no cover - compiled
+    """Decode tokens made and their energy in one interval of ``T`` s by the jobs in service of decode group ``g``
+    (per (group, bucket, cohort) ``d_tok`` / ``d_req`` / ``d_sp``: output tokens left, jobs and the width of
+    their remaining tokens per job; carried across intervals and updated in place), stepped in the request
+    level's sub-steps of ``dt`` s. The request level decodes a job over its whole service time, output tokens x
+    TPOT at the batch level of its sub-steps (a long OpenThoughts job spans many intervals): each sub-step's
+    batch is its active jobs (in service, or arriving within it: a job shorter than a sub-step still takes a
+    batch slot) per busy vPod, ``max(1, min(n, slot_n) / nr)``, its level the smallest that holds it, and
+    each token made there is charged that level's J/token. Here the admitted work (``phid`` x the queued
+    tokens ``q_tok[1]`` and jobs ``q_seg``, both taken off the queue) arrives evenly over the interval's
+    sub-steps as one cohort per (group, bucket). The jobs of a cohort have nearly the same length (a bucket
+    spans a factor <= 1.25 of total length), so their remaining tokens spread only by when they arrived: a
+    burst's jobs finish together and the group's batch, level and busy share fall in steps as the request
+    level's do. A new cohort takes an empty cohort slot or, all taken, merges into the one with the most tokens
+    left per job (the youngest). Returns tokens made, their energy (J), the busy share of the ready vPods'
+    time (job decode time / batch / vPod time, as the request level) and the token-weighted batch."""
+    nb = q_seg.shape[1]
+    K = d_req.shape[2]
+    if nr <= 0.0:  # no ready vPod: the jobs wait in service, nothing is made
+        for b in range(nb):
+            nn = phid * q_seg[g, b]
+            if nn > 0.0:
+                join(d_tok, d_req, d_sp, g, b, new_slot(d_tok, d_req, g, b), phid * q_tok[1, g, b], nn, 0.0)
+            q_seg[g, b] -= nn
+        return 0.0, 0.0, 0.0, 1.0
+    ns = max(1, math.floor(T / dt + 0.5))
+    h = T / ns
+    slot = np.full(nb, -1)
+    r_new = np.zeros(nb)  # tokens per admitted job
+    n_new = np.zeros(nb)  # admitted jobs per sub-step
+    kend = np.zeros(nb, dtype=np.int64)  # 1 + the last cohort slot in use (slots fill from 0)
+    live = np.empty(nb, dtype=np.int64)  # the buckets with jobs (every bucket with non-finite tables)
+    nl = 0
+    for b in range(nb):
+        nn = phid * q_seg[g, b]
+        if nn > 0.0:
+            slot[b] = new_slot(d_tok, d_req, g, b)
+            r_new[b] = phid * q_tok[1, g, b] / nn
+            n_new[b] = nn / ns
+            kend[b] = slot[b] + 1
+        q_seg[g, b] -= nn
+        for k in range(K):
+            if d_req[g, b, k] > 0.0 and k >= kend[b]:
+                kend[b] = k + 1
+        if kend[b] > 0 or not finite:
+            live[nl] = b
+            nl += 1
+    made = 0.0
+    e = 0.0
+    busy_t = 0.0  # vPod-seconds busy per ready vPod
+    bt = 0.0  # tokens made x batch
+    for _s in range(ns):
+        n = 0.0
+        for i in range(nl):
+            b = live[i]
+            n += n_new[b]
+            for k in range(kend[b]):
+                n += d_req[g, b, k]
+        if n <= 0.0:
+            continue
+        bb = max(1.0, min(n, slot_n) / nr)
+        j = _level_index(levels, math.ceil(bb - 1e-9))
+        work = 0.0  # the jobs' decode time in the sub-step (s)
+        for i in range(nl):
+            b = live[i]
+            tau = latd[g, b, j]
+            if not tau < math.inf:  # no step latency at this level: the jobs make nothing and stay in service
+                if slot[b] >= 0:
+                    join(d_tok, d_req, d_sp, g, b, slot[b], n_new[b] * r_new[b], n_new[b], 0.0)
+                continue
+            x = h / tau  # tokens per job in the sub-step
+            mb = 0.0
+            for k in range(kend[b]):
+                if d_req[g, b, k] > 0.0:
+                    n1, t1, s1 = drain(d_req[g, b, k], d_tok[g, b, k], d_sp[g, b, k], x)
+                    mb += d_tok[g, b, k] - t1
+                    d_req[g, b, k], d_tok[g, b, k], d_sp[g, b, k] = n1, t1, s1
+            if slot[b] >= 0:
+                # the sub-step's arrivals come evenly within it: each makes x times the share of the sub-step
+                # left after it arrives (remaining tokens uniform on [r - x, r]: a cohort on [r, r + x] drained
+                # by x, less the x / 2 per job it never held)
+                nn, rr = n_new[b], r_new[b]
+                n1, t1, s1 = drain(nn, nn * (rr + 0.5 * x), x, x)
+                mb += nn * rr - t1
+                join(d_tok, d_req, d_sp, g, b, slot[b], t1, n1, s1)
+            made += mb
+            e += mb * (pw[dg, b, j] / max(tps[dg, b, j], 1e-300))
+            bt += mb * bb
+            work += mb * tau
+        busy_t += min(h, work / bb / nr)
+    return made, e, busy_t / T, (bt / made if made > 0.0 else 1.0)

@@ -34,23 +34,13 @@ except ImportError:  # pragma: no cover - numba is a core dependency; this keeps
         return lambda f: f
 
 
-from servegym.envs.npu.sim.fluid_cohorts import drain, join, new_slot  # decode cohorts (decode_in_service)
+from servegym.envs.npu.sim.fluid_cohorts import _any_positive, _level_index, decode_in_service
 from servegym.envs.npu.sim.fluid_tail import bin_tail, residual_share  # TTFT tail and its bound (ttft_misses)
 
 # slots of the kernel's scalar results (``res``)
 (R_MISS_P, R_SERVED_P, R_TOKENS_P, R_TOKENS_D, R_FIN, R_MISS_D, R_LATE_P, R_LATE_D, R_E_P, R_E_D, R_EB_P, R_EB_D,
  R_USDB_P, R_USDB_D) = range(14)
 N_RES = 14
-
-
-@njit(cache=True)
-def _level_index(levels, x):  # pragma: no cover - compiled
-    """First index i with levels[i] >= x (``np.searchsorted(levels, x, side="left")``), at most the last."""
-    n = levels.size
-    for i in range(n):
-        if levels[i] >= x:
-            return i
-    return n - 1
 
 
 @njit(cache=True)
@@ -140,10 +130,13 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
     d = np.zeros((nk, nb))
     nkg = np.zeros((nk, nb))  # arriving jobs
     cmax = np.empty((nk, nb))
+    arrives = np.zeros(nb, dtype=np.bool_)  # any job or token arriving at the group within the interval
     for k in range(nk):
         for b in range(nb):
             d[k, gp[b]] += k_pre[k, 1, b] / rt[b]
             nkg[k, gp[b]] += k_pre[k, 0, b]
+            if k_pre[k, 0, b] != 0.0 or k_pre[k, 1, b] != 0.0:
+                arrives[gp[b]] = True
         for g in range(nb):
             cmax[k, g] = _cap(cap, cap3, steady, g, k, J - 1) * k_len[k]
     # per bin and group: the token fluid's backlog at the bin's start (Lindley: B_k = S_k - min(-B_0, S_1..S_k), S
@@ -167,6 +160,16 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
         n0 = 0.0
         for b in range(nb):
             n0 += q0r[g, b]
+        if finite and not arrives[g] and b0 == 0.0 and n0 == 0.0 and q_job[g] == 0.0 and n_job[g] == 0.0:
+            # an idle group (no work waiting, none arriving; most groups): the recursion below leaves its queue at
+            # +0 (every bin adds +0 or, with capacity, sets 0), so it observes 0; its per-bin tables are read only
+            # for bins with arrivals (none here). Taken with finite tables only, as the skipped cells of serve, so
+            # finite=False runs every step in full (tests/test_npu_fluid_speed.py compares the two bit for bit)
+            q_obs[0, g] = 0.0
+            q_obs[1, g] = 0.0
+            q_job[g] = 0.0
+            n_job[g] = 0.0
+            continue
         nw = max(n_job[g], n0)  # waiting jobs: at least the token backlog's requests
         q = -1.0  # < 0: to be priced at the next bin with capacity
         off = 0.0
@@ -305,101 +308,6 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
 
 
 @njit(cache=True)
-def decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d_req, d_sp, latd, pw, tps, dg,
-                      finite):  # pragma: no cover - compiled
-    """Decode tokens made and their energy in one interval of ``T`` s by the jobs in service of decode group ``g``
-    (per (group, bucket, cohort) ``d_tok`` / ``d_req`` / ``d_sp``: output tokens left, jobs and the width of
-    their remaining tokens per job; carried across intervals and updated in place), stepped in the request
-    level's sub-steps of ``dt`` s. The request level decodes a job over its whole service time, output tokens x
-    TPOT at the batch level of its sub-steps (a long OpenThoughts job spans many intervals): each sub-step's
-    batch is its active jobs (in service, or arriving within it: a job shorter than a sub-step still takes a
-    batch slot) per busy vPod, ``max(1, min(n, slot_n) / nr)``, its level the smallest that holds it, and
-    each token made there is charged that level's J/token. Here the admitted work (``phid`` x the queued
-    tokens ``q_tok[1]`` and jobs ``q_seg``, both taken off the queue) arrives evenly over the interval's
-    sub-steps as one cohort per (group, bucket). The jobs of a cohort have nearly the same length (a bucket
-    spans a factor <= 1.25 of total length), so their remaining tokens spread only by when they arrived: a
-    burst's jobs finish together and the group's batch, level and busy share fall in steps as the request
-    level's do. A new cohort takes an empty cohort slot or, all taken, merges into the one with the most tokens
-    left per job (the youngest). Returns tokens made, their energy (J), the busy share of the ready vPods'
-    time (job decode time / batch / vPod time, as the request level) and the token-weighted batch."""
-    nb = q_seg.shape[1]
-    K = d_req.shape[2]
-    if nr <= 0.0:  # no ready vPod: the jobs wait in service, nothing is made
-        for b in range(nb):
-            nn = phid * q_seg[g, b]
-            if nn > 0.0:
-                join(d_tok, d_req, d_sp, g, b, new_slot(d_tok, d_req, g, b), phid * q_tok[1, g, b], nn, 0.0)
-            q_seg[g, b] -= nn
-        return 0.0, 0.0, 0.0, 1.0
-    ns = max(1, math.floor(T / dt + 0.5))
-    h = T / ns
-    slot = np.full(nb, -1)
-    r_new = np.zeros(nb)  # tokens per admitted job
-    n_new = np.zeros(nb)  # admitted jobs per sub-step
-    kend = np.zeros(nb, dtype=np.int64)  # 1 + the last cohort slot in use (slots fill from 0)
-    live = np.empty(nb, dtype=np.int64)  # the buckets with jobs (every bucket with non-finite tables)
-    nl = 0
-    for b in range(nb):
-        nn = phid * q_seg[g, b]
-        if nn > 0.0:
-            slot[b] = new_slot(d_tok, d_req, g, b)
-            r_new[b] = phid * q_tok[1, g, b] / nn
-            n_new[b] = nn / ns
-            kend[b] = slot[b] + 1
-        q_seg[g, b] -= nn
-        for k in range(K):
-            if d_req[g, b, k] > 0.0 and k >= kend[b]:
-                kend[b] = k + 1
-        if kend[b] > 0 or not finite:
-            live[nl] = b
-            nl += 1
-    made = 0.0
-    e = 0.0
-    busy_t = 0.0  # vPod-seconds busy per ready vPod
-    bt = 0.0  # tokens made x batch
-    for _s in range(ns):
-        n = 0.0
-        for i in range(nl):
-            b = live[i]
-            n += n_new[b]
-            for k in range(kend[b]):
-                n += d_req[g, b, k]
-        if n <= 0.0:
-            continue
-        bb = max(1.0, min(n, slot_n) / nr)
-        j = _level_index(levels, math.ceil(bb - 1e-9))
-        work = 0.0  # the jobs' decode time in the sub-step (s)
-        for i in range(nl):
-            b = live[i]
-            tau = latd[g, b, j]
-            if not tau < math.inf:  # no step latency at this level: the jobs make nothing and stay in service
-                if slot[b] >= 0:
-                    join(d_tok, d_req, d_sp, g, b, slot[b], n_new[b] * r_new[b], n_new[b], 0.0)
-                continue
-            x = h / tau  # tokens per job in the sub-step
-            mb = 0.0
-            for k in range(kend[b]):
-                if d_req[g, b, k] > 0.0:
-                    n1, t1, s1 = drain(d_req[g, b, k], d_tok[g, b, k], d_sp[g, b, k], x)
-                    mb += d_tok[g, b, k] - t1
-                    d_req[g, b, k], d_tok[g, b, k], d_sp[g, b, k] = n1, t1, s1
-            if slot[b] >= 0:
-                # the sub-step's arrivals come evenly within it: each makes x times the share of the sub-step
-                # left after it arrives (remaining tokens uniform on [r - x, r]: a cohort on [r, r + x] drained
-                # by x, less the x / 2 per job it never held)
-                nn, rr = n_new[b], r_new[b]
-                n1, t1, s1 = drain(nn, nn * (rr + 0.5 * x), x, x)
-                mb += nn * rr - t1
-                join(d_tok, d_req, d_sp, g, b, slot[b], t1, n1, s1)
-            made += mb
-            e += mb * (pw[dg, b, j] / max(tps[dg, b, j], 1e-300))
-            bt += mb * bb
-            work += mb * tau
-        busy_t += min(h, work / bb / nr)
-    return made, e, busy_t / T, (bt / made if made > 0.0 else 1.0)
-
-
-@njit(cache=True)
 def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_ready, psr, psa, usd_ready, slots,
           unavail, dom, cap, cap3, pbusy, tps_best, latd, f_tok, f_req, f_seg, q_seg, lat, pw, tps, cfg_levels, slo_p,
           slo_d, isl_m1, isl_m2, osl_cdf, finite, d_tok, d_req, d_sp, energy, e_busy, tokens, batch_tok, n_act, util,
@@ -473,23 +381,34 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
         G = nb + g
         dg = dom[G]
         q0 = 0.0
+        # an idle group (finite tables, nothing queued, no jobs in service; most groups: a fleet serves a few) skips
+        # the loops over its cells below, each of which would add exact zeros or skip the cell: the scalars it sets
+        # are the ones those loops leave (dr = +0 as a sum from +0, sd = q1 = md = fin = 0 and decode_in_service's
+        # 0, 0, 0, 1; its q_seg -= 0 is a no-op, q_seg being >= +0: set to +0, raised by products of non-negative
+        # figures, lowered by at most itself)
+        idle = finite
         for b in range(nb):
             q0 += q_tok[1, g, b]
             q_tok[1, g, b] += f_tok[b, g] * tok[1, b]
             q_req[1, g, b] += f_req[b, g] * cnt[1, b]
             q_seg[g, b] += f_seg[b, g] * cnt[1, b]
+            if q_tok[1, g, b] != 0.0 or q_req[1, g, b] != 0.0 or q_seg[g, b] != 0.0:
+                idle = False
+        nr = n_ready[G]
+        if idle and nr > 0.0:  # decode_in_service serves the jobs in service only with a ready vPod
+            idle = not _any_positive(d_req, g)
         dr = 0.0
         for j in range(J):
             nj[j] = 0.0
-        for b in range(nb):
-            dr += q_req[1, g, b]
-            qt = q_tok[1, g, b]
-            if qt != 0.0 or not finite:
-                for j in range(J):
-                    nj[j] += qt * latd[g, b, j]
+        if not idle:
+            for b in range(nb):
+                dr += q_req[1, g, b]
+                qt = q_tok[1, g, b]
+                if qt != 0.0 or not finite:
+                    for j in range(J):
+                        nj[j] += qt * latd[g, b, j]
         for j in range(J):
             nj[j] /= T
-        nr = n_ready[G]
         # the request level batches every job active at some point of a sub-step: jobs in service + the
         # sub-step's arrivals (a job shorter than a sub-step still takes a batch slot in it)
         arr_sub = dr / T * dt
@@ -513,7 +432,7 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
         sd = 0.0
         q1 = 0.0
         served = False
-        for b in range(nb):
+        for b in range(0 if idle else nb):
             if finite and q_tok[1, g, b] == 0.0 and q_req[1, g, b] == 0.0:
                 continue
             s = phid * q_tok[1, g, b]
@@ -522,8 +441,11 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
             if phid * q_req[1, g, b] != 0.0:
                 served = True
         # tokens made and their energy: by the jobs in service, over their service time (decode_in_service)
-        made, ebd, busyd, bmade = decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d_req,
-                                                    d_sp, latd, pw, tps, dg, finite)
+        if idle:
+            made, ebd, busyd, bmade = 0.0, 0.0, 0.0, 1.0
+        else:
+            made, ebd, busyd, bmade = decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok,
+                                                        d_req, d_sp, latd, pw, tps, dg, finite)
         e_busy[G] = ebd
         energy[G] = ebd + T * ((1.0 - busyd) * psr[G] + psa[G] - psr[G])
         # effective TPOT = TPOT + wait / output tokens (wait: mean queue over throughput, or the boot wait)
@@ -532,7 +454,7 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
         ud = unavail[G]
         md = 0.0
         fin = 0.0
-        for b in range(nb):
+        for b in range(0 if idle else nb):
             if finite and q_tok[1, g, b] == 0.0 and q_req[1, g, b] == 0.0:  # serves 0; its miss share is finite
                 continue
             sr = phid * q_req[1, g, b]
