@@ -87,6 +87,28 @@ def test_quota_never_exceeded(cat: ConfigCatalog, wl: NPUWorkload) -> None:
     assert sim.max_held[sim.configs[pre].version] > 0
 
 
+def test_boot_times_are_drawn_per_vpod_in_target_order(cfg: ClusterConfig, cat: ConfigCatalog,
+                                                        wl: NPUWorkload) -> None:
+    # a reconcile draws every new vPod's creation time from the simulator's stream, one after another in the order of
+    # the targets and their configurations (drawn per configuration at once: the same values as one by one), and
+    # deletes the newest of a configuration first, creating ones before ready ones
+    sim = NPUCluster(cfg, wl, seed=11, catalog=cat)
+    a, b = sim.candidates("prefill", 2048)[0], sim.candidates("decode", 4096)[0]
+    sim.apply(ScalingDecision({("prefill", 2048): {a: 3}, ("decode", 4096): {b: 2}}))
+    rng = np.random.default_rng(11)
+    want = [float(rng.uniform(*CREATE_S) + sim.cfg_boot_s[c]) for c in (a, a, a, b, b)]
+    assert sim.v_ready.tolist() == want
+    assert sim.v_group.tolist() == [sim.group_index("prefill", 2048)] * 3 + [sim.group_index("decode", 4096)] * 2
+    sim.apply(ScalingDecision({("prefill", 2048): {a: 5}}))  # two more, drawn next
+    want += [float(rng.uniform(*CREATE_S) + sim.cfg_boot_s[a]) for _ in range(2)]
+    assert sim.v_ready.tolist() == want
+    sim.apply(ScalingDecision({("prefill", 2048): {a: 1}}))  # four go, all still creating: the latest ready first
+    pre = np.array([0, 1, 2, 5, 6])
+    kept = pre[np.argmin(sim.v_ready[pre])]
+    assert np.flatnonzero(np.isfinite(sim.v_gone)).tolist() == sorted(set(pre.tolist()) - {int(kept)})
+    assert np.all(sim.v_gone[np.isfinite(sim.v_gone)] == sim.now + DELETE_S)
+
+
 def test_overheads_delay_capacity(cfg: ClusterConfig, cat: ConfigCatalog, wl: NPUWorkload) -> None:
     sim = NPUCluster(cfg, wl, seed=3, catalog=cat)
     cid = sim.candidates("prefill", 2048)[0]

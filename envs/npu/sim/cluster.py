@@ -67,6 +67,8 @@ energy and cost are reported beside the whole-pool figures.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 # the names this module has always exported (the simulator's public surface), re-exported from their modules
@@ -310,43 +312,52 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
 
     def _reconcile(self) -> None:
         now = self.now
-        alive = self.v_gone == np.inf
-        # deletions first (creating ones before ready ones, newest first); the alive vPods of each (group,
-        # configuration) in index order, gathered in one pass rather than a mask per target group
-        alive_at: dict[int, dict[int, list[int]]] = {}
-        idx = np.flatnonzero(alive)
-        for i, g, cid in zip(idx.tolist(), self.v_group[idx].tolist(), self.v_cfg[idx].tolist(), strict=True):
-            alive_at.setdefault(g, {}).setdefault(cid, []).append(i)
+        # deletions first (creating ones before ready ones, newest first); the alive vPods counted per (group,
+        # configuration) by one C-level count (a fleet under random actions holds hundreds: a Python pass listing
+        # each one cost more than the rest of the step), their indices gathered only where a target asks for fewer
+        idx = np.flatnonzero(self.v_gone == np.inf)
+        key = self.v_group[idx] * len(self.configs) + self.v_cfg[idx]
+        alive_at: dict[int, dict[int, int]] = {}  # alive vPods per group and configuration
+        for k, n in Counter(key.tolist()).items():
+            g, cid = divmod(k, len(self.configs))
+            alive_at.setdefault(g, {})[cid] = n
         for g, tgt in self.targets.items():
             have = alive_at.get(g)
             if not have:
                 continue
             for cid in sorted(have):
-                extra = len(have[cid]) - tgt.get(cid, 0)
+                extra = have[cid] - tgt.get(cid, 0)
                 if extra > 0:
-                    mine = np.array(have[cid], dtype=np.int64)
+                    mine = idx[key == g * len(self.configs) + cid]  # in index order
                     order = mine[np.lexsort((-self.v_ready[mine], self.v_ready[mine] <= now))]
                     self.v_gone[order[:extra]] = now + DELETE_S
                     self.fleet_version += 1
         held = self.held_chips()
-        new_g, new_c, new_r = [], [], []
+        new_g: list[int] = []
+        new_c: list[int] = []
+        new_r: list[float] = []
         made: dict[tuple[int, int], int] = {}  # vPods created below per (group, configuration)
         for g in self.target_order:
             tgt = self.targets.get(g, {})
             have_g = alive_at.get(g, {})
             for cid, cnt in tgt.items():
                 # alive (not deleting) now: the deletions above kept at most the target of each configuration
-                have = min(len(have_g.get(cid, ())), cnt) + made.get((g, cid), 0)
+                have = min(have_g.get(cid, 0), cnt) + made.get((g, cid), 0)
                 ver = self.configs[cid].version
+                k = 0  # the new vPods that fit the quota, one by one
                 for _ in range(cnt - have):
                     if held[ver] + self.cfg_chips[cid] > self.quota[ver]:
                         break
                     held[ver] += self.cfg_chips[cid]
-                    new_g.append(g)
-                    new_c.append(cid)
-                    made[(g, cid)] = made.get((g, cid), 0) + 1
-                    boot = self.rng.uniform(*CREATE_S) + self.cfg_boot_s[cid]
-                    new_r.append(now if getattr(self, "_instant", False) else now + boot)
+                    k += 1
+                if k == 0:
+                    continue
+                new_g += [g] * k
+                new_c += [cid] * k
+                made[(g, cid)] = made.get((g, cid), 0) + k
+                # their boot times in one draw: the same values, in the same order, as k draws of one
+                boot = self.rng.uniform(*CREATE_S, size=k) + self.cfg_boot_s[cid]
+                new_r += [now] * k if getattr(self, "_instant", False) else (now + boot).tolist()
         if new_g:
             self.v_group = np.concatenate([self.v_group, new_g]).astype(np.int64)
             self.v_cfg = np.concatenate([self.v_cfg, new_c]).astype(np.int64)
