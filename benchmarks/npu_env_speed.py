@@ -37,6 +37,25 @@ from servegym.envs.npu.env import NPUAutoscaleEnv
 RESIDUAL = {"action_mode": "residual", "reward_mode": "base"}
 
 
+class MaskedSampler:
+    """Uniform valid values of a MultiDiscrete action from its flat mask (``env.action_masks()``), every dimension
+    in one numpy pass: the largest of iid uniforms over a dimension's valid values is each of them equally often.
+    (Per-dimension ``rng.choice`` cost ~150 us a step, a tenth of the env's step, which the figure is about.)"""
+
+    def __init__(self, nvec: np.ndarray) -> None:
+        width = int(nvec.max())
+        offsets = np.concatenate(([0], np.cumsum(nvec)[:-1]))
+        self.pos = offsets[:, None] + np.arange(width)[None, :]  # flat mask index of (dimension, value)
+        self.real = np.arange(width)[None, :] < nvec[:, None]  # values a dimension has
+        self.pos[~self.real] = 0
+
+    def __call__(self, rng: np.random.Generator, mask: np.ndarray) -> np.ndarray:
+        ok = self.real & mask[self.pos]
+        u = rng.random(ok.shape)
+        u[~ok] = -1.0
+        return u.argmax(axis=1)
+
+
 def run(env: NPUAutoscaleEnv, driver: str, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     env._base_key = None  # time Base's rerun in every residual reset (it is cached per episode)
@@ -47,7 +66,7 @@ def run(env: NPUAutoscaleEnv, driver: str, seed: int) -> dict:
     if driver == "neuscale":
         pol = NeuScalePolicy()
         pol.reset(env.sim)
-    splits = np.cumsum(env.action_space.nvec)[:-1]
+    sample = MaskedSampler(env.action_space.nvec)
     t0, c0 = time.perf_counter(), time.process_time()
     ret = energy = usd = tokens = 0.0
     steps = 0
@@ -57,7 +76,7 @@ def run(env: NPUAutoscaleEnv, driver: str, seed: int) -> dict:
         if driver == "residual-zero":
             a = np.zeros(env.action_space.shape, dtype=np.int64)
         elif driver in ("random", "residual-random"):
-            a = np.array([rng.choice(np.flatnonzero(m)) for m in np.split(env.action_masks(), splits)])
+            a = sample(rng, env.action_masks())
         elif driver == "heuristic":
             a = env.heuristic_action()
         else:
@@ -160,7 +179,8 @@ def main() -> None:
                          f"{r['episode_cpu_s']:.1f} | {r['ms_per_step']:.0f} | "
                          f"{r['return']:.0f} | {r['tokens_per_j']:.3f} | {r['tokens_per_usd']:.3g} | "
                          f"{r['slo_violation_pct']:.2f} | {r['mean_vpods']:.1f} | {r['max_vpods']} |")
-        lines += ["", "random: uniform over each dimension's unmasked values; heuristic: `env.heuristic_action()`; "
+        lines += ["", "random: uniform over each dimension's unmasked values (all dimensions in one numpy pass, "
+                  "`MaskedSampler`); heuristic: `env.heuristic_action()`; "
                   "neuscale: `NeuScalePolicy.decide` on `env.last_ctx`, projected with `env.action_from_decision` "
                   "(once per epoch, no emergency scale-out between steps); these three in the absolute mode, return "
                   "normalized by the oracle. residual-zero / residual-random: `action_mode='residual'`, "

@@ -344,12 +344,15 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
                 # alive (not deleting) now: the deletions above kept at most the target of each configuration
                 have = min(have_g.get(cid, 0), cnt) + made.get((g, cid), 0)
                 ver = self.configs[cid].version
-                k = 0  # the new vPods that fit the quota, one by one
-                for _ in range(cnt - have):
-                    if held[ver] + self.cfg_chips[cid] > self.quota[ver]:
-                        break
-                    held[ver] += self.cfg_chips[cid]
-                    k += 1
+                if self.quota[ver] == np.inf:  # every one fits (held chips stay finite)
+                    k = max(cnt - have, 0)
+                else:  # the new vPods that fit the quota, one by one
+                    k = 0
+                    for _ in range(cnt - have):
+                        if held[ver] + self.cfg_chips[cid] > self.quota[ver]:
+                            break
+                        held[ver] += self.cfg_chips[cid]
+                        k += 1
                 if k == 0:
                     continue
                 new_g += [g] * k
