@@ -109,6 +109,30 @@ def test_boot_times_are_drawn_per_vpod_in_target_order(cfg: ClusterConfig, cat: 
     assert np.all(sim.v_gone[np.isfinite(sim.v_gone)] == sim.now + DELETE_S)
 
 
+def test_observed_counts_are_the_alive_vpods_in_index_order(cfg: ClusterConfig, cat: ConfigCatalog,
+                                                              wl: NPUWorkload) -> None:
+    # Observation.counts: alive vPods per (phase, edge) and configuration, keys in the order a pass over the vPods in
+    # index order inserts them (what policies iterate), after creations and deletions in several groups
+    sim = NPUCluster(cfg, wl, seed=2, catalog=cat)
+    rng = np.random.default_rng(4)
+    for _ in range(6):
+        targets = {}
+        for phase, edge in (("prefill", 2048), ("decode", 4096), ("prefill", 8192), ("decode", 1024)):
+            cands = sim.candidates(phase, edge)
+            targets[(phase, edge)] = {int(c): int(rng.integers(0, 4)) for c in cands[:2]}
+        sim.apply(ScalingDecision(targets))
+        sim.advance(cfg.check_s)
+        want: dict = {}
+        for i in np.flatnonzero(sim.v_gone == np.inf):
+            g, cid = int(sim.v_group[i]), int(sim.v_cfg[i])
+            key = (("prefill", "decode")[g // 48], int(sim.edges[g % 48]))
+            want.setdefault(key, {})
+            want[key][cid] = want[key].get(cid, 0) + 1
+        got = sim.observe().counts
+        assert got == want
+        assert list(got) == list(want) and all(list(got[k]) == list(want[k]) for k in want)
+
+
 def test_overheads_delay_capacity(cfg: ClusterConfig, cat: ConfigCatalog, wl: NPUWorkload) -> None:
     sim = NPUCluster(cfg, wl, seed=3, catalog=cat)
     cid = sim.candidates("prefill", 2048)[0]

@@ -407,11 +407,13 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
         G = 2 * NB
         n_ready, n_alive, slots = self._fleet_counts()
         queue = self._queue()
+        # alive vPods per group and configuration, counted at C level (keys in order of first appearance in index
+        # order, as a pass over the vPods would insert them)
         cnt: dict[tuple[str, int], dict[int, int]] = {}
-        for g, cid in zip(self.v_group[live].tolist(), self.v_cfg[live].tolist(), strict=True):
-            key = (PHASES[g // NB], int(self.edges[g % NB]))
-            cnt.setdefault(key, {})
-            cnt[key][cid] = cnt[key].get(cid, 0) + 1
+        ncfg = len(self.configs)
+        for k, n in Counter((self.v_group[live] * ncfg + self.v_cfg[live]).tolist()).items():
+            g, cid = divmod(k, ncfg)
+            cnt.setdefault((PHASES[g // NB], int(self.edges[g % NB])), {})[cid] = n
         held = self.held_chips()
         ctx = Observation(
             time_s=self.now, epoch=int(self.now // c.epoch_s),
