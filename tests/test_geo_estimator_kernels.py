@@ -70,3 +70,26 @@ def test_estimate_broadcasts_as_the_numpy_formulation() -> None:
     got = est.estimate(snap, np.array([100, 2000]), np.array([300.0]), np.array([1, 2]))
     _same(got, est.estimate_numpy(snap, np.array([100, 2000]), np.array([300.0]), np.array([1, 2])))
     assert got.ttft_s.shape == (2, d)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.data())
+def test_greedy_projected_tables_equal_the_estimates_of_projected_snapshots(case: tuple, data: st.DataObject) -> None:
+    """Greedy's compiled tables (rule 1) equal the numpy estimator on ``projected_snapshot`` level by level."""
+    from servegym.baselines.geo.greedy import LEVELS_AHEAD, projected_snapshot
+    from servegym.envs.geo.sim.estimator_kernels import projected_latency_into
+
+    est, snap, isl, osl, origin = case
+    d, n = snap.n_dcs, isl.size
+    base = np.array(data.draw(st.lists(st.integers(0, 60), min_size=d, max_size=d)), dtype=np.float64)
+    o_lo = data.draw(st.integers(0, 1))
+    shape = (LEVELS_AHEAD + 1, n, d)
+    ttft, tpot, feas = np.full(shape, -1.0), np.full(shape, -1.0), np.zeros(shape, dtype=bool)
+    projected_latency_into(snap.batch, snap.queued_tokens, snap.kv_tokens, snap.prefill_duty, snap.pue,
+                           snap.ci_g_per_kwh, snap.rtt_s, snap.engines_per_dc, base, o_lo, isl.astype(np.float64),
+                           np.maximum(osl, 1.0), origin, est.par, ttft, tpot, feas)
+    assert (ttft[:o_lo] == -1.0).all()  # the levels below o_lo are the caller's
+    for o in range(o_lo, LEVELS_AHEAD + 1):
+        ref = est.estimate_numpy(projected_snapshot(snap, est, base + o), isl, osl, origin)
+        assert ttft[o].tobytes() == ref.ttft_s.tobytes() and tpot[o].tobytes() == ref.tpot_s.tobytes(), o
+        assert (feas[o] == ref.feasible).all(), o

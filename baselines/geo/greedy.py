@@ -57,6 +57,7 @@ from numpy.typing import NDArray
 from servegym.baselines.geo.ilp import project_assignment
 from servegym.envs.geo.sim.decisions import BasePolicy, DecisionContext
 from servegym.envs.geo.sim.estimator import Estimator
+from servegym.envs.geo.sim.estimator_kernels import projected_latency_into
 from servegym.envs.geo.sim.provisioner import Snapshot
 
 from servegym.errors import ConfigError
@@ -156,16 +157,9 @@ class Greedy(BasePolicy):
                 lo, hi = k, min(rows.size, k + BLOCK)
                 blk = rows[lo:hi]
                 base = np.floor(r * own / e)
-                tabs = []
-                for o in range(LEVELS_AHEAD + 1):
-                    if o == 0 and not base.any():
-                        tabs.append(ctx.estimates.rows(blk if rows.size < ctx.n_requests else slice(lo, hi)))
-                    else:
-                        proj = projected_snapshot(snap, estimator, base + o)
-                        tabs.append(estimator.estimate(proj, ctx.input_tokens[blk], osl[blk], ctx.scheduler[blk]))
-                ttft_t = np.stack([t.ttft_s for t in tabs])
-                tpot_t = np.stack([t.tpot_s for t in tabs])
-                feas_t = np.stack([t.feasible for t in tabs])
+                # the block's own estimates by slice when the scheduler has every row (no copy)
+                ttft_t, tpot_t, feas_t = self._tables(ctx, estimator, base, blk,
+                                                      blk if rows.size < ctx.n_requests else slice(lo, hi))
             j0 = k - lo
             m = hi - k
             rr_ = np.arange(m)[:, None]
@@ -189,6 +183,30 @@ class Greedy(BasePolicy):
             own = own + onehot[:n_ok].sum(axis=0)
             k += n_ok
         return out
+
+
+    @staticmethod
+    def _tables(ctx: DecisionContext, estimator: Estimator, base: NDArray[np.float64], blk: NDArray[np.int64],
+                sel: NDArray[np.int64] | slice) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
+        """TTFT, TPOT and feasibility (LEVELS_AHEAD + 1, block, D) of the block ``blk`` (``sel`` of the context's
+        rows) at the projected levels ``base + o`` (rule 1), compiled
+        (:func:`~servegym.envs.geo.sim.estimator_kernels.projected_latency_into`): the estimator on
+        :func:`projected_snapshot` to the bit (tested); level 0 with nothing projected is the context's own
+        estimates."""
+        snap = ctx.snapshot
+        shape = (LEVELS_AHEAD + 1, blk.size, snap.n_dcs)
+        ttft, tpot, feas = np.empty(shape), np.empty(shape), np.empty(shape, dtype=bool)
+        o_lo = 0
+        if not base.any():
+            est0 = ctx.estimates.rows(sel)
+            ttft[0], tpot[0], feas[0] = est0.ttft_s, est0.tpot_s, est0.feasible
+            o_lo = 1
+        projected_latency_into(snap.batch, snap.queued_tokens, snap.kv_tokens, snap.prefill_duty, snap.pue,
+                               snap.ci_g_per_kwh, snap.rtt_s, snap.engines_per_dc, base, o_lo,
+                               np.asarray(ctx.input_tokens[blk], dtype=np.float64),
+                               np.maximum(np.asarray(ctx.osl_estimate[blk], dtype=np.float64), 1.0),
+                               np.asarray(ctx.scheduler[blk], dtype=np.int64), estimator.par, ttft, tpot, feas)
+        return ttft, tpot, feas
 
 
 class MOER(Greedy):

@@ -20,16 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import NDArray
-
-try:
-    from numba import njit
-except ImportError:  # pragma: no cover - numba is a core dependency; this keeps a pure-Python fallback
-
-    def njit(*args, **kwargs):  # type: ignore[no-redef]
-        if args and callable(args[0]):
-            return args[0]
-        return lambda f: f
-
+from servegym.envs.geo.sim.engine_kernels import njit  # numba's, or a pure-Python stand-in without numba
 
 J_PER_KWH = 3.6e6
 MAX_DUTY = 0.95
@@ -166,3 +157,40 @@ def estimate_into(batch: NDArray[np.float64], queued: NDArray[np.float64], kv: N
             any_f = any_f | feasible[i, d]
         for d in range(n_dcs):
             mask[i, d] = feasible[i, d] | (not any_f)
+
+
+@njit(cache=True)
+def projected_latency_into(batch: NDArray[np.float64], queued: NDArray[np.float64], kv: NDArray[np.float64],
+                           duty: NDArray[np.float64], pue: NDArray[np.float64], ci: NDArray[np.float64],
+                           rtt: NDArray[np.float64], engines: int, base: NDArray[np.float64], o_lo: int,
+                           isl: NDArray[np.float64], osl: NDArray[np.float64], origin: NDArray[np.int64],
+                           par: NDArray[np.float64], ttft: NDArray[np.float64], tpot: NDArray[np.float64],
+                           feasible: NDArray[np.bool_]) -> None:
+    """TTFT, TPOT and feasibility tables (levels, n, D) at the projected levels ``base + o`` for ``o`` from
+    ``o_lo`` to ``ttft.shape[0] - 1``: greedy's rule 1, ``estimate(projected_snapshot(snap, base + o), ...)``.
+
+    The projection is :func:`~servegym.baselines.geo.ilp.project_assignment` of ``⌊(base_d + o)·E⌋`` requests
+    of mean prompt ``Ī`` on each DC d, with its arithmetic: the prompt tokens summed one request at a time (as
+    ``np.bincount`` with weights sums them), so their mean is that of the numpy form to the bit."""
+    n_dcs = batch.shape[0]
+    e = float(engines)
+    isl_mean = par[P_ISL]
+    free = np.empty(n_dcs)
+    headroom_into(batch, queued, kv, float(engines), par, free)
+    pb, pq, pkv = np.empty(n_dcs), np.empty(n_dcs), np.empty(n_dcs)
+    terms = np.empty((4, n_dcs))
+    for o in range(o_lo, ttft.shape[0]):
+        for d in range(n_dcs):
+            per_dc = np.int64((base[d] + o) * engines)
+            n_d = float(per_dc)
+            tok = 0.0
+            for _ in range(per_dc):
+                tok += isl_mean
+            mean_isl = tok / max(n_d, 1.0) if n_d > 0 else 0.0
+            a = n_d / e
+            adm = min(a, free[d] / e)
+            pb[d] = batch[d] + adm
+            pkv[d] = kv[d] + adm * mean_isl
+            pq[d] = queued[d] + (a - adm) * mean_isl
+        dc_terms_into(pb, pq, pkv, duty, pue, ci, par, terms)
+        latency_into(pb, pq, pkv, terms, rtt, isl, osl, origin, par, ttft[o], tpot[o], feasible[o])
