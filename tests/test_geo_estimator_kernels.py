@@ -93,3 +93,34 @@ def test_greedy_projected_tables_equal_the_estimates_of_projected_snapshots(case
         ref = est.estimate_numpy(projected_snapshot(snap, est, base + o), isl, osl, origin)
         assert ttft[o].tobytes() == ref.ttft_s.tobytes() and tpot[o].tobytes() == ref.tpot_s.tobytes(), o
         assert (feas[o] == ref.feasible).all(), o
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.data())
+def test_compiled_greedy_decides_as_the_vectorized_numpy_form(case: tuple, data: st.DataObject) -> None:
+    """Greedy's one-by-one compiled rows place every request as the fixed-point numpy form, across blocks
+    (up to 300 requests, BLOCK = 128) and level events (few engines, many own dispatches)."""
+    from servegym.baselines.geo.greedy import Greedy
+    from servegym.envs.geo.sim.decisions import DecisionContext
+
+    est, snap, _isl, _osl, _origin = case
+    d, r = snap.n_dcs, snap.rtt_s.shape[0]
+    n = data.draw(st.integers(1, 300))
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    isl = rng.integers(1, 6000, n)
+    osl = rng.uniform(0.0, 1500.0, n)
+    sched = rng.integers(0, r, n)
+    disp = rng.integers(0, data.draw(st.sampled_from([1, 5, 60])), (r, d))
+    ctx = DecisionContext(mode="request", time_s=1.0, request_id=np.arange(n), scheduler=sched,
+                          arrival_s=np.ones(n), decision_s=np.ones(n), input_tokens=isl, osl_estimate=osl,
+                          output_tokens=None, snapshot=snap, dispatched=disp,
+                          estimate_fn=lambda: est.estimate_numpy(snap, isl, osl, sched),
+                          dc_names=tuple(f"dc{i}" for i in range(d)), estimator=est)
+    pol = Greedy(data.draw(st.sampled_from([0.0, 0.5, 1.0])))
+    g = snap.pue * snap.ci_g_per_kwh
+    got = pol.decide(ctx)
+    for s in np.unique(sched):
+        rows = np.flatnonzero(sched == s)
+        ref = pol._decide_scheduler_numpy(ctx, est, int(s), rows, g)
+        assert got[rows].tolist() == ref.tolist()
