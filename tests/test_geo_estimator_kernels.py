@@ -124,3 +124,63 @@ def test_compiled_greedy_decides_as_the_vectorized_numpy_form(case: tuple, data:
         rows = np.flatnonzero(sched == s)
         ref = pol._decide_scheduler_numpy(ctx, est, int(s), rows, g)
         assert got[rows].tolist() == ref.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_compiled_assign_within_caps_equals_the_numpy_rounds(data: st.DataObject) -> None:
+    """Placements and overflow of the compiled deferred acceptance equal the numpy rounds', ties included."""
+    from servegym.envs.geo.env_window import assign_within_caps, assign_within_caps_numpy
+
+    n, d = data.draw(st.integers(0, 40)), data.draw(st.integers(1, 6))
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    # small integer carbon makes ties between DCs common (the first DC of a tie wins in both forms)
+    carbon = (rng.integers(0, 4, (n, d)) if data.draw(st.booleans()) else rng.uniform(0.0, 5.0, (n, d))).astype(float)
+    cand = rng.random((n, d)) < data.draw(st.sampled_from([0.3, 0.7, 1.0]))
+    cand[np.arange(n), rng.integers(0, d, n)] = True  # every row has a candidate
+    cap = rng.integers(0, data.draw(st.sampled_from([1, 3, 20])), d)
+    got, got_left = assign_within_caps(carbon, cand, cap)
+    ref, ref_left = assign_within_caps_numpy(carbon, cand, cap)
+    assert got.tolist() == ref.tolist() and got_left == ref_left
+
+
+def test_compiled_window_observation_equals_the_numpy_expressions() -> None:
+    """GeoRouteWindow-v0's per-DC window block, compiled, equals its numpy form bit for bit on real windows
+    (small and mini presets, direct and residual modes, random actions): in the float32 observation and, as
+    float64 values before that rounding, in a float64 buffer."""
+    import gymnasium as gym
+
+    import servegym  # noqa: F401  (registers the ids)
+
+    checked = 0
+    for cfg in ({"geo": {"duration_s": 4.0}}, {"preset": "mini", "geo": {"duration_s": 4.0}},
+                {"geo": {"duration_s": 3.0}, "action_mode": "residual"}):
+        env = gym.make("servegym/GeoRouteWindow-v0", config=cfg)
+        base = env.unwrapped
+        obs, _ = env.reset(seed=3)
+        env.action_space.seed(3)
+        d = base.n_dcs
+        assert d >= 2
+        done = False
+        while not done:
+            ref = obs.copy()
+            base._window_block_numpy(ref)
+            assert obs[7 * d:15 * d].tobytes() == ref[7 * d:15 * d].tobytes()
+            wide, wide_ref = np.zeros(obs.size), np.zeros(obs.size)
+            base._window_block(wide)
+            base._window_block_numpy(wide_ref)
+            assert wide.tobytes() == wide_ref.tobytes()
+            checked += 1
+            obs, _r, _t, done, _i = env.step(env.action_space.sample())
+    assert checked > 100
+
+
+@given(st.lists(st.one_of(st.sampled_from([0.0, -0.0, 1.0, np.inf, -np.inf, np.nan]), st.floats()), min_size=1,
+                max_size=12))
+def test_first_argmin_is_numpys_argmin(xs: list[float]) -> None:
+    """The compiled argmin of the kernels picks what ``np.argmin`` picks: the first minimum, the first NaN."""
+    from servegym.envs.geo.sim.estimator_kernels import first_argmin
+
+    a = np.array(xs, dtype=np.float64)
+    assert first_argmin(a) == int(np.argmin(a))

@@ -60,7 +60,7 @@ from servegym.baselines.geo.ilp import project_assignment
 from servegym.envs.geo.sim.decisions import BasePolicy, DecisionContext
 from servegym.envs.geo.sim.engine_kernels import njit  # numba's, or a pure-Python stand-in without numba
 from servegym.envs.geo.sim.estimator import Estimator
-from servegym.envs.geo.sim.estimator_kernels import projected_latency_into
+from servegym.envs.geo.sim.estimator_kernels import first_argmin, projected_latency_into
 from servegym.envs.geo.sim.provisioner import Snapshot
 
 from servegym.errors import ConfigError
@@ -95,18 +95,6 @@ def greedy_choice(alpha: float, ttft_s: NDArray, tpot_s: NDArray, osl: NDArray, 
     out[any_f] = np.argmin(score[any_f], axis=1)
     out[~any_f] = np.argmin(lat[~any_f], axis=1)
     return out
-
-
-@njit(cache=True)
-def _argmin(x: NDArray[np.float64]) -> int:
-    """``np.argmin``: the first minimum, or the first NaN if there is one."""
-    best = 0
-    for i in range(x.shape[0]):
-        if x[i] != x[i]:
-            return i
-        if x[i] < x[best]:
-            best = i
-    return best
 
 
 @njit(cache=True)
@@ -147,9 +135,9 @@ def greedy_rows(ttft_t: NDArray[np.float64], tpot_t: NDArray[np.float64], feas_t
                     score[d] = alpha * lat_term + (1.0 - alpha) * g_term
                 else:
                     score[d] = np.inf
-            c = _argmin(score)
+            c = first_argmin(score)
         else:
-            c = _argmin(lat)
+            c = first_argmin(lat)
         out[k] = c
         own[c] += 1.0
     return hi

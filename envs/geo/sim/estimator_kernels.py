@@ -54,6 +54,18 @@ def estimator_params(profile: object, t_full_chunk: float, isl_mean: float, osl_
 
 
 @njit(cache=True)
+def first_argmin(x: NDArray[np.float64]) -> int:
+    """``np.argmin`` of a 1-D array: the first minimum, or the first NaN if there is one."""
+    best = 0
+    for i in range(x.shape[0]):
+        if x[i] != x[i]:
+            return i
+        if x[i] < x[best]:
+            best = i
+    return best
+
+
+@njit(cache=True)
 def prefill_step_s(n: float, par: NDArray[np.float64]) -> float:
     """``t_pre(n, 1, 0)``: one prefill step of ``n`` tokens of one request (PrefillTimeModel.__call__)."""
     knee = par[P_KNEE]
