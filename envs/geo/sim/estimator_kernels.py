@@ -206,3 +206,19 @@ def projected_latency_into(batch: NDArray[np.float64], queued: NDArray[np.float6
             pq[d] = queued[d] + (a - adm) * mean_isl
         dc_terms_into(pb, pq, pkv, duty, pue, ci, par, terms)
         latency_into(pb, pq, pkv, terms, rtt, isl, osl, origin, par, ttft[o], tpot[o], feasible[o])
+
+
+@njit(cache=True)
+def drained_headroom_into(batch: NDArray[np.float64], queued: NDArray[np.float64], kv: NDArray[np.float64],
+                          duty: NDArray[np.float64], polled_at_s: NDArray[np.float64], t_s: float, engines: float,
+                          par: NDArray[np.float64], out: NDArray[np.float64]) -> None:
+    """``H_d(t)`` into ``out``: the headroom on the snapshot whose batch drained for its age at ``t_s``
+    (:func:`~servegym.baselines.geo.ilp.drained_snapshot`, then :func:`headroom_into`; same arithmetic):
+    ``B'_d = B_d · keep_d``, ``KV'_d = KV_d · keep_d`` with ``keep_d = max(0, 1 − a_d / (Ō · τ_d))``."""
+    for d in range(batch.shape[0]):
+        b = batch[d]
+        tau = decode_step_s(max(b, 1.0), kv[d], par) / (1.0 - min(duty[d], MAX_DUTY))
+        age = max(0.0, t_s - polled_at_s[d])
+        keep = max(0.0, 1.0 - age / (par[P_OSL] * tau))
+        b2 = b * keep
+        out[d] = engines * max(0.0, slot_capacity(b2, kv[d] * keep, par) - b2 - queued[d] / par[P_ISL])
