@@ -239,3 +239,27 @@ def test_compiled_drained_headroom_on_many_lightly_loaded_dcs() -> None:
         ref = est.headroom_requests(drained_snapshot(snap, est, 2.5))
         assert (ref > 0).mean() > 0.5
         assert h.tobytes() == ref.tobytes()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_compiled_facility_model_equals_the_numpy_arrays(data: st.DataObject) -> None:
+    """The facility MILP's compressed columns, costs and row bounds, compiled, equal the numpy form's."""
+    from servegym.baselines.geo.solver import _facility_model_numpy
+    from servegym.baselines.geo.solver_kernels import facility_model
+
+    n, d = data.draw(st.integers(0, 30)), data.draw(st.integers(1, 7))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    cost = rng.uniform(-1.0, 5.0, (n, d)) * (rng.random((n, d)) < 0.9)  # zeros and negatives too
+    feas = rng.random((n, d)) < data.draw(st.sampled_from([0.0, 0.4, 1.0]))
+    cap = np.floor(rng.uniform(0.0, data.draw(st.sampled_from([0.5, 4.0, 40.0])), d))
+    wake = rng.uniform(0.0, 3.0, d) * (rng.random(d) < 0.7)
+    awake = (rng.random(d) < 0.4) | (wake <= 0)
+    got = list(facility_model(cost, feas, cap, awake, wake))
+    m = got[0].size
+    got[9][m:m + n] = float(n + 1) + float(wake[~awake].sum() / got[2])
+    ref = _facility_model_numpy(cost, feas, cap, wake, awake)
+    assert len(got) == len(ref)
+    for k, (a, b) in enumerate(zip(got, ref, strict=True)):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), k
