@@ -1,4 +1,4 @@
-"""Bit-identity check of the geo envs for speed work that must change no figure (issue 27 item 4).
+"""Bit-identity check of the geo envs for speed work that must change no figure.
 
 Plays a fixed set of seeded whole episodes on the ``small`` preset (16 DCs, the benchmarks' preset) and
 records one sha256 per episode of every step's action, observation, reward, flags and whole ``info`` (its

@@ -1,4 +1,4 @@
-"""The compiled geo estimator and what it serves equal their numpy formulations bit for bit (issue 27 item 4)."""
+"""The compiled geo estimator and what it serves equal their numpy formulations bit for bit."""
 
 from __future__ import annotations
 
