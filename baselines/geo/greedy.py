@@ -173,6 +173,9 @@ class Greedy(BasePolicy):
         if estimator is None or ctx.n_requests == 0:
             est = ctx.estimates
             return greedy_choice(self.alpha, est.ttft_s, est.tpot_s, ctx.osl_estimate, est.feasible, g)
+        sched = ctx.scheduler
+        if (sched == sched[0]).all():  # one scheduler (the residual reference plans one at a time): no split
+            return self._decide_scheduler(ctx, estimator, int(sched[0]), np.arange(ctx.n_requests), g)
         out = np.empty(ctx.n_requests, dtype=np.int64)
         for s in np.unique(ctx.scheduler):
             rows = np.flatnonzero(ctx.scheduler == s)
