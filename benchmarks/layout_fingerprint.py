@@ -645,6 +645,27 @@ def main(argv: list[str] | None = None) -> int:
     return record_or_check(digests, {"family": args.family, "total": total}, args.out, args.check)
 
 
+def identity_main(label: str, items: Callable[[], Iterator[Item]], description: str,
+                  argv: list[str] | None = None) -> int:
+    """The command line of a family's bit-identity check (``benchmarks/<family>_identity.py``): digest every
+    item of ``items()`` and ``--out`` record them or ``--check`` compare them (exit status 1 on a difference)."""
+    ap = argparse.ArgumentParser(description=description)
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--out", help="write the digests to this JSON file (refuses to overwrite)")
+    g.add_argument("--check", help="compare with the digests in this JSON file; exit 1 on any difference")
+    args = ap.parse_args(argv)
+    c0 = time.process_time()
+    digests: dict[str, str] = {}
+    for name, value in items():
+        if name in digests:
+            raise SystemExit(f"duplicate item {name!r}")
+        digests[name] = digest(value)
+        print(f"  {name}: {digests[name][:16]} ({time.process_time() - c0:.1f} CPU-s)", flush=True)
+    total = hashlib.sha256("".join(f"{k}={v}\n" for k, v in digests.items()).encode()).hexdigest()
+    print(f"{label} identity: {len(digests)} items, total {total[:16]}, {time.process_time() - c0:.1f} CPU-s")
+    return record_or_check(digests, {"total": total}, args.out, args.check)
+
+
 def record_or_check(digests: dict[str, str], head: dict[str, str], out: str | None, check: str | None) -> int:
     """Write ``head`` and the ``digests`` to the new file ``out``, or compare them with those of ``check``
     (prints every item that differs; returns 1 if any does, else 0)."""

@@ -21,10 +21,7 @@ About 60 CPU-s on the shared 2-core machine. Digests are those of this machine's
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +29,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from layout_fingerprint import digest, record_or_check
+from layout_fingerprint import identity_main
 
 ABS, RES = "servegym/NPUAutoscale-v0", "servegym/NPUAutoscaleResidual-v0"
 
@@ -90,16 +87,8 @@ def items() -> Iterator[tuple[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    g = ap.add_mutually_exclusive_group(required=True)
-    g.add_argument("--out", help="write the digests to this JSON file (refuses to overwrite)")
-    g.add_argument("--check", help="compare with the digests in this JSON file; exit 1 on any difference")
-    args = ap.parse_args(argv)
-    c0 = time.process_time()
-    digests = {name: digest(value) for name, value in items()}
-    total = hashlib.sha256("".join(f"{k}={v}\n" for k, v in digests.items()).encode()).hexdigest()
-    print(f"npu identity: {len(digests)} items, total {total[:16]}, {time.process_time() - c0:.1f} CPU-s")
-    return record_or_check(digests, {"total": total}, args.out, args.check)
+    return identity_main("npu", items, __doc__.split("\n\n")[0], argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -121,15 +121,21 @@ def warm_up() -> None:
 
     count_plan(np.array([0, 2, 3, 0, 0, 1, 2], dtype=np.int64), 1)
 
-    # a whole short episode: the engine's kernels run when a poll interval ends, not at every decision
-    geo = gym.make("servegym/GeoRoute-v0", config={"preset": "mini", "geo": {"duration_s": 1.5, "drain_s": 10.0}})
-    geo.reset(seed=0)
-    geo.action_space.seed(0)
-    done = False
-    while not done:
-        _, _, term, trunc, _ = geo.step(geo.action_space.sample())
-        done = term or trunc
-    geo.close()
+    # whole short episodes: the engine's kernels run when a poll interval ends, not at every decision; the
+    # residual modes add the greedy reference's, the window env's and the window MILP's kernels
+    short = {"preset": "mini", "geo": {"duration_s": 1.5, "drain_s": 10.0}}
+    for env_id, cfg in (("servegym/GeoRoute-v0", short),
+                        ("servegym/GeoRoute-v0", {**short, "action_mode": "residual", "reference": "greedy:0"}),
+                        ("servegym/GeoRouteWindow-v0", {**short, "action_mode": "residual"}),
+                        ("servegym/GeoRouteWindow-v0", short)):
+        geo = gym.make(env_id, config=cfg)
+        geo.reset(seed=0)
+        geo.action_space.seed(0)
+        done = False
+        while not done:
+            _, _, term, trunc, _ = geo.step(geo.action_space.sample())
+            done = term or trunc
+        geo.close()
 
 
 def main(argv: list[str]) -> int:

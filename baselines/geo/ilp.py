@@ -55,6 +55,7 @@ from servegym.baselines.geo.solver import new_highs, solve_assignment
 from servegym.baselines.geo.timing import SolverQueue, check_timing, load_solve_time_models
 from servegym.envs.geo.sim.decisions import BasePolicy, DecisionContext
 from servegym.envs.geo.sim.estimator import MAX_DUTY, Estimates, Estimator
+from servegym.envs.geo.sim.estimator_kernels import drained_headroom_into
 from servegym.envs.geo.sim.provisioner import Snapshot
 
 from servegym.errors import ConfigError
@@ -77,7 +78,22 @@ def drained_snapshot(snap: Snapshot, estimator: Estimator, t_s: float) -> Snapsh
 
 
 def window_headroom(ctx: DecisionContext, estimator: Estimator) -> NDArray[np.float64]:
-    """``H_d`` of the module docstring (requests, integral floats), for ctx's scheduler."""
+    """``H_d`` of the module docstring (requests, integral floats), for ctx's scheduler. ``H_d(t)`` compiled
+    (:func:`~servegym.envs.geo.sim.estimator_kernels.drained_headroom_into`), bit-identical to
+    :func:`window_headroom_numpy` (tested)."""
+    snap = ctx.snapshot
+    h = np.empty(snap.n_dcs)
+    drained_headroom_into(snap.batch, snap.queued_tokens, snap.kv_tokens, snap.prefill_duty, snap.polled_at_s,
+                          float(ctx.time_s), float(snap.engines_per_dc), estimator.par, h)
+    if ctx.n_requests == 0:
+        return np.floor(h)
+    s = int(ctx.scheduler[0])
+    r = ctx.dispatched.shape[0]
+    return np.floor(np.maximum(0.0, h - r * ctx.dispatched[s]))
+
+
+def window_headroom_numpy(ctx: DecisionContext, estimator: Estimator) -> NDArray[np.float64]:
+    """:func:`window_headroom` on the numpy :func:`drained_snapshot`: the reference formulation."""
     snap = ctx.snapshot
     h = estimator.headroom_requests(drained_snapshot(snap, estimator, ctx.time_s))
     if ctx.n_requests == 0:

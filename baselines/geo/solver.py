@@ -63,6 +63,7 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 from numpy.typing import NDArray
+from servegym.baselines.geo.solver_kernels import facility_model
 
 from servegym.errors import ConfigError
 
@@ -275,45 +276,11 @@ def solve_facility(cost: NDArray, feasible: NDArray, capacity: NDArray, wake: ND
     # A DC with no wake cost behaves as awake: fixing its y loses nothing.
     awake_b = awake_b | (wake <= 0)
     cap = np.floor(np.maximum(np.asarray(capacity, dtype=np.float64), 0.0))
-    feas = np.asarray(feasible, dtype=bool)
-    cap = np.minimum(cap, feas.sum(axis=0))
-    pr, pd_, c, scale = _assignment_arrays(cost, feas, cap)
+    model = facility_model(np.asarray(cost, dtype=np.float64), np.asarray(feasible, dtype=bool), cap, awake_b, wake)
+    pr, pd_, scale, _cap, nf, _n_link, start, index, value, col_cost, row_lo, row_hi, _free = model
     m = pr.size
-    big = float(n + 1) + float(wake[~awake_b].sum() / scale)
-    free = np.flatnonzero(~awake_b)
-    nf = free.size
-    free_pos = np.full(d, -1, dtype=np.int64)
-    free_pos[free] = np.arange(nf)
-    link = free_pos[pd_] >= 0  # x columns that need an x <= y row
-    n_link = int(link.sum())
-    n_cols = m + n + nf
-    n_rows = n + nf + n_link  # awake DCs: plain capacity row bound; free DCs: Σx - cap·y <= 0
-    # Row layout: [0, n) assignment, [n, n + nf) capacity of free DCs, then linking rows.
-    # Capacity of awake DCs is a row too (appended after linking rows) to keep x columns uniform.
-    awake_idx = np.flatnonzero(awake_b)
-    na = awake_idx.size
-    awake_pos = np.full(d, -1, dtype=np.int64)
-    awake_pos[awake_idx] = np.arange(na)
-    n_rows += na
-    cap_row = np.where(free_pos >= 0, n + free_pos, n + nf + n_link + awake_pos)
-    link_row = np.full(m, -1, dtype=np.int64)
-    link_row[link] = n + nf + np.arange(n_link)
-    xi = np.arange(m)
-    cols = [np.repeat(xi, 2), xi[link], m + np.arange(n)]
-    rows_x = np.empty(2 * m, dtype=np.int64)
-    rows_x[0::2] = pr
-    rows_x[1::2] = cap_row[pd_]
-    rows = [rows_x, link_row[link], np.arange(n)]
-    vals = [np.ones(2 * m), np.ones(n_link), np.ones(n)]
-    # y columns: -cap_d in the capacity row, -1 in each of its linking rows.
-    ycol = m + n + free_pos[pd_[link]]
-    cols += [m + n + np.arange(nf), ycol]
-    rows += [n + np.arange(nf), link_row[link]]
-    vals += [-cap[free], -np.ones(n_link)]
-    start, index, value = _csc(np.concatenate(cols), np.concatenate(rows), np.concatenate(vals), n_cols)
-    col_cost = np.concatenate([c, np.full(n, big), wake[free] / scale])
-    row_lo = np.concatenate([np.ones(n), np.full(nf + n_link + na, -np.inf)])
-    row_hi = np.concatenate([np.ones(n), np.zeros(nf + n_link), cap[awake_idx]])
+    col_cost[m:m + n] = float(n + 1) + float(wake[~awake_b].sum() / scale)  # the slack's big-M
+    n_cols, n_rows = col_cost.size, row_lo.size
     h = highs if highs is not None else _new_highs(time_limit_s)
     h.setOptionValue("time_limit", _limit(h, time_limit_s))  # one budget for every run below
     h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
@@ -382,6 +349,55 @@ def solve_facility(cost: NDArray, feasible: NDArray, capacity: NDArray, wake: ND
         gap = (ub - lb) / max(abs(ub), 1e-12)
         return result(r_assign, status + " (rounded LP relaxation kept)", True, ub, gap, r_int)
     return result(m_assign, status, False, float("nan"), float("nan"), False)
+
+
+def _facility_model_numpy(cost: NDArray, feasible: NDArray, capacity: NDArray, wake: NDArray[np.float64],
+                          awake_b: NDArray[np.bool_]) -> tuple:
+    """The facility model's arrays as numpy expressions (the reference of
+    :func:`~servegym.baselines.geo.solver_kernels.facility_model`, tested equal): the same tuple, with the
+    slack's big-M filled in ``col_cost``."""
+    n, d = np.asarray(cost).shape
+    cap = np.floor(np.maximum(np.asarray(capacity, dtype=np.float64), 0.0))
+    feas = np.asarray(feasible, dtype=bool)
+    cap = np.minimum(cap, feas.sum(axis=0))
+    pr, pd_, c, scale = _assignment_arrays(cost, feas, cap)
+    m = pr.size
+    big = float(n + 1) + float(wake[~awake_b].sum() / scale)
+    free = np.flatnonzero(~awake_b)
+    nf = free.size
+    free_pos = np.full(d, -1, dtype=np.int64)
+    free_pos[free] = np.arange(nf)
+    link = free_pos[pd_] >= 0  # x columns that need an x <= y row
+    n_link = int(link.sum())
+    n_cols = m + n + nf
+    n_rows = n + nf + n_link  # awake DCs: plain capacity row bound; free DCs: Σx - cap·y <= 0
+    # Row layout: [0, n) assignment, [n, n + nf) capacity of free DCs, then linking rows.
+    # Capacity of awake DCs is a row too (appended after linking rows) to keep x columns uniform.
+    awake_idx = np.flatnonzero(awake_b)
+    na = awake_idx.size
+    awake_pos = np.full(d, -1, dtype=np.int64)
+    awake_pos[awake_idx] = np.arange(na)
+    n_rows += na
+    cap_row = np.where(free_pos >= 0, n + free_pos, n + nf + n_link + awake_pos)
+    link_row = np.full(m, -1, dtype=np.int64)
+    link_row[link] = n + nf + np.arange(n_link)
+    xi = np.arange(m)
+    cols = [np.repeat(xi, 2), xi[link], m + np.arange(n)]
+    rows_x = np.empty(2 * m, dtype=np.int64)
+    rows_x[0::2] = pr
+    rows_x[1::2] = cap_row[pd_]
+    rows = [rows_x, link_row[link], np.arange(n)]
+    vals = [np.ones(2 * m), np.ones(n_link), np.ones(n)]
+    # y columns: -cap_d in the capacity row, -1 in each of its linking rows.
+    ycol = m + n + free_pos[pd_[link]]
+    cols += [m + n + np.arange(nf), ycol]
+    rows += [n + np.arange(nf), link_row[link]]
+    vals += [-cap[free], -np.ones(n_link)]
+    start, index, value = _csc(np.concatenate(cols), np.concatenate(rows), np.concatenate(vals), n_cols)
+    col_cost = np.concatenate([c, np.full(n, big), wake[free] / scale])
+    row_lo = np.concatenate([np.ones(n), np.full(nf + n_link + na, -np.inf)])
+    row_hi = np.concatenate([np.ones(n), np.zeros(nf + n_link), cap[awake_idx]])
+    return pr, pd_, scale, cap, nf, n_link, start, index, value, col_cost, row_lo, row_hi, free
 
 
 def solve_facility_naive(cost: NDArray, feasible: NDArray, capacity: NDArray, wake: NDArray, *,

@@ -95,7 +95,10 @@ class RouteResidual(RouteDirect):
         return a
 
     def mask(self, feasible: NDArray[np.bool_]) -> NDArray[np.bool_]:
-        return np.append(feasible, True)  # the reference's choice is always allowed
+        out = np.empty(feasible.size + 1, dtype=bool)  # np.append's result without its generic path (per step)
+        out[:-1] = feasible
+        out[-1] = True  # the reference's choice is always allowed
+        return out
 
     def write(self, row: NDArray[np.float32], base_dim: int, i: int, dispatched: NDArray[np.float64]) -> None:
         row[base_dim:] = 0.0

@@ -79,6 +79,7 @@ from servegym.envs.geo.env_common import (
 )
 from servegym.envs.geo.sim.decisions import DecisionContext
 from servegym.envs.geo.sim.provisioner import Snapshot
+from servegym.envs.geo.window_kernels import assign_within_caps_into, window_dc_block_into
 
 from servegym.errors import ActionError, ConfigError
 
@@ -106,8 +107,19 @@ def assign_within_caps(carbon_g: NDArray[np.float64], candidates: NDArray[np.boo
 
     Returns:
         (DC index per request, number placed beyond the caps by the fallback); see the module
-        docstring for the rounds and the fallback.
+        docstring for the rounds and the fallback. Compiled
+        (:func:`~servegym.envs.geo.window_kernels.assign_within_caps_into`); the same placements as
+        :func:`assign_within_caps_numpy` (tested).
     """
+    carbon = np.asarray(carbon_g, dtype=np.float64)
+    out = np.empty(carbon.shape[0], dtype=np.int64)
+    left = assign_within_caps_into(carbon, np.asarray(candidates, dtype=bool), np.asarray(cap, dtype=np.int64), out)
+    return out, int(left)
+
+
+def assign_within_caps_numpy(carbon_g: NDArray[np.float64], candidates: NDArray[np.bool_],
+                             cap: NDArray[np.int64]) -> tuple[NDArray[np.int64], int]:
+    """:func:`assign_within_caps` as vectorized rounds of numpy operations: the reference formulation."""
     n, d = carbon_g.shape
     out = np.full(n, -1, dtype=np.int64)
     remaining = np.asarray(cap, dtype=np.int64).copy()
@@ -176,6 +188,8 @@ class GeoRouteWindowEnv(GeoEnvBase):
               ) -> tuple[NDArray[np.float32], dict[str, Any]]:
         super().reset(seed=seed)
         sim = self._new_simulation(seed)
+        # the scales of the window means: TTFT SLO, TPOT SLO (s), reference carbon (g)
+        self._scales = np.array([sim.config.ttft_slo_s, sim.config.tpot_slo_s, self._c_ref])
         self.action_type.reset(sim)
         self._ctx = sim.next_decision()
         self._overflow = 0
@@ -254,22 +268,12 @@ class GeoRouteWindowEnv(GeoEnvBase):
         d, r = self.n_dcs, self.n_regions
         cfg = sim.config
         snap = ctx.snapshot
-        est = ctx.estimates
         n = ctx.n_requests
         s = int(ctx.scheduler[0])
         obs = np.empty(self.obs_dim, dtype=np.float32)
         obs[:7 * d] = self._snapshot_features(snap)[0]
-        obs[7 * d:8 * d] = np.clip((ctx.time_s - snap.polled_at_s) / cfg.poll_interval_s, 0.0, 1.0)
-        obs[8 * d:9 * d] = squash(ctx.dispatched[s] * self._inv_e)
-        o = 9 * d
-        inv_n = 1.0 / n
-        obs[o:o + d] = np.count_nonzero(est.feasible, axis=0) * inv_n
-        scales = np.array([[cfg.ttft_slo_s], [cfg.tpot_slo_s], [self._c_ref]])
-        means = np.stack((est.ttft_s.sum(axis=0), est.tpot_s.sum(axis=0), est.carbon_g.sum(axis=0))) * inv_n
-        obs[o + d:o + 4 * d] = safe_ratio_squash(means, scales).ravel()
-        obs[o + 4 * d:o + 5 * d] = snap.rtt_s[s] == 0.0
-        obs[o + 5 * d:o + 6 * d] = squash(self._headroom(ctx) / max(n, 1))
-        o = self.action_type.write(obs, o + 6 * d, ctx, sim)
+        self._window_block(obs)
+        o = self.action_type.write(obs, 15 * d, ctx, sim)
         obs[o] = min(n / cfg.window_max_requests, 1.0)
         obs[o + 1] = min(float(np.log1p(ctx.input_tokens).mean()) / self._ln_cap, 1.0)
         obs[o + 2] = min(float(np.log1p(ctx.osl_estimate).mean()) / self._ln_cap, 1.0)
@@ -280,6 +284,44 @@ class GeoRouteWindowEnv(GeoEnvBase):
         if self._res_n:
             obs[o + 8 + r + self._fc_n:] = self._tracker.residual_features()
         return obs
+
+    def _window_block(self, obs: NDArray[np.floating]) -> None:
+        """The observation's values ``age`` to ``capacity`` (``obs[7 D:15 D]``), compiled
+        (:func:`~servegym.envs.geo.window_kernels.window_dc_block_into`), bit-identical to
+        :meth:`_window_block_numpy` (tested, on float64 buffers too)."""
+        ctx = self._ctx
+        assert ctx is not None and self.sim is not None
+        d = self.n_dcs
+        if d < 2:  # one DC: numpy sums a single column pairwise, which the compiled row-order sum is not
+            self._window_block_numpy(obs)
+            return
+        snap = ctx.snapshot
+        est = ctx.estimates
+        s = int(ctx.scheduler[0])
+        window_dc_block_into(obs, 7 * d, ctx.time_s, snap.polled_at_s, self.sim.config.poll_interval_s,
+                             ctx.dispatched[s], self._inv_e, est.ttft_s, est.tpot_s, est.carbon_g, est.feasible,
+                             self._scales, snap.rtt_s[s], self._snapshot_features(snap)[1])
+
+    def _window_block_numpy(self, obs: NDArray[np.floating]) -> None:
+        """The observation's values ``age`` to ``capacity`` (``obs[7 D:15 D]``) as numpy expressions: the
+        reference :func:`~servegym.envs.geo.window_kernels.window_dc_block_into` is tested against."""
+        sim, ctx = self.sim, self._ctx
+        assert sim is not None and ctx is not None
+        d = self.n_dcs
+        cfg = sim.config
+        snap = ctx.snapshot
+        est = ctx.estimates
+        n = ctx.n_requests
+        s = int(ctx.scheduler[0])
+        obs[7 * d:8 * d] = np.clip((ctx.time_s - snap.polled_at_s) / cfg.poll_interval_s, 0.0, 1.0)
+        obs[8 * d:9 * d] = squash(ctx.dispatched[s] * self._inv_e)
+        o = 9 * d
+        inv_n = 1.0 / n
+        obs[o:o + d] = np.count_nonzero(est.feasible, axis=0) * inv_n
+        means = np.stack((est.ttft_s.sum(axis=0), est.tpot_s.sum(axis=0), est.carbon_g.sum(axis=0))) * inv_n
+        obs[o + d:o + 4 * d] = safe_ratio_squash(means, self._scales[:, None]).ravel()
+        obs[o + 4 * d:o + 5 * d] = snap.rtt_s[s] == 0.0
+        obs[o + 5 * d:o + 6 * d] = squash(self._headroom(ctx) / max(n, 1))
 
     def _current_snapshot(self) -> Snapshot | None:
         return self._ctx.snapshot if self._ctx is not None else None

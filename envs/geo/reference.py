@@ -12,8 +12,9 @@ baseline policy itself (:mod:`servegym.baselines.geo`, one model, two drivers) o
   own placements only, so when the agent deviates from the reference the scheduler's next
   requests are planned again from its next one (a plan covers :data:`GREEDY_HORIZON` requests):
   the choice shown is always the one greedy would make for this request given what its
-  scheduler actually dispatched before it. Replanning costs about 0.8 ms of CPU, so an agent
-  that deviates at most steps runs at about 1.1k steps per CPU second (geo_env_speed.md).
+  scheduler actually dispatched before it. Replanning costs a few tens of microseconds of CPU
+  (greedy's tables and decisions are compiled), so an agent that deviates at most steps runs at
+  about 30k steps per CPU second (geo_env_speed.md, 2026-12-06; 2.3k before the compiled form).
 - a window reference (``milp``, ``ilp``, ``iter-ilp``): the requests of one scheduler within the
   poll interval are cut into the simulator's windows (``window_s`` from the window's first
   arrival, at most ``window_max_requests``), and the policy solves each window once, when the

@@ -41,11 +41,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from servegym.envs.geo.sim.estimator_kernels import J_PER_KWH, MAX_DUTY, estimate_into, estimator_params
 from servegym.envs.geo.sim.profile import EngineProfile
 from servegym.envs.geo.sim.provisioner import Snapshot
 
-J_PER_KWH = 3.6e6
-MAX_DUTY = 0.95
+__all__ = ["J_PER_KWH", "MAX_DUTY", "Estimates", "Estimator"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,9 @@ class Estimator:
         self.osl_mean = max(float(osl_mean), 1.0)
         self._m = float(profile.max_num_batched_tokens)
         self._t_full_chunk = float(profile.prefill(self._m, 1, 0.0))
+        #: the coefficients of the compiled form (:mod:`~servegym.envs.geo.sim.estimator_kernels`)
+        self.par = estimator_params(profile, self._t_full_chunk, self.isl_mean, self.osl_mean, self.ttft_slo_s,
+                                    self.tpot_slo_s)
 
     def prefill_time_s(self, tokens: ArrayLike, own_prompt: ArrayLike = 0.0) -> NDArray[np.float64]:
         """``P(N, n)``: chunked prefill time (s) of ``N`` tokens including a prompt of ``n``."""
@@ -122,8 +125,25 @@ class Estimator:
         return snap.engines_per_dc * np.maximum(0.0, slots - b - snap.queued_tokens / self.isl_mean)
 
     def estimate(self, snap: Snapshot, isl: ArrayLike, osl: ArrayLike, origin: ArrayLike) -> Estimates:
-        """Estimates for requests (prompt ``isl``, output estimate ``osl``, scheduler ``origin``)
-        against every DC of ``snap``; arrays of shape (n, D)."""
+        """Estimates for requests (prompt ``isl``, output estimate ``osl``, scheduler ``origin``, each of
+        length n) against every DC of ``snap``; arrays of shape (n, D). Compiled
+        (:func:`~servegym.envs.geo.sim.estimator_kernels.estimate_into`), bit-identical to
+        :meth:`estimate_numpy`."""
+        isl_f = np.asarray(isl, dtype=np.float64)
+        osl_f = np.maximum(np.asarray(osl, dtype=np.float64), 1.0)
+        origin_i = np.asarray(origin, dtype=np.int64)
+        if not (isl_f.ndim == osl_f.ndim == origin_i.ndim == 1 and isl_f.size == osl_f.size == origin_i.size):
+            return self.estimate_numpy(snap, isl, osl, origin)  # broadcasting shapes: the numpy form's rules
+        shape = (isl_f.size, snap.n_dcs)
+        ttft, tpot, energy, carbon = (np.empty(shape) for _ in range(4))
+        feasible, mask = np.empty(shape, dtype=bool), np.empty(shape, dtype=bool)
+        estimate_into(snap.batch, snap.queued_tokens, snap.kv_tokens, snap.prefill_duty, snap.pue, snap.ci_g_per_kwh,
+                      snap.rtt_s, isl_f, osl_f, origin_i, self.par, ttft, tpot, energy, carbon, feasible, mask)
+        return Estimates(ttft, tpot, energy, carbon, feasible, mask)
+
+    def estimate_numpy(self, snap: Snapshot, isl: ArrayLike, osl: ArrayLike, origin: ArrayLike) -> Estimates:
+        """:meth:`estimate` as numpy expressions: the reference formulation (module docstring) the compiled
+        form is tested against."""
         prof = self.profile
         isl_f = np.asarray(isl, dtype=np.float64)[:, None]
         osl_f = np.maximum(np.asarray(osl, dtype=np.float64), 1.0)[:, None]
