@@ -14,8 +14,8 @@ Two parts, both used by tests/conftest.py:
   inside), so two processes can never wait on each other; a process re-entering the lock of a kernel it holds
   (a kernel compiled for a second signature while its first compile types a call) counts up instead of blocking.
 * run as a script (``python tests/_numba_warmup.py LOCK_DIR``), it takes the same locks and drives the
-  production code paths once (a short npu episode, the NeuScale and hindsight baselines, a geo episode), so the
-  kernels compile with the very argument types production passes, in a process of their own that runs while the
+  production code paths once (a short npu episode, the NeuScale and hindsight baselines, short episodes of both
+  geo envs, their residual modes included), so the kernels compile with the very argument types production passes, in a process of their own that runs while the
   workers start on the tests; a worker that needs a kernel first waits for it instead of compiling it again.
 
 Nothing here changes what a test checks: a kernel loaded from the cache is the machine code a compile makes.
