@@ -358,20 +358,20 @@ BUDGETS = tuple(SUITE)
 #: ``full``'s estimated wall seconds of training per seed on one core of the 2-core dev machine (the
 #: validation and test episodes add a few %), from the quick suite's measured training rates (``train_s`` in
 #: benchmarks/results/suite_runs/quick: PPO included, 2 busy cores) and, for the bigger configs, training rates
-#: measured on them (2026-12-06, after issue 27's speed work; PPO / MaskablePPO with default hyperparameters, one
-#: env, 4,096 steps, CPU time, one core busy): GeoRoute-v0 residual 1,480 steps/s on mini, PPO-bound, so ~1,400
-#: on small (env 75 us/step on small vs ~20 on mini, geo_env_speed.md); GeoRouteWindow-v0 residual on small 719
-#: steps per CPU-s (env ~0.74 ms a step, PPO ~0.65 ms), ~650 with the cores busy; pd 514 (absolute) to 754
-#: (residual) steps/s, the same days; npu 24-h episodes 6.0 ms (residual) and 6.4 ms (absolute) of CPU a step,
-#: MaskablePPO's masked per-dimension distributions most of it (the env's own step is 0.35-1 ms, a 24-h
-#: reset 0.4-0.7 s), plus ~40 % for the busy cores. Not measured end to end: no full run has been made.
+#: measured on them (benchmarks/train_step_cost.md, 2026-12-06: PPO / MaskablePPO with SB3's defaults, one env,
+#: CPU time with one core busy): GeoRoute-v0 residual 1,480 steps/s on mini, PPO-bound, so ~1,400 on small (env
+#: 75 us/step on small vs ~20 on mini, geo_env_speed.md); GeoRouteWindow-v0 residual on small 716 steps per CPU-s
+#: (the env 0.59 ms of its 1.40 ms), ~650 with both cores busy; pd 514 (absolute) to 754 (residual) steps/s, the
+#: same days; npu 24-h episodes 5.3 ms (residual) and 6.4 ms (absolute) of CPU a step (the env with sampled
+#: actions and its resets 3.5 and 2.6 ms of it), plus ~40 % for the busy cores. Not measured end to end: no full
+#: run has been made.
 FULL_COST_S_PER_SEED: dict[str, float] = {
     "servegym/GeoRoute-v0": 500_000 / 1_400,
     "servegym/GeoRouteWindow-v0": 300_000 / 650,
     "servegym/PDProvisionResidual-v0": 1_024_000 / 754,
     "servegym/PDProvisionFront-v0": 1_024_000 / 739,
     "servegym/PDProvision-v0": 1_024_000 / 514,
-    "servegym/NPUAutoscaleResidual-v0": 102_400 * 0.0060 * 1.4,
+    "servegym/NPUAutoscaleResidual-v0": 102_400 * 0.0053 * 1.4,
     "servegym/NPUAutoscale-v0": 102_400 * 0.0064 * 1.4,
 }
 
