@@ -32,6 +32,7 @@ from importlib import resources
 
 import numpy as np
 import pandas as pd
+from servegym.envs.npu.sim.inverse_cdf import sample_tokens, start_table
 from servegym.envs.workload import Requests
 
 from servegym.errors import check_range, choice_error
@@ -71,6 +72,16 @@ def _cdfs() -> dict[tuple[str, str], np.ndarray]:
     df = _read("lengths_cdf.csv.gz")
     return {(t, k): df[(df.trace == t) & (df.kind == k)][["tokens", "cdf"]].to_numpy(float)
             for t in TRACES for k in ("input", "output")}
+
+
+@lru_cache(maxsize=1)
+def _inverse_tables() -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per CDF: its probabilities and tokens as contiguous columns and their slice table (inverse_cdf)."""
+    out = {}
+    for key, c in _cdfs().items():
+        xp, fp = np.ascontiguousarray(c[:, 1]), np.ascontiguousarray(c[:, 0])
+        out[key] = (xp, fp, start_table(xp))
+    return out
 
 
 def _check_trace(trace: str) -> str:
@@ -117,13 +128,9 @@ def sample_lengths(trace: str, n: int, rng: np.random.Generator) -> tuple[np.nda
     """(input, output) tokens of ``n`` requests (module docstring, "Lengths"); independent draws."""
     out = []
     for kind, cap in zip(("input", "output"), TABLE4_MAX.get(_check_trace(trace), (None, None)), strict=True):
-        c = _cdfs()[(trace, kind)]
-        u = rng.uniform(0.0, 1.0, n)
-        tok = np.interp(u, c[:, 1], c[:, 0], left=1.0)
-        tok = np.maximum(np.rint(tok), 1.0)
-        if cap is not None:
-            tok = np.minimum(tok, cap)
-        out.append(tok.astype(np.int64))
+        xp, fp, start = _inverse_tables()[(trace, kind)]
+        # np.minimum(np.maximum(np.rint(np.interp(u, xp, fp, left=1.0)), 1.0), cap) as int64, in one compiled pass
+        out.append(sample_tokens(rng.uniform(0.0, 1.0, n), xp, fp, start, -1.0 if cap is None else float(cap)))
     return out[0], out[1]
 
 
