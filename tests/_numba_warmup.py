@@ -117,6 +117,10 @@ def warm_up() -> None:
                            "rate_rpm": 600.0, "split": None})
     npu.run_baseline("neuscale", 0)
 
+    from servegym.envs.npu.sim.azure2024 import sample_lengths
+
+    sample_lengths("coding", 64, np.random.default_rng(0))  # the 2024 trace's inverse-CDF kernels (train split)
+
     from servegym.baselines.npu_hindsight import count_plan
 
     count_plan(np.array([0, 2, 3, 0, 0, 1, 2], dtype=np.int64), 1)
