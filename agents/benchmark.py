@@ -360,10 +360,10 @@ BUDGETS = tuple(SUITE)
 #: benchmarks/results/suite_runs/quick: PPO included, 2 busy cores) and, for the bigger configs, training rates
 #: measured on them (benchmarks/train_step_cost.md, 2026-12-06: PPO / MaskablePPO with SB3's defaults, one env,
 #: CPU time with one core busy): GeoRoute-v0 residual 1,480 steps/s on mini, PPO-bound, so ~1,400 on small (env
-#: 75 us/step on small vs ~20 on mini, geo_env_speed.md); GeoRouteWindow-v0 residual on small 716 steps per CPU-s
-#: (the env 0.59 ms of its 1.40 ms), ~650 with both cores busy; pd 514 (absolute) to 754 (residual) steps/s, the
-#: same days; npu 24-h episodes 5.3 ms (residual) and 6.4 ms (absolute) of CPU a step (the env with sampled
-#: actions and its resets 3.5 and 2.6 ms of it), plus ~40 % for the busy cores. Not measured end to end: no full
+#: 75 us/step on small vs ~20 on mini, geo_env_speed.md); GeoRouteWindow-v0 residual on small 745 steps per CPU-s
+#: (the env 0.59 ms of its 1.34 ms), ~650 with both cores busy; pd 514 (absolute) to 754 (residual) steps/s, the
+#: same days; npu 24-h episodes 4.8 ms (residual) and 5.9 ms (absolute) of CPU a step (the env with sampled
+#: actions and its resets 2.8 and 2.0 ms of it), plus ~40 % for the busy cores. Not measured end to end: no full
 #: run has been made.
 FULL_COST_S_PER_SEED: dict[str, float] = {
     "servegym/GeoRoute-v0": 500_000 / 1_400,
@@ -371,8 +371,8 @@ FULL_COST_S_PER_SEED: dict[str, float] = {
     "servegym/PDProvisionResidual-v0": 1_024_000 / 754,
     "servegym/PDProvisionFront-v0": 1_024_000 / 739,
     "servegym/PDProvision-v0": 1_024_000 / 514,
-    "servegym/NPUAutoscaleResidual-v0": 102_400 * 0.0053 * 1.4,
-    "servegym/NPUAutoscale-v0": 102_400 * 0.0064 * 1.4,
+    "servegym/NPUAutoscaleResidual-v0": 102_400 * 0.0048 * 1.4,
+    "servegym/NPUAutoscale-v0": 102_400 * 0.0059 * 1.4,
 }
 
 
