@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from servegym.envs.npu.sim.pairwise_sums import pairwise_sum, peak_ratio, range_rates, row_sums
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from servegym.envs.npu.sim.pairwise_sums import gathered_dot, pairwise_sum, peak_ratio, range_rates, row_sums
 
 
 def _values(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -81,3 +83,15 @@ def test_row_sums_is_numpys_sum_over_the_last_axis() -> None:
     for n in (1, 7, 8, 9, 48, 128, 129, 300):
         x = rng.standard_normal((2, 5, n)) * 10.0 ** rng.uniform(-6, 6, (2, 5, n))
         assert np.array_equal(row_sums(x.reshape(10, n)), x.sum(axis=2).ravel())
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 7, 129, 8_193, 300_001]))
+def test_gathered_dot_is_numpys_sum_of_products(seed: int, n: int) -> None:
+    # the reward's oracle scale: integer tokens times their bucket's per-token figure, summed as numpy sums
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(1, 200_000, n)
+    per = rng.random(48) * 10.0 ** rng.uniform(-9, -3, 48)
+    idx = rng.integers(0, 48, n).astype(np.int16)
+    idx.setflags(write=False)  # as the profile's bucket columns are
+    assert gathered_dot(counts, per, idx) == float((counts * per[idx]).sum())

@@ -26,6 +26,7 @@ from servegym.envs.npu.sim.cluster import (
     ScalingDecision,
 )
 from servegym.envs.npu.sim.fluid import make_cluster
+from servegym.envs.npu.sim.pairwise_sums import gathered_dot
 from servegym.envs.npu.sim.workloads import NPUWorkload
 
 from servegym.errors import (
@@ -121,7 +122,7 @@ class RewardsMixin:
             # the oracle's per-token cost: the scoring model's best fits (as ideal_metrics)
             per = np.array([getattr(sim.ideal_fit[(ph, int(s))], key) if (ph, int(s)) in sim.ideal_fit else 0.0
                             for s in self.edges])
-            tot += float((tok * per[bk]).sum())
+            tot += gathered_dot(tok, per, bk)  # float((tok * per[bk]).sum()), numpy's order, in one pass
         n_epochs = max(self.workload.duration_s / self.cluster_config.epoch_s, 1.0)
         return max(tot / n_epochs, 1e-12)
 
