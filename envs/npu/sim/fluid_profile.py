@@ -79,7 +79,17 @@ def length_bucket(edges: NDArray[np.int64], x: NDArray[np.int64]) -> NDArray[np.
         top = int(edges[-1]) // q
         hit = _LUTS[key] = (q, np.searchsorted(np.asarray(edges) // q, np.arange(top + 1), side="left"))
     q, lut = hit
-    return lut[(np.minimum(x, int(edges[-1])) + (q - 1)) // q]
+    return _lut_lookup(x, lut, int(edges[-1]), q)  # lut[(np.minimum(x, edges[-1]) + (q - 1)) // q], one pass
+
+
+@fk.njit(cache=True)
+def _lut_lookup(x, lut, top, q):  # pragma: no cover - compiled
+    """``lut[(np.minimum(x, top) + (q - 1)) // q]`` for integer ``x`` >= 0 (exact integer arithmetic), without the
+    temporaries of millions of values."""
+    out = np.empty(x.size, dtype=lut.dtype)
+    for i in range(x.size):
+        out[i] = lut[(min(x[i], top) + (q - 1)) // q]
+    return out
 
 
 def _sums(kb: NDArray[np.int64], bk_p: NDArray[np.int64], bk_d: NDArray[np.int64], isl: NDArray[np.int64],
