@@ -8,8 +8,8 @@ profiles :mod:`~servegym.envs.npu.sim.fluid_profile` keeps), so a new set of act
 contractions with its routing matrix instead of the whole (48 x 48 x 48) arithmetic again (about 4 ms a miss, a
 few times per 24-h episode in the residual mode). The values are the same arrays, so the split is the same bit for
 bit. The five contractions run in one compiled pass (:func:`contractions`) over the routing matrix's nonzero
-entries only, in ``np.einsum``'s summation order (about 1.5 ms -> 0.1 ms a miss; a 4-h residual episode of the
-default scenario misses about four times, some 10 % of its step time before). Shares are fractions
+entries only, in ``np.einsum``'s summation order (about 0.8 -> 0.13 ms a miss, profiled; a 4-h residual episode
+of the default scenario misses about four times, some 5 % of its step time before). Shares are fractions
 (dimensionless).
 """
 
