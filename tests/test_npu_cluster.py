@@ -15,6 +15,7 @@ from servegym.envs.npu.sim.cluster import (
     NPUCluster,
     ScalingDecision,
 )
+from servegym.envs.npu.sim.config import NB
 from servegym.envs.npu.sim.workloads import NPUWorkload, make_workload
 from servegym.envs.workload import Requests
 
@@ -125,7 +126,7 @@ def test_observed_counts_are_the_alive_vpods_in_index_order(cfg: ClusterConfig, 
         want: dict = {}
         for i in np.flatnonzero(sim.v_gone == np.inf):
             g, cid = int(sim.v_group[i]), int(sim.v_cfg[i])
-            key = (("prefill", "decode")[g // 48], int(sim.edges[g % 48]))
+            key = (("prefill", "decode")[g // NB], int(sim.edges[g % NB]))
             want.setdefault(key, {})
             want[key][cid] = want[key].get(cid, 0) + 1
         got = sim.observe().counts
