@@ -117,9 +117,10 @@ def warm_up() -> None:
                            "rate_rpm": 600.0, "split": None})
     npu.run_baseline("neuscale", 0)
 
-    from servegym.envs.npu.sim.azure2024 import sample_lengths
+    from servegym.envs.npu.sim.azure2024 import arrivals, sample_lengths
 
-    sample_lengths("coding", 64, np.random.default_rng(0))  # the 2024 trace's inverse-CDF kernels (train split)
+    sample_lengths("coding", 64, np.random.default_rng(0))  # the 2024 trace's sampling kernels (train split)
+    arrivals("coding", 3, 0.05, 100.0, np.random.default_rng(0))
 
     from servegym.baselines.npu_hindsight import count_plan
 

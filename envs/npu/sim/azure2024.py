@@ -32,7 +32,7 @@ from importlib import resources
 
 import numpy as np
 import pandas as pd
-from servegym.envs.npu.sim.inverse_cdf import sample_tokens, start_table
+from servegym.envs.npu.sim.trace_sampling import minute_arrivals, sample_tokens, start_table
 from servegym.envs.workload import Requests
 
 from servegym.errors import check_range, choice_error
@@ -76,7 +76,7 @@ def _cdfs() -> dict[tuple[str, str], np.ndarray]:
 
 @lru_cache(maxsize=1)
 def _inverse_tables() -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per CDF: its probabilities and tokens as contiguous columns and their slice table (inverse_cdf)."""
+    """Per CDF: its probabilities and tokens as contiguous columns and their slice table (trace_sampling)."""
     out = {}
     for key, c in _cdfs().items():
         xp, fp = np.ascontiguousarray(c[:, 1]), np.ascontiguousarray(c[:, 0])
@@ -119,9 +119,8 @@ def arrivals(trace: str, day: int, hours: float, rate_rpm: float, rng: np.random
     lo, hi = minute_band(trace, m)
     rpm = rng.uniform(lo, hi) * (rate_rpm / week_mean_rpm(trace))
     counts = rng.poisson(rpm)
-    t = (np.repeat(np.arange(n_min, dtype=float), counts) + rng.uniform(0.0, 1.0, int(counts.sum()))) * 60.0
-    t.sort()
-    return t[t < hours * 3600.0]
+    # (np.repeat(minutes, counts) + uniform) * 60, sorted, below the horizon: one compiled pass (minute_arrivals)
+    return minute_arrivals(counts, rng.uniform(0.0, 1.0, int(counts.sum())), hours * 3600.0)
 
 
 def sample_lengths(trace: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

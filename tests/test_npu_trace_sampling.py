@@ -1,6 +1,7 @@
-"""The npu workloads' inverse-CDF sampling (envs/npu/sim/inverse_cdf.py) gives np.interp's values bit for bit: on the
-shipped Azure 2024 length CDFs and on random CDFs with plateaus (repeated probabilities), for uniform draws, draws
-at and just below every point, below the first point, and values numpy treats specially (1, above, NaN)."""
+"""The npu workloads' trace sampling (envs/npu/sim/trace_sampling.py) gives numpy's values bit for bit: the
+inverse-CDF lengths np.interp's, on the shipped Azure 2024 length CDFs and on random CDFs with plateaus (repeated
+probabilities), for uniform draws, draws at and just below every point, below the first point, and values numpy
+treats specially (1, above, NaN); the arrival times those of numpy's repeat, add, sort and cut."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from servegym.envs.npu.sim import azure2024
-from servegym.envs.npu.sim.inverse_cdf import interp_unit, sample_tokens, start_table
+from servegym.envs.npu.sim.trace_sampling import interp_unit, minute_arrivals, sample_tokens, start_table
 
 
 def _draws(xp: np.ndarray, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -59,3 +60,23 @@ def test_sampled_tokens_are_the_numpy_composition(seed: int, cap: float | None) 
     # a half-way value rounds to even, as np.rint does
     xp2, fp2 = np.array([0.0, 1.0]), np.array([1.0, 4.0])  # u = 0.5 -> 2.5 tokens -> 2
     assert sample_tokens(np.array([0.5, 0.25, 0.0]), xp2, fp2, start_table(xp2), -1.0).tolist() == [2, 2, 1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 120), st.floats(0.0, 1.1))
+def test_minute_arrivals_are_numpys_sorted_times(seed: int, minutes: int, cut: float) -> None:
+    # the fused times, sorted and cut at the horizon, are numpy's: draws at 0 and just below 1 included (a time that
+    # rounds onto the next minute's start), empty minutes, and a horizon inside a minute, on a time, or past the end
+    rng = np.random.default_rng(seed)
+    counts = rng.poisson(rng.uniform(0.0, 40.0), minutes) * (rng.random(minutes) < 0.8)
+    u = rng.uniform(0.0, 1.0, int(counts.sum()))
+    if u.size:
+        u[rng.integers(0, u.size, max(u.size // 10, 1))] = rng.choice([0.0, np.nextafter(1.0, 0.0)])
+    t = (np.repeat(np.arange(minutes, dtype=float), counts) + u) * 60.0
+    t.sort()
+    horizon = cut * minutes * 60.0
+    if t.size and rng.random() < 0.3:
+        horizon = float(t[rng.integers(0, t.size)])
+    want = t[t < horizon]
+    got = minute_arrivals(counts, u, horizon)
+    assert got.tobytes() == want.tobytes()

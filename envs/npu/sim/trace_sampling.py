@@ -1,15 +1,18 @@
-"""Inverse-CDF sampling of request lengths for the npu workloads (:mod:`~servegym.envs.npu.sim.azure2024`): the
-values of ``np.interp(u, cdf, tokens, left=...)`` for millions of uniform draws ``u``, bit for bit, faster.
+"""Sampling of the npu workloads' request streams from the Azure 2024 trace (:mod:`~servegym.envs.npu.sim.azure2024`),
+compiled, with numpy's values bit for bit: the arrival times of each minute's requests, sorted (:func:`minute_arrivals`),
+and the request lengths by inverse-CDF lookup (:func:`interp_unit`, :func:`sample_tokens`). A 24-h day holds 2.6 M
+requests, so each numpy step over it (a temporary array, a sort, a binary search per draw) costs tens of ms of a
+training reset.
 
-``np.interp`` finds each draw's interval by a binary search over the CDF's few hundred points (about 34 ns a
-draw, 0.18 of a 24-h train-split reset's 0.43 CPU-s for two length columns of 2.6 M requests). Here the interval
-comes from a table of :data:`BUCKETS` equal slices of [0, 1): a draw ``v`` starts at the last point at or below its
-slice's start ``floor(v K) / K`` (exact: K is a power of two, so ``v K`` is) and steps forward over the few points
-between, which ends at numpy's own index, the largest ``j`` with ``cdf[j] <= v``. The value is then numpy's
-arithmetic as written in ``arr_interp`` (numpy/_core/src/multiarray/compiled_base.c): the slope
-``(fp[j+1] - fp[j]) / (xp[j+1] - xp[j])``, ``slope * (v - xp[j]) + fp[j]``, ``fp[j]`` where ``v`` is a point or the
-last one, its two NaN fallbacks, ``left`` below the first point and ``fp[-1]`` above the last (tested equal to
-``np.interp`` bit for bit: tests/test_npu_inverse_cdf.py). Probabilities are fractions, lengths tokens.
+Lengths: ``np.interp`` finds each draw's interval by a binary search over the CDF's few hundred points (about 34 ns
+a draw, 0.18 of a 24-h train-split reset's 0.43 CPU-s for two length columns). Here the interval comes from a table
+of :data:`BUCKETS` equal slices of [0, 1): a draw ``v`` starts at the last point at or below its slice's start
+``floor(v K) / K`` (exact: K is a power of two, so ``v K`` is) and steps forward over the few points between, which
+ends at numpy's own index, the largest ``j`` with ``cdf[j] <= v``. The value is then numpy's arithmetic as written
+in ``arr_interp`` (numpy/_core/src/multiarray/compiled_base.c): the slope ``(fp[j+1] - fp[j]) / (xp[j+1] - xp[j])``,
+``slope * (v - xp[j]) + fp[j]``, ``fp[j]`` where ``v`` is a point or the last one, its two NaN fallbacks, ``left``
+below the first point and ``fp[-1]`` above the last (tested equal to ``np.interp`` bit for bit:
+tests/test_npu_trace_sampling.py). Probabilities are fractions, lengths tokens, times seconds.
 """
 
 from __future__ import annotations
@@ -82,3 +85,25 @@ def sample_tokens(u, xp, fp, start, cap):  # pragma: no cover - compiled
             x = min(x, cap)
         out[i] = np.int64(x)
     return out
+
+
+@njit(cache=True)
+def minute_times(counts, u):  # pragma: no cover - compiled
+    """``(np.repeat(np.arange(M, dtype=float), counts) + u) * 60``: each of minute m's ``counts[m]`` requests at
+    ``(m + u) * 60`` s for its uniform draw ``u``, in the draws' order, without the two temporaries."""
+    t = np.empty(u.size)
+    k = 0
+    for m in range(counts.size):
+        for j in range(k, k + counts[m]):
+            t[j] = (float(m) + u[j]) * 60.0
+        k += counts[m]
+    return t
+
+
+def minute_arrivals(counts: NDArray[np.int64], u: NDArray[np.float64], horizon_s: float) -> NDArray[np.float64]:
+    """Arrival times (s), sorted, below ``horizon_s``: numpy's ``t = (np.repeat(np.arange(M, dtype=float), counts) +
+    u) * 60; t.sort(); t[t < horizon_s]`` (:func:`minute_times`, numpy's own sort; the times below the horizon are a
+    prefix of the sorted array, a view of it)."""
+    t = minute_times(counts, u)
+    t.sort()
+    return t[:int(np.searchsorted(t, horizon_s, side="left"))]
