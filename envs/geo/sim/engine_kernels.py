@@ -96,12 +96,19 @@ def _t_pre(par, n, b, ss):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _t_dec(par, b, k):  # pragma: no cover - compiled
+def decode_time_s(al0, al1, al2, be0, be1, be2, b, k):  # pragma: no cover - compiled
+    """``t_dec(B, K)`` (DecodeTimeModel.__call__) of a batch of ``b`` requests holding ``k`` cached tokens, s: the
+    decode model's one compiled form, which the engine and the estimator's kernels share."""
     ell = k / max(b, 1.0)
-    a0 = par[P_AL0] + par[P_BE0] * ell
-    a1 = par[P_AL1] + par[P_BE1] * ell
-    a2 = par[P_AL2] + par[P_BE2] * ell
+    a0 = al0 + be0 * ell
+    a1 = al1 + be1 * ell
+    a2 = al2 + be2 * ell
     return a0 + (a1 + a2 * b) * b
+
+
+@njit(cache=True)
+def _t_dec(par, b, k):  # pragma: no cover - compiled
+    return decode_time_s(par[P_AL0], par[P_AL1], par[P_AL2], par[P_BE0], par[P_BE1], par[P_BE2], b, k)
 
 
 @njit(cache=True)

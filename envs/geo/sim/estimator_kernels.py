@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import NDArray
-from servegym.envs.geo.sim.engine_kernels import njit  # numba's, or a pure-Python stand-in without numba
+from servegym.envs.geo.sim.engine_kernels import decode_time_s, njit  # numba's njit, or a stand-in
 
 J_PER_KWH = 3.6e6
 MAX_DUTY = 0.95
@@ -85,12 +85,8 @@ def chunked_prefill_s(n: float, own: float, par: NDArray[np.float64]) -> float:
 
 @njit(cache=True)
 def decode_step_s(b: float, kv: float, par: NDArray[np.float64]) -> float:
-    """``t_dec(B, K)`` (DecodeTimeModel.__call__)."""
-    ell = kv / max(b, 1.0)
-    a0 = par[P_AL0] + par[P_BE0] * ell
-    a1 = par[P_AL1] + par[P_BE1] * ell
-    a2 = par[P_AL2] + par[P_BE2] * ell
-    return a0 + (a1 + a2 * b) * b
+    """``t_dec(B, K)`` (DecodeTimeModel.__call__; the engine's compiled form, :func:`decode_time_s`)."""
+    return decode_time_s(par[P_AL0], par[P_AL1], par[P_AL2], par[P_BE0], par[P_BE1], par[P_BE2], b, kv)
 
 
 @njit(cache=True)
