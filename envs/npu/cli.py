@@ -1,4 +1,4 @@
-"""``servegym npu dse``, ``servegym npu catalog`` and ``servegym npu compare``: the parsers; each handler passes
+"""``servegym npu dse``, ``catalog``, ``compare`` and ``validate``: the parsers; each handler passes
 the parsed options to a report in :mod:`servegym.envs.npu.reports`, imported lazily."""
 
 from __future__ import annotations
@@ -28,6 +28,17 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--json", action="store_true", help="print JSON instead of tables")
     c.set_defaults(func=_cmd_catalog)
     _add_compare(sub)
+    v = sub.add_parser("validate", help="the model against the paper's own validation points (Figures 16, 20, 25, "
+                                        "28), each with the published value, ours, the rule and whether it holds")
+    v.add_argument("--json", action="store_true", help="print a JSON list of points")
+    v.add_argument("--quick", action="store_true",
+                   help="fewer rates and shorter runs (a smoke run, about a CPU-minute; not the reported figures)")
+    v.add_argument("--hours", type=float, default=None,
+                   help="length of the focal scenario's runs, h (default 24, with --quick 1)")
+    v.add_argument("--fidelity", default="request", choices=("request", "fluid"),
+                   help="simulator of the focal scenario's runs (default %(default)s; the sweeps are request-level)")
+    v.add_argument("--seed", type=int, default=0, help="workload and routing seed (default %(default)s)")
+    v.set_defaults(func=_cmd_validate)
     npu.set_defaults(func=lambda args: (npu.print_help(), 2)[1])
 
 
@@ -35,6 +46,13 @@ def _cmd_dse(args: argparse.Namespace) -> int:
     from servegym.envs.npu.reports.dse import dse_report
 
     return dse_report(args.model, args.phase, args.objective, args.slo_factor, args.fallbacks, args.json, args.plot)
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from servegym.envs.npu.reports.validate import validate_report
+
+    return validate_report(quick=args.quick, hours=args.hours, seed=args.seed, fidelity=args.fidelity,
+                           as_json=args.json)
 
 
 def _cmd_catalog(args: argparse.Namespace) -> int:
