@@ -78,9 +78,32 @@ def test_energy_limits_match_table2() -> None:
     # compute energy dominates a compute-bound prefill; HBM traffic (weights, activations) adds < 20%
     assert flops / 3.5e12 < c.energy_j < 1.2 * flops / 3.5e12
     c_static = step_cost(m, vp, "prefill", 4096, 1)
+    # chip power counted once: the idle floor (0.35 of the 262 W whole-chip power) over the period, and 0.35 less
+    # compute energy per FLOP (the floor is part of Table 2's TFLOP/J, not added on top of it)
+    # E(f) = E(0) + f x (whole power x period - compute energy): linear in the floor's fraction f
     added = c_static.energy_j - c.energy_j
-    assert added == pytest.approx(0.35 * 918 / 3.5 * c.period_s, rel=1e-9)
+    c_07 = step_cost(m, vp, "prefill", 4096, 1, RooflineParams(static_power_frac=0.7))
+    assert c_07.energy_j - c.energy_j == pytest.approx(2.0 * added, rel=1e-9)
+    compute_j = 918 / 3.5 * c.period_s - added / 0.35
+    assert flops / 3.5e12 <= compute_j < 1.2 * flops / 3.5e12
+    assert c_static.energy_j < c.energy_j + 0.35 * 918 / 3.5 * c.period_s  # the floor is not added on top
     assert c_static.usd == pytest.approx(2.70 / 3600 * c.period_s)
+
+
+@pytest.mark.parametrize("version", ["NPU-A", "NPU-B", "NPU-C", "NPU-D"])
+def test_chip_at_peak_compute_draws_table2_power_once(version: str) -> None:
+    """Table 2's TFLOPS / (TFLOP/J) is the whole chip's power at peak compute: the idle floor plus the compute's
+    energy above it at the peak rate add up to exactly that, for every version and floor."""
+    from servegym.envs.npu.sim.roofline import space_for
+
+    for frac in (0.0, 0.35, 0.6):
+        p = RooflineParams(static_power_frac=frac, eta_compute=1.0)
+        a = space_for(model("Llama-3-8B"), [VPod(version, (1, 1) if version in ("NPU-B", "NPU-D") else (1, 1, 1),
+                                                 1, 1)], p).arrays
+        spec = CHIPS[version]
+        at_peak_w = a["static_w"][0] + a["j_per_flop"][0] * a["flops_peak"][0]
+        assert at_peak_w == pytest.approx(spec.tflops / spec.tflop_per_j, rel=1e-12)
+        assert a["static_w"][0] == pytest.approx(frac * spec.tflops / spec.tflop_per_j, rel=1e-12)
 
 
 def test_memory_feasibility_rejects_small_pods_and_accepts_larger() -> None:

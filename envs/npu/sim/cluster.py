@@ -40,9 +40,10 @@ Model
     (active jobs / ready vPods, load balanced). Effective TPOT = (waits + decode time) / output tokens.
   - The decode pool sees a request at its arrival time rather than after its prefill (the two pools
     are scaled independently, §5.1; prefill takes well under one sub-step for most requests).
-  - Energy: ready vPods draw roofline step power (energy / period) while busy and static power
-    (``static_power_frac`` x peak-compute power per chip) while idle; vPods being created, started,
-    loaded or deleted draw static power. Cost: chips x USD/chip-hour for every second a vPod holds
+  - Energy: ready vPods draw roofline step power (energy / period: the chips' idle floor plus the compute, HBM
+    and ICI energy above it, :mod:`~servegym.envs.npu.sim.roofline`) while busy and the idle floor
+    (``static_power_frac`` x Table 2's whole-chip power at peak compute) while idle; vPods being created, started,
+    loaded or deleted draw the idle floor (their chips are powered and reserved); chips in no vPod draw nothing. Cost: chips x USD/chip-hour for every second a vPod holds
     its chips (creation to the end of deletion).
 * **SLO (§2.4).** Per request: TTFT ≤ the DSE SLO of its input-length bucket and effective TPOT ≤ the
   decode SLO of its total-length bucket. Requests unfinished at the end count as violations only once

@@ -62,9 +62,13 @@ sum(t_i) + (pp - 1) max(t_i) and the stages are busy sum(t_i) (``period_s``, the
 back-to-back batches). Decode splits the b requests into min(b, pp) micro-batches and emits one
 token per request every pp stage times (TPOT = period), so with b < pp the idle stages are bubbles.
 
-Energy per step = FLOPs / (TFLOP/J) + HBM bytes / (GB/J) + ICI bytes x ``ici_pj_per_bit`` + static
-power x chips x period, with static power = ``static_power_frac`` x the chip's peak-compute power
-(TFLOPS / TFLOP/J). Cost per step = chips x USD/chip-hour x period.
+Energy per step = idle floor x chips x period + FLOPs x (1 - ``static_power_frac``) / (TFLOP/J) + HBM bytes /
+(GB/J) + ICI bytes x ``ici_pj_per_bit``. Chip power is counted once: Table 2's TFLOPS / (TFLOP/J) is a chip's
+*whole* power at peak compute (e.g. 918 / 3.50 = 262 W for NPU-D), of which the idle floor (``static_power_frac``
+x that power) is drawn whenever the chip is held and the rest, (1 - f) / (TFLOP/J) per FLOP, by the compute, so
+a chip computing at peak draws exactly Table 2's power (power = idle + (peak - idle) x utilization). Table 2's
+HBM GB/J (e.g. 1200 / 11.06 = 108 W for NPU-A at full bandwidth, below the chip's 90 W floor plus compute) and
+the ICI energy are the memory's and links' own energies, added. Cost per step = chips x USD/chip-hour x period.
 
 Memory feasibility per chip: weights of one stage / TP + KV cache of all b requests for the stage's
 layers (as sharded) + one chunk's activations ≤ ``hbm_usable_frac`` x HBM.
@@ -78,9 +82,11 @@ Coefficients (``RooflineParams`` defaults) and where they come from (PROVENANCE)
   same file (bytes = weights + activations) against 1640 GB/s. ``tests/test_npu_roofline.py``
   recomputes both from the file.
 * ``hbm_usable_frac = 0.9``: vLLM's default ``gpu_memory_utilization``.
-* ``static_power_frac = 0.35``: TPU v4 measured minimum power 90 W (``data/npu/tpu_prices.md`` §2)
-  over its peak-compute power 275 / 1.07 = 257 W (Table 2); the paper's per-component power model
-  is not public, so the same fraction is used for all versions.
+* ``static_power_frac = 0.35``: the idle floor, TPU v4's measured minimum power 90 W (Google Cloud's TPU v4
+  page, "measured min/mean/max power 90/170/192 W"; ``data/npu/tpu_prices.md`` §2) over its whole power at peak
+  compute 275 / 1.07 = 257 W (Table 2). No other version's floor is published (v5e, v5p and v6e list no power):
+  the same fraction is ASSUMED for NPU-B/C/D. A chip in no vPod draws nothing; a held chip draws at least the
+  floor, whether its vPod is booting, loading weights, idle or serving (the chips are powered and reserved).
 * ``ici_step_latency_s`` (ring collectives, the default ``collectives = "ring"``): FITTED -- the one coefficient
   fitted to a measurement: PaLM 540B decode on 64 TPU v4 chips (NPU-A 4x4x4, TP 64), batch 64, int8 weights,
   2,048-token context, takes 28.1 ms per step (Pope et al. 2022, Table 2: 14 % MFU; the abstract's "29ms per
@@ -361,7 +367,9 @@ def _build_space(model: ModelSpec, params: RooflineParams, vpods: tuple[VPod, ..
     a["tp_links"], a["tp_hops"], a["a2a_hops"] = g[:, 0], g[:, 1], g[:, 2]
     a["flops_peak"] = f("tflops") * 1e12 * params.eta_compute
     a["bw"] = f("hbm_gbps") * 1e9 * params.eta_memory
-    a["j_per_flop"] = 1.0 / (f("tflop_per_j") * 1e12)
+    # the compute's energy above the idle floor: the floor is charged per held chip-second (static_w), so a chip at
+    # peak compute draws exactly Table 2's TFLOPS / (TFLOP/J), never the floor twice
+    a["j_per_flop"] = (1.0 - params.static_power_frac) / (f("tflop_per_j") * 1e12)
     a["j_per_byte"] = 1.0 / (f("hbm_gb_per_j") * 1e9)
     a["link_bw"] = f("ici_gbps_per_link") * 1e9 * params.eta_ici
     a["hbm_cap"] = f("hbm_gb") * 1e9 * params.hbm_usable_frac
