@@ -114,6 +114,12 @@ Coefficients (``RooflineParams`` defaults) and where they come from (PROVENANCE)
   ring-collective efficiency, electrical SerDes energy, vLLM-style chunked prefill), not paper numbers;
   eta_ici enters the fit of the per-step latency.
 * ``weight_bytes = 2``: bf16 weights (paper §5.1); 1 reproduces Pope et al.'s int8 point.
+
+The serving layer above the kernels: ``serving_prefill`` / ``serving_decode`` (default 1, the kernel roofline alone)
+are the share of the kernels' speed a serving engine achieves end to end; a step's latency and period are the
+kernels' divided by it, its FLOP, HBM and ICI energy stay, and the chips draw their idle floor over the longer period.
+The cluster simulator sets them from ``ClusterConfig.serving_efficiency``, fitted to the paper's prototype (Figure 16;
+:data:`servegym.envs.npu.sim.config.SERVING_EFFICIENCY`); the kernel checks above run at 1.
 """
 
 from __future__ import annotations
@@ -173,6 +179,8 @@ class RooflineParams:
     weight_bytes: float = 2.0
     collectives: str = "ring"
     kv_layouts: bool = False
+    serving_prefill: float = 1.0
+    serving_decode: float = 1.0
 
     def __post_init__(self) -> None:
         check_choice("collectives", self.collectives, COLLECTIVE_MODELS)
@@ -187,6 +195,8 @@ class RooflineParams:
         check_range("step_overhead_s", self.step_overhead_s, 0.0, 10.0)
         check_range("kv_read_factor", self.kv_read_factor, 1.0, 100.0)
         check_range("weight_bytes", self.weight_bytes, 0.5, 4.0)
+        for name in ("serving_prefill", "serving_decode"):
+            check_range(name, getattr(self, name), 0.0, 1.0, low_inclusive=False)
 
     @classmethod
     def selection(cls, **overrides: object) -> RooflineParams:
@@ -657,6 +667,11 @@ def evaluate(space: AllocationSpace, phase: str, seq_len: float, batches: np.nda
         dyn = groups * e_s
         tokens = b * np.ones_like(latency)
         live_tokens, kv_resident = S, b * (L + 1.0)
+    # the serving layer above the kernels: the engine runs a step in 1 / eta of the kernels' time (its host work,
+    # padding and scheduling); the chips sit at their idle floor for the difference, the work's energy is the same
+    eta = p.serving_prefill if phase == "prefill" else p.serving_decode
+    if eta != 1.0:
+        latency, period = latency / eta, period / eta
     energy = dyn + a["static_w"] * chips * period
     usd = a["usd_per_s"] * chips * period
     mem = a["w_cap_bytes"] + kv_resident * lps * kv_chip + live_tokens * a["act_ws_tok"]

@@ -55,7 +55,8 @@ class ConfigCatalog:
     def key_of(c: ClusterConfig) -> tuple:
         pv = c.phase_versions or {}
         return (c.model, c.objective, float(c.slo_factor), tuple(c.versions), int(c.n_candidates),
-                tuple((ph, tuple(pv[ph])) for ph in PHASES if ph in pv), c.step_models, c.fit_at)
+                tuple((ph, tuple(pv[ph])) for ph in PHASES if ph in pv), c.step_models, c.fit_at,
+                float(c.serving_efficiency))
 
     def __init__(self, config: ClusterConfig, table: BestFitTable | None = None,
                  scoring_table: BestFitTable | None = None) -> None:
