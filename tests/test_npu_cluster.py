@@ -198,6 +198,36 @@ def test_busy_energy_matches_roofline(cfg: ClusterConfig, cat: ConfigCatalog) ->
     assert sim.summary()["slo_violation_pct"] == 0.0
 
 
+@pytest.mark.parametrize("fidelity", ["request", "fluid"])
+def test_decode_batch_is_the_time_averaged_jobs_in_service(cfg: ClusterConfig, cat: ConfigCatalog,
+                                                           fidelity: str) -> None:
+    """Little's law: with Poisson arrivals and short decode jobs (about half a second each, well under a 5-s
+    sub-step), the jobs in service average L = rate x decode time. Each sub-step runs at its time-averaged jobs in
+    service, so the batch the tokens are made at (token-weighted) lies between L (no fluctuation) and L + 1 (the
+    instantaneous Poisson count's E[n^2] / E[n]; the sub-step's average smooths most of it). Counting every job
+    present in a sub-step as concurrent gave about rate x (5 s + decode time) + 1 instead, about 7x L here."""
+    from servegym.envs.npu.sim.fluid import make_cluster
+
+    rate, n_out, T = 3.0, 8, 1800.0
+    rng = np.random.default_rng(0)
+    arr = np.sort(rng.uniform(0.0, T, rng.poisson(rate * T)))
+    n = arr.size
+    wl = NPUWorkload("poisson", Requests(arr, np.full(n, 200, dtype=np.int64), np.full(n, n_out, dtype=np.int64)),
+                     T, 200, 200 + n_out, "Poisson")
+    sim = make_cluster(cfg, wl, seed=0, catalog=cat, fidelity=fidelity)
+    edge = int(sim.edges[np.searchsorted(sim.edges, 200 + n_out)])
+    cid = sim.candidates("decode", edge)[0]
+    pid = sim.candidates("prefill", 256)[0]
+    sim.provision(ScalingDecision({("decode", edge): {cid: 1}, ("prefill", 256): {pid: 2}}))
+    sim.advance(T)
+    b = int(np.searchsorted(sim.edges, 200 + n_out))
+    assert sim.cfg_maxb[cid] >= 64  # one vPod holds every job: no wait, the decode time is n_out x TPOT
+    little = rate * n_out * sim.lat[cid, b, 0]  # TPOT at levels 1-4 are within 1 % of level 0's
+    g = NB + int(np.searchsorted(sim.edges, edge))
+    batch = sim.group_acc["batch_tok"][g] / sim.group_acc["tokens"][g]
+    assert 0.98 * little <= batch <= 1.02 * (little + 1.0), (batch, little)
+
+
 def test_deterministic_and_seed_sensitive(cfg: ClusterConfig, cat: ConfigCatalog, wl: NPUWorkload) -> None:
     def run(seed: int) -> tuple[dict, np.ndarray, float]:
         sim = NPUCluster(cfg, wl, seed=seed, catalog=cat)

@@ -30,7 +30,9 @@ def _tables(tpot: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _step(q_tok: np.ndarray, q_req: np.ndarray, d: tuple, tables: tuple,
           nr: float = 2.0) -> tuple[float, float, float, float]:
     lat, pw, tps = tables
-    return fk.decode_in_service(T, DT, LEVELS, G, nr, 64, 1.0, q_tok, q_req[1], *d, lat, pw, tps, 0, True)
+    made, e, _ed, busy, bb = fk.decode_in_service(T, DT, LEVELS, G, nr, 64, 1.0, q_tok, q_req[1], *d, lat, pw, pw, tps,
+                                                   0, True)
+    return made, e, busy, bb
 
 
 def _queues(jobs: float, length: float) -> tuple[np.ndarray, np.ndarray, tuple]:
@@ -47,14 +49,15 @@ def test_a_long_job_makes_its_tokens_over_its_service_time(py: bool) -> None:
     # 4 jobs of 12,000 tokens at ~50 ms per token: ~600 s of decode each, ten intervals
     q_tok, q_req, d = _queues(4.0, 12_000.0)
     d_tok, d_req, _ = d
-    made, e, busy, bb = f(T, DT, LEVELS, G, 2.0, 64, 1.0, q_tok, q_req[1], *d, lat, pw, tps, 0, True)
+    made, e, ed, busy, bb = f(T, DT, LEVELS, G, 2.0, 64, 1.0, q_tok, q_req[1], *d, lat, pw, 0.5 * pw, tps, 0, True)
+    assert ed == pytest.approx(0.5 * e)  # the dynamic energy comes from the second table, token for token
     # arriving evenly over the interval, a job makes ~30 s of tokens, not its whole output
     assert made == pytest.approx(4 * 0.5 * T / lat[G, B, 0], rel=0.1)
     assert d_tok[G, B].sum() == pytest.approx(48_000.0 - made) and d_req[G, B].sum() == pytest.approx(4.0)
     # 0 to 4 jobs on 2 vPods: batch 1 in the first half, up to 2 in the last sub-step; the vPods busy 3/4 of it
     assert 1.0 < bb < 2.0 and busy == pytest.approx(0.75, rel=0.1)
     zero = np.zeros((2, NB, NB))
-    made2, e, busy, bb = f(T, DT, LEVELS, G, 2.0, 64, 1.0, zero, zero[1], *d, lat, pw, tps, 0, True)
+    made2, e, _ed, busy, bb = f(T, DT, LEVELS, G, 2.0, 64, 1.0, zero, zero[1], *d, lat, pw, pw, tps, 0, True)
     # the next interval: 4 jobs on 2 vPods the whole interval, batch 2 (level 2), each at its TPOT there; the
     # energy is the tokens made at that level's J/token
     assert bb == pytest.approx(2.0) and busy == pytest.approx(1.0)
@@ -62,7 +65,7 @@ def test_a_long_job_makes_its_tokens_over_its_service_time(py: bool) -> None:
     assert e == pytest.approx(made2 * pw[0, B, 1] / tps[0, B, 1])
     total = made + made2
     for _ in range(200):  # nothing new arrives: the jobs in service finish their tokens
-        total += f(T, DT, LEVELS, G, 2.0, 64, 1.0, zero, zero[1], *d, lat, pw, tps, 0, True)[0]
+        total += f(T, DT, LEVELS, G, 2.0, 64, 1.0, zero, zero[1], *d, lat, pw, pw, tps, 0, True)[0]
     assert total + d_tok[G, B].sum() == pytest.approx(48_000.0, rel=1e-12)  # every token admitted is made or left
     assert d_tok[G, B].sum() == 0.0 and d_req[G, B].sum() == 0.0
 
@@ -70,33 +73,36 @@ def test_a_long_job_makes_its_tokens_over_its_service_time(py: bool) -> None:
 def test_short_jobs_finish_in_their_interval_at_the_sub_step_batch() -> None:
     tables = _tables(0.02)
     # 120 jobs of 100 tokens at ~20 ms per token (2 s each): 10 arrive per 5-s sub-step, evenly within it, and
-    # finish in it or (the late ones) in the next; a sub-step batches its arrivals and those carried over (as the
-    # request level counts every job active in a sub-step): 10 to 20 jobs on 2 vPods
+    # finish in it or (the late ones) in the next. A sub-step runs at its jobs in service averaged over it (Little's
+    # law: 10 jobs x 2 s / 5 s = 4, as the request level counts them), 2 per vPod on 2 vPods, busy all the time;
+    # counting every job present in a sub-step gave 5-10 per vPod, busy 10-50 %
     q_tok, q_req, d = _queues(120.0, 100.0)
     made, _, busy, bb = _step(q_tok, q_req, d, tables)
     assert made == pytest.approx(12_000.0, rel=0.02)  # all but the last sub-step's late ones
-    assert 5.0 < bb < 10.0
-    assert 0.1 < busy < 0.5
+    assert bb == pytest.approx(2.0, rel=0.1)
+    assert busy == pytest.approx(1.0, rel=0.1)
 
 
 def test_each_sub_step_is_charged_the_level_of_the_jobs_then_in_service() -> None:
     lat, pw, tps = _tables(0.05)
     d_tok, d_req, d_sp = (np.zeros((NB, NB, K)) for _ in range(3))
     # a burst of 6 jobs that finish together after 27.5 s (at level 4's TPOT) and 2 long jobs, on 2 vPods: 8 jobs
-    # (batch 4, level 4) in the first six 5-s sub-steps, then 2 (batch 1, level 1), as the request level's
-    # sub-steps batch them. One level for the interval (the mean, ~4.75 jobs: level 4) would charge the long
-    # jobs' second half level 4's J/token
+    # (batch 4, level 4) in the first five 5-s sub-steps, 6 x 2.5 s / 5 s + 2 = 5 on average in the sixth (batch 2.5,
+    # level 4), then 2 (batch 1, level 1), as the request level's sub-steps batch them. One level for the interval
+    # (the mean, ~4.75 jobs: level 4) would charge the long jobs' second half level 4's J/token
     d_req[G, B, 0], d_tok[G, B, 0] = 6.0, 6.0 * 27.5 / lat[G, B, 2]
     d_req[G, B, 1], d_tok[G, B, 1] = 2.0, 2.0 * 10_000.0
     zero = np.zeros((2, NB, NB))
-    made, e, busy, bb = fk.decode_in_service(T, DT, LEVELS, G, 2.0, 64, 1.0, zero, zero[1], d_tok, d_req, d_sp,
-                                             lat, pw, tps, 0, True)
+    made, e, _ed, busy, bb = fk.decode_in_service(T, DT, LEVELS, G, 2.0, 64, 1.0, zero, zero[1], d_tok, d_req, d_sp,
+                                                  lat, pw, pw, tps, 0, True)
     first = (6.0 * 27.5 + 2.0 * 30.0) / lat[G, B, 2]
     second = 2.0 * 30.0 / lat[G, B, 0]
-    assert made == pytest.approx(first + second) and bb == pytest.approx((4.0 * first + second) / (first + second))
+    sixth = (6.0 * 2.5 + 2.0 * 5.0) / lat[G, B, 2]
+    assert made == pytest.approx(first + second)
+    assert bb == pytest.approx((4.0 * (first - sixth) + 2.5 * sixth + second) / (first + second))
     assert e == pytest.approx(first * pw[0, B, 2] / tps[0, B, 2] + second * pw[0, B, 0] / tps[0, B, 0])
     assert d_req[G, B, 0] == 0.0 and d_req[G, B, 1] == 2.0  # the burst left together
-    assert busy == pytest.approx((6.0 * 27.5 + 2.0 * 30.0) / 4.0 / 2.0 / T + 0.5)  # job-s / batch / vPods
+    assert busy == pytest.approx(1.0)  # 2 or more jobs on average on 2 vPods in every sub-step
 
 
 def test_without_a_ready_vpod_the_jobs_wait_in_service() -> None:

@@ -419,7 +419,7 @@ class FluidCluster(NPUCluster):
         miss_pb, md_b, fin_b = self._pair_bufs
         fk.serve(T, c.substep_s, fv.steady, LEVELS, cnt, tok, k_len, k_pre, self.q_tok, self.q_req, fv.gp, fv.n_ready,
                  fv.psr, psa, fv.usd_ready, fv.slots, fv.unavail, fv.dom, fv.cap, cap3, fv.pbusy, fv.tps_best, fv.latd,
-                 f_tok, f_req, f_seg, self.q_seg, self.lat, self.pow, self.tps, self.cfg_levels, self.slo_p, self.slo_d,
+                 f_tok, f_req, f_seg, self.q_seg, self.lat, self.pow, self.pow_dyn, self.tps, self.cfg_levels, self.slo_p, self.slo_d,
                  prof.isl_m1, prof.isl_m2, prof.osl_cdf, self._finite_tables, self.d_tok, self.d_req, self.d_sp,
                  energy, e_busy, tokens, batch_tok, n_act, util, res, miss_pb, md_b, fin_b, c.check_s, self.q_job,
                  self.n_job, self.q_obs)

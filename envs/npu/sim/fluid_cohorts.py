@@ -90,23 +90,47 @@ def _any_positive(x, g):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d_req, d_sp, latd, pw, tps, dg,
+def _work(g, live, nl, kend, slot, n_new, r_new, d_tok, d_req, d_sp, latd, j, h):  # pragma: no cover - compiled
+    """The decode time (s) group ``g``'s jobs in service and the sub-step's arrivals spend in a sub-step of ``h`` s at
+    level ``j``, as :func:`decode_in_service`'s sub-step makes their tokens (nothing is changed): over ``h`` it is
+    the jobs in service averaged over the sub-step."""
+    work = 0.0
+    for i in range(nl):
+        b = live[i]
+        tau = latd[g, b, j]
+        if not tau < math.inf:
+            continue
+        x = h / tau
+        mb = 0.0
+        for k in range(kend[b]):
+            if d_req[g, b, k] > 0.0:
+                mb += d_tok[g, b, k] - drain(d_req[g, b, k], d_tok[g, b, k], d_sp[g, b, k], x)[1]
+        if slot[b] >= 0:
+            nn, rr = n_new[b], r_new[b]
+            mb += nn * rr - drain(nn, nn * (rr + 0.5 * x), x, x)[1]
+        work += mb * tau
+    return work
+
+
+@njit(cache=True)
+def decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d_req, d_sp, latd, pw, pwd, tps, dg,
                       finite):  # pragma: no cover - compiled
     """Decode tokens made and their energy in one interval of ``T`` s by the jobs in service of decode group ``g``
     (per (group, bucket, cohort) ``d_tok`` / ``d_req`` / ``d_sp``: output tokens left, jobs and the width of
     their remaining tokens per job; carried across intervals and updated in place), stepped in the request
     level's sub-steps of ``dt`` s. The request level decodes a job over its whole service time, output tokens x
     TPOT at the batch level of its sub-steps (a long OpenThoughts job spans many intervals): each sub-step's
-    batch is its active jobs (in service, or arriving within it: a job shorter than a sub-step still takes a
-    batch slot) per busy vPod, ``max(1, min(n, slot_n) / nr)``, its level the smallest that holds it, and
-    each token made there is charged that level's J/token. Here the admitted work (``phid`` x the queued
+    batch is its jobs in service averaged over the sub-step (a job in service for part of it counts for that part)
+    per busy vPod, ``max(1, min(n, slot_n) / nr)``, its level the smallest that holds it, and each token made
+    there is charged that level's J/token. Here the admitted work (``phid`` x the queued
     tokens ``q_tok[1]`` and jobs ``q_seg``, both taken off the queue) arrives evenly over the interval's
     sub-steps as one cohort per (group, bucket). The jobs of a cohort have nearly the same length (a bucket
     spans a factor <= 1.25 of total length), so their remaining tokens spread only by when they arrived: a
     burst's jobs finish together and the group's batch, level and busy share fall in steps as the request
     level's do. A new cohort takes an empty cohort slot or, all taken, merges into the one with the most tokens
-    left per job (the youngest). Returns tokens made, their energy (J), the busy share of the ready vPods'
-    time (job decode time / batch / vPod time, as the request level) and the token-weighted batch."""
+    left per job (the youngest). Returns tokens made, their energy (J) at the steps' power ``pw`` and their dynamic
+    energy (J) at the power above the idle floor ``pwd``, the busy share of the ready vPods' time (job decode time /
+    batch / vPod time, as the request level) and the token-weighted batch."""
     nb = q_seg.shape[1]
     K = d_req.shape[2]
     if nr <= 0.0:  # no ready vPod: the jobs wait in service, nothing is made
@@ -115,7 +139,7 @@ def decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d
             if nn > 0.0:
                 join(d_tok, d_req, d_sp, g, b, new_slot(d_tok, d_req, g, b), phid * q_tok[1, g, b], nn, 0.0)
             q_seg[g, b] -= nn
-        return 0.0, 0.0, 0.0, 1.0
+        return 0.0, 0.0, 0.0, 0.0, 1.0
     ns = max(1, math.floor(T / dt + 0.5))
     h = T / ns
     slot = np.full(nb, -1)
@@ -140,6 +164,7 @@ def decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d
             nl += 1
     made = 0.0
     e = 0.0
+    ed = 0.0
     busy_t = 0.0  # vPod-seconds busy per ready vPod
     bt = 0.0  # tokens made x batch
     for _s in range(ns):
@@ -151,8 +176,17 @@ def decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d
                 n += d_req[g, b, k]
         if n <= 0.0:
             continue
-        bb = max(1.0, min(n, slot_n) / nr)
-        j = _level_index(levels, math.ceil(bb - 1e-9))
+        # the batch is the jobs in service averaged over the sub-step (a job in service for part of it counts for
+        # that part: its decode time over the sub-step), as the request level's: from the upper bound (every job
+        # present for the whole sub-step) down to the level whose time-averaged batch it holds
+        j = _level_index(levels, math.ceil(max(1.0, min(n, slot_n) / nr) - 1e-9))
+        for _it in range(levels.size):
+            bb = max(1.0, min(_work(g, live, nl, kend, slot, n_new, r_new, d_tok, d_req, d_sp, latd, j, h) / h,
+                              slot_n) / nr)
+            j2 = _level_index(levels, math.ceil(bb - 1e-9))
+            if j2 >= j:  # a lower level makes the jobs no slower: the levels only fall, and stop here
+                break
+            j = j2
         work = 0.0  # the jobs' decode time in the sub-step (s)
         for i in range(nl):
             b = live[i]
@@ -178,7 +212,8 @@ def decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d
                 join(d_tok, d_req, d_sp, g, b, slot[b], t1, n1, s1)
             made += mb
             e += mb * (pw[dg, b, j] / max(tps[dg, b, j], 1e-300))
+            ed += mb * (pwd[dg, b, j] / max(tps[dg, b, j], 1e-300))
             bt += mb * bb
             work += mb * tau
         busy_t += min(h, work / bb / nr)
-    return made, e, busy_t / T, (bt / made if made > 0.0 else 1.0)
+    return made, e, ed, busy_t / T, (bt / made if made > 0.0 else 1.0)

@@ -309,7 +309,7 @@ def ttft_misses(T, dt, steady, k_len, k_pre, q0p, gp, dom, cap, cap3, tps_best, 
 
 @njit(cache=True)
 def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_ready, psr, psa, usd_ready, slots,
-          unavail, dom, cap, cap3, pbusy, tps_best, latd, f_tok, f_req, f_seg, q_seg, lat, pw, tps, cfg_levels, slo_p,
+          unavail, dom, cap, cap3, pbusy, tps_best, latd, f_tok, f_req, f_seg, q_seg, lat, pw, pwd, tps, cfg_levels, slo_p,
           slo_d, isl_m1, isl_m2, osl_cdf, finite, d_tok, d_req, d_sp, energy, e_busy, tokens, batch_tok, n_act, util,
           res, miss_pb, md_b, fin_b, check_s, q_job, n_job, q_obs):  # pragma: no cover
     """One interval of ``T`` seconds of the fluid serving step (module docstring). Updates ``q_tok`` /
@@ -321,7 +321,8 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
     bucket), the requests finishing their decode ``fin_b`` and their TPOT misses ``md_b`` (by total bucket), from
     which the caller pairs the two misses per (input, total) bucket cell. The prefill job queue's waiting work
     ``q_job`` and jobs ``n_job`` (48 each, updated) and the prefill queue the policies observe ``q_obs`` (2 x 48,
-    written) are :func:`ttft_misses`'. ``finite``: the step tables ``lat``,
+    written) are :func:`ttft_misses`'. ``pw`` / ``pwd``: the decode steps' power (W) and its part above the vPods'
+    idle floor (the floor is ``psr`` / ``psa``, charged for the whole ready / held time). ``finite``: the step tables ``lat``,
     ``tps`` and ``pw / tps`` are finite everywhere, so a
     (group, bucket) cell with no queued tokens or requests adds exactly 0 to every sum and is skipped (most
     cells: a group serves a few buckets); with non-finite tables every cell is summed, as written."""
@@ -442,12 +443,14 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
                 served = True
         # tokens made and their energy: by the jobs in service, over their service time (decode_in_service)
         if idle:
-            made, ebd, busyd, bmade = 0.0, 0.0, 0.0, 1.0
+            made, ebd, ebdd, busyd, bmade = 0.0, 0.0, 0.0, 0.0, 1.0
         else:
-            made, ebd, busyd, bmade = decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok,
-                                                        d_req, d_sp, latd, pw, tps, dg, finite)
+            made, ebd, ebdd, busyd, bmade = decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok,
+                                                              d_req, d_sp, latd, pw, pwd, tps, dg, finite)
+        # request-attributed energy: the tokens' steps at their level; the pool's: the tokens' dynamic energy and the
+        # idle floor for the whole ready and held time (as the request level charges it)
         e_busy[G] = ebd
-        energy[G] = ebd + T * ((1.0 - busyd) * psr[G] + psa[G] - psr[G])
+        energy[G] = ebdd + T * psa[G]
         # effective TPOT = TPOT + wait / output tokens (wait: mean queue over throughput, or the boot wait)
         thr = sd / T
         wait = 0.5 * (q0 + q1) / max(thr, 1e-300) if thr > 0.0 else 0.0

@@ -273,35 +273,49 @@ class ServingMixin:
                 self.d_arr[adm] = st  # from now on d_arr is the service start
         act = self.d_active & (self.d_arr < t + dt)
         ia = np.flatnonzero(act)
-        n_act = np.bincount(self.d_g[ia], minlength=G).astype(float)
         nr = np.maximum(n_ready, 1e-12)
-        # concurrency: jobs that reuse a slot within the sub-step do not add to the batch
-        n_act = np.minimum(n_act, np.floor(slots + 1e-9))
-        busy = np.minimum(1.0, np.where(n_ready > 0, n_act / nr, 0.0))
-        # vPods with at least one job run at the batch active / busy vPods
-        b_busy = np.where(busy > 0, n_act / np.maximum(busy * nr, 1e-12), 0.0)
-        lvl_busy = np.minimum(np.searchsorted(LEVELS, np.ceil(np.maximum(b_busy, 1.0) - 1e-9)), LEVELS.size - 1)
+
+        def batch(n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """Jobs in service per group -> batch per busy vPod and its level (vPods with at least one job run at
+            the jobs / busy vPods; jobs beyond the slots wait)."""
+            n = np.minimum(n, np.floor(slots + 1e-9))
+            busy = np.minimum(1.0, np.where(n_ready > 0, n / nr, 0.0))
+            b = np.where(busy > 0, n / np.maximum(busy * nr, 1e-12), 0.0)
+            return b, np.minimum(np.searchsorted(LEVELS, np.ceil(np.maximum(b, 1.0) - 1e-9)), LEVELS.size - 1)
+
         if ia.size == 0:
             energy[NB:] += dt * p_static_ready[NB:]
             return 0.0
         g = self.d_g[ia]
         cid = dom[g]
         okc = (cid >= 0) & (n_ready[g] > 0)
-        tpot = np.where(okc, self.lat[np.maximum(cid, 0), self.d_bk[ia], lvl_busy[g]], np.inf)
         span = (t + dt) - np.maximum(self.d_arr[ia], t)
-        prog = np.where(okc, span / tpot, 0.0)
         left = self.d_left[ia]
-        fin = prog >= left
-        made = np.minimum(prog, left)
+        # concurrency: the jobs in service averaged over the sub-step (Little's law: a job in service for part of it
+        # counts for that part), found from the upper bound (every job present for the whole sub-step) down: a
+        # lower level runs the jobs no slower, so the levels only fall
+        b_busy, lvl_busy = batch(np.bincount(g, minlength=G).astype(float))
+        for _ in range(LEVELS.size):
+            tpot = np.where(okc, self.lat[np.maximum(cid, 0), self.d_bk[ia], lvl_busy[g]], np.inf)
+            made = np.minimum(np.where(okc, span / tpot, 0.0), left)
+            b_busy, lvl = batch(np.bincount(g, weights=np.where(okc, made * tpot, 0.0), minlength=G) / dt)
+            if (lvl >= lvl_busy).all():
+                break
+            lvl_busy = np.minimum(lvl, lvl_busy)
+        fin = np.where(okc, span / tpot, 0.0) >= left
         self.d_left[ia] = left - made
         c0, lv = np.maximum(cid, 0), lvl_busy[g]
-        j_per_tok = self.pow[c0, self.d_bk[ia], lv] / np.maximum(self.tps[c0, self.d_bk[ia], lv], 1e-300)
-        energy[NB:] += np.bincount(g - NB, weights=made * j_per_tok, minlength=NB)
-        # idle share of the ready vPods' time at static power: busy vPod-time is the jobs' decode time,
-        # divided by the batch they share (busy jobs per busy vPod)
+        # pool energy: the tokens' dynamic energy at their level and the ready vPods' idle floor for the whole
+        # sub-step (the floor is not charged at the level's period, which is shorter when the batch sits below it);
+        # request-attributed ("busy") energy: the tokens' steps at their level, floor included
+        tps_t = np.maximum(self.tps[c0, self.d_bk[ia], lv], 1e-300)
+        j_per_tok = self.pow[c0, self.d_bk[ia], lv] / tps_t
+        energy[NB:] += np.bincount(g - NB, weights=made * (self.pow_dyn[c0, self.d_bk[ia], lv] / tps_t), minlength=NB)
+        energy[NB:] += dt * p_static_ready[NB:]
+        # busy share of the ready vPods' time: busy vPod-time is the jobs' decode time, divided by the batch they
+        # share (busy jobs per busy vPod)
         busy_t = np.bincount(g, weights=np.where(okc, made, 0.0) * np.where(okc, tpot, 0.0), minlength=G)
         share = np.where(n_ready > 0, np.minimum(1.0, busy_t / np.maximum(b_busy, 1.0) / (dt * nr)), 0.0)
-        energy[NB:] += dt * (1.0 - share[NB:]) * p_static_ready[NB:]
         self._busy[0][1] += float((made * j_per_tok).sum())
         acc = self.group_acc
         acc["tokens"] += np.bincount(g, weights=made, minlength=G)

@@ -204,6 +204,10 @@ class ConfigCatalog:
         ps = self.scoring_params
         self.cfg_static_w = np.array([ps.static_power_frac * CHIPS[cf.version].tflops / CHIPS[cf.version].tflop_per_j
                                       for cf in self.configs]) * self.cfg_chips
+        # the steps' power above the vPod's idle floor (W): the floor is charged for the whole time a vPod is ready,
+        # the dynamic part per token made, so a decode group whose batch sits below its level's is not charged the
+        # floor at the level's period instead of its own (step energy = dynamic + floor x period, roofline.evaluate)
+        self.pow_dyn = np.maximum(self.pow - self.cfg_static_w[:, None, None], 0.0)
         self.cfg_usd_s = np.array([CHIPS[cf.version].usd_per_chip_second for cf in self.configs]) * self.cfg_chips
         wb = np.array([weight_bytes_per_chip(self.model, cf.entry.vpod) for cf in self.configs])
         dcn = np.array([CHIPS[cf.version].dcn_gbps for cf in self.configs])
