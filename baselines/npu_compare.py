@@ -90,7 +90,8 @@ class CompareResult:
                   "cost_efficiency_decode", "ttft_violation_pct", "tpot_violation_pct",
                   "energy_j", "usd", "tokens"):
             out[k] = s[k]
-        for k in ("energy_efficiency_busy", "cost_efficiency_busy"):
+        for k in ("energy_efficiency_busy", "cost_efficiency_busy", "energy_efficiency_busy_prefill",
+                  "energy_efficiency_busy_decode", "cost_efficiency_busy_prefill", "cost_efficiency_busy_decode"):
             # request-attributed (no idle vPods); the oracle has no idle, so its value is the plain one
             out[k] = s.get(k, s[k.replace("_busy", "")])
         return out
@@ -100,11 +101,12 @@ def compare(model_name: str = "Llama-3-70B", trace: str = "azure", hours: float 
             policies: tuple[str, ...] = ("base", "neuscale", "ideal"), seed: int = 0,
             objective: str = "energy", rate_rpm: float | None = None, quota: dict[str, int] | None = None,
             osl_accuracy: float = 0.6, progress: bool = False, day: int | None = None,
-            fidelity: str = "request", fit_at: str = "best-batch") -> list[CompareResult]:
+            fidelity: str = "request", fit_at: str = "best-batch", **cluster: Any) -> list[CompareResult]:
     """Run each policy on the same workload and simulator settings (Ideal: the §5.1 oracle bound); ``day``:
     the day of the 2024 Azure week (:func:`~servegym.envs.npu.sim.workloads.make_workload`); ``fidelity``: the
     request-level simulator or the fluid one (:func:`~servegym.envs.npu.sim.fluid.make_cluster`); ``fit_at``:
-    :attr:`ClusterConfig.fit_at` (the DSE's best fits, or best fits at the operating point)."""
+    :attr:`ClusterConfig.fit_at` (the DSE's best fits, or best fits at the operating point); ``cluster``: other
+    :class:`ClusterConfig` fields (e.g. ``step_models``, ``serving_efficiency`` for the ablations)."""
     from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog
     from servegym.envs.npu.sim.fluid import make_cluster
     from servegym.envs.npu.sim.workloads import make_workload
@@ -116,7 +118,7 @@ def compare(model_name: str = "Llama-3-70B", trace: str = "azure", hours: float 
         raise ConfigError(f"policies is empty; allowed: a non-empty subset of {', '.join(POLICIES)}")
     check_range("hours", hours, 5.0 / 60.0, 24.0 * 7)
     cfg = ClusterConfig(model=model_name, objective=objective, quota_chips=quota, osl_accuracy=osl_accuracy,
-                        n_candidates=1, fit_at=fit_at)  # the policies use only the best fit and the fail-overs
+                        n_candidates=1, fit_at=fit_at, **cluster)  # the policies use only the best fit and fail-overs
     if day is not None and trace in ("azure-2023", "bursty"):
         raise ConfigError(f"day = {day} is a day of the 2024 Azure trace; allowed: None with trace = {trace}")
     epochs = int(hours * 3600.0 // cfg.epoch_s)

@@ -53,6 +53,15 @@ def compare_report(model: str, trace: str, hours: float, policies: str, *, day: 
         ("ttft_violation_pct", 1.0, 2), ("tpot_violation_pct", 1.0, 2), ("energy_j", 1e-6, None), ("usd", 1.0, None))]
     cells = [[str(r["policy"]), *(c[i] for c in cols)] for i, r in enumerate(rows)]
     print(report.text_table(headers, cells))
+    # per phase (Figure 18 plots prefill and decode apart): the whole pool (idle and booting vPods included) and the
+    # serving steps only ("busy", as a per-request simulator counts)
+    ph_keys = [(f"{m}_efficiency{b}_{ph}", scale) for ph in ("prefill", "decode") for m, scale in
+               (("energy", 1.0), ("cost", 1.0)) for b in ("", "_busy")]
+    ph_cols = [report.format_column([float(r[k]) * sc for r in rows], decimals=None) for k, sc in ph_keys]
+    ph_headers = [f"{ph} {'tokens/J' if m == 'energy' else 'tokens/USD'}{' busy' if b else ''}"
+                  for ph in ("prefill", "decode") for m in ("energy", "cost") for b in ("", "_busy")]
+    print(report.text_table(["policy", *ph_headers], [[str(r["policy"]), *(c[i] for c in ph_cols)]
+                                                      for i, r in enumerate(rows)]))
     for line in compare_explanations(rows, cells, objective):
         print(line)
     return 0

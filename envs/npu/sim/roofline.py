@@ -16,9 +16,10 @@ policy on a production simulator of the systolic arrays, vector units, SRAM, HBM
   ("Efficiently Scaling Transformer Inference", arXiv 2211.05102, §3): 1D or 2D weight-stationary
   feed-forward/attention projections, KV sharded by heads or by batch, and weight-gathered layers for prefill.
 
-``ClusterConfig.step_models`` (:mod:`servegym.envs.npu.sim.cluster`) picks who uses which: ``paper`` (default)
-chooses with the selection model and charges the scoring model, ``scoring`` chooses with the scoring model
-too (the ablation), ``legacy`` is the single model servegym used before (:meth:`RooflineParams.legacy`).
+``ClusterConfig.step_models`` (:mod:`servegym.envs.npu.sim.config`) picks who uses which: ``scoring`` (default)
+chooses with the scoring model too (the reading under which the paper's picks are "near-ideal", Figure 11;
+:data:`~servegym.envs.npu.sim.config.STEP_MODELS` says why), ``paper`` chooses with the selection model and charges
+the scoring model (the ablation), ``legacy`` is the single model servegym used before (:meth:`RooflineParams.legacy`).
 
 Where this differs from NeuScale: FLOPs and bytes are counted analytically from each model's layer
 shapes (:mod:`servegym.envs.npu.sim.catalog`) instead of from compiled graphs, and the scoring model is this
