@@ -6,9 +6,11 @@
   killed mid-write, sees the old file or the new one, never half of one. :func:`write_text`,
   :func:`write_json` and :func:`write_frame` are the common cases.
 * **Output locks.** :class:`OutputLock` holds ``<output>.lock`` (created with ``O_EXCL``; it holds the
-  owner's pid and host) for as long as a run writes an output. A second run on the same output gets a
-  one-line :class:`OutputBusy` (exit status 2); a lock whose pid is gone on this host (a run killed with
-  SIGKILL, a machine reboot) is reclaimed.
+  owner's pid, host and process start time) for as long as a run writes an output. A second run on the
+  same output gets a one-line :class:`OutputBusy` (exit status 2). A lock is reclaimed when its owner is
+  gone on this host (a run killed with SIGKILL, a machine reboot): its pid names no process, or names a
+  process that started at another time than the owner (the pid was reused); a lock that names no valid
+  pid at all (torn, or not written by servegym) is reclaimed too.
 * **Refusing to overwrite.** :func:`refuse_existing` is the one-line error a run gives when its output
   exists and neither ``--force`` nor ``--resume`` was passed.
 * **Interruption.** :func:`interruptible` turns SIGTERM (and SIGINT, as Python does already) into
@@ -137,8 +139,12 @@ def refuse_existing(flag: str, path: str | os.PathLike[str], what: str, resume: 
     raise ConfigError(f"{flag} = {str(path)!r} already holds {what}; pass {how} (or choose another {flag})")
 
 
+#: pid_t is a C int: a recorded pid outside [1, MAX_PID] names no process (``os.kill`` would overflow on it)
+MAX_PID = 2**31 - 1
+
+
 def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
+    if not 1 <= pid <= MAX_PID:
         return False
     try:
         os.kill(pid, 0)
@@ -146,7 +152,64 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:  # alive, another user's
         return True
+    except OSError:  # any other refusal: no process we could be sharing an output with
+        return False
     return True
+
+
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (field 22 of ``/proc/<pid>/stat``); None
+    where there is no ``/proc`` or no such process. A pid is reused once its process is gone; the pair
+    (pid, start) is not, so a lock records both."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as fh:
+            data = fh.read(4096)
+    except (OSError, ValueError, OverflowError):
+        return None
+    # field 2 (the command name) is in parentheses and may hold spaces or ")": count from the last ")"
+    fields = data[data.rfind(b")") + 1:].split()
+    try:
+        return int(fields[19])  # fields[0] is field 3 (the state), so field 22 is fields[19]
+    except (IndexError, ValueError):
+        return None
+
+
+def _boot_time() -> float | None:
+    """The machine's boot time (seconds since the epoch, ``btime`` in ``/proc/stat``), or None."""
+    try:
+        with open("/proc/stat", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _owner_alive(owner: dict[str, Any], lock_path: Path) -> bool:
+    """Whether the run that wrote the lock ``owner`` (on this host) still runs: its pid is alive and that
+    process is the one that wrote the lock (its start time is the recorded one; for a lock without one,
+    from a servegym before it was recorded, the process started before the lock file was written)."""
+    pid = owner.get("pid")
+    if not _is_int(pid) or not _pid_alive(pid):
+        return False
+    now = process_start(pid)
+    if now is None:  # no /proc (not Linux): the pid is all there is to go by
+        return True
+    start = owner.get("start")
+    if _is_int(start):
+        return start == now
+    boot, tick = _boot_time(), os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    try:
+        written = lock_path.stat().st_mtime
+    except OSError:
+        return True
+    # btime is whole seconds: a process that started more than 2 s after the lock was written did not write it
+    return boot is None or boot + now / tick <= written + 2.0
 
 
 class OutputLock:
@@ -169,7 +232,7 @@ class OutputLock:
 
     def acquire(self) -> OutputLock:
         self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        me = {"pid": os.getpid(), "host": socket.gethostname()}
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "start": process_start(os.getpid())}
         for _ in range(3):
             try:
                 fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -182,14 +245,17 @@ class OutputLock:
                     time.sleep(0.05)
                     owner = self._owner()
                 pid = owner.get("pid") if owner else None
+                # a lock naming no valid pid (torn, or not servegym's) or a run gone from this host: stale
+                valid = _is_int(pid) and 1 <= pid <= MAX_PID
                 same_host = owner is not None and owner.get("host") == me["host"]
-                if owner is None or (isinstance(pid, int) and same_host and not _pid_alive(pid)):
+                if owner is None or not valid or (same_host and not _owner_alive(owner, self.lock_path)):
                     with contextlib.suppress(FileNotFoundError):  # a stale lock: its run is gone
                         self.lock_path.unlink()
                     continue
-                where = f"pid {pid} on {owner.get('host')}" if owner else "another run"
-                raise OutputBusy(f"{self.flag} = {str(self.path)!r} is being written by another run ({where}; lock "
-                                 f"{self.lock_path.name}); wait for it to finish or choose another {self.flag}") from None
+                host = str(owner.get("host"))[:80]
+                raise OutputBusy(f"{self.flag} = {str(self.path)!r} is being written by another run (pid {pid} on "
+                                 f"{host}; lock {self.lock_path.name}); wait for it to finish or choose another "
+                                 f"{self.flag} (if that run is gone, delete {str(self.lock_path)!r})") from None
             with os.fdopen(fd, "w") as fh:
                 json.dump(me, fh)
             self.held = True

@@ -1,0 +1,84 @@
+"""Issue 43, "nothing read outside, nothing overwritten or lost": output locks that survive garbage and pid
+reuse, ``evaluate`` and the benchmark suite under a lock, sweep agents confined to the sweep file's folder,
+sweep journals validated against the config, and ``servegym dataset`` cleaning up after SIGTERM and refusing a
+symbolic link. Each case runs the real ``servegym`` command (its ``main`` in process, or a subprocess where
+a signal is sent) on tiny budgets."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+import servegym  # noqa: F401  (registers the ids)
+from servegym.cli import main
+from servegym.outputs import OutputBusy, OutputLock, process_start
+
+PD = "servegym/PDProvision-v0"
+SHORT = {"config": {"scenario": {"horizon_steps": 24}}}
+
+
+def _sweep_file(folder: Path, policies: list | None = None, seeds: list[int] | None = None) -> Path:
+    doc = {"name": "t", "env": PD, "scenarios": [{"name": "day", "env_kwargs": SHORT}],
+           "policies": policies or ["min-power"], "seeds": seeds or [7]}
+    folder.mkdir(parents=True, exist_ok=True)
+    p = folder / "sweep.yml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def _one_line(err: str) -> str:
+    assert err.count("\n") == 1 and err.startswith("servegym: error: "), err
+    return err
+
+
+# --------------------------------------------------------------------------- 19: locks
+def _lock(path: Path, **owner: object) -> None:
+    path.write_text(json.dumps({"host": socket.gethostname(), **owner}))
+
+
+def test_lock_with_an_impossible_or_reused_pid_is_reclaimed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A lock naming pid 10^30 was an OverflowError; one naming a live process that is not its writer (the
+    pid was reused: another start time, or a process younger than a lock without one) kept the output busy
+    forever. Both are stale now; a lock whose writer is alive (same pid and start time) still refuses."""
+    cfg, out = _sweep_file(tmp_path), tmp_path / "r.csv"
+    lock = tmp_path / "r.csv.lock"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        cases = [{"pid": 10**30}, {"pid": -5}, {"pid": True}, {"pid": "12"},
+                 {"pid": sleeper.pid, "start": process_start(sleeper.pid) + 1}]
+        for owner in cases:
+            _lock(lock, **owner)
+            assert main(["sweep", str(cfg), "--workers", "1", "--out", str(out), "--force", "--json"]) == 0, owner
+            assert not lock.exists()
+        # a lock without a start time (written before it was recorded), older than the live process
+        _lock(lock, pid=sleeper.pid)
+        os.utime(lock, (time.time() - 3600, time.time() - 3600))
+        assert main(["sweep", str(cfg), "--workers", "1", "--out", str(out), "--force", "--json"]) == 0
+        capsys.readouterr()
+        # the live writer: refused in one line, which says how to clear a lock whose run is gone
+        _lock(lock, pid=sleeper.pid, start=process_start(sleeper.pid))
+        assert main(["sweep", str(cfg), "--workers", "1", "--out", str(out), "--force"]) == 2
+        err = _one_line(capsys.readouterr().err)
+        assert f"is being written by another run (pid {sleeper.pid} on" in err and "delete" in err
+        assert lock.exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_lock_records_its_writers_start_time(tmp_path: Path) -> None:
+    with OutputLock(tmp_path / "r.csv") as held:
+        doc = json.loads(held.lock_path.read_text())
+        assert doc["pid"] == os.getpid() and doc["start"] == process_start(os.getpid()) is not None
+        with pytest.raises(OutputBusy):
+            OutputLock(tmp_path / "r.csv").acquire()
+    assert not held.lock_path.exists()
