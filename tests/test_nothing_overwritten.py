@@ -82,3 +82,58 @@ def test_lock_records_its_writers_start_time(tmp_path: Path) -> None:
         with pytest.raises(OutputBusy):
             OutputLock(tmp_path / "r.csv").acquire()
     assert not held.lock_path.exists()
+
+
+# --------------------------------------------------------------------------- 17: evaluate under a lock
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An untrained PPO agent of a 24-step PDProvision-v0 day, saved as ``servegym train`` saves one."""
+    pytest.importorskip("stable_baselines3", reason="the rl extra (stable-baselines3) is not installed")
+    import gymnasium as gym
+    import numpy as np
+    from servegym.agents.model_io import save_obs_stats
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    d = tmp_path_factory.mktemp("model")
+    venv = VecNormalize(DummyVecEnv([lambda: gym.make(PD, **SHORT)]))
+    venv.reset()
+    venv.step(np.array([venv.action_space.sample()]))
+    PPO("MlpPolicy", venv, n_steps=16, batch_size=16, seed=0, device="cpu",
+        policy_kwargs={"net_arch": [8]}).save(d / "model.zip")
+    save_obs_stats(venv, d / "model_vecnormalize.npz")
+    (d / "run.json").write_text(json.dumps({"env_id": PD, "algo": "ppo", "env_kwargs": SHORT,
+                                            "normalize": {"norm_obs": True, "norm_reward": True}}))
+    return d
+
+
+def _hold_lock(path: Path) -> subprocess.Popen[str]:
+    """Another process holding ``path``'s output lock (as a second ``evaluate`` into it would), until killed."""
+    code = ("import sys, time; from servegym.outputs import OutputLock\n"
+            "with OutputLock(sys.argv[1], '--out-dir'):\n    print('held', flush=True); time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+    return proc
+
+
+def test_evaluate_into_an_out_dir_another_run_writes_is_refused(model_dir: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Two evaluations into one --out-dir at once both exited 0, the files holding one run's numbers and the
+    other run's report another's; the second is refused now, in one line, writing nothing."""
+    out = tmp_path / "evals" / "e1"
+    argv = ["evaluate", "--model", str(model_dir / "model.zip"), "--episodes", "1", "--baselines", "min-power",
+            "--out-dir", str(out), "--json"]
+    other = _hold_lock(out)
+    try:
+        assert main([*argv, "--force"]) == 2
+        err = _one_line(capsys.readouterr().err)
+        assert f"--out-dir = '{out}' is being written by another run (pid {other.pid}" in err
+        assert not out.exists()
+    finally:
+        other.kill()
+        other.wait()
+    assert main(argv) == 0  # the other run is gone: its lock is stale
+    assert (out / "episodes.csv").is_file() and not (tmp_path / "evals" / "e1.lock").exists()
+    capsys.readouterr()
+    assert main(argv) == 2  # and one evaluation is not replaced by the next without --force
+    assert "already holds an evaluation" in _one_line(capsys.readouterr().err)

@@ -221,6 +221,9 @@ class OutputLock:
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.flag = flag
         self.held = False
+        #: folders acquire() made for the lock, deepest first: removed again on release when still empty,
+        #: so a run that fails (or is refused) leaves no empty folder behind
+        self._made: list[Path] = []
 
     def _owner(self) -> dict[str, Any] | None:
         try:
@@ -231,7 +234,24 @@ class OutputLock:
             return None
 
     def acquire(self) -> OutputLock:
+        missing = [d for d in (self.lock_path.parent, *self.lock_path.parent.parents) if not d.exists()]
         self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        self._made = missing
+        try:
+            return self._acquire()
+        except BaseException:
+            self._remove_made()
+            raise
+
+    def _remove_made(self) -> None:
+        for d in self._made:
+            try:
+                d.rmdir()
+            except OSError:  # the run wrote into it (or another run did): kept
+                break
+        self._made = []
+
+    def _acquire(self) -> OutputLock:
         me = {"pid": os.getpid(), "host": socket.gethostname(), "start": process_start(os.getpid())}
         for _ in range(3):
             try:
@@ -269,6 +289,7 @@ class OutputLock:
                 with contextlib.suppress(FileNotFoundError):
                     self.lock_path.unlink()
             self.held = False
+            self._remove_made()
 
     def __enter__(self) -> OutputLock:
         return self.acquire()
