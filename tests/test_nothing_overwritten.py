@@ -137,3 +137,6 @@ def test_evaluate_into_an_out_dir_another_run_writes_is_refused(model_dir: Path,
     capsys.readouterr()
     assert main(argv) == 2  # and one evaluation is not replaced by the next without --force
     assert "already holds an evaluation" in _one_line(capsys.readouterr().err)
+    # a run that fails once it holds the lock leaves no folder the lock needed behind
+    assert main(["evaluate", "--model", str(tmp_path / "no-model.zip"), "--out-dir", str(tmp_path / "new" / "e")]) == 2
+    assert not (tmp_path / "new").exists()
