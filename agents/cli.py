@@ -137,9 +137,12 @@ def add_commands(subparsers: Any) -> None:
     bm.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                     help="suite: run the grid on Ray (a local instance, or a cluster at ADDRESS)")
     bm.add_argument("--out-dir", default=None, metavar="DIR", help="suite: results folder (default benchmarks/results)")
-    bm.add_argument("--run-dir", default="runs/suite", metavar="DIR", help="suite: models, checkpoints, TensorBoard")
+    bm.add_argument("--run-dir", default=None, metavar="DIR",
+                    help="suite: models, checkpoints, TensorBoard (default runs/suite/<budget>); models already "
+                         "there are refused without --force")
     bm.add_argument("--force", action="store_true",
-                    help="suite: replace the stored runs of the ids (and discard an interrupted run's journal); "
+                    help="suite: replace the stored runs and trained models of the ids (and discard an interrupted "
+                         "run's journal); "
                          "without it an interrupted run resumes from its journal")
     bm.set_defaults(func=_benchmark)
     _add_dataset(subparsers)

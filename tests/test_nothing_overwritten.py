@@ -140,3 +140,33 @@ def test_evaluate_into_an_out_dir_another_run_writes_is_refused(model_dir: Path,
     # a run that fails once it holds the lock leaves no folder the lock needed behind
     assert main(["evaluate", "--model", str(tmp_path / "no-model.zip"), "--out-dir", str(tmp_path / "new" / "e")]) == 2
     assert not (tmp_path / "new").exists()
+
+
+# --------------------------------------------------------------------------- 16: the suite's run folder
+def test_suite_refuses_trained_models_in_its_run_dir_and_locks_it(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``benchmark --suite`` replaced the models already in --run-dir (force=True per training task), the
+    lock covered only suite_runs/<budget>, and every budget defaulted to the same runs/suite. Now each budget
+    has its own default folder, models already there are refused without --force, and the run folder is
+    locked. Refusals train nothing and write nothing."""
+    out = tmp_path / "results"
+    base = ["benchmark", "--suite", "--budget", "smoke", "--envs", PD, "--workers", "1", "--json", "--out-dir", str(out)]
+    mine = tmp_path / "runs" / "suite" / "smoke" / "PDProvision-v0_maskable-ppo_s1"  # cwd is tmp_path
+    mine.mkdir(parents=True)
+    (mine / "model.zip").write_bytes(b"a model trained earlier")
+    assert main(base) == 2  # the default --run-dir is runs/suite/smoke
+    err = _one_line(capsys.readouterr().err)
+    assert ("--run-dir = 'runs/suite/smoke' already holds trained models (PDProvision-v0_maskable-ppo_s1) that "
+            "this suite would replace; pass --force") in err
+    assert (mine / "model.zip").read_bytes() == b"a model trained earlier"
+    assert not out.exists() and not (tmp_path / "runs" / "suite" / "smoke.lock").exists()
+    # another suite writing the run folder (here: with another --out-dir) keeps this one off it
+    other = _hold_lock(tmp_path / "shared")
+    try:
+        assert main([*base, "--run-dir", str(tmp_path / "shared"), "--force"]) == 2
+        assert "--run-dir = '" + str(tmp_path / "shared") + "' is being written by another run" in _one_line(
+            capsys.readouterr().err)
+    finally:
+        other.kill()
+        other.wait()
+    assert not out.exists() and not (tmp_path / "shared").exists()
