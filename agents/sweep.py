@@ -10,7 +10,8 @@ Config (YAML)::
     policies:                           # baseline names of the env's family, or saved agents
       - min-power
       - static-peak
-      - {agent: runs/PDProvision-v0_maskable-ppo_s0/model.zip, name: mppo}   # or "agent:PATH"
+      - {agent: runs/PDProvision-v0_maskable-ppo_s0/model.zip, name: mppo}   # or "agent:PATH"; PATH
+                                                                            # inside this file's folder
     seeds: [0, 1, 2]                    # or {start: 0, count: 3}
 
 Each cell (policy, scenario, seed) plays one seeded episode (:mod:`servegym.agents.rollout`) and
@@ -36,7 +37,7 @@ from servegym.agents.families import family_accepts, family_for
 
 from servegym.env_ids import check_env_id
 from servegym.errors import ConfigError, shown
-from servegym.file_refs import check_file_refs
+from servegym.file_refs import check_file_refs, path_in_folder
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,8 @@ def _name(raw: Any, where: str) -> str:
 
 
 def parse_sweep(doc: Any, base_dir: Path | None = None, source: str = "sweep config") -> SweepConfig:
-    """Validate a sweep document; agent paths are resolved against ``base_dir`` (the config's folder)."""
+    """Validate a sweep document. Agent paths are relative to ``base_dir`` (the config's folder; default: the
+    working folder) and must lie inside it, as files named in env kwargs must."""
     if not isinstance(doc, dict):
         raise ConfigError(f"{source}: expected a mapping with scenarios, policies, seeds")
     unknown = sorted(set(doc) - {"name", "env", "scenarios", "policies", "seeds"})
@@ -144,11 +146,11 @@ def parse_sweep(doc: Any, base_dir: Path | None = None, source: str = "sweep con
         if isinstance(p, dict):
             if "agent" not in p:
                 raise ConfigError(f"{source}: policies[{i}] = {shown(p)}; allowed: a baseline name or {{agent: PATH}}")
-            path = Path(str(p["agent"]))
-            if not path.is_absolute() and base_dir is not None and not path.exists():
-                path = base_dir / path
+            # only a file in the sweep file's folder (README, security): refused on the text, before any lookup
+            where = f"{source}: policies[{i}].agent"
+            path = path_in_folder(p["agent"], base_dir if base_dir is not None else Path.cwd(), where)
             if not path.is_file():
-                raise ConfigError(f"{source}: policies[{i}].agent = {shown(str(p['agent']))}: no such file")
+                raise ConfigError(f"{where} = {shown(str(p['agent']))}: no such file")
             policies.append(PolicyRef(_name(p.get("name", path.parent.name or "agent"), f"{source}: policies[{i}].name"),
                                       str(path)))
         elif isinstance(p, str):

@@ -170,3 +170,48 @@ def test_suite_refuses_trained_models_in_its_run_dir_and_locks_it(tmp_path: Path
         other.kill()
         other.wait()
     assert not out.exists() and not (tmp_path / "shared").exists()
+
+
+# --------------------------------------------------------------------------- 15: sweep agents stay in the folder
+def test_sweep_agent_outside_the_sweep_folder_is_refused_before_any_lookup(
+        model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``agent:`` naming an absolute path or ``../..`` loaded and ran (exit 0), and naming a key file elsewhere
+    revealed whether it existed. Now it is refused on the text, before anything there is looked up (no stat of
+    it), in one line; a link in the folder that leads out is refused too; a model in the folder still runs."""
+    import shutil
+
+    outside = tmp_path / "elsewhere"
+    shutil.copytree(model_dir, outside / "m")  # a loadable model: only the rule stops it
+    folder = tmp_path / "sweeps" / "deep"
+    (folder / "m").mkdir(parents=True)
+    for name in ("model.zip", "model_vecnormalize.npz", "run.json"):
+        shutil.copy(model_dir / name, folder / "m" / name)
+    (folder / "link").symlink_to(outside / "m")
+    looked_up: list[str] = []
+    real_stat, real_lstat = os.stat, os.lstat
+
+    def record(real):  # type: ignore[no-untyped-def]
+        def stat(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+            looked_up.append(os.fspath(path) if not isinstance(path, int) else "")
+            return real(path, *args, **kwargs)
+        return stat
+
+    for agent in (str(outside / "m" / "model.zip"), "../../elsewhere/m/model.zip", "agent:../../elsewhere/m/model.zip"):
+        policy = agent if agent.startswith("agent:") else {"agent": agent, "name": "mine"}
+        cfg = _sweep_file(folder, policies=[policy])
+        monkeypatch.setattr(os, "stat", record(real_stat))
+        monkeypatch.setattr(os, "lstat", record(real_lstat))
+        code = main(["sweep", str(cfg), "--workers", "1", "--out", str(tmp_path / "r.csv")])
+        monkeypatch.setattr(os, "stat", real_stat)
+        monkeypatch.setattr(os, "lstat", real_lstat)
+        assert code == 2, agent
+        err = _one_line(capsys.readouterr().err)
+        assert "policies[0].agent = " in err and "is outside the sweep file's folder; allowed: a path inside" in err
+        assert looked_up and not [p for p in looked_up if "elsewhere" in p], looked_up
+    cfg = _sweep_file(folder, policies=[{"agent": "link/model.zip", "name": "mine"}])
+    assert main(["sweep", str(cfg), "--workers", "1", "--out", str(tmp_path / "r.csv")]) == 2
+    assert "leads outside the sweep file's folder through a symbolic link" in _one_line(capsys.readouterr().err)
+    assert not (tmp_path / "r.csv").exists()
+    cfg = _sweep_file(folder, policies=[{"agent": "m/model.zip", "name": "mine"}, "min-power"])
+    assert main(["sweep", str(cfg), "--workers", "1", "--out", str(tmp_path / "r.csv"), "--json"]) == 0
+    assert sorted(pd.read_csv(tmp_path / "r.csv")["policy"]) == ["min-power", "mine"]
