@@ -563,6 +563,37 @@ def suite_header(tasks: Sequence[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(list(tasks), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def suite_journal_check(tasks: Sequence[dict[str, Any]]) -> Any:
+    """A :meth:`servegym.outputs.Journal.read` check of a suite journal's lines: the key is a task of this
+    run and the value the output :func:`suite_task` returns for it (its kind, env id and training seed; a
+    list of episode rows, each with a policy name, integer seeds and length and a finite reward; a finite
+    wall time). A line failing it is skipped with one warning line, and its task runs again."""
+    from servegym.agents.sweep import finite_number, is_count
+
+    by_key = {task_key(t): t for t in tasks}
+
+    def check(key: str, out: Any) -> str | None:
+        task = by_key.get(key)
+        if task is None:
+            return f"key {key[:80]!r} is not a task of this suite run"
+        env_id = task["entry"]["env_id"] if task["kind"] == "train" else task["env_id"]
+        if not isinstance(out, dict) or out.get("kind") != task["kind"] or out.get("env_id") != env_id:
+            return f"the output of {key} is not a {task['kind']} task's output for {env_id}"
+        if task["kind"] == "train" and not (is_count(out.get("seed")) and out["seed"] == task["seed"]):
+            return f"the output of {key} names another training seed"
+        rows = out.get("rows")
+        if not isinstance(rows, list) or not rows or not finite_number(out.get("wall_s"), 0):
+            return f"the output of {key} has no episode rows or no wall time"
+        for r in rows:
+            if not (isinstance(r, dict) and isinstance(r.get("policy"), str) and is_count(r.get("seed"))
+                    and finite_number(r.get("reward")) and is_count(r.get("length"))
+                    and isinstance(r.get("train_seed"), int) and not isinstance(r.get("train_seed"), bool)):
+                return f"the output of {key} has an episode row that is not one"
+        return None
+
+    return check
+
+
 def suite_journal(budget: str, out_dir: Path) -> Path:
     """The journal of a suite run in progress: one line per finished task (removed when the run completes)."""
     return _raw_dir(budget, out_dir) / ".partial.jsonl"
@@ -621,12 +652,12 @@ def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir:
         done: dict[str, Any] = {}
         resuming = journal.path.exists() and not force
         if resuming:
-            found = journal.read(header)
+            found = journal.read(header, check=suite_journal_check(tasks))
             if found is None:
                 raise ConfigError(f"--out-dir: {journal.path} is the journal of an interrupted suite run with other "
                                   "tasks (budget, --envs or --run-dir differ); run that command again to finish "
                                   "it, or pass --force to discard it")
-            done = {k: v for k, v in found.items() if k in {task_key(t) for t in tasks}}
+            done = found  # every key is one of these tasks (suite_journal_check)
             if progress and done:
                 print(f"resuming: {len(done)} of {len(tasks)} tasks from the interrupted run ({journal.path})")
         todo = [t for t in tasks if task_key(t) not in done]

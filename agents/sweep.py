@@ -375,6 +375,59 @@ def cell_key(cell: dict[str, Any]) -> str:
                        int(cell["seed"])])
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def finite_number(v: Any, minimum: float | None = None) -> bool:
+    """Whether a value read back from JSON is a finite number (not a bool), at least ``minimum`` if given."""
+    import math
+
+    return _number(v) and math.isfinite(v) and (minimum is None or v >= minimum)
+
+
+def is_count(v: Any) -> bool:
+    """Whether a value read back from JSON is an integer >= 0 (not a bool)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def journal_check(tasks: Sequence[dict[str, Any]]) -> Any:
+    """A :meth:`servegym.outputs.Journal.read` check of a sweep journal's lines against the config's cells
+    and the row :func:`run_task` writes: the key is a cell of this config, the row names that very cell
+    (the same sweep, scenario, env id, policy and seed, of the same types), ``reward`` is a finite number,
+    ``length`` an integer >= 0, ``wall_s`` a finite number >= 0, and every other column one of the family's
+    metrics holding a number (NaN allowed) or null. A line failing it is skipped: its cell runs again."""
+    cells = {cell_key(t): t for t in tasks}
+    metric_keys = {t["env_id"]: {m.key for m in family_for(t["env_id"]).metrics} for t in tasks}
+
+    def check(key: str, row: Any) -> str | None:
+        task = cells.get(key)
+        if task is None:
+            return f"key {shown(key)} is not a cell of this sweep config"
+        if not isinstance(row, dict):
+            return f"the row of {key} is a {type(row).__name__}, not a mapping"
+        for k in CELL_KEYS:
+            if k not in row or row[k] != task[k] or type(row[k]) is not type(task[k]):
+                return f"the row of {key} has {k} = {shown(row.get(k), 40)}, not {task[k]!r}"
+        reward, length, wall = row.get("reward"), row.get("length"), row.get("wall_s")
+        if not finite_number(reward):
+            return f"the row of {key} has reward = {shown(reward, 40)}; allowed: a finite number"
+        if not is_count(length):
+            return f"the row of {key} has length = {shown(length, 40)}; allowed: an integer >= 0"
+        if not finite_number(wall, 0):
+            return f"the row of {key} has wall_s = {shown(wall, 40)}; allowed: a finite number >= 0"
+        for k, v in row.items():
+            if k in CELL_KEYS or k in ("reward", "length", "wall_s"):
+                continue
+            if k not in metric_keys[task["env_id"]]:
+                return f"the row of {key} has the column {shown(k, 40)}, not a metric of {task['env_id']}"
+            if v is not None and not _number(v):
+                return f"the row of {key} has {k} = {shown(v, 40)}; allowed: a number or null"
+        return None
+
+    return check
+
+
 def config_fingerprint(cfg: SweepConfig) -> str:
     """A hash of every cell's inputs (env kwargs and agent paths included): a journal of another config is
     never resumed."""
@@ -409,7 +462,10 @@ def run_sweep_to(cfg: SweepConfig, out: str | Path, *, force: bool = False, resu
       rows, run only the missing cells; a results file's cells match by sweep, scenario, env id, policy and
       seed, a journal only if it is of this very config) or ``force`` (start afresh);
     * each finished cell is appended to ``<out>.partial.jsonl`` at once, so SIGTERM, SIGINT or a crash lose
-      at most the cells in flight; the results file is written atomically at the end and the journal removed.
+      at most the cells in flight; the results file is written atomically at the end and the journal removed;
+    * a journal line that is not a finished cell of this config (:func:`journal_check`: a cell the config
+      lacks, a row naming another cell, a value of the wrong type) is skipped with one warning line, and its
+      cell runs again: nothing but a row :func:`run_task` could have written reaches the results.
     """
     from servegym.outputs import Journal, OutputLock, refuse_existing
 
@@ -432,7 +488,7 @@ def run_sweep_to(cfg: SweepConfig, out: str | Path, *, force: bool = False, resu
                                       "pass --force to replace it")
                 done.update({cell_key(r): r for r in old.to_dict("records")})
             if journal.path.exists():
-                partial = journal.read(header)
+                partial = journal.read(header, check=journal_check(tasks))
                 if partial is None:
                     raise ConfigError(f"--resume: {journal.path.name} is from another sweep config (its cells "
                                       "differ); pass --force to discard it and start afresh")

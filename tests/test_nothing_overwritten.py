@@ -215,3 +215,70 @@ def test_sweep_agent_outside_the_sweep_folder_is_refused_before_any_lookup(
     cfg = _sweep_file(folder, policies=[{"agent": "m/model.zip", "name": "mine"}, "min-power"])
     assert main(["sweep", str(cfg), "--workers", "1", "--out", str(tmp_path / "r.csv"), "--json"]) == 0
     assert sorted(pd.read_csv(tmp_path / "r.csv")["policy"]) == ["min-power", "mine"]
+
+
+# --------------------------------------------------------------------------- 18: sweep journals
+def test_sweep_resume_skips_journal_lines_that_are_not_cells_of_the_config(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Journal lines that were valid JSON with garbage values reached the results (a row for a cell that never
+    ran, a key of a cell the config lacks) or crashed with KeyError. Now each line is checked against the
+    config's cells and the row schema; a bad one is skipped with one warning line and its cell runs again, so
+    the results equal an uninterrupted run's."""
+    from servegym.agents.sweep import config_fingerprint, load_sweep
+
+    from servegym.outputs import Journal
+
+    cfg = _sweep_file(tmp_path, seeds=[7, 8])
+    assert main(["sweep", str(cfg), "--workers", "1", "--out", str(tmp_path / "ref.csv"), "--json"]) == 0
+    ref = pd.read_csv(tmp_path / "ref.csv")
+    rows = {int(r["seed"]): r for r in ref.to_dict("records")}
+    good = {**rows[7], "wall_s": 123.0}  # a finished cell, told apart from a rerun by its wall time
+    key7, key8 = (json.dumps(["t", "day", PD, "min-power", s]) for s in (7, 8))
+    out = tmp_path / "r.csv"
+    journal = Journal(tmp_path / "r.csv.partial.jsonl").open(config_fingerprint(load_sweep(cfg)))
+    journal.add(key7, good)
+    for key, value in [(json.dumps(["t", "day", PD, "min-power", 99]), {**rows[7], "seed": 99}),  # not in the config
+                       (key8, {}),                                                 # was a KeyError
+                       (key8, {**rows[8], "reward": "lots"}),                      # garbage value
+                       (key8, {**rows[7]}),                                        # another cell's row
+                       (key8, {**rows[8], "seed": True}),
+                       (key8, {**rows[8], "injected": 1.0})]:                      # a column no cell has
+        journal.add(key, value)
+    journal.close()
+    with journal.path.open("a") as fh:
+        fh.write('{"key": 3}\n[1, 2]\nnot json\n')
+    capsys.readouterr()
+    assert main(["sweep", str(cfg), "--workers", "1", "--out", str(out), "--resume", "--json"]) == 0
+    err = capsys.readouterr().err
+    warning = [line for line in err.splitlines() if "warning" in line]
+    assert len(warning) == 1 and "r.csv.partial.jsonl: skipped 9 line(s) that are not finished work of this run" in \
+        warning[0] and "is not a cell of this sweep config" in warning[0] and "runs again" in warning[0]
+    res = pd.read_csv(out).sort_values("seed").reset_index(drop=True)
+    assert res["seed"].tolist() == [7, 8] and "injected" not in res.columns
+    assert res.loc[0, "wall_s"] == 123.0 and res.loc[1, "wall_s"] != 123.0  # seed 7 kept, seed 8 rerun
+    assert res.drop(columns="wall_s").equals(ref.sort_values("seed").reset_index(drop=True).drop(columns="wall_s"))
+    assert not journal.path.exists()
+
+
+def test_suite_journal_lines_are_checked_against_the_runs_tasks(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The suite's journal gets the same check: a task of another run, or an output that is not the task's
+    (which crashed the stored-run writer with KeyError), is skipped with one warning and the task runs again."""
+    from servegym.agents import benchmark as bm
+
+    from servegym.outputs import Journal
+
+    tasks = bm.suite_tasks([e for e in bm.SUITE["smoke"] if e.env_id == PD], tmp_path / "runs", tb=False)
+    train, base = tasks[0], tasks[-1]
+    row = {"policy": "min-power", "seed": 0, "reward": -1.5, "length": 240, "train_seed": -1, "energy_kwh": 1.0}
+    good = {"kind": "baseline", "env_id": PD, "rows": [row], "wall_s": 0.5, "env_steps": 240}
+    j = Journal(tmp_path / ".partial.jsonl").open("h")
+    j.add(bm.task_key(base), good)
+    j.add(json.dumps(["baseline", PD, "min-power", 999]), good)  # not a task of this run
+    j.add(bm.task_key(train), {"kind": "train"})                 # was a KeyError when stored
+    j.add(bm.task_key(train), {**good, "kind": "train", "seed": train["seed"], "rows": [{**row, "reward": "x"}]})
+    j.close()
+    capsys.readouterr()
+    assert j.read("h", check=bm.suite_journal_check(tasks)) == {bm.task_key(base): good}
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "skipped 3 line(s)" in err and "is not a task of this suite run" in err

@@ -28,6 +28,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -340,11 +341,18 @@ class Journal:
         self.path = Path(path)
         self._fh: Any = None
 
-    def read(self, header: Any) -> dict[str, Any] | None:
-        """key -> value of the finished entries; None when there is no journal or it is another run's."""
+    def read(self, header: Any, check: Callable[[str, Any], str | None] | None = None) -> dict[str, Any] | None:
+        """key -> value of the finished entries; None when there is no journal or it is another run's.
+
+        A journal is the run's own file, but it is a file: a line that is complete yet not a finished entry
+        of this run (not JSON, not ``{"key", "value"}``, or refused by ``check(key, value)``, which returns
+        why or None) is skipped, so its unit of work runs again rather than its content reaching the
+        results; the skipped lines are reported in one warning line on stderr. A torn last line (a kill
+        mid-write) is skipped silently."""
         if not self.path.is_file():
             return None
         out: dict[str, Any] = {}
+        skipped: list[str] = []
         with self.path.open("rb") as fh:
             first = fh.readline(MAX_JOURNAL_LINE)
             try:
@@ -353,15 +361,25 @@ class Journal:
                 return None
             if not isinstance(head, dict) or head.get("header") != header:
                 return None
-            for line in fh:
+            for number, line in enumerate(fh, start=2):
                 if len(line) > MAX_JOURNAL_LINE or not line.endswith(b"\n"):
                     continue
                 try:
                     doc = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):
+                    skipped.append(f"line {number}: not JSON")
                     continue
-                if isinstance(doc, dict) and isinstance(doc.get("key"), str) and "value" in doc:
-                    out[doc["key"]] = doc["value"]
+                if not (isinstance(doc, dict) and isinstance(doc.get("key"), str) and "value" in doc):
+                    skipped.append(f"line {number}: not a {{key, value}} entry")
+                    continue
+                why = check(doc["key"], doc["value"]) if check is not None else None
+                if why is not None:
+                    skipped.append(f"line {number}: {why}")
+                    continue
+                out[doc["key"]] = doc["value"]
+        if skipped:
+            print(f"servegym: warning: {self.path.name}: skipped {len(skipped)} line(s) that are not finished work "
+                  f"of this run (first: {skipped[0][:160]}); that work runs again", file=sys.stderr)
         return out
 
     def open(self, header: Any, keep: dict[str, Any] | None = None) -> Journal:
