@@ -337,11 +337,20 @@ def _add_dataset(subparsers: Any) -> None:
 
 
 def _dataset(args: argparse.Namespace) -> int:
-    from servegym.agents.dataset import record_dataset
+    from servegym.agents.dataset import datasets_root, record_dataset
 
-    rec = record_dataset(args.env, policy=args.policy, model=args.model, episodes=args.episodes, split=args.split,
-                         seed=args.seed, out=args.out, force=args.force, env_kwargs=_env_kwargs(args.env_kwargs),
-                         score=args.score, progress=True)
+    from servegym.outputs import Interrupted, interruptible
+
+    try:
+        # SIGTERM, like Ctrl-C, unwinds record_dataset's cleanup (its temporary folder) before the exit
+        with interruptible():
+            rec = record_dataset(args.env, policy=args.policy, model=args.model, episodes=args.episodes,
+                                 split=args.split, seed=args.seed, out=args.out, force=args.force,
+                                 env_kwargs=_env_kwargs(args.env_kwargs), score=args.score, progress=True)
+    except Interrupted as exc:
+        print(f"servegym: interrupted by {exc}: its temporary files are removed and nothing partial is left in "
+              f"{datasets_root(args.out)} (a dataset is installed whole or not at all)", file=sys.stderr)
+        return exc.exit_code
     if args.json:
         print(json.dumps({"dataset_id": rec.dataset_id, "path": str(rec.path), "episodes": rec.episodes,
                           "steps": rec.steps, "wall_s": round(rec.wall_s, 3), "kpi": rec.kpi,

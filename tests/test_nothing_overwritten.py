@@ -282,3 +282,88 @@ def test_suite_journal_lines_are_checked_against_the_runs_tasks(tmp_path: Path,
     assert j.read("h", check=bm.suite_journal_check(tasks)) == {bm.task_key(base): good}
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "skipped 3 line(s)" in err and "is not a task of this suite run" in err
+
+
+# --------------------------------------------------------------------------- 21: servegym dataset
+def _dataset_argv(out: Path, episodes: int = 2) -> list[str]:
+    return ["dataset", "--env", PD, "--policy", "min-power", "--episodes", str(episodes), "--out", str(out),
+            "--env-kwargs", json.dumps(SHORT)]
+
+
+DS_ID = Path("servegym", "pdprovision-v0", "min-power-train-v0")
+
+
+def _left_over(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if ".servegym-dataset-" in p.name
+                  or ".old-" in p.name or p.name.endswith(".tmp"))
+
+
+def test_dataset_sigterm_cleans_up_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """SIGTERM to ``servegym dataset`` exited 143 with no message and left its ``.servegym-dataset-*``
+    folder. Now: one line, exit 143, no temporary folder, and no folder it made for the dataset. A SIGTERM
+    while a --force run swaps the datasets waits for the swap: the new dataset whole, nothing left aside."""
+    pytest.importorskip("minari", reason="the offline extra (minari) is not installed")
+    pytest.importorskip("jax", reason="the offline extra (jax) is not installed")
+    import signal
+
+    from servegym.agents import dataset as ds
+
+    real_step, seen = ds._StepCounter.step, []
+
+    def step_then_sigterm(self, action):  # type: ignore[no-untyped-def]
+        seen.append(sorted(p.name for p in (tmp_path / "ds").iterdir()))  # the temporary folder exists by now
+        if self.steps == 30:  # mid-recording, in the second episode
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_step(self, action)
+
+    monkeypatch.setattr(ds._StepCounter, "step", step_then_sigterm)
+    assert main(_dataset_argv(tmp_path / "ds", episodes=3)) == 143
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("servegym: interrupted by SIGTERM: its temporary files are removed")
+    assert seen[0][0].startswith(".servegym-dataset-")
+    assert not (tmp_path / "ds").exists()  # the --out folder it made, empty again, is gone too
+    monkeypatch.setattr(ds._StepCounter, "step", real_step)
+
+    assert main(_dataset_argv(tmp_path / "ds")) == 0
+    before = (tmp_path / "ds" / DS_ID / "data" / "metadata.json").read_text()
+    real_rename = os.rename
+
+    def rename_with_sigterm(src, dst):  # type: ignore[no-untyped-def]
+        real_rename(src, dst)
+        if ".old-" in os.fspath(dst):  # between moving the old dataset aside and the new one in
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(ds.os, "rename", rename_with_sigterm)
+    assert main([*_dataset_argv(tmp_path / "ds", episodes=1), "--force"]) == 143
+    monkeypatch.setattr(ds.os, "rename", real_rename)
+    after = json.loads((tmp_path / "ds" / DS_ID / "data" / "metadata.json").read_text())
+    assert after["total_episodes"] == 1 and json.loads(before)["total_episodes"] == 2  # replaced whole
+    assert _left_over(tmp_path / "ds") == []
+
+
+def test_dataset_force_over_a_symbolic_link_is_refused_up_front(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``--force`` over a dataset path that is a symbolic link installed, then failed (exit 2) removing the
+    link as a folder and left ``.old-PID``. Now it is refused before any episode is played, in one line, with
+    the link, its target and the folder untouched; a linked namespace folder is refused alike."""
+    pytest.importorskip("minari", reason="the offline extra (minari) is not installed")
+    pytest.importorskip("jax", reason="the offline extra (jax) is not installed")
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "data").mkdir(parents=True)
+    (elsewhere / "data" / "keep.txt").write_text("not servegym's")
+    root = tmp_path / "ds"
+    (root / DS_ID.parent).mkdir(parents=True)
+    (root / DS_ID).symlink_to(elsewhere)
+    for force in ([], ["--force"]):
+        assert main([*_dataset_argv(root), *force]) == 2
+        err = _one_line(capsys.readouterr().err)
+        assert f"'{root / DS_ID}' is a symbolic link; allowed: a real folder" in err
+    assert (root / DS_ID).is_symlink() and (elsewhere / "data" / "keep.txt").read_text() == "not servegym's"
+    assert sorted(p.name for p in (root / DS_ID.parent).iterdir()) == [DS_ID.name]
+    (root / DS_ID).unlink()
+    (root / DS_ID.parent).rmdir()
+    (root / DS_ID.parent).symlink_to(elsewhere)
+    assert main([*_dataset_argv(root), "--force"]) == 2
+    assert f"'{root / DS_ID.parent}' is a symbolic link" in _one_line(capsys.readouterr().err)
+    assert sorted(p.name for p in elsewhere.rglob("*")) == ["data", "keep.txt"]

@@ -133,7 +133,26 @@ def save_model(model: Any, path: str | os.PathLike[str]) -> Path:
     return Path(path)
 
 
-# --------------------------------------------------------------------------- overwrite and locks
+# --------------------------------------------------------------------------- folders, overwrite and locks
+def make_folders(path: str | os.PathLike[str]) -> list[Path]:
+    """``mkdir -p path``; returns the folders it created, deepest first, for :func:`remove_empty_folders`."""
+    p = Path(path)
+    missing = [d for d in (p, *p.parents) if not d.exists()]
+    p.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def remove_empty_folders(made: list[Path]) -> None:
+    """Remove the folders :func:`make_folders` created, deepest first, while they are empty: a run that
+    failed, was refused or was interrupted leaves no empty folder it made behind."""
+    for d in made:
+        try:
+            d.rmdir()
+        except OSError:  # the run wrote into it (or another run did): kept, and so are its parents
+            break
+
+
+
 def refuse_existing(flag: str, path: str | os.PathLike[str], what: str, resume: bool = True) -> None:
     """The one-line error when ``path`` (an earlier run's ``what``) exists and the user did not choose."""
     how = "--resume to continue it or --force to replace it" if resume else "--force to replace it"
@@ -235,9 +254,7 @@ class OutputLock:
             return None
 
     def acquire(self) -> OutputLock:
-        missing = [d for d in (self.lock_path.parent, *self.lock_path.parent.parents) if not d.exists()]
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        self._made = missing
+        self._made = make_folders(self.lock_path.parent)
         try:
             return self._acquire()
         except BaseException:
@@ -245,11 +262,7 @@ class OutputLock:
             raise
 
     def _remove_made(self) -> None:
-        for d in self._made:
-            try:
-                d.rmdir()
-            except OSError:  # the run wrote into it (or another run did): kept
-                break
+        remove_empty_folders(self._made)
         self._made = []
 
     def _acquire(self) -> OutputLock:
@@ -323,6 +336,21 @@ def interruptible(on_signal: Callable[[int], None] | None = None) -> Iterator[No
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """SIGTERM and SIGINT held back while inside (steps that must happen together, such as moving an old
+    output aside and the new one into place) and delivered on leaving, where :func:`interruptible` raises.
+    Outside the main thread, or without ``pthread_sigmask``, this does nothing."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def ignore_sigint() -> None:
