@@ -293,20 +293,24 @@ def run_ray(tasks: Sequence[dict[str, Any]], address: str | None = None, workers
     """The grid on Ray: a local Ray instance (``address`` None) or an existing cluster (``"auto"`` or
     ``"ray://host:10001"``). ``workers`` caps the CPUs of a local instance. A task whose worker or node
     dies is retried by Ray (:data:`RAY_TASK_RETRIES` times; cells are deterministic, so a retried cell
-    gives the same row); ``on_result`` as in :func:`run_local`; on an exception the pending tasks are
-    cancelled. ``desc``, ``what``, ``estimate``: the progress lines, as in :func:`run_local`."""
+    gives the same row); ``on_result`` as in :func:`run_local`; on an exception the pending tasks of a
+    cluster are cancelled, and a local instance is shut down with all its processes (SIGTERM and SIGINT
+    included: :func:`_init_ray`). ``desc``, ``what``, ``estimate``: the progress lines, as in :func:`run_local`."""
     from servegym.progress import Progress
 
     ray = _import_ray()
     started = False
+    signum = None
     if not ray.is_initialized():
         init: dict[str, Any] = {"address": address, "include_dashboard": False, "log_to_driver": False,
                                 "configure_logging": False}
         if address is None and workers:
             init["num_cpus"] = workers
-        ray.init(**init)
+        signum = _init_ray(ray, init)
         started = True
     try:
+        if signum is not None:  # a signal came during ray.init: acted on now that ray.shutdown can stop it all
+            _replay_signal(signum)
         remote = ray.remote(num_cpus=1, max_retries=RAY_TASK_RETRIES)(run_task if fn is None else fn)
         refs = {remote.remote(t): t for t in tasks}
         pending = list(refs)
@@ -323,7 +327,9 @@ def run_ray(tasks: Sequence[dict[str, Any]], address: str | None = None, workers
                             on_result(refs[ref], rows[-1])
                     bar.update(len(done))
         except BaseException:
-            for ref in pending:
+            # a local instance's tasks end with ray.shutdown below; force-cancelling them first races their
+            # replies and can abort the driver inside Ray's core worker (before the shutdown, so its agents live on)
+            for ref in pending if not (started and address is None) else ():
                 with contextlib.suppress(Exception):
                     ray.cancel(ref, force=True)
             raise
@@ -331,6 +337,53 @@ def run_ray(tasks: Sequence[dict[str, Any]], address: str | None = None, workers
         if started:
             ray.shutdown()
     return _tidy(rows) if tidy else rows
+
+
+def _init_ray(ray: Any, init: dict[str, Any]) -> int | None:
+    """``ray.init(**init)`` with this process's SIGTERM and SIGINT handlers kept. Ray installs its own SIGTERM
+    handlers while it starts (``sys.exit(15)`` with no message, then one that kills the node's processes
+    and exits 1 with Ray's traceback, leaving its dashboard and runtime-env agents running): the handlers
+    :func:`servegym.outputs.interruptible` set must stay the ones that run, so that SIGTERM unwinds to
+    ``ray.shutdown``. A signal during ``ray.init`` is only recorded (stopping it half-way would leave
+    processes no shutdown knows of) and returned, to be acted on once Ray is up; if ``ray.init`` fails,
+    whatever it started is shut down."""
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    ours = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
+    got: list[int] = []
+    for s in ours:
+        signal.signal(s, lambda signum, frame: got.append(signum))
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    set_handler = getattr(utils, "set_sigterm_handler", None)
+    if set_handler is not None and main:
+        utils.set_sigterm_handler = lambda handler: None  # Ray's handlers are not installed at all
+    try:
+        ray.init(**init)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        raise
+    finally:
+        if set_handler is not None and main:
+            utils.set_sigterm_handler = set_handler
+        for s, h in ours.items():
+            signal.signal(s, h)
+    return got[0] if got else None
+
+
+def _replay_signal(signum: int) -> None:
+    """Act on a signal recorded while a handler could not run: through the handler now installed (e.g.
+    :func:`servegym.outputs.interruptible`'s, which raises), else as :class:`servegym.outputs.Interrupted`."""
+    import signal
+
+    from servegym.outputs import Interrupted
+
+    handler = signal.getsignal(signum)
+    if callable(handler):
+        handler(signum, None)
+    raise Interrupted(signum)
 
 
 def results_path(out: str | Path) -> Path:

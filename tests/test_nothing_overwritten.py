@@ -367,3 +367,55 @@ def test_dataset_force_over_a_symbolic_link_is_refused_up_front(tmp_path: Path,
     assert main([*_dataset_argv(root), "--force"]) == 2
     assert f"'{root / DS_ID.parent}' is a symbolic link" in _one_line(capsys.readouterr().err)
     assert sorted(p.name for p in elsewhere.rglob("*")) == ["data", "keep.txt"]
+
+
+# --------------------------------------------------------------------------- 20: sweep --ray and SIGTERM
+def test_ray_init_keeps_servegyms_signal_handlers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's init installs SIGTERM handlers of its own (``sys.exit(15)``, then one that exits 1 with a traceback
+    and leaves its agents alive), so SIGTERM to ``sweep --ray`` bypassed servegym's cleanup. During init a
+    signal is now recorded, Ray's handlers are not installed, and once init returns the signal unwinds
+    through servegym's handler to ``ray.shutdown``. (The real command: the slow test below.)"""
+    import signal
+    import types
+
+    from servegym.agents import sweep
+
+    from servegym.outputs import Interrupted, interruptible
+
+    calls: list[str] = []
+
+    def init(**kwargs: object) -> None:
+        fake._private.utils.set_sigterm_handler(lambda signum, frame: sys.exit(signum))  # as ray.init does
+        os.kill(os.getpid(), signal.SIGTERM)
+        calls.append("init")
+
+    fake = types.SimpleNamespace(is_initialized=lambda: False, init=init, shutdown=lambda: calls.append("shutdown"),
+                                 _private=types.SimpleNamespace(utils=types.SimpleNamespace(
+                                     set_sigterm_handler=lambda h: signal.signal(signal.SIGTERM, h))))
+    monkeypatch.setattr(sweep, "_import_ray", lambda: fake)
+    with pytest.raises(Interrupted) as exc, interruptible():
+        sweep.run_ray([{"cell": 0}], progress=False)
+    assert exc.value.exit_code == 143 and calls == ["init", "shutdown"]
+
+
+@pytest.mark.slow
+def test_sweep_on_ray_sigterm_exits_143_and_leaves_no_process(tmp_path: Path) -> None:
+    """SIGTERM mid-grid to ``sweep --ray``: exit 143, the last stderr line the interruption, no traceback, and
+    nothing of the run's session alive (Ray's dashboard and runtime-env agents were left under pid 1)."""
+    pytest.importorskip("ray", reason="Ray is not installed (optional extra: pip install 'servegym[ray]')")
+    import signal
+
+    from conftest import interrupt_when
+
+    cfg = tmp_path / "s.yml"
+    cfg.write_text(yaml.safe_dump({"name": "t", "env": PD, "policies": ["min-power", "static-peak"],
+                                   "scenarios": [{"name": "a", "env_kwargs": {"config": {"scenario": {
+                                       "horizon_steps": 720}}}}], "seeds": list(range(6))}))
+    journal = tmp_path / "r.csv.partial.jsonl"
+    cmd = [sys.executable, "-c", "import sys; from servegym.cli import main; sys.exit(main(sys.argv[1:]))",
+           "sweep", str(cfg), "--ray", "--workers", "2", "--out", str(tmp_path / "r.csv")]
+    code, err = interrupt_when(cmd, lambda: journal.exists() and journal.read_text().count("\n") >= 2, 240,
+                               signal.SIGTERM)  # it also waits until no process of the run's session is left
+    assert code == 143, err
+    assert err.strip().splitlines()[-1].startswith("servegym: interrupted by SIGTERM") and "Traceback" not in err
+    assert "StackTrace" not in err and not (tmp_path / "r.csv.lock").exists()
