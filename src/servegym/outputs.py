@@ -10,7 +10,8 @@
   same output gets a one-line :class:`OutputBusy` (exit status 2). A lock is reclaimed when its owner is
   gone on this host (a run killed with SIGKILL, a machine reboot): its pid names no process, or names a
   process that started at another time than the owner (the pid was reused); a lock that names no valid
-  pid at all (torn, or not written by servegym) is reclaimed too.
+  pid at all (torn, or not written by servegym) is reclaimed too. Folders made for the lock are removed
+  again on release while empty (:func:`make_folders`), so a failed or refused run leaves none behind.
 * **Refusing to overwrite.** :func:`refuse_existing` is the one-line error a run gives when its output
   exists and neither ``--force`` nor ``--resume`` was passed.
 * **Interruption.** :func:`interruptible` turns SIGTERM (and SIGINT, as Python does already) into
@@ -150,7 +151,6 @@ def remove_empty_folders(made: list[Path]) -> None:
             d.rmdir()
         except OSError:  # the run wrote into it (or another run did): kept, and so are its parents
             break
-
 
 
 def refuse_existing(flag: str, path: str | os.PathLike[str], what: str, resume: bool = True) -> None:
