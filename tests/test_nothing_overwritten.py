@@ -53,9 +53,11 @@ def test_lock_with_an_impossible_or_reused_pid_is_reclaimed(tmp_path: Path, caps
     lock = tmp_path / "r.csv.lock"
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        cases = [{"pid": 10**30}, {"pid": -5}, {"pid": True}, {"pid": "12"},
-                 {"pid": sleeper.pid, "start": process_start(sleeper.pid) + 1}]
-        for owner in cases:
+        for owner in ({"pid": -5}, {"pid": True}, {"pid": "12"}):  # no valid pid: not a lock servegym wrote
+            _lock(lock, **owner)
+            with OutputLock(out):
+                assert json.loads(lock.read_text())["pid"] == os.getpid()
+        for owner in ({"pid": 10**30}, {"pid": sleeper.pid, "start": process_start(sleeper.pid) + 1}):
             _lock(lock, **owner)
             assert main(["sweep", str(cfg), "--workers", "1", "--out", str(out), "--force", "--json"]) == 0, owner
             assert not lock.exists()
