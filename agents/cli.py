@@ -137,9 +137,12 @@ def add_commands(subparsers: Any) -> None:
     bm.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                     help="suite: run the grid on Ray (a local instance, or a cluster at ADDRESS)")
     bm.add_argument("--out-dir", default=None, metavar="DIR", help="suite: results folder (default benchmarks/results)")
-    bm.add_argument("--run-dir", default="runs/suite", metavar="DIR", help="suite: models, checkpoints, TensorBoard")
+    bm.add_argument("--run-dir", default=None, metavar="DIR",
+                    help="suite: models, checkpoints, TensorBoard (default runs/suite/<budget>); models already "
+                         "there are refused without --force")
     bm.add_argument("--force", action="store_true",
-                    help="suite: replace the stored runs of the ids (and discard an interrupted run's journal); "
+                    help="suite: replace the stored runs and trained models of the ids (and discard an interrupted "
+                         "run's journal); "
                          "without it an interrupted run resumes from its journal")
     bm.set_defaults(func=_benchmark)
     _add_dataset(subparsers)
@@ -334,11 +337,20 @@ def _add_dataset(subparsers: Any) -> None:
 
 
 def _dataset(args: argparse.Namespace) -> int:
-    from servegym.agents.dataset import record_dataset
+    from servegym.agents.dataset import datasets_root, record_dataset
 
-    rec = record_dataset(args.env, policy=args.policy, model=args.model, episodes=args.episodes, split=args.split,
-                         seed=args.seed, out=args.out, force=args.force, env_kwargs=_env_kwargs(args.env_kwargs),
-                         score=args.score, progress=True)
+    from servegym.outputs import Interrupted, interruptible
+
+    try:
+        # SIGTERM, like Ctrl-C, unwinds record_dataset's cleanup (its temporary folder) before the exit
+        with interruptible():
+            rec = record_dataset(args.env, policy=args.policy, model=args.model, episodes=args.episodes,
+                                 split=args.split, seed=args.seed, out=args.out, force=args.force,
+                                 env_kwargs=_env_kwargs(args.env_kwargs), score=args.score, progress=True)
+    except Interrupted as exc:
+        print(f"servegym: interrupted by {exc}: its temporary files are removed and nothing partial is left in "
+              f"{datasets_root(args.out)} (a dataset is installed whole or not at all)", file=sys.stderr)
+        return exc.exit_code
     if args.json:
         print(json.dumps({"dataset_id": rec.dataset_id, "path": str(rec.path), "episodes": rec.episodes,
                           "steps": rec.steps, "wall_s": round(rec.wall_s, 3), "kpi": rec.kpi,

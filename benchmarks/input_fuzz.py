@@ -1,5 +1,5 @@
 """Crafted and fuzzed user files against servegym's trust boundary (sweep YAML, a model folder's run.json,
-env ids, config durations).
+sweep journals, env ids, config durations).
 
 Usage: ``nice -n 10 .venv/bin/python benchmarks/input_fuzz.py [--mutations 2000] [--seed 0]`` (about 3 min
 on a shared 2-core machine; not in CI).
@@ -11,7 +11,13 @@ appeared, and the wall time. Part 2 mutates a valid sweep file and a valid run.j
 each (seeded byte-level flips, insertions of YAML/JSON syntax, deletions, duplications) and parses every
 mutant in process (:func:`servegym.safe_yaml.parse_yaml` + :func:`servegym.agents.sweep.parse_sweep`,
 :func:`servegym.agents.run_file.parse_run_file`): each must parse or raise a one-line ConfigError; anything
-else is counted as a failure. Writes ``benchmarks/results/input_fuzz.json`` and ``input_fuzz.md``.
+else is counted as a failure. It also mutates a sweep journal (``<out>.partial.jsonl``: a header and two
+finished cells) and reads every mutant back as ``sweep --resume`` does
+(:meth:`servegym.outputs.Journal.read` with :func:`servegym.agents.sweep.journal_check`), then builds the
+results table from what it kept: a failure is any exception, or a kept row that is not a finished cell of
+the config (counted under "other exception"); a read that skipped lines counts as "one-line ConfigError"
+(it warns in one line and reruns those cells). Writes ``benchmarks/results/input_fuzz.json`` and
+``input_fuzz.md``.
 """
 
 from __future__ import annotations
@@ -64,6 +70,11 @@ def cases() -> list[dict[str, Any]]:
                                       "env_kwargs": {"geo": {key: "{secret}"}}})}, ev)
     add("sweep geo.trace = /etc/shadow", {"s.yml": "env: servegym/GeoRoute-v0\npolicies: [rr]\nscenarios: "
                                                    "[{name: a, env_kwargs: {geo: {trace: /etc/shadow}}}]\n"}, sw)
+    in_folder = ["sweep", "sw/s.yml", "--workers", "1", "--out", "r.csv"]
+    add("sweep agent: the secret file's absolute path", {"sw/s.yml": f"env: {PD}\npolicies: [{{agent: '{{secret}}'}}]\n"},
+        in_folder)
+    add("sweep agent: ../../../../etc/passwd",
+        {"sw/s.yml": f"env: {PD}\npolicies: ['agent:../../../../etc/passwd']\n"}, in_folder)
     for name, text in (("invalid JSON", '{"env_id": '), ("a JSON list", "[1, 2]"), ("binary", b"\xff\xfe\x00\x01"),
                        ("JSON nested 100,000 deep", "[" * 100_000 + "]" * 100_000),
                        ("algo of the wrong type", '{"algo": 3}')):
@@ -95,6 +106,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         (root / "m" / "model.zip").write_bytes(b"not a zip: run.json is read first")
         for name, data in case["files"].items():
             raw = data if isinstance(data, bytes) else data.encode()
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
             (root / name).write_bytes(raw.replace(b"{secret}", str(secret).encode()))
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "servegym.cli", *case["argv"]], cwd=root, capture_output=True,
@@ -132,6 +144,45 @@ def mutate(text: str, rng: random.Random) -> str:
     return s
 
 
+def _journal_base() -> tuple[str, Any, Any, set[str]]:
+    """A sweep journal of two finished cells (header, then one line per cell), its config's fingerprint, the
+    check ``sweep --resume`` reads it with, and the config's cell keys."""
+    from servegym.agents.families import family_for
+    from servegym.agents.sweep import cell_key, config_fingerprint, journal_check, parse_sweep
+
+    cfg = parse_sweep({"name": "demo", "env": PD, "policies": ["min-power", "static-peak"], "seeds": [0]})
+    tasks = cfg.tasks()
+    metrics = {m.key: 1.25 for m in family_for(PD).metrics}
+    lines = [json.dumps({"header": config_fingerprint(cfg)})]
+    for t in tasks:
+        row = {k: t[k] for k in ("sweep", "scenario", "env_id", "policy", "seed")}
+        lines.append(json.dumps({"key": cell_key(t), "value": {**row, "reward": -2.5, "length": 1440, **metrics,
+                                                                "wall_s": 0.75}}))
+    return "\n".join(lines) + "\n", config_fingerprint(cfg), journal_check(tasks), {cell_key(t) for t in tasks}
+
+
+def _read_journal(text: str, path: Path, header: Any, check: Any, cells: set[str]) -> bool:
+    """Read a mutated journal as ``sweep --resume`` does; True when it skipped lines (it warned). Raises
+    AssertionError for a kept row that is not a finished cell of the config."""
+    import contextlib
+    import io
+
+    from servegym.agents.sweep import _tidy, cell_key
+
+    from servegym.outputs import Journal
+
+    path.write_bytes(text.encode("utf-8", "surrogatepass"))
+    warned = io.StringIO()
+    with contextlib.redirect_stderr(warned):
+        kept = Journal(path).read(header, check=check)
+    for key, row in (kept or {}).items():  # checked apart from journal_check: the key and the row's own cell
+        if key not in cells or cell_key(row) != key:
+            raise AssertionError(f"kept a row that is not a cell of the config: {key[:80]}")
+    if kept:
+        _tidy(list(kept.values()))
+    return bool(warned.getvalue())
+
+
 def fuzz(kind: str, n: int, seed: int, tmp: Path) -> dict[str, Any]:
     from servegym.agents.run_file import parse_run_file
     from servegym.agents.sweep import parse_sweep
@@ -140,7 +191,9 @@ def fuzz(kind: str, n: int, seed: int, tmp: Path) -> dict[str, Any]:
     from servegym.safe_yaml import parse_yaml
 
     rng = random.Random(f"{kind}-{seed}")
-    if kind == "sweep":
+    if kind == "journal":
+        base, header, check, cells = _journal_base()
+    elif kind == "sweep":
         base = (f"name: demo\nenv: {PD}\nscenarios:\n  - {{name: short, env_kwargs: {{config: {{scenario: "
                 "{horizon_steps: 24}}}}\n  - {name: carbon, env_kwargs: {config: {objective: carbon}}}\n"
                 "policies: [min-power, static-peak]\nseeds: {start: 0, count: 3}\n")
@@ -155,12 +208,15 @@ def fuzz(kind: str, n: int, seed: int, tmp: Path) -> dict[str, Any]:
         text = mutate(base, rng)
         t0 = time.perf_counter()
         try:
-            if kind == "sweep":
+            warned = False
+            if kind == "journal":  # lines skipped with one warning line count as a one-line error
+                warned = _read_journal(text, tmp / "r.csv.partial.jsonl", header, check, cells)
+            elif kind == "sweep":
                 parse_sweep(parse_yaml(text, "s.yml"), base_dir=tmp, source="s.yml")
             else:
                 f.write_bytes(text.encode("utf-8", "surrogatepass"))
                 parse_run_file(f)
-            counts["parsed"] += 1
+            counts["config_error" if warned else "parsed"] += 1
         except ConfigError as exc:
             counts["config_error" if len(str(exc).splitlines()) == 1 else "multi_line_error"] += 1
         except Exception as exc:  # what the boundary must never let through
@@ -214,7 +270,7 @@ def main() -> None:
         print(f"{rows[-1]['case']}: exit {rows[-1]['exit']}, {rows[-1]['lines']} line(s), {rows[-1]['wall_s']} s",
               flush=True)
     with tempfile.TemporaryDirectory() as d:
-        fz = [fuzz(kind, args.mutations, args.seed, Path(d)) for kind in ("sweep", "run.json")]
+        fz = [fuzz(kind, args.mutations, args.seed, Path(d)) for kind in ("sweep", "run.json", "journal")]
     for f in fz:
         print(f)
     write_report(rows, fz, args)

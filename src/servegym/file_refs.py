@@ -129,3 +129,22 @@ def check_file_refs(kwargs: Any, where: str, origin: str, *, user_values: Any = 
                 how = fix or f"name it on the command line: --env-kwargs '{_example(keys)}'"
                 raise ConfigError(f"{name} = {shown(v)} names a file, and {origin} may name only shipped data "
                                   f"(traces and profiles by name); to read a file of your own, {how}")
+
+
+def path_in_folder(text: Any, root: Path, where: str, what: str = "the sweep file's folder") -> Path:
+    """The file a config names by ``text``, relative to ``root`` (the config file's own folder), which it may
+    not leave: a relative path without ``..`` climbing out, or an absolute one inside ``root``. Decided on
+    the text first, before anything is looked up on disk, so a path elsewhere is refused without revealing
+    whether a file exists there; then with links resolved, so a link inside ``root`` cannot lead out of it.
+    ``where`` names the field in the one-line :class:`ConfigError`; whether the file exists is the caller's
+    to check."""
+    allowed = f"allowed: a path inside {what} ({str(root)!r}), e.g. runs/model.zip"
+    if not isinstance(text, str) or not text or "\0" in text:
+        raise ConfigError(f"{where} = {shown(text)}; {allowed}")
+    base = Path(os.path.abspath(root))
+    path = Path(os.path.normpath(base / text))  # base / an absolute path is that path; ".." folded lexically
+    if path == base or base not in path.parents:
+        raise ConfigError(f"{where} = {shown(text)} is outside {what}; {allowed}")
+    if not _is_under(path, base):  # a link in the folder that points out of it
+        raise ConfigError(f"{where} = {shown(text)} leads outside {what} through a symbolic link; {allowed}")
+    return path
