@@ -216,7 +216,12 @@ def _previous_run(cfg: TrainConfig, out: Path, env_kwargs: dict[str, Any]) -> di
     if not (out.is_file() and run_file.is_file()):
         raise ConfigError(f"--resume: {str(out.parent)!r} needs both {out.name} and {RUN_FILE}; pass --force to "
                           "train afresh")
-    raw = run_file.read_bytes()[:16 * 2**20]
+    from servegym.agents.run_file import MAX_RUN_BYTES
+
+    from servegym.bounded_io import read_user_text, refuse_link_out
+
+    refuse_link_out(run_file, run_file.parent, f"the {RUN_FILE} servegym train writes")
+    raw = read_user_text(run_file, MAX_RUN_BYTES, f"the {RUN_FILE} servegym train writes")
     try:
         run = json.loads(raw)
     except (ValueError, RecursionError):
@@ -225,8 +230,9 @@ def _previous_run(cfg: TrainConfig, out: Path, env_kwargs: dict[str, Any]) -> di
         raise ConfigError(f"--resume: {str(run_file)!r} is not the JSON object servegym train writes")
     for key, mine in (("env_id", cfg.env_id), ("algo", algo_class_name(cfg.algo)), ("seed", cfg.seed)):
         if run.get(key) != mine:
-            raise ConfigError(f"--resume: {RUN_FILE} has {key} = {str(run.get(key))[:60]!r} but this run has "
-                              f"{mine!r}; allowed: the same env, algorithm and seed (or --force)")
+            # the file's value is not quoted: a run.json that is not this run's may hold anyone's text
+            raise ConfigError(f"--resume: {RUN_FILE} has another {key} than this run ({mine!r}); allowed: the same "
+                              "env, algorithm and seed (or --force)")
     diff = _differing_keys(run.get("env_kwargs"), _json_safe(env_kwargs))
     if diff:
         more = f" and {len(diff) - 3} more" if len(diff) > 3 else ""

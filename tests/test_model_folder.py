@@ -302,6 +302,21 @@ def test_resume_with_other_env_kwargs_is_refused(trained: Path, tmp_path: Path, 
     assert json.loads((root / "run" / "run.json").read_text())["resumed_at"] == [32]
 
 
+def test_resume_never_follows_a_linked_run_json_nor_quotes_it(trained: Path, tmp_path: Path, capsys) -> None:
+    shutil.copytree(trained.parent, tmp_path / "t")
+    root = tmp_path / "t"
+    secret = tmp_path / "credentials.json"
+    secret.write_text(json.dumps({"env_id": SECRET}))
+    (root / "run" / "run.json").unlink()
+    (root / "run" / "run.json").symlink_to(secret)
+    line = _refused(_train_argv(root, KWARGS, "--resume"), capsys)
+    assert "run.json: a symbolic link to a file outside its folder" in line and SECRET not in line
+    (root / "run" / "run.json").unlink()
+    (root / "run" / "run.json").write_text(json.dumps({"env_id": SECRET, "algo": "ppo", "seed": 0}))
+    line = _refused(_train_argv(root, KWARGS, "--resume"), capsys)
+    assert "run.json has another env_id than this run ('servegym/PDProvision-v0')" in line and SECRET not in line
+
+
 # --------------------------------------------------------------------------- item 14: links and quoting
 
 
