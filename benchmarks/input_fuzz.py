@@ -1,7 +1,7 @@
 """Crafted and fuzzed user files against servegym's trust boundary (sweep YAML, a model folder's run.json,
 model zips and their statistics, hyperparameter files, env ids, config durations).
 
-Usage: ``nice -n 10 .venv/bin/python benchmarks/input_fuzz.py [--mutations 2000] [--seed 0]`` (about 3 min
+Usage: ``nice -n 10 .venv/bin/python benchmarks/input_fuzz.py [--mutations 2000] [--seed 0]`` (about 5 min
 on a shared 2-core machine; not in CI).
 
 Part 1 runs each crafted input through the real ``servegym`` command in a subprocess, in a fresh folder
