@@ -91,7 +91,7 @@ def test_existing_run_is_refused_unless_force_or_resume(tmp_path, capsys) -> Non
     with pytest.raises(Exception, match="holds no run to resume"):
         train(TrainConfig(**{**_cfg(tmp_path, 64, resume=True).__dict__, "out": str(tmp_path / "empty" / "m.zip")}))
     # another seed's run in the folder is not resumed as this one
-    with pytest.raises(Exception, match=r"run\.json has seed = '0' but this run has 1"):
+    with pytest.raises(Exception, match=r"run\.json has another seed than this run \(1\)"):
         train(TrainConfig(**{**_cfg(tmp_path, 64, resume=True).__dict__, "seed": 1}))
 
 

@@ -102,12 +102,13 @@ def _strings(value: Any) -> set[str]:
 
 
 def check_file_refs(kwargs: Any, where: str, origin: str, *, user_values: Any = None,
-                    roots: Collection[Path] = (), fix: str | None = None) -> None:
+                    roots: Collection[Path] = (), fix: str | None = None, quote: bool = True) -> None:
     """Raise a one-line :class:`ConfigError` at the first string in ``kwargs`` (found at ``where``, e.g.
     ``"run.json: env_kwargs"``) that names a file the user did not name: allowed are shipped data, any
     string also found in ``user_values`` (what the user typed, e.g. ``--env-kwargs``), and paths under
     ``roots``. ``origin`` says where the kwargs came from (``"a model folder's run.json"``), ``fix`` how to
-    use a file of one's own (default: name it with ``--env-kwargs``)."""
+    use a file of one's own (default: name it with ``--env-kwargs``); ``quote=False``: the error names the
+    key but shows nothing of its value (kwargs from a file the user did not name)."""
     typed = _strings(user_values)
     allowed_roots = [*_shipped_roots(), *roots]
     stack: list[tuple[Any, list[str]]] = [(kwargs, [where])]
@@ -127,7 +128,8 @@ def check_file_refs(kwargs: Any, where: str, origin: str, *, user_values: Any = 
             if not under:
                 name = ".".join(keys).replace(".[", "[")
                 how = fix or f"name it on the command line: --env-kwargs '{_example(keys)}'"
-                raise ConfigError(f"{name} = {shown(v)} names a file, and {origin} may name only shipped data "
+                named = f"{name} = {shown(v)}" if quote else name
+                raise ConfigError(f"{named} names a file, and {origin} may name only shipped data "
                                   f"(traces and profiles by name); to read a file of your own, {how}")
 
 

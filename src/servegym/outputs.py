@@ -14,6 +14,8 @@
   again on release while empty (:func:`make_folders`), so a failed or refused run leaves none behind.
 * **Refusing to overwrite.** :func:`refuse_existing` is the one-line error a run gives when its output
   exists and neither ``--force`` nor ``--resume`` was passed.
+* **Nothing left by a failure.** :func:`created_folders_removed_on_error` removes the empty folders a
+  command created when it fails (a misspelt env id must not leave ``runs/<id>_<algo>_s0/`` behind).
 * **Interruption.** :func:`interruptible` turns SIGTERM (and SIGINT, as Python does already) into
   :class:`Interrupted` in the main thread, so ``finally`` blocks shut process pools down and the partial
   results are saved before the process exits with ``128 + signal``.
@@ -157,6 +159,29 @@ def refuse_existing(flag: str, path: str | os.PathLike[str], what: str, resume: 
     """The one-line error when ``path`` (an earlier run's ``what``) exists and the user did not choose."""
     how = "--resume to continue it or --force to replace it" if resume else "--force to replace it"
     raise ConfigError(f"{flag} = {str(path)!r} already holds {what}; pass {how} (or choose another {flag})")
+
+
+@contextlib.contextmanager
+def created_folders_removed_on_error(folder: str | os.PathLike[str]) -> Iterator[None]:
+    """Run the block; if it raises, remove the folders it created at and above ``folder`` and the empty
+    folders it created inside them, bottom up. Only folders that did not exist before the block and are
+    empty are removed (``os.rmdir`` refuses anything else), so no file is ever deleted."""
+    new: list[Path] = []  # deepest first
+    d = Path(os.path.abspath(folder))
+    while not d.exists() and d != d.parent:
+        new.append(d)
+        d = d.parent
+    try:
+        yield
+    except BaseException:
+        if new:
+            for root, _, _ in sorted(os.walk(new[0]), key=lambda w: -len(w[0])):  # inside, deepest first
+                with contextlib.suppress(OSError):
+                    os.rmdir(root)
+            for f in new[1:]:
+                with contextlib.suppress(OSError):
+                    f.rmdir()
+        raise
 
 
 #: pid_t is a C int: a recorded pid outside [1, MAX_PID] names no process (``os.kill`` would overflow on it)
