@@ -96,6 +96,15 @@ def test_unknown_keyword_is_a_type_error_in_pythons_words(env_id: str) -> None:
 
 
 @pytest.mark.parametrize("env_id", IDS)
+def test_a_misspelt_keyword_gets_a_did_you_mean(env_id: str) -> None:
+    """gym.make(id, action_mod=...) names the keyword it was probably meant to be (a far miss gets no hint)."""
+    with pytest.raises(TypeError, match=r"argument 'action_mod' \(did you mean 'action_mode'\?\); allowed: "):
+        gym.make(env_id, action_mod="residual", **small(env_id))
+    with pytest.raises(TypeError, match=r"argument 'frameskip'; allowed: "):
+        gym.make(env_id, frameskip=1, **small(env_id))
+
+
+@pytest.mark.parametrize("env_id", IDS)
 def test_spec_max_episode_steps_never_cuts_the_default_episode(env_id: str) -> None:
     """The TimeLimit gym.make adds is the default config's length (pd, npu) or a bound over the named
     scenarios (geo: the episode length is the Poisson draw of requests or windows)."""
