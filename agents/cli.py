@@ -36,6 +36,22 @@ def _env_kwargs(text: str | None) -> dict[str, Any]:
     return val
 
 
+def runnable(tool: str) -> str:
+    """How to type the console script ``tool`` of this Python environment so that it runs as printed: its bare
+    name when the shell's PATH finds this environment's copy, else its path (a virtual environment that is not
+    activated, as the README's ``.venv/bin/servegym`` is; a bare ``tensorboard`` there is not found)."""
+    import shutil
+
+    here = Path(sys.executable).parent / tool
+    found = shutil.which(tool)
+    if not here.exists() or (found is not None and Path(found).resolve() == here.resolve()):
+        return tool
+    try:
+        return str(here.absolute().relative_to(Path.cwd()))
+    except ValueError:  # not under the working folder
+        return str(here.absolute())
+
+
 def _positive(name: str) -> Any:
     def parse(text: str) -> int:
         try:
@@ -187,8 +203,10 @@ def _train(args: argparse.Namespace) -> int:
         print(f"trained {res.timesteps_trained:,} steps{note} in {res.wall_s:.0f} s")
         print(f"model: {out['model']}  (best: {out['best_model']})")
         if out["tensorboard"]:
-            print(f"watch: tensorboard --logdir {res.tb_dir.parent}")
-        print(f"compare: servegym evaluate --model {out['model']} --out-dir {res.model_path.parent / 'eval'}")
+            print(f"watch: {runnable('tensorboard')} --logdir {res.tb_dir.parent}")
+        # the run's own folder, as --out chose it: evaluations of two runs never land in one folder
+        print(f"compare: {runnable('servegym')} evaluate --model {out['model']} "
+              f"--out-dir {res.model_path.parent / 'eval'}")
     return 0
 
 

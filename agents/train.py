@@ -102,7 +102,9 @@ class TrainResult:
     timesteps_trained: int = 0
     #: False when a stop request (SIGINT/SIGTERM in the CLI) ended training early; resume with ``resume=True``
     complete: bool = True
-    timesteps: int = 0  # the run's target
+    #: the steps this run was to reach: the target rounded up to whole rollouts (callbacks.planned_steps), as the
+    #: progress start line says
+    timesteps: int = 0
 
 
 def check_device(device: str) -> None:
@@ -260,6 +262,7 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
         StatsCheckpointCallback,
         StopCallback,
         TqdmCallback,
+        planned_steps,
     )
     from servegym.agents.model_io import restore_vecnormalize, save_obs_stats, set_parameters
     from stable_baselines3.common.callbacks import CallbackList
@@ -345,6 +348,7 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
                                                                     make_eval_env, baselines, n_evals,
                                                                     len(eval_seeds))))
     tb_name = f"{cfg.env_id.split('/')[-1]}_{spec.name}_s{cfg.seed}"
+    planned = planned_steps(model, timesteps, done)
     try:
         if done < timesteps:
             # resumed: learn the remaining steps; SB3 counts on from num_timesteps (schedules included)
@@ -376,7 +380,7 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
     return TrainResult(model_path=out, best_model_path=best_path if best_path.exists() else None,
                        vecnormalize_path=vn_path, tb_dir=tb_dir, run_file=run_file,
                        eval_history=evaluator.history, wall_s=time.perf_counter() - t0,
-                       timesteps_trained=int(model.num_timesteps), complete=complete, timesteps=timesteps)
+                       timesteps_trained=int(model.num_timesteps), complete=complete, timesteps=planned)
 
 
 def _validation_return(model: Any, make_env: Any, seeds: Sequence[int], family: Any) -> float:
