@@ -159,7 +159,11 @@ def _compare(args: argparse.Namespace) -> int:
 # -- bench -----------------------------------------------------------------------------------------------
 def add_bench_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``servegym bench speed geo`` (the ``bench`` group: speed benchmarks of the simulators)."""
-    bench = subparsers.add_parser("bench", help="speed benchmarks of the simulators")
+    bench = subparsers.add_parser(
+        "bench", help="how fast a simulator runs (simulated s per wall s); not a policy's score: see benchmark",
+        description="Speed of the simulators: simulated seconds per wall second, requests and engine iterations "
+                    "per second. To score an agent or a baseline under the benchmark protocol, use "
+                    "servegym benchmark.")
     kinds = bench.add_subparsers(dest="bench_kind", metavar="KIND", required=True)
     speed = kinds.add_parser("speed", help="simulated seconds per wall second")
     fams = speed.add_subparsers(dest="family", metavar="FAMILY", required=True)
