@@ -418,6 +418,21 @@ def read_run(model_path: Path, user_kwargs: dict[str, Any] | None = None) -> dic
     return read(model_path, user_kwargs)
 
 
+def _missing_model(p: Path) -> str:
+    """The error for a ``--model`` that is not a file: a run folder (what ``train`` prints as the run) points at
+    the model inside it."""
+    if not p.is_dir():
+        return f"--model = {str(p)!r}: no such file"
+    saved = sorted(z.name for z in p.glob("*.zip"))
+    if "model.zip" in saved:
+        hint = f"did you mean {str(p / 'model.zip')!r}?"
+    elif saved:
+        hint = f"it holds {', '.join(saved)}"
+    else:
+        hint = "it holds no model .zip"
+    return f"--model = {str(p)!r} is a folder ({hint}); allowed: a model .zip saved by servegym train"
+
+
 def load_agent(model_path: str | Path, algo: str | None = None, env_id: str | None = None,
                env_kwargs: dict[str, Any] | None = None) -> tuple[Any, Any, dict]:
     """(model, observation normalizer or None, run info) of a saved model, loaded without unpickling
@@ -427,7 +442,7 @@ def load_agent(model_path: str | Path, algo: str | None = None, env_id: str | No
 
     p = Path(model_path)
     if not p.is_file():
-        raise ConfigError(f"--model = {str(model_path)!r}: no such file")
+        raise ConfigError(_missing_model(p))
     if env_id:
         env_id = check_env_id(env_id)
     run = read_run(p, env_kwargs) or {}
