@@ -277,7 +277,7 @@ def test_action_mask_for_sample_is_the_form_space_sample_takes(env_id: str) -> N
 @pytest.mark.parametrize("env_id", IDS)
 def test_sample_masked_action_is_never_adjusted(env_id: str) -> None:
     """servegym.sample_masked_action, the documented masked sampling, never sends an action the env adjusts
-    (pd's GPU budget included): info["action_adjusted"] stays False and pd's episode count at 0, for a whole
+    (pd's GPU budget included): info["action_adjusted"] stays False and the episode count at 0, for a whole
     small episode; the same draw is reproducible from the action space's seed."""
     import servegym
 
@@ -294,7 +294,7 @@ def test_sample_masked_action_is_never_adjusted(env_id: str) -> None:
         assert not info.get("action_adjusted", False)
         if terminated or truncated:
             break
-    if family(env_id) == "pd":
+    if family(env_id) != "geo":  # geo never adjusts an action (it has no such info key)
         assert info["episode_adjusted_actions"] == 0
 
 
