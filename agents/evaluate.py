@@ -100,9 +100,19 @@ def explanations(summary: pd.DataFrame, family: Family, width: int = report.WIDT
     mean reward, which ignores noise."""
     _, rows = table_cells(summary)
     cells = {r[0]: r[1:] for r in rows}
-    out = [report.wrap(report.explain_identical(family.name, g), width, "  ") for g in report.identical_groups(cells)]
+    out = [report.wrap(ci_note(summary), width, "  ")]
+    out += [report.wrap(report.explain_identical(family.name, g), width, "  ") for g in report.identical_groups(cells)]
     out += report.legend(family.name, list(cells), width)
     return out
+
+
+def ci_note(summary: pd.DataFrame) -> str:
+    """What a cell's ``±`` is (the half-width that :func:`summary_frame` computes), said under every table."""
+    counts = sorted({int(n) for n in summary["episodes"]})
+    n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    one = "; no ± with a single episode" if counts[0] == 1 else ""
+    return (f"cells: mean ± half-width of the 95 % confidence interval of the mean over {n} "
+            f"episode{'s' if counts[-1] > 1 else ''} (Student's t, not a standard deviation{one})")
 
 
 def text_report(summary: pd.DataFrame, family: Family, md_path: Path | None = None, width: int = report.WIDTH) -> str:

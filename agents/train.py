@@ -102,7 +102,9 @@ class TrainResult:
     timesteps_trained: int = 0
     #: False when a stop request (SIGINT/SIGTERM in the CLI) ended training early; resume with ``resume=True``
     complete: bool = True
-    timesteps: int = 0  # the run's target
+    #: the steps this run was to reach: the target rounded up to whole rollouts (callbacks.planned_steps), as the
+    #: progress start line says
+    timesteps: int = 0
 
 
 def check_device(device: str) -> None:
@@ -289,6 +291,7 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
         StatsCheckpointCallback,
         StopCallback,
         TqdmCallback,
+        planned_steps,
     )
     from servegym.agents.model_io import restore_vecnormalize, save_obs_stats, set_parameters
     from stable_baselines3.common.callbacks import CallbackList
@@ -374,6 +377,7 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
                                                                     make_eval_env, baselines, n_evals,
                                                                     len(eval_seeds))))
     tb_name = f"{cfg.env_id.split('/')[-1]}_{spec.name}_s{cfg.seed}"
+    planned = planned_steps(model, timesteps, done)
     try:
         if done < timesteps:
             # resumed: learn the remaining steps; SB3 counts on from num_timesteps (schedules included)
@@ -405,7 +409,7 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
     return TrainResult(model_path=out, best_model_path=best_path if best_path.exists() else None,
                        vecnormalize_path=vn_path, tb_dir=tb_dir, run_file=run_file,
                        eval_history=evaluator.history, wall_s=time.perf_counter() - t0,
-                       timesteps_trained=int(model.num_timesteps), complete=complete, timesteps=timesteps)
+                       timesteps_trained=int(model.num_timesteps), complete=complete, timesteps=planned)
 
 
 def _validation_return(model: Any, make_env: Any, seeds: Sequence[int], family: Any) -> float:
@@ -443,6 +447,21 @@ def read_run(model_path: Path, user_kwargs: dict[str, Any] | None = None) -> dic
     return read(model_path, user_kwargs)
 
 
+def _missing_model(p: Path) -> str:
+    """The error for a ``--model`` that is not a file: a run folder (what ``train`` prints as the run) points at
+    the model inside it."""
+    if not p.is_dir():
+        return f"--model = {str(p)!r}: no such file"
+    saved = sorted(z.name for z in p.glob("*.zip"))
+    if "model.zip" in saved:
+        hint = f"did you mean {str(p / 'model.zip')!r}?"
+    elif saved:
+        hint = f"it holds {', '.join(saved)}"
+    else:
+        hint = "it holds no model .zip"
+    return f"--model = {str(p)!r} is a folder ({hint}); allowed: a model .zip saved by servegym train"
+
+
 def load_agent(model_path: str | Path, algo: str | None = None, env_id: str | None = None,
                env_kwargs: dict[str, Any] | None = None) -> tuple[Any, Any, dict]:
     """(model, observation normalizer or None, run info) of a saved model, loaded without unpickling
@@ -452,7 +471,7 @@ def load_agent(model_path: str | Path, algo: str | None = None, env_id: str | No
 
     p = Path(model_path)
     if not p.is_file():
-        raise ConfigError(f"--model = {str(model_path)!r}: no such file")
+        raise ConfigError(_missing_model(p))
     if env_id:
         env_id = check_env_id(env_id)
     run = read_run(p, env_kwargs) or {}
