@@ -45,6 +45,9 @@ from servegym.outputs import save_figure, write_frame, write_text
 TEST_SEED = 0
 #: First reset seed of the validation episodes used for checkpoint selection.
 VALIDATION_SEED = 1000
+#: The folder under which each budget's suite trains by default (``runs/suite/<budget>``, relative to the
+#: working folder): :func:`default_run_dir`.
+SUITE_RUNS = Path("runs") / "suite"
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
 
@@ -439,6 +442,12 @@ def follow_available(env_id: str, env_kwargs: dict[str, Any] | None) -> bool:
         env.close()
 
 
+def model_folder(task: dict[str, Any]) -> Path:
+    """The folder one suite training task trains its model in: ``<run_dir>/<env name>_<algo>_s<seed>``."""
+    e = task["entry"]
+    return Path(task["run_dir"]) / f"{e['env_id'].split('/')[-1]}_{e['algo']}_s{task['seed']}"
+
+
 def train_config(task: dict[str, Any]) -> Any:
     """The :class:`servegym.agents.train.TrainConfig` of one suite training task. The evaluator plays the
     strongest baseline on the validation seeds too, so the stored run holds the score the time to the
@@ -446,7 +455,7 @@ def train_config(task: dict[str, Any]) -> Any:
     from servegym.agents.train import TrainConfig
 
     e: SuiteEntry = SuiteEntry(**task["entry"])
-    out = Path(task["run_dir"]) / f"{e.env_id.split('/')[-1]}_{e.algo}_s{task['seed']}" / "model.zip"
+    out = model_folder(task) / "model.zip"
     refs = protocol.checkpoint_references(e.env_id) or {}
     played = set(refs.values()) | ({protocol.yardsticks(e.env_id).roles()["strongest"]} if refs else set())
     return TrainConfig(env_id=e.env_id, algo=e.algo, timesteps=e.timesteps, seed=int(task["seed"]),
@@ -554,22 +563,70 @@ def suite_header(tasks: Sequence[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(list(tasks), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def suite_journal_check(tasks: Sequence[dict[str, Any]]) -> Any:
+    """A :meth:`servegym.outputs.Journal.read` check of a suite journal's lines: the key is a task of this
+    run and the value the output :func:`suite_task` returns for it (its kind, env id and training seed; a
+    list of episode rows, each with a policy name, integer seeds and length and a finite reward; a finite
+    wall time). A line failing it is skipped with one warning line, and its task runs again."""
+    from servegym.agents.sweep import finite_number, is_count
+
+    by_key = {task_key(t): t for t in tasks}
+
+    def check(key: str, out: Any) -> str | None:
+        task = by_key.get(key)
+        if task is None:
+            return f"key {key[:80]!r} is not a task of this suite run"
+        env_id = task["entry"]["env_id"] if task["kind"] == "train" else task["env_id"]
+        if not isinstance(out, dict) or out.get("kind") != task["kind"] or out.get("env_id") != env_id:
+            return f"the output of {key} is not a {task['kind']} task's output for {env_id}"
+        if task["kind"] == "train" and not (is_count(out.get("seed")) and out["seed"] == task["seed"]):
+            return f"the output of {key} names another training seed"
+        rows = out.get("rows")
+        if not isinstance(rows, list) or not rows or not finite_number(out.get("wall_s"), 0):
+            return f"the output of {key} has no episode rows or no wall time"
+        for r in rows:
+            if not (isinstance(r, dict) and isinstance(r.get("policy"), str) and is_count(r.get("seed"))
+                    and finite_number(r.get("reward")) and is_count(r.get("length"))
+                    and isinstance(r.get("train_seed"), int) and not isinstance(r.get("train_seed"), bool)):
+                return f"the output of {key} has an episode row that is not one"
+        return None
+
+    return check
+
+
 def suite_journal(budget: str, out_dir: Path) -> Path:
     """The journal of a suite run in progress: one line per finished task (removed when the run completes)."""
     return _raw_dir(budget, out_dir) / ".partial.jsonl"
 
 
-def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir: str | Path = "runs/suite",
+def default_run_dir(budget: str) -> Path:
+    """Where a suite of ``budget`` trains when ``--run-dir`` is not given: ``runs/suite/<budget>``, one folder
+    per budget, so a quick suite never replaces a full or smoke suite's models."""
+    return SUITE_RUNS / budget
+
+
+def trained_models(tasks: Sequence[dict[str, Any]]) -> list[Path]:
+    """The model folders of ``tasks``' training seeds that already hold a trained model (``model.zip`` or
+    ``run.json``), which training them would replace."""
+    from servegym.agents.run_file import RUN_FILE
+
+    folders = [model_folder(t) for t in tasks if t["kind"] == "train"]
+    return [d for d in folders if (d / "model.zip").exists() or (d / RUN_FILE).exists()]
+
+
+def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir: str | Path | None = None,
               workers: int | None = None, ray_address: str | bool | None = False, progress: bool = True,
               env_ids: Sequence[str] | None = None, tb: bool = True, force: bool = False) -> SuiteResult:
     """Train, select and test every env id of ``budget`` and write the leaderboard (module docstring).
 
     Nothing is lost or silently replaced: the budget's stored runs are locked for the run
-    (``suite_runs/<budget>.lock``; a second suite on them fails at once); an id whose stored run exists is
-    refused unless ``force``; every finished task goes to ``suite_runs/<budget>/.partial.jsonl`` at once, and
-    the same command run again after an interruption (SIGINT, SIGTERM, a crash, a lost Ray node) resumes
-    from it automatically, running only the tasks it lacks (``force`` discards it). Tasks are deterministic,
-    so a resumed run's results equal an uninterrupted one's."""
+    (``suite_runs/<budget>.lock``) and so is the folder the models are trained in (``<run_dir>.lock``;
+    ``run_dir`` defaults to :func:`default_run_dir`), so a second suite on either fails at once; an id whose
+    stored run exists, or whose models are already in ``run_dir``, is refused unless ``force``; every
+    finished task goes to ``suite_runs/<budget>/.partial.jsonl`` at once, and the same command run again
+    after an interruption (SIGINT, SIGTERM, a crash, a lost Ray node) resumes from it automatically,
+    running only the tasks it lacks and replacing only its own unfinished models (``force`` discards it).
+    Tasks are deterministic, so a resumed run's results equal an uninterrupted one's."""
     from servegym.agents.sweep import run_local, run_ray
 
     from servegym.outputs import Journal, OutputLock
@@ -581,9 +638,10 @@ def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir:
         raise ConfigError(f"--envs = {list(env_ids or [])!r} selects nothing; allowed: "
                           f"{[e.env_id for e in SUITE[budget]]}")
     out = Path(out_dir)
+    run_dir = Path(run_dir) if run_dir is not None else default_run_dir(budget)
     t0 = time.perf_counter()
     tasks = suite_tasks(entries, run_dir, tb)
-    with OutputLock(_raw_dir(budget, out), "--out-dir"):
+    with OutputLock(_raw_dir(budget, out), "--out-dir"), OutputLock(run_dir, "--run-dir"):
         stored = [e.env_id for e in entries if _entry_path(e, budget, out).exists()]
         if stored and not force:
             raise ConfigError(f"--out-dir = {str(out)!r} already holds stored suite runs of {', '.join(stored)} "
@@ -592,16 +650,23 @@ def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir:
         journal = Journal(suite_journal(budget, out))
         header = suite_header(tasks)
         done: dict[str, Any] = {}
-        if journal.path.exists() and not force:
-            found = journal.read(header)
+        resuming = journal.path.exists() and not force
+        if resuming:
+            found = journal.read(header, check=suite_journal_check(tasks))
             if found is None:
                 raise ConfigError(f"--out-dir: {journal.path} is the journal of an interrupted suite run with other "
                                   "tasks (budget, --envs or --run-dir differ); run that command again to finish "
                                   "it, or pass --force to discard it")
-            done = {k: v for k, v in found.items() if k in {task_key(t) for t in tasks}}
+            done = found  # every key is one of these tasks (suite_journal_check)
             if progress and done:
                 print(f"resuming: {len(done)} of {len(tasks)} tasks from the interrupted run ({journal.path})")
         todo = [t for t in tasks if task_key(t) not in done]
+        # models in run_dir are this suite's own only when it resumes its journal (whose tasks name run_dir)
+        replaced = [] if resuming or force else trained_models(todo)
+        if replaced:
+            names = ", ".join(d.name for d in replaced[:3]) + (f" and {len(replaced) - 3} more" if len(replaced) > 3 else "")
+            raise ConfigError(f"--run-dir = {str(run_dir)!r} already holds trained models ({names}) that this suite "
+                              "would replace; pass --force to replace them, or choose another --run-dir")
         journal.open(header, keep=done)
         by_key = dict(done)
         try:

@@ -55,6 +55,17 @@ def tb_writer(logger: Any) -> Any | None:
     return None
 
 
+def planned_steps(model: Any, timesteps: int, done: int) -> int:
+    """The step count ``model.learn`` ends at when asked for ``timesteps`` in all with ``done`` already trained:
+    on-policy algorithms collect whole rollouts of n_steps x n_envs, counted from ``done`` (an interrupted run
+    stops mid-rollout), so 20,000 asked of a fresh PPO run with 2,048-step rollouts is 20,480. The progress
+    start line and the interrupt line both say this total."""
+    rollout = int(getattr(model, "n_steps", 0) or 0) * int(getattr(model, "n_envs", 1) or 1)
+    if rollout <= 0 or done >= timesteps:
+        return max(timesteps, done)
+    return done + math.ceil((timesteps - done) / rollout) * rollout
+
+
 class StopCallback(BaseCallback):
     """Ends training at the next step once ``stop`` is set (SIGINT/SIGTERM in ``servegym train``); SB3 then
     returns from ``learn`` normally and the run is saved."""
@@ -85,10 +96,8 @@ class TqdmCallback(BaseCallback):
     def _on_training_start(self) -> None:
         from servegym.progress import Progress
 
-        rollout = int(getattr(self.model, "n_steps", 0) or 0) * int(self.training_env.num_envs)
-        if rollout > 0:  # on-policy algorithms train whole rollouts: the bar shows the steps they will run
-            self.total = math.ceil(self.total / rollout) * rollout
         done = int(self.model.num_timesteps)
+        self.total = planned_steps(self.model, self.total, done)  # the bar shows the steps learn() will run
         est, basis = self.estimate
         if est is not None and self.total:  # the estimate was for the full budget; a resumed run does the rest
             est *= max(self.total - done, 0) / self.total

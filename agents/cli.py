@@ -18,6 +18,13 @@ from servegym.errors import ConfigError
 #: servegym dataset's default split: offline agents learn from the train split; evaluate them on test
 DATASET_SPLIT = "train"
 ALGO_NAMES = ("ppo", "maskable-ppo", "a2c", "dqn", "sac", "td3")
+TRAIN_EXAMPLES = """examples:
+  servegym train --env servegym/PDProvisionResidual-v0 --algo maskable-ppo --timesteps 20000
+  servegym train --env servegym/GeoRoute-v0 --env-kwargs '{"config": {"preset": "mini"}}'
+  servegym train --env servegym/GeoRoute-v0 --resume      # after Ctrl-C: the same command and --resume"""
+EVALUATE_EXAMPLES = """examples:
+  servegym evaluate --model runs/PDProvisionResidual-v0_maskable-ppo_s0/model.zip
+  servegym evaluate --model runs/GeoRoute-v0_ppo_s0/model.zip --episodes 10 --out-dir runs/GeoRoute-v0_ppo_s0/eval"""
 
 
 def _env_kwargs(text: str | None) -> dict[str, Any]:
@@ -36,6 +43,22 @@ def _env_kwargs(text: str | None) -> dict[str, Any]:
     return val
 
 
+def runnable(tool: str) -> str:
+    """How to type the console script ``tool`` of this Python environment so that it runs as printed: its bare
+    name when the shell's PATH finds this environment's copy, else its path (a virtual environment that is not
+    activated, as the README's ``.venv/bin/servegym`` is; a bare ``tensorboard`` there is not found)."""
+    import shutil
+
+    here = Path(sys.executable).parent / tool
+    found = shutil.which(tool)
+    if not here.exists() or (found is not None and Path(found).resolve() == here.resolve()):
+        return tool
+    try:
+        return str(here.absolute().relative_to(Path.cwd()))
+    except ValueError:  # not under the working folder
+        return str(here.absolute())
+
+
 def _positive(name: str) -> Any:
     def parse(text: str) -> int:
         try:
@@ -50,26 +73,37 @@ def _positive(name: str) -> Any:
 
 
 def add_commands(subparsers: Any) -> None:
+    from servegym.registration import ENV_SPECS  # a table of strings: --help still loads no gymnasium
+
+    ids = ", ".join(e.id for e in ENV_SPECS)
     tr = subparsers.add_parser("train", help="train a stable-baselines3 agent on a servegym env",
                                description="Train an agent; TensorBoard shows the domain scalars beside the "
-                                           "family's baselines on the same evaluation seeds.")
-    tr.add_argument("--env", required=True, help="env id, e.g. servegym/GeoRoute-v0")
-    tr.add_argument("--algo", default="ppo", choices=ALGO_NAMES)
+                                           "family's baselines on the same evaluation seeds.",
+                               formatter_class=argparse.RawDescriptionHelpFormatter,  # the examples' lines as written
+                               epilog=TRAIN_EXAMPLES)
+    tr.add_argument("--env", required=True, metavar="ID", help=f"env id: {ids} (or any Gymnasium id)")
+    tr.add_argument("--algo", default="ppo", choices=ALGO_NAMES,
+                    help="algorithm (default ppo; maskable-ppo reads the env's action masks)")
     tr.add_argument("--timesteps", type=_positive("--timesteps"), default=None,
                     help="environment steps (default: n_timesteps of the hyperparameter file); on-policy "
                          "algorithms round it up to whole rollouts (n_steps x n_envs, e.g. 20000 -> 20480)")
-    tr.add_argument("--n-envs", type=_positive("--n-envs"), default=None, help="parallel envs")
-    tr.add_argument("--vec", choices=("dummy", "subproc"), default="dummy")
+    tr.add_argument("--n-envs", type=_positive("--n-envs"), default=None,
+                    help="parallel envs (default: n_envs of the hyperparameter file, else 1)")
+    tr.add_argument("--vec", choices=("dummy", "subproc"), default="dummy",
+                    help="dummy (default: the envs in this process) or subproc (one process each)")
     tr.add_argument("--hyperparams", metavar="FILE.yml", help="rl-zoo3-style hyperparameters (default: shipped)")
-    tr.add_argument("--seed", type=int, default=0)
-    tr.add_argument("--tb", metavar="DIR", default="runs/tb", help="TensorBoard log dir ('' to disable)")
+    tr.add_argument("--seed", type=int, default=0, help="seed of the model and of the training envs (default 0)")
+    tr.add_argument("--tb", metavar="DIR", default="runs/tb", help="TensorBoard log dir (default runs/tb; '' to disable)")
     tr.add_argument("--out", metavar="MODEL.zip", help="final model path (default runs/<env>_<algo>_s<seed>/model.zip)")
-    tr.add_argument("--env-kwargs", metavar="JSON", help="gym.make keyword arguments as a JSON object")
+    tr.add_argument("--env-kwargs", metavar="JSON",
+                    help="gym.make keyword arguments as a JSON object (default: none, the id's defaults)")
     tr.add_argument("--eval-freq", type=int, default=None, help="evaluate every N steps (default: timesteps/5)")
-    tr.add_argument("--eval-episodes", type=_positive("--eval-episodes"), default=3)
-    tr.add_argument("--baselines", default="all", help="reference baselines in TensorBoard: all, none or a,b")
-    tr.add_argument("--checkpoint-freq", type=int, default=None, help="checkpoint every N steps (0: none)")
-    tr.add_argument("--device", default="cpu", help="torch device (cpu, cuda, auto)")
+    tr.add_argument("--eval-episodes", type=_positive("--eval-episodes"), default=3,
+                    help="episodes (seeds) of each evaluation (default 3)")
+    tr.add_argument("--baselines", default="all",
+                    help="reference baselines in TensorBoard: all (default), none or a,b")
+    tr.add_argument("--checkpoint-freq", type=int, default=None, help="checkpoint every N steps (default: timesteps/4; 0: none)")
+    tr.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda or auto")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
     tr.add_argument("--json", action="store_true", help="print the result as JSON")
     tr_mode = tr.add_mutually_exclusive_group()
@@ -79,15 +113,20 @@ def add_commands(subparsers: Any) -> None:
     tr.set_defaults(func=_train)
 
     ev = subparsers.add_parser("evaluate", help="a saved agent vs the family's baselines on the same seeds",
-                               description="Mean ± 95% CI over episodes; CSV, markdown and a bar chart.")
+                               description="Mean ± 95% CI over episodes; CSV, markdown and a bar chart.",
+                               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EVALUATE_EXAMPLES)
     ev.add_argument("--env", default=None, help="env id (default: from the run's run.json)")
-    ev.add_argument("--model", required=True, metavar="PATH", help="a model .zip saved by servegym train")
-    ev.add_argument("--algo", default=None, choices=ALGO_NAMES, help="needed only without run.json")
-    ev.add_argument("--episodes", type=_positive("--episodes"), default=5)
+    ev.add_argument("--model", required=True, metavar="PATH",
+                    help="a model .zip saved by servegym train (e.g. runs/<run>/model.zip)")
+    ev.add_argument("--algo", default=None, choices=ALGO_NAMES,
+                    help="needed only without run.json (default: the run's algorithm)")
+    ev.add_argument("--episodes", type=_positive("--episodes"), default=5, help="episodes per policy (default 5)")
     ev.add_argument("--seed", type=int, default=None, help="first seed (default: the run's evaluation seeds)")
-    ev.add_argument("--baselines", default="all", help="all, none or a comma list")
-    ev.add_argument("--env-kwargs", metavar="JSON", help="override gym.make keyword arguments")
-    ev.add_argument("--out-dir", metavar="DIR", default=None, help="write episodes.csv, summary.csv/.md/.png")
+    ev.add_argument("--baselines", default="all", help="all (default), none or a comma list")
+    ev.add_argument("--env-kwargs", metavar="JSON",
+                    help="override gym.make keyword arguments (default: the run's, from run.json)")
+    ev.add_argument("--out-dir", metavar="DIR", default=None,
+                    help="write episodes.csv, summary.csv/.md/.png (default: print only, write nothing)")
     ev.add_argument("--json", action="store_true", help="print the summary as JSON")
     ev.add_argument("--force", action="store_true", help="replace an evaluation already in --out-dir")
     ev.set_defaults(func=_evaluate)
@@ -108,7 +147,8 @@ def add_commands(subparsers: Any) -> None:
     sw.set_defaults(func=_sweep)
 
     bm = subparsers.add_parser(
-        "benchmark", help="an agent or baseline under the benchmark protocol, or the leaderboard suite",
+        "benchmark", help="how good a policy is: an agent or baseline scored under the benchmark protocol, or "
+                          "the leaderboard suite; not simulator speed: see bench",
         description="Normalized score per episode of a split: 0 = naive, 100 = the hindsight oracle on the same "
                     "scenario (ids without an oracle: 100 = the paper's method on average, stated in the output), "
                     "IQM and mean with 95 % bootstrap CIs, the domain KPIs, the headroom and paired verdicts. "
@@ -137,9 +177,12 @@ def add_commands(subparsers: Any) -> None:
     bm.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                     help="suite: run the grid on Ray (a local instance, or a cluster at ADDRESS)")
     bm.add_argument("--out-dir", default=None, metavar="DIR", help="suite: results folder (default benchmarks/results)")
-    bm.add_argument("--run-dir", default="runs/suite", metavar="DIR", help="suite: models, checkpoints, TensorBoard")
+    bm.add_argument("--run-dir", default=None, metavar="DIR",
+                    help="suite: models, checkpoints, TensorBoard (default runs/suite/<budget>); models already "
+                         "there are refused without --force")
     bm.add_argument("--force", action="store_true",
-                    help="suite: replace the stored runs of the ids (and discard an interrupted run's journal); "
+                    help="suite: replace the stored runs and trained models of the ids (and discard an interrupted "
+                         "run's journal); "
                          "without it an interrupted run resumes from its journal")
     bm.set_defaults(func=_benchmark)
     _add_dataset(subparsers)
@@ -187,8 +230,10 @@ def _train(args: argparse.Namespace) -> int:
         print(f"trained {res.timesteps_trained:,} steps{note} in {res.wall_s:.0f} s")
         print(f"model: {out['model']}  (best: {out['best_model']})")
         if out["tensorboard"]:
-            print(f"watch: tensorboard --logdir {res.tb_dir.parent}")
-        print(f"compare: servegym evaluate --model {out['model']} --out-dir {res.model_path.parent / 'eval'}")
+            print(f"watch: {runnable('tensorboard')} --logdir {res.tb_dir.parent}")
+        # the run's own folder, as --out chose it: evaluations of two runs never land in one folder
+        print(f"compare: {runnable('servegym')} evaluate --model {out['model']} "
+              f"--out-dir {res.model_path.parent / 'eval'}")
     return 0
 
 
@@ -334,11 +379,20 @@ def _add_dataset(subparsers: Any) -> None:
 
 
 def _dataset(args: argparse.Namespace) -> int:
-    from servegym.agents.dataset import record_dataset
+    from servegym.agents.dataset import datasets_root, record_dataset
 
-    rec = record_dataset(args.env, policy=args.policy, model=args.model, episodes=args.episodes, split=args.split,
-                         seed=args.seed, out=args.out, force=args.force, env_kwargs=_env_kwargs(args.env_kwargs),
-                         score=args.score, progress=True)
+    from servegym.outputs import Interrupted, interruptible
+
+    try:
+        # SIGTERM, like Ctrl-C, unwinds record_dataset's cleanup (its temporary folder) before the exit
+        with interruptible():
+            rec = record_dataset(args.env, policy=args.policy, model=args.model, episodes=args.episodes,
+                                 split=args.split, seed=args.seed, out=args.out, force=args.force,
+                                 env_kwargs=_env_kwargs(args.env_kwargs), score=args.score, progress=True)
+    except Interrupted as exc:
+        print(f"servegym: interrupted by {exc}: its temporary files are removed and nothing partial is left in "
+              f"{datasets_root(args.out)} (a dataset is installed whole or not at all)", file=sys.stderr)
+        return exc.exit_code
     if args.json:
         print(json.dumps({"dataset_id": rec.dataset_id, "path": str(rec.path), "episodes": rec.episodes,
                           "steps": rec.steps, "wall_s": round(rec.wall_s, 3), "kpi": rec.kpi,

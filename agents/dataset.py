@@ -30,7 +30,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ import gymnasium as gym
 from servegym.agents.cli import DATASET_SPLIT as DEFAULT_SPLIT
 
 from servegym.errors import ConfigError
+from servegym.outputs import make_folders, remove_empty_folders, signals_deferred
 
 MAX_EPISODES = 100_000
 
@@ -159,27 +160,51 @@ def _minari_root(path: Path) -> Iterator[None]:
 
 
 def _install(tmp_root: Path, root: Path, ds_id: str, force: bool) -> Path:
-    """Move the dataset built under ``tmp_root`` to ``root`` (rename), with its namespaces' metadata files."""
+    """Move the dataset built under ``tmp_root`` to ``root`` (rename), with its namespaces' metadata files.
+    SIGTERM and SIGINT wait until it is done (a few renames), so an interrupted run leaves the old dataset or
+    the new one, never neither, a half-copied metadata file or the old one moved aside."""
     parts = ds_id.split("/")
-    for depth in range(1, len(parts)):  # namespace folders: copy their metadata file where missing
-        src, dst = tmp_root.joinpath(*parts[:depth]), root.joinpath(*parts[:depth])
-        dst.mkdir(parents=True, exist_ok=True)
-        meta = src / "namespace_metadata.json"
-        if meta.is_file() and not (dst / meta.name).exists():
-            tmp = dst / f".{meta.name}.tmp"
-            shutil.copyfile(meta, tmp)
-            os.replace(tmp, dst / meta.name)
     final = root / ds_id
     old = None
-    if final.exists():
-        if not force:
-            raise ConfigError(f"dataset {ds_id!r} already exists in {str(root)!r}; allowed: --force to replace it")
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.rename(final, old)
-    os.rename(tmp_root / ds_id, final)
-    if old is not None:
-        shutil.rmtree(old)
+    try:
+        with signals_deferred():
+            for depth in range(1, len(parts)):  # namespace folders: copy their metadata file where missing
+                src, dst = tmp_root.joinpath(*parts[:depth]), root.joinpath(*parts[:depth])
+                dst.mkdir(parents=True, exist_ok=True)
+                meta = src / "namespace_metadata.json"
+                if meta.is_file() and not (dst / meta.name).exists():
+                    tmp = dst / f".{meta.name}.tmp"
+                    shutil.copyfile(meta, tmp)
+                    os.replace(tmp, dst / meta.name)
+            if final.exists():
+                if not force:
+                    raise ConfigError(f"dataset {ds_id!r} already exists in {str(root)!r}; allowed: --force to "
+                                      "replace it")
+                old = final.with_name(f".{final.name}.old-{os.getpid()}")
+                os.rename(final, old)
+            try:
+                os.rename(tmp_root / ds_id, final)
+            except OSError:
+                if old is not None:  # the old dataset back in place: a failed install replaces nothing
+                    os.rename(old, final)
+                    old = None
+                raise
+    finally:  # also when the deferred signal is raised on leaving: the replaced dataset is never left behind
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def refuse_links(root: Path, ds_id: str) -> None:
+    """A one-line ConfigError when a folder of the dataset's path under ``root`` (a namespace, or the dataset
+    itself) is a symbolic link: the dataset would be written, or with ``--force`` replaced, through it
+    (outside ``root``), and the replaced link could not be removed as a folder."""
+    parts = ds_id.split("/")
+    for depth in range(1, len(parts) + 1):
+        p = root.joinpath(*parts[:depth])
+        if p.is_symlink():
+            raise ConfigError(f"dataset {ds_id!r}: {str(p)!r} is a symbolic link; allowed: a real folder (servegym "
+                              "writes and replaces datasets only inside --out, never through a link)")
 
 
 def _mean(values: list[float]) -> float:
@@ -226,9 +251,13 @@ def record_dataset(env_id: str, policy: str | None = None, model: str | None = N
     if root.exists() and not root.is_dir():
         raise ConfigError(f"--out = {str(root)!r} is an existing file; allowed: a folder")
     ds_id = dataset_id(env_id, label, split)
-    if (root / ds_id).exists() and not force:  # refused before any episode is played
+    refuse_links(root, ds_id)  # refused before any episode is played, as is an existing dataset
+    if (root / ds_id).exists() and not force:
         raise ConfigError(f"dataset {ds_id!r} already exists in {str(root)!r}; allowed: --force to replace it")
     env = make_split_env(env_id, split, kwargs)
+    made: list[Path] = []
+    tmp_root: Path | None = None
+    collector: Any = None
     try:
         allowed_names = recordable_policies(env_id, env)
         if model is None and policy not in allowed_names and label not in allowed_names and not (
@@ -239,7 +268,12 @@ def record_dataset(env_id: str, policy: str | None = None, model: str | None = N
                 f"(the env's action cannot express its decisions); allowed: {', '.join(allowed) or 'none'}, "
                 "or --model PATH")
         kpi = protocol.kpi_metric(env)
-        collector = minari.DataCollector(env, record_infos=False)
+        # everything is built in one temporary folder under root, the collector's episode cache included
+        # (Minari puts it under its own root otherwise, outside --out), and removed whatever happens
+        made = make_folders(root)
+        tmp_root = Path(tempfile.mkdtemp(prefix=".servegym-dataset-", dir=root))
+        with _minari_root(tmp_root):
+            collector = minari.DataCollector(env, record_infos=False)
         counter = _StepCounter(collector)  # outside the collector, so the stored env spec is the env's own
         t0 = time.perf_counter()
         results = []
@@ -259,33 +293,34 @@ def record_dataset(env_id: str, policy: str | None = None, model: str | None = N
                                       f"{', '.join(recordable_policies(env_id, env))}, or --model PATH")
                 results.append(res)
         scores, scale_name = _scores(env_id, env, seeds, results) if score else (None, "")
-        root.mkdir(parents=True, exist_ok=True)
-        tmp_root = Path(tempfile.mkdtemp(prefix=".servegym-dataset-", dir=root))
-        try:
-            with _minari_root(tmp_root), warnings.catch_warnings():
-                # Minari recommends an author email and a code permalink; a local recording has neither
-                warnings.filterwarnings("ignore", category=UserWarning, module=r"minari\.")
-                eps = [{"seed": r.seed, "return": r.reward, "length": r.length, **r.metrics} for r in results]
-                if scores is not None:
-                    for e, sc in zip(eps, scores, strict=True):
-                        e["score"] = float(sc)
-                means = {k: _mean([float(e[k]) for e in eps]) for k in eps[0] if k != "seed"}
-                ds = collector.create_dataset(
-                    dataset_id=ds_id, algorithm_name=label, author="servegym",
-                    description=(f"{episodes} episodes of {label} on {env_id}, split {split!r}, reset seeds "
-                                 f"{seeds[0]}..{seeds[-1]}, recorded by servegym dataset; KPI {kpi} mean "
-                                 f"{means.get(kpi, float('nan')):.6g}"))
-                ds.storage.update_metadata({
-                    "servegym_env_id": env_id, "servegym_policy": label, "servegym_split": str(split),
-                    "servegym_kpi": kpi, "servegym_episodes": json.dumps(eps, allow_nan=True),
-                    "servegym_kpi_means": json.dumps(means, allow_nan=True), "servegym_scale": scale_name})
-                steps = int(ds.total_steps)
-            wall = time.perf_counter() - t0
-            path = _install(tmp_root, root, ds_id, force)
-        finally:
-            shutil.rmtree(tmp_root, ignore_errors=True)
-        collector.close()
+        with _minari_root(tmp_root), warnings.catch_warnings():
+            # Minari recommends an author email and a code permalink; a local recording has neither
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"minari\.")
+            eps = [{"seed": r.seed, "return": r.reward, "length": r.length, **r.metrics} for r in results]
+            if scores is not None:
+                for e, sc in zip(eps, scores, strict=True):
+                    e["score"] = float(sc)
+            means = {k: _mean([float(e[k]) for e in eps]) for k in eps[0] if k != "seed"}
+            ds = collector.create_dataset(
+                dataset_id=ds_id, algorithm_name=label, author="servegym",
+                description=(f"{episodes} episodes of {label} on {env_id}, split {split!r}, reset seeds "
+                             f"{seeds[0]}..{seeds[-1]}, recorded by servegym dataset; KPI {kpi} mean "
+                             f"{means.get(kpi, float('nan')):.6g}"))
+            ds.storage.update_metadata({
+                "servegym_env_id": env_id, "servegym_policy": label, "servegym_split": str(split),
+                "servegym_kpi": kpi, "servegym_episodes": json.dumps(eps, allow_nan=True),
+                "servegym_kpi_means": json.dumps(means, allow_nan=True), "servegym_scale": scale_name})
+            steps = int(ds.total_steps)
+        wall = time.perf_counter() - t0
+        path = _install(tmp_root, root, ds_id, force)
+        made = []  # installed: the folders made for it hold it
     finally:
+        if collector is not None:  # its episode cache (under tmp_root); it closes the env too
+            with suppress(Exception):
+                collector.close()
+        if tmp_root is not None:
+            shutil.rmtree(tmp_root, ignore_errors=True)
+        remove_empty_folders(made)
         env.close()
     return DatasetRecord(dataset_id=ds_id, path=path, episodes=len(results), steps=steps, wall_s=wall, kpi=kpi,
                          kpi_means=means)

@@ -7,6 +7,7 @@ Only :func:`evaluate_model` imports torch (to load the agent); the statistics an
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from servegym.agents.families import (
 from servegym.agents.rollout import agent_act_fn, play_episode, seeds_from
 
 from servegym import report
-from servegym.outputs import save_figure, write_frame, write_text
+from servegym.outputs import OutputLock, refuse_existing, save_figure, write_frame, write_text
 
 ID_COLUMNS = ("policy", "seed")
 # Anything np.asarray accepts (a list, a pandas column, an array).
@@ -99,9 +100,19 @@ def explanations(summary: pd.DataFrame, family: Family, width: int = report.WIDT
     mean reward, which ignores noise."""
     _, rows = table_cells(summary)
     cells = {r[0]: r[1:] for r in rows}
-    out = [report.wrap(report.explain_identical(family.name, g), width, "  ") for g in report.identical_groups(cells)]
+    out = [report.wrap(ci_note(summary), width, "  ")]
+    out += [report.wrap(report.explain_identical(family.name, g), width, "  ") for g in report.identical_groups(cells)]
     out += report.legend(family.name, list(cells), width)
     return out
+
+
+def ci_note(summary: pd.DataFrame) -> str:
+    """What a cell's ``±`` is (the half-width that :func:`summary_frame` computes), said under every table."""
+    counts = sorted({int(n) for n in summary["episodes"]})
+    n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    one = "; no ± with a single episode" if counts[0] == 1 else ""
+    return (f"cells: mean ± half-width of the 95 % confidence interval of the mean over {n} "
+            f"episode{'s' if counts[-1] > 1 else ''} (Student's t, not a standard deviation{one})")
 
 
 def text_report(summary: pd.DataFrame, family: Family, md_path: Path | None = None, width: int = report.WIDTH) -> str:
@@ -172,13 +183,22 @@ def evaluate_model(env_id: str | None, model_path: str | Path, episodes: int = 5
     """Play the saved agent and the family's baselines on seeds ``seed .. seed+episodes-1`` (default:
     the run's evaluation seeds' start); write ``episodes.csv``, ``summary.csv``, ``summary.md`` and
     ``summary.png`` to ``out_dir`` when given, each atomically; an ``out_dir`` that already holds an
-    evaluation is refused before anything is played, unless ``force``."""
+    evaluation is refused before anything is played, unless ``force``. ``out_dir`` is locked for the whole
+    run (``<out_dir>.lock``, as ``train`` locks its output): a second evaluation into it while this one runs
+    is refused at once, rather than both writing and each reporting numbers the files may not hold."""
+    with OutputLock(out_dir, "--out-dir") if out_dir is not None else contextlib.nullcontext():
+        # checked under the lock: a run that finished a moment ago is seen, and none can start meanwhile
+        if out_dir is not None and (Path(out_dir) / "episodes.csv").exists() and not force:
+            refuse_existing("--out-dir", out_dir, "an evaluation (episodes.csv)", resume=False)
+        return _evaluate_model(env_id, model_path, episodes, baselines, seed, out_dir, algo, env_kwargs, progress)
+
+
+def _evaluate_model(env_id: str | None, model_path: str | Path, episodes: int, baselines: str | None,
+                    seed: int | None, out_dir: str | Path | None, algo: str | None,
+                    env_kwargs: dict[str, Any] | None, progress: bool) -> EvalReport:
+    """:func:`evaluate_model` once ``out_dir`` is locked and checked."""
     from servegym.agents.train import EVAL_SEED, check_env_id, load_agent
 
-    if out_dir is not None and (Path(out_dir) / "episodes.csv").exists() and not force:
-        from servegym.outputs import refuse_existing
-
-        refuse_existing("--out-dir", out_dir, "an evaluation (episodes.csv)", resume=False)
     model, norm, run = load_agent(model_path, algo=algo, env_id=env_id, env_kwargs=env_kwargs)
     env_id = env_id or run.get("env_id")
     if env_id is None:

@@ -21,23 +21,185 @@ Shipped files live in ``servegym/agents/hyperparams/<EnvName>.yml`` (the id with
 
 A user file given with ``--hyperparams`` may have the same layout, rl-zoo3's layout (env ids as
 top-level keys) or be a single flat section.
+
+Every value is range-checked before anything is built (:data:`ALGO_RANGES`, :data:`POLICY_RANGES`,
+:func:`check_net_arch`): a mistyped exponent (``n_steps: 1e9``, ``net_arch: [1e6, 1e6]``) would otherwise
+allocate gigabytes to terabytes, and a negative count fails deep inside SB3. Keys outside the tables are
+refused with the allowed list; the arguments servegym sets itself (seed, device, verbosity, TensorBoard)
+and those that take Python objects (buffer classes, action noise) are not hyperparameters here.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from servegym.agents.policy_improvement import PolicyImprovement, parse_policy_improvement
-from servegym.agents.warm_start import WarmStart, parse_warm_start
+from servegym.agents.warm_start import WarmStart, check_number, parse_warm_start
 
-from servegym.errors import ConfigError, shown
+from servegym.errors import ConfigError, near_miss, shown
 
 # Keys the trainer consumes itself; the rest are algorithm constructor arguments.
 TRAINER_KEYS = ("n_envs", "n_timesteps", "policy", "normalize", "env_kwargs", "train_env_kwargs", "policy_kwargs",
                 "warm_start", "policy_improvement")
+
+
+#: The trainer's own counts: n_envs as ``--n-envs`` allows, n_timesteps as run.json's counts.
+TRAINER_RANGES: dict[str, tuple[float, float]] = {"n_envs": (1, 256), "n_timesteps": (1, 10**12)}
+
+#: Algorithm arguments (SB3 2.x's PPO, A2C, DQN, SAC, TD3 and sb3-contrib's MaskablePPO) -> (kind, low, high).
+#: kind: "int", "float", "bool", "rate" (a number or rl-zoo3's ``lin_<number>``), "coef" (a number, or
+#: SAC's ``auto``/``auto_<number>``), "entropy" (a number or ``auto``), "freq" (an integer or
+#: ``[integer, step|episode]``); a trailing "?" also allows null. Bounds are closed. The widest ranges
+#: still keep one run's buffers within a few GB: a rollout is n_steps x n_envs observations, a replay
+#: buffer buffer_size of them.
+ALGO_RANGES: dict[str, tuple[str, float, float]] = {
+    "learning_rate": ("rate", 1e-9, 1.0),
+    "n_steps": ("int", 1, 65_536),
+    "batch_size": ("int", 1, 65_536),
+    "n_epochs": ("int", 1, 1_000),
+    "gamma": ("float", 0.0, 1.0),
+    "gae_lambda": ("float", 0.0, 1.0),
+    "clip_range": ("rate", 1e-9, 10.0),
+    "clip_range_vf": ("float?", 1e-9, 10.0),
+    "normalize_advantage": ("bool", 0, 1),
+    "ent_coef": ("coef", 0.0, 10.0),
+    "vf_coef": ("float", 0.0, 100.0),
+    "max_grad_norm": ("float", 1e-9, 1e6),
+    "use_sde": ("bool", 0, 1),
+    "sde_sample_freq": ("int", -1, 1_000_000),
+    "target_kl": ("float?", 1e-9, 10.0),
+    "stats_window_size": ("int", 1, 100_000),
+    "rms_prop_eps": ("float", 1e-12, 1.0),
+    "use_rms_prop": ("bool", 0, 1),
+    "buffer_size": ("int", 1, 1_000_000),
+    "learning_starts": ("int", 0, 10**9),
+    "tau": ("float", 0.0, 1.0),
+    "train_freq": ("freq", 1, 1_000_000),
+    "gradient_steps": ("int", -1, 10_000),
+    "optimize_memory_usage": ("bool", 0, 1),
+    "target_update_interval": ("int", 1, 10**9),
+    "exploration_fraction": ("float", 0.0, 1.0),
+    "exploration_initial_eps": ("float", 0.0, 1.0),
+    "exploration_final_eps": ("float", 0.0, 1.0),
+    "target_entropy": ("entropy", -1e6, 1e6),
+    "use_sde_at_warmup": ("bool", 0, 1),
+    "policy_delay": ("int", 1, 1_000),
+    "target_policy_noise": ("float", 0.0, 10.0),
+    "target_noise_clip": ("float", 0.0, 10.0),
+}
+#: The most observations one rollout holds (n_steps x n_envs): 2^20, ~0.7 GB at NPUAutoscale-v0's 171 floats.
+MAX_ROLLOUT = 2**20
+#: Policy keyword arguments besides ``net_arch`` (checked by :func:`check_net_arch`) and ``activation_fn``
+#: (a name, resolved by :func:`materialize`).
+POLICY_RANGES: dict[str, tuple[str, float, float]] = {
+    "log_std_init": ("float", -20.0, 20.0),
+    "ortho_init": ("bool", 0, 1),
+    "share_features_extractor": ("bool", 0, 1),
+    "normalize_images": ("bool", 0, 1),
+    "full_std": ("bool", 0, 1),
+    "use_expln": ("bool", 0, 1),
+    "squash_output": ("bool", 0, 1),
+    "n_critics": ("int", 1, 4),
+}
+#: A net_arch layer's width, its number of layers, and the weights between its hidden layers (per network:
+#: the shared list, or each of pi, vf, qf). 2^21 keeps the widest policy with its optimizer state within
+#: :data:`servegym.agents.model_io.MAX_TENSOR_BYTES`.
+MAX_NET_WIDTH = 4096
+MAX_NET_LAYERS = 8
+MAX_NET_WEIGHTS = 2**21
+
+
+def _numeric(val: Any) -> Any:
+    """A string YAML 1.1 leaves unparsed (``1e5``, ``3e-4``: no dot) as the float it spells, else ``val``."""
+    if isinstance(val, str):
+        try:
+            return float(val)
+        except ValueError:
+            return val
+    return val
+
+
+def _checked_value(name: str, val: Any, kind: str, low: float, high: float) -> Any:
+    """``val`` checked against one row of :data:`ALGO_RANGES` (``name`` in the error), numbers normalized
+    (``1e4`` for an integer becomes 10000)."""
+    if kind.endswith("?"):
+        if val is None:
+            return None
+        kind = kind[:-1]
+    if kind == "bool":
+        if not isinstance(val, bool):
+            raise ConfigError(f"{name} = {shown(val)}; allowed: true or false")
+        return val
+    if kind == "rate" and isinstance(val, str) and val.startswith("lin_"):  # rl-zoo3's linear schedule
+        check_number(f"{name} (lin_<start>)", _numeric(val[4:]), (low, high), False)
+        return val
+    if kind in ("coef", "entropy") and val == "auto":  # SAC tunes it
+        return val
+    if kind == "coef" and isinstance(val, str) and val.startswith("auto_"):  # SAC tunes it from this start
+        check_number(f"{name} (auto_<start>)", _numeric(val[5:]), (1e-9, high), False)
+        return val
+    if kind == "freq" and isinstance(val, list):
+        if len(val) != 2 or val[1] not in ("step", "episode"):
+            raise ConfigError(f"{name} = {shown(val)}; allowed: an integer or [integer, step|episode]")
+        return (check_number(name, _numeric(val[0]), (low, high), True), val[1])  # SB3 wants a tuple
+    return check_number(name, _numeric(val), (low, high), kind in ("int", "freq"))
+
+
+def check_net_arch(net_arch: Any, where: str) -> Any:
+    """``net_arch`` (a list of layer widths, or a mapping of pi/vf/qf to such lists) within
+    :data:`MAX_NET_WIDTH`, :data:`MAX_NET_LAYERS` and :data:`MAX_NET_WEIGHTS`; a one-line error naming
+    ``where`` otherwise."""
+    allowed = (f"allowed: a list of at most {MAX_NET_LAYERS} integer widths in [1, {MAX_NET_WIDTH}] with at most "
+               f"{MAX_NET_WEIGHTS:,} weights between them, or a mapping of pi, vf, qf to such lists")
+    lists = net_arch if isinstance(net_arch, dict) else {None: net_arch}
+    if not lists or any(k not in (None, "pi", "vf", "qf") for k in lists):
+        raise ConfigError(f"{where}: net_arch = {shown(net_arch)}; {allowed}")
+    for key, widths in lists.items():
+        name = f"{where}: net_arch" + ("" if key is None else f".{key}")
+        ok = isinstance(widths, list) and len(widths) <= MAX_NET_LAYERS and all(
+            isinstance(w, int) and not isinstance(w, bool) and 1 <= w <= MAX_NET_WIDTH for w in widths)
+        if not ok or sum(a * b for a, b in itertools.pairwise(widths)) > MAX_NET_WEIGHTS:
+            raise ConfigError(f"{name} = {shown(widths)}; {allowed}")
+    return net_arch
+
+
+def check_policy_kwargs(policy_kwargs: dict[str, Any], source: str) -> None:
+    """Every key of ``policy_kwargs`` known and within :data:`POLICY_RANGES` (net_arch:
+    :func:`check_net_arch`)."""
+    for key, val in policy_kwargs.items():
+        if key == "net_arch":
+            check_net_arch(val, f"{source}: policy_kwargs")
+        elif key in POLICY_RANGES:
+            _checked_value(f"{source}: policy_kwargs.{key}", val, *POLICY_RANGES[key])
+        elif key != "activation_fn":
+            raise ConfigError(f"{source}: policy_kwargs.{shown(key, 40)} is not a policy argument here; allowed: "
+                              f"{', '.join(['net_arch', 'activation_fn', *POLICY_RANGES])}")
+
+
+def check_algo_kwargs(algo_kwargs: dict[str, Any], source: str) -> dict[str, Any]:
+    """``algo_kwargs`` with every value within :data:`ALGO_RANGES` (numbers normalized); a one-line error
+    naming the file and the key otherwise, also for a key that is not in the table."""
+    out: dict[str, Any] = {}
+    for key, val in algo_kwargs.items():
+        if key not in ALGO_RANGES:
+            hint = near_miss(key, [*TRAINER_KEYS, *ALGO_RANGES])
+            raise ConfigError(f"{source}: {shown(key, 40)} is not a hyperparameter servegym train passes on{hint}; "
+                              "allowed: the trainer's keys and the algorithm arguments of "
+                              "servegym.agents.hparams.ALGO_RANGES (n_steps, batch_size, gamma, learning_rate, ...)")
+        out[key] = _checked_value(f"{source}: {key}", val, *ALGO_RANGES[key])
+    return out
+
+
+def check_rollout(hp: Hyperparams, n_envs: int) -> None:
+    """Refuse a rollout of more than :data:`MAX_ROLLOUT` observations (n_steps x n_envs)."""
+    n_steps = hp.algo_kwargs.get("n_steps")
+    if isinstance(n_steps, int) and n_steps * n_envs > MAX_ROLLOUT:
+        raise ConfigError(f"{hp.source}: n_steps x n_envs = {n_steps} x {n_envs} = {n_steps * n_envs:,} "
+                          f"observations a rollout; allowed: <= {MAX_ROLLOUT:,}")
 
 
 @dataclass(frozen=True)
@@ -136,15 +298,7 @@ def parse_section(raw: dict[str, Any], source: str) -> Hyperparams:
 
     def _int(key: str) -> int | None:
         v = raw.pop(key, None)
-        if v is None:
-            return None
-        try:
-            iv = int(float(v))
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{source}: {key} = {shown(v)}; allowed: a positive integer") from exc
-        if iv < 1:
-            raise ConfigError(f"{source}: {key} = {shown(v)}; allowed: >= 1")
-        return iv
+        return None if v is None else int(check_number(f"{source}: {key}", _numeric(v), TRAINER_RANGES[key], True))
 
     n_envs = _int("n_envs")
     n_timesteps = _int("n_timesteps")
@@ -160,10 +314,16 @@ def parse_section(raw: dict[str, Any], source: str) -> Hyperparams:
                      ("policy_kwargs", policy_kwargs)):
         if not isinstance(val, dict):
             raise ConfigError(f"{source}: {key} must be a mapping, got {shown(val)}")
-    return Hyperparams(policy=str(raw.pop("policy", "MlpPolicy")), n_envs=n_envs, n_timesteps=n_timesteps,
-                       normalize=normalize, env_kwargs=dict(env_kwargs), train_env_kwargs=dict(train_env_kwargs),
-                       policy_kwargs=dict(policy_kwargs),
-                       algo_kwargs=raw, source=source, warm_start=warm_start, policy_improvement=improvement)
+    check_policy_kwargs(policy_kwargs, source)
+    policy = str(raw.pop("policy", "MlpPolicy"))
+    algo_kwargs = check_algo_kwargs(raw, source)
+    hp = Hyperparams(policy=policy, n_envs=n_envs, n_timesteps=n_timesteps,
+                     normalize=normalize, env_kwargs=dict(env_kwargs), train_env_kwargs=dict(train_env_kwargs),
+                     policy_kwargs=dict(policy_kwargs),
+                     algo_kwargs=algo_kwargs, source=source, warm_start=warm_start, policy_improvement=improvement)
+    if n_envs is not None:
+        check_rollout(hp, n_envs)
+    return hp
 
 
 def materialize(hp: Hyperparams) -> tuple[dict[str, Any], dict[str, Any]]:

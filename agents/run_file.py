@@ -5,8 +5,10 @@
 file is read within a size bound, parsed as JSON only, and checked field by field: every field a loader
 uses has its type (and range) checked, the env id against the registry (no ``module:`` prefix is ever
 imported, :mod:`servegym.env_ids`), and no string in its env kwargs may name a file the user did not name
-(:mod:`servegym.file_refs`). Every failure is one line naming the file and the field. Fields not listed in
-:data:`FIELDS` are dropped.
+(:mod:`servegym.file_refs`). Every failure is one line naming the file and the field, never quoting the
+field's value: a file that fails these checks is not known to be servegym's (a link or a planted file may
+hold anyone's text), so nothing of it is shown. A ``run.json`` that is a symbolic link to a file outside
+its folder is refused unread. Fields not listed in :data:`FIELDS` are dropped.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from servegym.errors import ConfigError, shown
+from servegym.errors import ConfigError
 
 RUN_FILE = "run.json"
 #: Largest run.json read (a quick run's is ~20 kB: its evaluation history and baseline rows).
@@ -55,7 +57,8 @@ def _str_map(v: Any) -> bool:
 
 
 def _hyperparams(v: Any) -> bool:
-    return isinstance(v, dict) and (v.get("policy") is None or _str(v["policy"]))
+    return (isinstance(v, dict) and (v.get("policy") is None or _str(v["policy"]))
+            and (v.get("normalize") is None or isinstance(v["normalize"], dict)))
 
 
 #: field -> (check, allowed, as said in the error). Everything a loader reads is here.
@@ -72,7 +75,7 @@ FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "baselines": (_str_list, "a list of baseline names"),
     "references": (_opt(_str_map), "null or an object of reference names"),
     "hyperparams_source": (_opt(_str), "null or a string"),
-    "hyperparams": (_hyperparams, "an object whose policy is null or a string"),
+    "hyperparams": (_hyperparams, "an object whose policy is null or a string and normalize null or an object"),
     "model": (_opt(_str), "null or a file name"),
     "tensorboard": (_opt(_str), "null or a folder name"),
     "eval_history": (lambda v: isinstance(v, list) and all(isinstance(r, dict) for r in v), "a list of objects"),
@@ -84,8 +87,11 @@ FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 def find_run_file(model_path: Path) -> Path | None:
     """The ``run.json`` of a saved model: in its folder, or the parent for checkpoints."""
+    from servegym.bounded_io import refuse_link_out
+
     for d in (model_path.parent, model_path.parent.parent):
         f = d / RUN_FILE
+        refuse_link_out(f, d, "the run.json servegym train writes")
         if f.is_file():
             return f
     return None
@@ -114,22 +120,22 @@ def parse_run_file(path: Path, user_kwargs: Mapping[str, Any] | None = None) -> 
             continue
         v = doc[name]
         if not check(v):
-            raise ConfigError(f"{where}: {name} = {shown(v)} ({type(v).__name__}) is not allowed; allowed: {allowed}")
+            raise ConfigError(f"{where}: {name} ({type(v).__name__}) is not allowed; allowed: {allowed}")
         out[name] = v
     if "env_id" in out:
         from servegym.env_ids import check_env_id
 
-        out["env_id"] = check_env_id(out["env_id"], f"{where}: env_id")
+        out["env_id"] = check_env_id(out["env_id"], f"{where}: env_id", quote=False)
     if "algo" in out:
         from servegym.agents.algos import ALGOS
 
         if out["algo"] not in ALGOS:
-            raise ConfigError(f"{where}: algo = {shown(out['algo'])} is unknown; allowed: {', '.join(ALGOS)}")
+            raise ConfigError(f"{where}: algo is unknown; allowed: {', '.join(ALGOS)}")
     if "env_kwargs" in out:
         from servegym.file_refs import check_file_refs
 
         check_file_refs(out["env_kwargs"], f"{where}: env_kwargs", "a model folder's run.json",
-                        user_values=user_kwargs)
+                        user_values=user_kwargs, quote=False)
     return out
 
 

@@ -10,7 +10,8 @@ Config (YAML)::
     policies:                           # baseline names of the env's family, or saved agents
       - min-power
       - static-peak
-      - {agent: runs/PDProvision-v0_maskable-ppo_s0/model.zip, name: mppo}   # or "agent:PATH"
+      - {agent: runs/PDProvision-v0_maskable-ppo_s0/model.zip, name: mppo}   # or "agent:PATH"; PATH
+                                                                            # inside this file's folder
     seeds: [0, 1, 2]                    # or {start: 0, count: 3}
 
 Each cell (policy, scenario, seed) plays one seeded episode (:mod:`servegym.agents.rollout`) and
@@ -36,7 +37,7 @@ from servegym.agents.families import family_accepts, family_for
 
 from servegym.env_ids import check_env_id
 from servegym.errors import ConfigError, shown
-from servegym.file_refs import check_file_refs
+from servegym.file_refs import check_file_refs, path_in_folder
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,8 @@ def _name(raw: Any, where: str) -> str:
 
 
 def parse_sweep(doc: Any, base_dir: Path | None = None, source: str = "sweep config") -> SweepConfig:
-    """Validate a sweep document; agent paths are resolved against ``base_dir`` (the config's folder)."""
+    """Validate a sweep document. Agent paths are relative to ``base_dir`` (the config's folder; default: the
+    working folder) and must lie inside it, as files named in env kwargs must."""
     if not isinstance(doc, dict):
         raise ConfigError(f"{source}: expected a mapping with scenarios, policies, seeds")
     unknown = sorted(set(doc) - {"name", "env", "scenarios", "policies", "seeds"})
@@ -144,11 +146,11 @@ def parse_sweep(doc: Any, base_dir: Path | None = None, source: str = "sweep con
         if isinstance(p, dict):
             if "agent" not in p:
                 raise ConfigError(f"{source}: policies[{i}] = {shown(p)}; allowed: a baseline name or {{agent: PATH}}")
-            path = Path(str(p["agent"]))
-            if not path.is_absolute() and base_dir is not None and not path.exists():
-                path = base_dir / path
+            # only a file in the sweep file's folder (README, security): refused on the text, before any lookup
+            where = f"{source}: policies[{i}].agent"
+            path = path_in_folder(p["agent"], base_dir if base_dir is not None else Path.cwd(), where)
             if not path.is_file():
-                raise ConfigError(f"{source}: policies[{i}].agent = {shown(str(p['agent']))}: no such file")
+                raise ConfigError(f"{where} = {shown(str(p['agent']))}: no such file")
             policies.append(PolicyRef(_name(p.get("name", path.parent.name or "agent"), f"{source}: policies[{i}].name"),
                                       str(path)))
         elif isinstance(p, str):
@@ -291,20 +293,24 @@ def run_ray(tasks: Sequence[dict[str, Any]], address: str | None = None, workers
     """The grid on Ray: a local Ray instance (``address`` None) or an existing cluster (``"auto"`` or
     ``"ray://host:10001"``). ``workers`` caps the CPUs of a local instance. A task whose worker or node
     dies is retried by Ray (:data:`RAY_TASK_RETRIES` times; cells are deterministic, so a retried cell
-    gives the same row); ``on_result`` as in :func:`run_local`; on an exception the pending tasks are
-    cancelled. ``desc``, ``what``, ``estimate``: the progress lines, as in :func:`run_local`."""
+    gives the same row); ``on_result`` as in :func:`run_local`; on an exception the pending tasks of a
+    cluster are cancelled, and a local instance is shut down with all its processes (SIGTERM and SIGINT
+    included: :func:`_init_ray`). ``desc``, ``what``, ``estimate``: the progress lines, as in :func:`run_local`."""
     from servegym.progress import Progress
 
     ray = _import_ray()
     started = False
+    signum = None
     if not ray.is_initialized():
         init: dict[str, Any] = {"address": address, "include_dashboard": False, "log_to_driver": False,
                                 "configure_logging": False}
         if address is None and workers:
             init["num_cpus"] = workers
-        ray.init(**init)
+        signum = _init_ray(ray, init)
         started = True
     try:
+        if signum is not None:  # a signal came during ray.init: acted on now that ray.shutdown can stop it all
+            _replay_signal(signum)
         remote = ray.remote(num_cpus=1, max_retries=RAY_TASK_RETRIES)(run_task if fn is None else fn)
         refs = {remote.remote(t): t for t in tasks}
         pending = list(refs)
@@ -321,7 +327,9 @@ def run_ray(tasks: Sequence[dict[str, Any]], address: str | None = None, workers
                             on_result(refs[ref], rows[-1])
                     bar.update(len(done))
         except BaseException:
-            for ref in pending:
+            # a local instance's tasks end with ray.shutdown below; force-cancelling them first races their
+            # replies and can abort the driver inside Ray's core worker (before the shutdown, so its agents live on)
+            for ref in pending if not (started and address is None) else ():
                 with contextlib.suppress(Exception):
                     ray.cancel(ref, force=True)
             raise
@@ -329,6 +337,53 @@ def run_ray(tasks: Sequence[dict[str, Any]], address: str | None = None, workers
         if started:
             ray.shutdown()
     return _tidy(rows) if tidy else rows
+
+
+def _init_ray(ray: Any, init: dict[str, Any]) -> int | None:
+    """``ray.init(**init)`` with this process's SIGTERM and SIGINT handlers kept. Ray installs its own SIGTERM
+    handlers while it starts (``sys.exit(15)`` with no message, then one that kills the node's processes
+    and exits 1 with Ray's traceback, leaving its dashboard and runtime-env agents running): the handlers
+    :func:`servegym.outputs.interruptible` set must stay the ones that run, so that SIGTERM unwinds to
+    ``ray.shutdown``. A signal during ``ray.init`` is only recorded (stopping it half-way would leave
+    processes no shutdown knows of) and returned, to be acted on once Ray is up; if ``ray.init`` fails,
+    whatever it started is shut down."""
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    ours = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
+    got: list[int] = []
+    for s in ours:
+        signal.signal(s, lambda signum, frame: got.append(signum))
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    set_handler = getattr(utils, "set_sigterm_handler", None)
+    if set_handler is not None and main:
+        utils.set_sigterm_handler = lambda handler: None  # Ray's handlers are not installed at all
+    try:
+        ray.init(**init)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        raise
+    finally:
+        if set_handler is not None and main:
+            utils.set_sigterm_handler = set_handler
+        for s, h in ours.items():
+            signal.signal(s, h)
+    return got[0] if got else None
+
+
+def _replay_signal(signum: int) -> None:
+    """Act on a signal recorded while a handler could not run: through the handler now installed (e.g.
+    :func:`servegym.outputs.interruptible`'s, which raises), else as :class:`servegym.outputs.Interrupted`."""
+    import signal
+
+    from servegym.outputs import Interrupted
+
+    handler = signal.getsignal(signum)
+    if callable(handler):
+        handler(signum, None)
+    raise Interrupted(signum)
 
 
 def results_path(out: str | Path) -> Path:
@@ -373,6 +428,59 @@ def cell_key(cell: dict[str, Any]) -> str:
                        int(cell["seed"])])
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def finite_number(v: Any, minimum: float | None = None) -> bool:
+    """Whether a value read back from JSON is a finite number (not a bool), at least ``minimum`` if given."""
+    import math
+
+    return _number(v) and math.isfinite(v) and (minimum is None or v >= minimum)
+
+
+def is_count(v: Any) -> bool:
+    """Whether a value read back from JSON is an integer >= 0 (not a bool)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def journal_check(tasks: Sequence[dict[str, Any]]) -> Any:
+    """A :meth:`servegym.outputs.Journal.read` check of a sweep journal's lines against the config's cells
+    and the row :func:`run_task` writes: the key is a cell of this config, the row names that very cell
+    (the same sweep, scenario, env id, policy and seed, of the same types), ``reward`` is a finite number,
+    ``length`` an integer >= 0, ``wall_s`` a finite number >= 0, and every other column one of the family's
+    metrics holding a number (NaN allowed) or null. A line failing it is skipped: its cell runs again."""
+    cells = {cell_key(t): t for t in tasks}
+    metric_keys = {t["env_id"]: {m.key for m in family_for(t["env_id"]).metrics} for t in tasks}
+
+    def check(key: str, row: Any) -> str | None:
+        task = cells.get(key)
+        if task is None:
+            return f"key {shown(key)} is not a cell of this sweep config"
+        if not isinstance(row, dict):
+            return f"the row of {key} is a {type(row).__name__}, not a mapping"
+        for k in CELL_KEYS:
+            if k not in row or row[k] != task[k] or type(row[k]) is not type(task[k]):
+                return f"the row of {key} has {k} = {shown(row.get(k), 40)}, not {task[k]!r}"
+        reward, length, wall = row.get("reward"), row.get("length"), row.get("wall_s")
+        if not finite_number(reward):
+            return f"the row of {key} has reward = {shown(reward, 40)}; allowed: a finite number"
+        if not is_count(length):
+            return f"the row of {key} has length = {shown(length, 40)}; allowed: an integer >= 0"
+        if not finite_number(wall, 0):
+            return f"the row of {key} has wall_s = {shown(wall, 40)}; allowed: a finite number >= 0"
+        for k, v in row.items():
+            if k in CELL_KEYS or k in ("reward", "length", "wall_s"):
+                continue
+            if k not in metric_keys[task["env_id"]]:
+                return f"the row of {key} has the column {shown(k, 40)}, not a metric of {task['env_id']}"
+            if v is not None and not _number(v):
+                return f"the row of {key} has {k} = {shown(v, 40)}; allowed: a number or null"
+        return None
+
+    return check
+
+
 def config_fingerprint(cfg: SweepConfig) -> str:
     """A hash of every cell's inputs (env kwargs and agent paths included): a journal of another config is
     never resumed."""
@@ -407,7 +515,10 @@ def run_sweep_to(cfg: SweepConfig, out: str | Path, *, force: bool = False, resu
       rows, run only the missing cells; a results file's cells match by sweep, scenario, env id, policy and
       seed, a journal only if it is of this very config) or ``force`` (start afresh);
     * each finished cell is appended to ``<out>.partial.jsonl`` at once, so SIGTERM, SIGINT or a crash lose
-      at most the cells in flight; the results file is written atomically at the end and the journal removed.
+      at most the cells in flight; the results file is written atomically at the end and the journal removed;
+    * a journal line that is not a finished cell of this config (:func:`journal_check`: a cell the config
+      lacks, a row naming another cell, a value of the wrong type) is skipped with one warning line, and its
+      cell runs again: nothing but a row :func:`run_task` could have written reaches the results.
     """
     from servegym.outputs import Journal, OutputLock, refuse_existing
 
@@ -430,7 +541,7 @@ def run_sweep_to(cfg: SweepConfig, out: str | Path, *, force: bool = False, resu
                                       "pass --force to replace it")
                 done.update({cell_key(r): r for r in old.to_dict("records")})
             if journal.path.exists():
-                partial = journal.read(header)
+                partial = journal.read(header, check=journal_check(tasks))
                 if partial is None:
                     raise ConfigError(f"--resume: {journal.path.name} is from another sweep config (its cells "
                                       "differ); pass --force to discard it and start afresh")

@@ -39,7 +39,7 @@ from typing import Any
 import gymnasium as gym
 from servegym.agents.algos import algo_class, check_algo
 from servegym.agents.families import family_for, resolve_baselines
-from servegym.agents.hparams import Hyperparams, load_hyperparams, materialize, merge_kwargs
+from servegym.agents.hparams import Hyperparams, check_rollout, load_hyperparams, materialize, merge_kwargs
 from servegym.agents.rollout import has_action_masks, seeds_from
 from servegym.agents.run_file import RUN_FILE
 
@@ -102,7 +102,9 @@ class TrainResult:
     timesteps_trained: int = 0
     #: False when a stop request (SIGINT/SIGTERM in the CLI) ended training early; resume with ``resume=True``
     complete: bool = True
-    timesteps: int = 0  # the run's target
+    #: the steps this run was to reach: the target rounded up to whole rollouts (callbacks.planned_steps), as the
+    #: progress start line says
+    timesteps: int = 0
 
 
 def check_device(device: str) -> None:
@@ -175,18 +177,35 @@ def output_path(cfg: TrainConfig) -> Path:
 
 def train(cfg: TrainConfig, stop: threading.Event | None = None) -> TrainResult:
     """Train, evaluate periodically against the family's baselines, save; see the module docstring.
-    ``stop``: when set, training ends at the next step and the run is saved as interrupted."""
-    if not cfg.lock:
-        return _train(cfg, stop)
-    from servegym.outputs import OutputLock
+    ``stop``: when set, training ends at the next step and the run is saved as interrupted. A run that
+    fails leaves no folder it created behind (empty ones; a checked env id first, so that a misspelt one
+    names no folder at all)."""
+    from servegym.outputs import OutputLock, created_folders_removed_on_error
 
-    with OutputLock(output_path(cfg), "--out"):
-        return _train(cfg, stop)
+    check_env_id(cfg.env_id)
+    out = output_path(cfg)
+    with created_folders_removed_on_error(out.parent):
+        if not cfg.lock:
+            return _train(cfg, stop)
+        with OutputLock(out, "--out"):
+            return _train(cfg, stop)
 
 
-def _previous_run(cfg: TrainConfig, out: Path) -> dict[str, Any] | None:
+def _differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """The dotted keys at which the JSON values ``a`` and ``b`` differ (a whole value where either is not
+    an object)."""
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return [] if a == b else [prefix or "(all)"]
+    out: list[str] = []
+    for k in sorted(set(a) | set(b), key=str):
+        out += _differing_keys(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else str(k))
+    return out
+
+
+def _previous_run(cfg: TrainConfig, out: Path, env_kwargs: dict[str, Any]) -> dict[str, Any] | None:
     """The run already in ``out``'s folder: refused without force/resume; with resume, its checked
-    ``run.json`` fields (it must be this run: same env id, algorithm and seed, and not finished)."""
+    ``run.json`` fields (it must be this run: same env id, algorithm, seed and env kwargs (the hyperparameters'
+    and ``--env-kwargs`` merged), and not finished: an evaluation history of two configs would be one run's)."""
     from servegym.outputs import refuse_existing
 
     run_file = out.parent / RUN_FILE
@@ -199,7 +218,12 @@ def _previous_run(cfg: TrainConfig, out: Path) -> dict[str, Any] | None:
     if not (out.is_file() and run_file.is_file()):
         raise ConfigError(f"--resume: {str(out.parent)!r} needs both {out.name} and {RUN_FILE}; pass --force to "
                           "train afresh")
-    raw = run_file.read_bytes()[:16 * 2**20]
+    from servegym.agents.run_file import MAX_RUN_BYTES
+
+    from servegym.bounded_io import read_user_text, refuse_link_out
+
+    refuse_link_out(run_file, run_file.parent, f"the {RUN_FILE} servegym train writes")
+    raw = read_user_text(run_file, MAX_RUN_BYTES, f"the {RUN_FILE} servegym train writes")
     try:
         run = json.loads(raw)
     except (ValueError, RecursionError):
@@ -208,8 +232,14 @@ def _previous_run(cfg: TrainConfig, out: Path) -> dict[str, Any] | None:
         raise ConfigError(f"--resume: {str(run_file)!r} is not the JSON object servegym train writes")
     for key, mine in (("env_id", cfg.env_id), ("algo", algo_class_name(cfg.algo)), ("seed", cfg.seed)):
         if run.get(key) != mine:
-            raise ConfigError(f"--resume: {RUN_FILE} has {key} = {str(run.get(key))[:60]!r} but this run has "
-                              f"{mine!r}; allowed: the same env, algorithm and seed (or --force)")
+            # the file's value is not quoted: a run.json that is not this run's may hold anyone's text
+            raise ConfigError(f"--resume: {RUN_FILE} has another {key} than this run ({mine!r}); allowed: the same "
+                              "env, algorithm and seed (or --force)")
+    diff = _differing_keys(run.get("env_kwargs"), _json_safe(env_kwargs))
+    if diff:
+        more = f" and {len(diff) - 3} more" if len(diff) > 3 else ""
+        raise ConfigError(f"--resume: {RUN_FILE} has other env kwargs than this run (at {', '.join(diff[:3])[:120]}"
+                          f"{more}); allowed: the same --env-kwargs and hyperparameters (or --force)")
     done = run.get("timesteps_trained")
     if not (isinstance(done, int) and not isinstance(done, bool) and done >= 0):
         raise ConfigError(f"--resume: {RUN_FILE} field timesteps_trained = {str(done)[:40]}; allowed: an integer >= 0")
@@ -251,6 +281,7 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
     if timesteps is None:
         raise ConfigError(f"--timesteps is required: {hp.source} sets no n_timesteps for {cfg.algo}")
     n_envs = cfg.n_envs or hp.n_envs or 1
+    check_rollout(hp, n_envs)
 
     check_device(cfg.device)
     # The learning stack is imported only once the inputs are known to be valid (fast errors).
@@ -260,6 +291,7 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
         StatsCheckpointCallback,
         StopCallback,
         TqdmCallback,
+        planned_steps,
     )
     from servegym.agents.model_io import restore_vecnormalize, save_obs_stats, set_parameters
     from stable_baselines3.common.callbacks import CallbackList
@@ -268,7 +300,7 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
     from servegym.outputs import save_model, write_json
 
     out = output_path(cfg)
-    previous = _previous_run(cfg, out)
+    previous = _previous_run(cfg, out, env_kwargs)
     run_dir = out.parent
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -345,6 +377,7 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
                                                                     make_eval_env, baselines, n_evals,
                                                                     len(eval_seeds))))
     tb_name = f"{cfg.env_id.split('/')[-1]}_{spec.name}_s{cfg.seed}"
+    planned = planned_steps(model, timesteps, done)
     try:
         if done < timesteps:
             # resumed: learn the remaining steps; SB3 counts on from num_timesteps (schedules included)
@@ -376,7 +409,7 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
     return TrainResult(model_path=out, best_model_path=best_path if best_path.exists() else None,
                        vecnormalize_path=vn_path, tb_dir=tb_dir, run_file=run_file,
                        eval_history=evaluator.history, wall_s=time.perf_counter() - t0,
-                       timesteps_trained=int(model.num_timesteps), complete=complete, timesteps=timesteps)
+                       timesteps_trained=int(model.num_timesteps), complete=complete, timesteps=planned)
 
 
 def _validation_return(model: Any, make_env: Any, seeds: Sequence[int], family: Any) -> float:
@@ -414,6 +447,21 @@ def read_run(model_path: Path, user_kwargs: dict[str, Any] | None = None) -> dic
     return read(model_path, user_kwargs)
 
 
+def _missing_model(p: Path) -> str:
+    """The error for a ``--model`` that is not a file: a run folder (what ``train`` prints as the run) points at
+    the model inside it."""
+    if not p.is_dir():
+        return f"--model = {str(p)!r}: no such file"
+    saved = sorted(z.name for z in p.glob("*.zip"))
+    if "model.zip" in saved:
+        hint = f"did you mean {str(p / 'model.zip')!r}?"
+    elif saved:
+        hint = f"it holds {', '.join(saved)}"
+    else:
+        hint = "it holds no model .zip"
+    return f"--model = {str(p)!r} is a folder ({hint}); allowed: a model .zip saved by servegym train"
+
+
 def load_agent(model_path: str | Path, algo: str | None = None, env_id: str | None = None,
                env_kwargs: dict[str, Any] | None = None) -> tuple[Any, Any, dict]:
     """(model, observation normalizer or None, run info) of a saved model, loaded without unpickling
@@ -423,7 +471,7 @@ def load_agent(model_path: str | Path, algo: str | None = None, env_id: str | No
 
     p = Path(model_path)
     if not p.is_file():
-        raise ConfigError(f"--model = {str(model_path)!r}: no such file")
+        raise ConfigError(_missing_model(p))
     if env_id:
         env_id = check_env_id(env_id)
     run = read_run(p, env_kwargs) or {}
@@ -444,8 +492,29 @@ def load_agent(model_path: str | Path, algo: str | None = None, env_id: str | No
         env.close()
     policy = (run.get("hyperparams") or {}).get("policy")
     model = load_sb3_model(p, cls, obs_space, act_space, policy=policy if isinstance(policy, str) else None)
-    norm = load_obs_normalizer(vecnormalize_path_for(p))
+    stats = vecnormalize_path_for(p)
+    norm = load_obs_normalizer(stats)
+    _check_normalization(run, stats, norm is not None)
+    if norm is not None:
+        norm.check_space(obs_space, repr(str(stats)))
     return model, norm, {**run, "algo": algo}
+
+
+def _check_normalization(run: dict[str, Any], stats: Path, found: bool) -> None:
+    """Refuse a model whose statistics file disagrees with its run.json: a run that normalized (its
+    hyperparameters' ``normalize`` is an object) played without its statistics, or statistics applied to a
+    run that did not normalize, gives wrong actions without an error. Without a run.json's hyperparameters
+    the file decides, as before."""
+    hp = run.get("hyperparams")
+    if not isinstance(hp, dict) or "normalize" not in hp:
+        return
+    normalized = hp["normalize"] is not None
+    if normalized and not found:
+        raise ConfigError(f"{str(stats)!r} is missing, but {RUN_FILE} says the model was trained with VecNormalize; "
+                          "allowed: the statistics file servegym train wrote beside the model")
+    if found and not normalized:
+        raise ConfigError(f"{str(stats)!r} is present, but {RUN_FILE} says the model was trained without "
+                          "VecNormalize; allowed: a model folder as servegym train wrote it")
 
 
 def _with_evaluations(train: tuple[float | None, str], env_id: str, make_env: Any, baselines: Sequence[str],

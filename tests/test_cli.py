@@ -100,3 +100,56 @@ def test_help_of_every_command_loads_no_heavy_module() -> None:
     assert not [k for k, t in texts.items() if "%%" in t]
     assert "95 %" in texts["benchmark"]
     assert out["code"] == 0 and out["registered"][0] == 0 and out["registered"][1] >= 7, out["registered"]
+
+
+def _subparser(parser, name: str):
+    """The sub-parser ``name`` of ``parser`` (argparse keeps them in its subparsers action)."""
+    import argparse
+
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[name]
+
+
+def _example_lines(text: str) -> list[list[str]]:
+    import shlex
+
+    return [shlex.split(line.split("  #")[0]) for line in text.splitlines() if line.startswith("  servegym ")]
+
+
+def test_help_examples_parse_and_bench_and_benchmark_say_how_they_differ() -> None:
+    """servegym --help, train --help and evaluate --help end with examples, each a command line the parser
+    accepts; bench's and benchmark's one-line help each point at the other and say what it measures."""
+    parser = build_parser()
+    texts = {"": parser.format_help(), **{n: _subparser(parser, n).format_help() for n in ("train", "evaluate")}}
+    for name, text in texts.items():
+        examples = _example_lines(text)
+        assert len(examples) >= 2, name
+        for argv in examples:
+            assert argv[0] == "servegym"
+            parser.parse_args(argv[1:])  # a bad example exits with a usage error
+    listing = " ".join(texts[""].split())
+    assert "bench how fast a simulator runs (simulated s per wall s); not a policy's score: see benchmark" in listing
+    assert "benchmark how good a policy is:" in listing and "not simulator speed: see bench " in listing
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate"])
+def test_train_and_evaluate_help_state_every_default(command: str) -> None:
+    """Each option with a default says it in its help (train's --algo, --seed, --tb, --eval-episodes...), and
+    train --help lists every registered env id."""
+    import argparse
+
+    from servegym.registration import ENV_SPECS
+
+    sub = _subparser(build_parser(), command)
+    for action in sub._actions:
+        if not action.option_strings or isinstance(action, (argparse._HelpAction, argparse._StoreTrueAction)):
+            continue
+        if action.required:
+            continue
+        assert action.help and "default" in action.help, action.option_strings
+        if action.default not in (None, ""):
+            assert f"default {action.default}" in action.help or f"{action.default} (default" in action.help, (
+                action.option_strings, action.help)
+    if command == "train":
+        text = " ".join(sub.format_help().split())
+        assert all(e.id in text for e in ENV_SPECS)

@@ -152,3 +152,21 @@ def test_sweep_file_seeds_are_checked(seeds: str, tmp_path: Path, capsys) -> Non
     rc, err = _run(["sweep", str(cfg), "--out", str(tmp_path / "r.csv")], capsys)
     _one_line_error(rc, err)
     assert "seeds" in err
+
+
+def test_evaluate_model_given_a_run_folder_points_at_its_model(tmp_path: Path, capsys) -> None:
+    """--model runs/X (the run folder train printed) says which file to pass, in one line, instead of a bare
+    "no such file"; a folder without model.zip lists what it holds."""
+    run = tmp_path / "run"
+    run.mkdir()
+    assert main(["evaluate", "--model", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a folder (it holds no model .zip)" in err
+    (run / "best_model.zip").write_bytes(b"")
+    assert main(["evaluate", "--model", str(run)]) == 2
+    assert "is a folder (it holds best_model.zip)" in capsys.readouterr().err
+    (run / "model.zip").write_bytes(b"")
+    assert main(["evaluate", "--model", str(run)]) == 2
+    assert f"is a folder (did you mean {str(run / 'model.zip')!r}?)" in capsys.readouterr().err
+    assert main(["evaluate", "--model", str(tmp_path / "none.zip")]) == 2
+    assert "none.zip': no such file" in capsys.readouterr().err

@@ -96,6 +96,15 @@ def test_unknown_keyword_is_a_type_error_in_pythons_words(env_id: str) -> None:
 
 
 @pytest.mark.parametrize("env_id", IDS)
+def test_a_misspelt_keyword_gets_a_did_you_mean(env_id: str) -> None:
+    """gym.make(id, action_mod=...) names the keyword it was probably meant to be (a far miss gets no hint)."""
+    with pytest.raises(TypeError, match=r"argument 'action_mod' \(did you mean 'action_mode'\?\); allowed: "):
+        gym.make(env_id, action_mod="residual", **small(env_id))
+    with pytest.raises(TypeError, match=r"argument 'frameskip'; allowed: "):
+        gym.make(env_id, frameskip=1, **small(env_id))
+
+
+@pytest.mark.parametrize("env_id", IDS)
 def test_spec_max_episode_steps_never_cuts_the_default_episode(env_id: str) -> None:
     """The TimeLimit gym.make adds is the default config's length (pd, npu) or a bound over the named
     scenarios (geo: the episode length is the Poisson draw of requests or windows)."""
@@ -195,6 +204,98 @@ def test_action_mask_observation_wrapper(env_id: str) -> None:
         assert env.action_space.contains(sample)
         obs, *_ = env.step(masked_action(env, rng))
     env.close()
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_action_masks_reach_through_the_wrappers_gym_make_adds(env_id: str) -> None:
+    """Gymnasium's get_wrapper_attr path finds action_masks() under TimeLimit/OrderEnforcing/PassiveEnvChecker,
+    and it is the env's own mask (GeoRouteWindow-v0, a Box action, has none and says so)."""
+    env = gym.make(env_id, **small(env_id))
+    assert env is not env.unwrapped  # the wrappers gym.make adds are really there
+    env.reset(seed=0)
+    if not has_masks(env_id):
+        with pytest.raises(AttributeError):
+            env.get_wrapper_attr("action_masks")
+        return
+    for _ in range(3):
+        got = env.get_wrapper_attr("action_masks")()
+        np.testing.assert_array_equal(got, env.unwrapped.action_masks())
+        assert got.dtype == np.bool_ and got.shape == (mask_size(env.action_space),) and got.any()
+        env.step(masked_action(env, np.random.default_rng(0)))
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_sb3_contrib_finds_the_masks_through_gym_make(env_id: str) -> None:
+    """sb3-contrib's get_action_masks / is_masking_supported (what MaskablePPO calls) on a gym.make env and on
+    an SB3 DummyVecEnv of it."""
+    pytest.importorskip("sb3_contrib", reason="sb3-contrib is in the rl extra: pip install -e '.[rl]'")
+    from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    env = gym.make(env_id, **small(env_id))
+    env.reset(seed=0)
+    venv = DummyVecEnv([lambda: gym.make(env_id, **small(env_id))])
+    venv.reset()
+    assert is_masking_supported(env) is has_masks(env_id)
+    assert is_masking_supported(venv) is has_masks(env_id)
+    if has_masks(env_id):
+        np.testing.assert_array_equal(get_action_masks(env), env.unwrapped.action_masks())
+        assert get_action_masks(venv).shape == (1, mask_size(env.action_space))
+    venv.close()
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_action_mask_for_sample_is_the_form_space_sample_takes(env_id: str) -> None:
+    """servegym.action_mask_for_sample: int8, a tuple per dimension for MultiDiscrete; every action that
+    action_space.sample(mask=...) draws with it passes the env's own per-dimension masks and steps."""
+    import servegym
+
+    env = gym.make(env_id, **small(env_id))
+    env.reset(seed=1)
+    env.action_space.seed(1)
+    if not has_masks(env_id):
+        with pytest.raises(ConfigError, match=r"GeoRouteWindow-v0 has no action_masks\(\)"):
+            servegym.action_mask_for_sample(env)
+        return
+    space = env.action_space
+    for _ in range(3):
+        mask = servegym.action_mask_for_sample(env)
+        flat = env.unwrapped.action_masks()
+        if isinstance(space, gym.spaces.Discrete):
+            assert isinstance(mask, np.ndarray) and mask.dtype == np.int8 and mask.shape == (space.n,)
+            samples = [space.sample(mask=mask) for _ in range(20)]
+            assert all(flat[int(a)] for a in samples)
+        else:
+            assert isinstance(mask, tuple) and len(mask) == space.nvec.size
+            assert all(m.dtype == np.int8 and m.size == n for m, n in zip(mask, space.nvec, strict=True))
+            samples = [space.sample(mask=mask) for _ in range(20)]
+            offsets = np.concatenate([[0], np.cumsum(space.nvec)[:-1]])
+            assert all(flat[offsets + a].all() for a in samples)
+        env.step(samples[0])
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_sample_masked_action_is_never_adjusted(env_id: str) -> None:
+    """servegym.sample_masked_action, the documented masked sampling, never sends an action the env adjusts
+    (pd's GPU budget included): info["action_adjusted"] stays False and the episode count at 0, for a whole
+    small episode; the same draw is reproducible from the action space's seed."""
+    import servegym
+
+    env = gym.make(env_id, **small(env_id))
+    env.reset(seed=3)
+    env.action_space.seed(3)
+    first = servegym.sample_masked_action(env)
+    env.action_space.seed(3)
+    np.testing.assert_array_equal(servegym.sample_masked_action(env), first)
+    assert env.action_space.contains(first)
+    info: dict[str, Any] = {}
+    for _ in range(40):
+        _, _, terminated, truncated, info = env.step(servegym.sample_masked_action(env))
+        assert not info.get("action_adjusted", False)
+        if terminated or truncated:
+            break
+    if family(env_id) != "geo":  # geo never adjusts an action (it has no such info key)
+        assert info["episode_adjusted_actions"] == 0
 
 
 # --------------------------------------------------------------------------------------- SB3

@@ -160,3 +160,32 @@ def test_geo_fleet_size_is_bounded(field: str, value: int) -> None:
     """A fleet that would allocate gigabytes of per-engine state is refused by name (no env is built)."""
     with pytest.raises(ConfigError, match=field):
         preset("mini", **{field: value})
+
+
+def _string_fields() -> list[tuple[type, str]]:
+    """Every string field (``str`` or ``str | None``) of the envs' config classes and the geo/pd nested ones."""
+    import dataclasses
+    import typing
+
+    from servegym.envs.geo.sim.config import GeoConfig
+    from servegym.envs.pd.sim.scenario import DayScenario
+
+    out = []
+    for cls in (GeoEnvConfig, GeoConfig, NPUEnvConfig, PDEnvConfig, DayScenario):
+        hints = typing.get_type_hints(cls)
+        out += [(cls, f.name) for f in dataclasses.fields(cls) if hints[f.name] in (str, str | None)]
+    return out
+
+
+@pytest.mark.parametrize(("cls", "field"), _string_fields(), ids=[f"{c.__name__}-{f}" for c, f in _string_fields()])
+def test_a_string_field_given_another_type_names_its_values(cls: type, field: str) -> None:
+    """``load = 0.8`` says which strings load takes, not just "a string": every string field of the configs has
+    its FIELD_CHOICES entry, and an enumerated field's list holds its own default."""
+    with pytest.raises(ConfigError, match=rf"\b{field} = 0.8 \(float\) is not allowed; allowed: ") as exc:
+        cls(**{field: 0.8})
+    allowed = str(exc.value).split("allowed: ", 1)[1]
+    assert allowed not in ("a string", "a string or None")
+    spec = cls.FIELD_CHOICES[field]
+    default = getattr(cls(), field)
+    if not isinstance(spec, str) and default is not None:
+        assert str(default) in allowed.split(", "), allowed

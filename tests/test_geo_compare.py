@@ -129,3 +129,20 @@ def test_predicted_osl_mode_runs():
     runs = run_comparison(cfg, ["greedy:0.5"], seeds=1)
     assert set(runs["osl_mode"]) == {"predicted"}
     assert runs["carbon_g"].gt(0).all()
+
+
+def test_a_previous_comparison_is_replaced_only_with_force(tmp_path, capsys):
+    """As train and evaluate: --out-dir holding a comparison is refused (one line, nothing run or written)
+    unless --force."""
+    args = ["geo", "compare", *TINY, "--policies", "rr", "--out-dir", str(tmp_path), "--json"]
+    assert main(args) == 0
+    before = (tmp_path / "compare_runs.csv").read_bytes()
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "already holds a comparison (compare_runs.csv, compare.csv" in err
+    assert "pass --force to replace it" in err
+    assert (tmp_path / "compare_runs.csv").read_bytes() == before
+    (tmp_path / "compare_runs.csv").write_bytes(b"stale")
+    assert main([*args, "--force"]) == 0
+    assert (tmp_path / "compare_runs.csv").read_bytes().startswith(b"policy,seed")  # a new run, replaced

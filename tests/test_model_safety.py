@@ -117,8 +117,10 @@ def test_pickled_entries_inside_the_model_zip_are_never_decoded(saved: dict, tmp
         if name != "data":
             return raw
         data = json.loads(raw)
-        for key in ("observation_space", "action_space", "policy_class", "lr_schedule", "clip_range"):
+        for key in ("policy_class", "lr_schedule", "clip_range"):
             data[key] = dict(evil)
+        for key in ("observation_space", "action_space"):  # the payload behind the attributes the spaces check reads
+            data[key] = {**data[key], ":serialized:": evil[":serialized:"]}
         data["policy_kwargs"] = {**evil, "net_arch": [8], "activation_fn": "<class 'torch.nn.modules.activation.Tanh'>"}
         data["an_extra_entry"] = dict(evil)
         return json.dumps(data).encode()

@@ -169,6 +169,10 @@ def test_masked_action_is_adjusted_when_not_strict() -> None:
     o2, r2, _, _, i2 = ref.step(fixed)
     assert i1["action_adjusted"] and not i2["action_adjusted"]
     assert np.array_equal(o1, o2) and r1 == r2
+    # the episode's count of adjusted actions: 1 after it, still 1 after an allowed action, 0 again at reset
+    assert (i1["episode_adjusted_actions"], i2["episode_adjusted_actions"]) == (1, 0)
+    assert env.step(fixed)[-1]["episode_adjusted_actions"] == 1
+    assert env.reset(seed=2)[1]["episode_adjusted_actions"] == 0
 
 
 def test_step_before_reset_and_after_truncation() -> None:

@@ -236,3 +236,18 @@ def test_concurrent_writers_never_expose_a_partial_entry(tmp_path: Path, stored)
         assert all(f.result() for f in futs)
     assert path.read_bytes() == data and reads > 0
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left behind
+
+
+def test_a_build_is_announced_in_one_line_and_a_cache_hit_is_silent(cache: Path, capsys: pytest.CaptureFixture[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first make of an npu id builds its tables for seconds: one stderr line says so (once for the two
+    tables of one model a catalog builds); a later process reads them from the cache and prints nothing."""
+    monkeypatch.setattr(table_cache, "_ANNOUNCED", set())
+    tables = [cached_run_dse(MODEL), cached_run_dse(MODEL, slo_factor=4.0)]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"servegym: building the npu best-fit tables of {MODEL}"), err
+    assert str(cache) in err
+    flush(*tables)
+    monkeypatch.setattr(table_cache, "_ANNOUNCED", set())  # as a new process: the tables are on disk now
+    cached_run_dse(MODEL)
+    assert capsys.readouterr().err == ""

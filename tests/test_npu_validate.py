@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from servegym.cli import main
 from servegym.envs.npu.reports.validate import fig16_points, fig20_points, fig25_points, fig28_points
+
+from servegym.cli import main
 
 
 def _sweep16(capacity: float, tpot_at_16: float = 0.05) -> list[dict]:

@@ -128,6 +128,48 @@ def test_residual_clips_and_flags_outside_the_pool() -> None:
     assert info["action_adjusted"] and (info["target_p"], info["target_d"]) == (1, 1)
 
 
+@pytest.mark.parametrize("cfg", [{**SHORT}, {**SHORT, "action_mode": "residual", "residual_levels": 3, "gpu_budget": 7},
+                                 {**SHORT, "action_mode": "residual", "gpu_budget": 6}])
+def test_action_masks_given_is_exactly_the_pairs_applied_as_sent(cfg: dict) -> None:
+    """The autoregressive mask allows (n_P, then n_D) exactly the pairs the env decodes unadjusted, in every
+    state visited; the per-dimension masks allow more (the GPU budget binds the pair), so the check can fail."""
+    e = PDProvisionEnv(cfg)
+    e.reset(seed=5)
+    nvec = e.action_space.nvec
+    rng = np.random.default_rng(5)
+    looser = 0
+    for _ in range(12):
+        as_sent = np.array([[not e.action_type.decode(e, np.array([i, j]))[2] for j in range(nvec[1])]
+                            for i in range(nvec[0])])
+        first = e.action_masks_given()
+        np.testing.assert_array_equal(first, as_sent.any(axis=1))
+        for i in range(nvec[0]):
+            np.testing.assert_array_equal(e.action_masks_given([i]), as_sent[i])
+        m = e.action_masks()
+        looser += int((np.outer(m[:nvec[0]], m[nvec[0]:]) & ~as_sent).sum())
+        e.step(_masked_random(e, rng))
+    assert looser > 0  # per-dimension masks did allow adjusted pairs in these states
+    with pytest.raises(ConfigError, match=r"allowed: \[\] or \[i_P\]"):
+        e.action_masks_given([0, 0])
+
+
+def test_episode_adjusted_actions_counts_the_adjusted_steps() -> None:
+    """info["episode_adjusted_actions"] is the episode's running count of info["action_adjusted"] (per-dimension
+    sampling on PDProvision-v0 sends over-budget pairs); a reset starts it again."""
+    e = PDProvisionEnv(SHORT)
+    rng = np.random.default_rng(0)
+    for seed in (0, 1):
+        e.reset(seed=seed)
+        flags = []
+        while True:
+            _, _, term, trunc, info = e.step(_masked_random(e, rng))
+            flags.append(info["action_adjusted"])
+            assert info["episode_adjusted_actions"] == sum(flags)
+            if term or trunc:
+                break
+        assert sum(flags) > 0
+
+
 def test_front_actions_are_front_points() -> None:
     e = PDProvisionEnv({**SHORT, "action_mode": "front"})
     _, info = e.reset(seed=1)

@@ -69,3 +69,41 @@ def test_pd_compare_text_explains_itself(capsys) -> None:
     out = capsys.readouterr().out
     assert "seed 0, first 20 periods" in out and "policies:" in out and "\nverdict: best " in out
     assert "e-0" not in out and all(len(line) <= report.WIDTH for line in out.splitlines())
+
+
+def test_every_baseline_a_table_can_show_has_a_legend_entry() -> None:
+    """evaluate's legend explains every row it can print: each family's default baselines (oracle and
+    hindsight included), the protocol's references and the agent."""
+    from servegym.agents import families
+    from servegym.agents.protocol import checkpoint_references
+
+    from servegym.registration import ENV_SPECS
+
+    for entry in ENV_SPECS:
+        fam = families.family_for(entry.id)
+        names = [*fam.baselines, *(checkpoint_references(entry.id) or {}).values(), "agent"]
+        missing = [n for n in names if report.describe_policy(fam.name, n) is None]
+        assert not missing, (entry.id, missing)
+    assert report.describe_policy("pd", "min-power+forecast:0.97") == report.describe_policy("pd", "min-power+forecast")
+
+
+@pytest.mark.parametrize("episodes", [1, 3])
+def test_evaluate_table_says_what_its_plus_minus_is(episodes: int) -> None:
+    """The text and markdown reports label the ± (a 95 % CI half-width over the episodes, Student's t) and the
+    legend names the oracle row."""
+    import pandas as pd
+    from servegym.agents.evaluate import explanations, summary_frame, text_report
+    from servegym.agents.families import family_for
+
+    rows = [{"policy": p, "seed": s, "reward": float(i + s)} for i, p in enumerate(["agent", "rr", "oracle"])
+            for s in range(episodes)]
+    summ = summary_frame(pd.DataFrame(rows))
+    family = family_for("servegym/GeoRoute-v0")
+    text = text_report(summ, family)
+    assert (" ± " in text.splitlines()[2]) is (episodes > 1)  # a cell of the table
+    note = f"cells: mean ± half-width of the 95 % confidence interval of the mean over {episodes} episode"
+    assert note in " ".join(text.split())
+    assert ("no ± with a single episode" in " ".join(text.split())) is (episodes == 1)
+    legend = text.split("policies:", 1)[1]
+    assert "oracle" in legend and "hindsight oracle" in legend
+    assert explanations(summ, family, 10_000)[0].startswith("cells: mean ± half-width")

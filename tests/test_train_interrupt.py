@@ -74,6 +74,21 @@ def test_stop_saves_an_interrupted_run_and_resume_restores_it(tmp_path) -> None:
     assert json.loads(res3.run_file.read_text())["resumed_at"] == [res.timesteps_trained] * 2
 
 
+def test_start_line_and_interrupt_count_say_the_same_rounded_total(tmp_path, capsys) -> None:
+    """The progress start line and TrainResult.timesteps (the interrupt line's "of N") both give the steps learn()
+    runs: 100 asked of 64-step rollouts is 128; a resumed run counts its rollouts from where it stopped."""
+    stop = threading.Event()
+    stop.set()
+    res = train(TrainConfig(**{**_cfg(tmp_path, 100).__dict__, "progress": True}), stop)
+    assert not res.complete and res.timesteps == 128
+    assert "; 128 steps;" in capsys.readouterr().err
+    done = res.timesteps_trained  # stopped mid-rollout
+    res2 = train(TrainConfig(**{**_cfg(tmp_path, 200, resume=True).__dict__, "progress": True}))
+    remaining = -(-(200 - done) // 64) * 64
+    assert res2.complete and res2.timesteps == res2.timesteps_trained == done + remaining
+    assert f"; {remaining:,} steps;" in capsys.readouterr().err
+
+
 def test_existing_run_is_refused_unless_force_or_resume(tmp_path, capsys) -> None:
     train(_cfg(tmp_path, 64))
     hp, out = str(tmp_path / "hp.yml"), str(tmp_path / "run" / "model.zip")
@@ -91,7 +106,7 @@ def test_existing_run_is_refused_unless_force_or_resume(tmp_path, capsys) -> Non
     with pytest.raises(Exception, match="holds no run to resume"):
         train(TrainConfig(**{**_cfg(tmp_path, 64, resume=True).__dict__, "out": str(tmp_path / "empty" / "m.zip")}))
     # another seed's run in the folder is not resumed as this one
-    with pytest.raises(Exception, match=r"run\.json has seed = '0' but this run has 1"):
+    with pytest.raises(Exception, match=r"run\.json has another seed than this run \(1\)"):
         train(TrainConfig(**{**_cfg(tmp_path, 64, resume=True).__dict__, "seed": 1}))
 
 
@@ -121,3 +136,24 @@ def test_signal_saves_model_and_run_json_then_resume_finishes(tmp_path, sig) -> 
     final = json.loads((run_dir / "run.json").read_text())
     assert final["status"] == "complete" and final["timesteps_trained"] >= target
     assert final["resumed_at"] == [run["timesteps_trained"]]
+
+
+def test_closing_hint_commands_run_as_printed(tmp_path, capsys, monkeypatch) -> None:
+    """The closing hint's tensorboard and evaluate commands name this environment's scripts in a form the shell
+    finds (a path when the venv is not on PATH, as in the README), --logdir is the --tb folder and --out-dir is in
+    --out's run folder."""
+    from servegym.agents.cli import runnable
+
+    (tmp_path / "hp.yml").write_text(HP)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/nonexistent")  # the venv not activated
+    assert main(["train", "--env", "CartPole-v1", "--timesteps", "64", "--hyperparams", "hp.yml", "--out",
+                 "exp/a/model.zip", "--tb", "exp/tb", "--eval-freq", "0", "--eval-episodes", "1", "--baselines",
+                 "none", "--no-progress"]) == 0
+    lines = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines() if ": " in line)
+    tb, *rest = lines["watch"].split()
+    assert Path(tb).is_file() and Path(tb).name == "tensorboard" and rest == ["--logdir", "exp/tb"]
+    tool, *rest = lines["compare"].split()
+    assert Path(tool).is_file() and rest == ["evaluate", "--model", "exp/a/model.zip", "--out-dir", "exp/a/eval"]
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))  # activated: the bare name works
+    assert runnable("servegym") == "servegym"

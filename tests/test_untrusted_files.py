@@ -58,7 +58,8 @@ def test_module_prefix_in_run_json_and_on_the_command_line_is_never_imported(tmp
     (tmp_path / "model.zip").write_bytes(b"not read: run.json fails first")
     (tmp_path / "run.json").write_text(json.dumps({"env_id": "pwnmod:Evil-v0", "algo": "ppo"}))
     rc, out = _cli(["evaluate", "--model", "model.zip"], cwd=tmp_path)
-    assert "run.json: env_id = 'pwnmod:Evil-v0' names a module to import" in _one_line(rc, out)
+    line = _one_line(rc, out)
+    assert "run.json: env_id names a module to import" in line and "pwnmod" not in line  # nothing of it quoted
     rc, out = _cli(["benchmark", "--env", "pwnmod:Evil-v0", "--policy", "naive"], cwd=tmp_path)
     assert "--env = 'pwnmod:Evil-v0' names a module to import" in _one_line(rc, out)
     assert not (tmp_path / "PWNED").exists()
@@ -105,7 +106,7 @@ def test_run_json_cannot_make_servegym_read_and_print_a_file(tmp_path: Path) -> 
     assert SECRET not in out
     for path in ("secret.csv", "./secret.csv", "/etc/shadow", "~/.ssh/id_rsa", "x.json", "a\\b"):
         run["env_kwargs"] = {"geo": {"profile": path}}
-        with pytest.raises(ConfigError, match=r"env_kwargs\.geo\.profile = .* names a file") as info:
+        with pytest.raises(ConfigError, match=r"env_kwargs\.geo\.profile names a file") as info:
             parse_run_file(_model_dir(tmp_path, json.dumps(run)))
         assert SECRET not in str(info.value)
 
@@ -113,7 +114,7 @@ def test_run_json_cannot_make_servegym_read_and_print_a_file(tmp_path: Path) -> 
 def test_a_file_the_user_names_on_the_command_line_may_appear_in_run_json(tmp_path: Path) -> None:
     f = _model_dir(tmp_path, json.dumps({"env_id": "servegym/GeoRoute-v0", "algo": "ppo",
                                          "env_kwargs": {"geo": {"trace": "/data/my.csv", "lengths": "azure-conv"}}}))
-    with pytest.raises(ConfigError, match=r"geo\.trace = '/data/my\.csv' names a file"):
+    with pytest.raises(ConfigError, match=r"geo\.trace names a file"):
         parse_run_file(f)
     run = parse_run_file(f, {"geo": {"trace": "/data/my.csv"}})
     assert run["env_kwargs"]["geo"]["trace"] == "/data/my.csv"
@@ -134,8 +135,8 @@ BAD_RUNS = [
     ("[1, 2, 3]", "a JSON list, not an object"),
     (b"\xff\xfe\x00\x01binary", "not UTF-8 text"),
     ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-    ('{"algo": 3}', "algo = 3 (int) is not allowed"),
-    ('{"env_kwargs": "geo"}', "env_kwargs = 'geo' (str) is not allowed"),
+    ('{"algo": 3}', "algo (int) is not allowed"),
+    ('{"env_kwargs": "geo"}', "env_kwargs (str) is not allowed"),
 ]
 
 

@@ -114,6 +114,7 @@ def _add_compare(geo_sub: argparse._SubParsersAction) -> None:
                    help="ceiling on the expected requests of a run (default %(default)s: about 3 GB of per-request arrays)")
     p.add_argument("--out-dir", default=DEFAULT_OUT_DIR, help="where tables and the PNG go (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print only a JSON list (one object per policy) on stdout")
+    p.add_argument("--force", action="store_true", help="replace a comparison already in --out-dir")
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -147,6 +148,13 @@ def _compare(args: argparse.Namespace) -> int:
     cfg = cfg.replace(duration_s=float(args.sim_seconds), max_expected_requests=args.max_requests)
     policies = [s for s in args.policies.split(",") if s.strip()]
     out_dir = Path(args.out_dir)
+    from servegym.envs.geo.reports.compare import output_paths
+
+    held = [q.name for q in output_paths(out_dir).values() if q.exists()]
+    if held and not args.force:  # as train and evaluate: a previous run's results are replaced only on request
+        from servegym.outputs import refuse_existing
+
+        refuse_existing("--out-dir", out_dir, f"a comparison ({', '.join(held)})", resume=False)
     try:  # fail before the runs, not after them
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -159,7 +167,11 @@ def _compare(args: argparse.Namespace) -> int:
 # -- bench -----------------------------------------------------------------------------------------------
 def add_bench_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``servegym bench speed geo`` (the ``bench`` group: speed benchmarks of the simulators)."""
-    bench = subparsers.add_parser("bench", help="speed benchmarks of the simulators")
+    bench = subparsers.add_parser(
+        "bench", help="how fast a simulator runs (simulated s per wall s); not a policy's score: see benchmark",
+        description="Speed of the simulators: simulated seconds per wall second, requests and engine iterations "
+                    "per second. To score an agent or a baseline under the benchmark protocol, use "
+                    "servegym benchmark.")
     kinds = bench.add_subparsers(dest="bench_kind", metavar="KIND", required=True)
     speed = kinds.add_parser("speed", help="simulated seconds per wall second")
     fams = speed.add_subparsers(dest="family", metavar="FAMILY", required=True)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from servegym.envs.geo.sim.config import LOADS, PAPER_MODELS, PRESETS, GeoConfig, preset
 
 from servegym.errors import ConfigError, check_choice, check_field_types, check_range, known_overrides
-from servegym.splits import check_split
+from servegym.splits import check_split, splits_of
 
 #: ``shift-load``: arrival rate multiplier.
 SHIFT_LOAD_FACTOR = 1.5
@@ -33,6 +33,12 @@ MAX_STEPS = 1_000_000_000
 ACTION_MODES = ("direct", "residual")
 #: When GeoRoute-v0's residual mode places a request (``GeoEnvConfig.decide_at``).
 DECIDE_AT = ("arrival", "window")
+
+
+def _reference_specs() -> tuple[str, ...]:
+    from servegym.envs.geo.reference import REFERENCE_SPECS  # imported when needed, as __post_init__ does
+
+    return REFERENCE_SPECS
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,12 @@ class GeoEnvConfig:
 
     The envs run the grid clock in ``geo.ci_mode = "hourly"`` unless ``geo`` sets ``"fixed"``.
     """
+
+    #: the values of each string field, which a value of another type is told (errors.check_field_types)
+    FIELD_CHOICES: ClassVar[dict[str, Any]] = {
+        "preset": PRESETS, "model": PAPER_MODELS, "load": LOADS, "reward": REWARD_MODES, "action_mode": ACTION_MODES,
+        "reference": _reference_specs,
+        "decide_at": DECIDE_AT, "split": lambda: splits_of("geo")}
 
     preset: str = "small"
     model: str = "Llama-3.1-8B"

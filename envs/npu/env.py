@@ -170,7 +170,8 @@ lists are padded to ``n_candidates + len(versions)`` (padding masked). ``model``
 ``slo_violation_pct`` (% of the requests finished in the epoch that missed TTFT or TPOT, 0 when none),
 ``slo_misses``, ``power_w`` (mean pool power over the epoch, W),
 ``arrived``, ``finished``, ``vpods`` (alive at the epoch end), ``vpods_per_version``, ``chips``,
-``tokens_per_j``, ``tokens_per_usd``, ``time_s``, ``action_adjusted``, ``emergency_scaleouts``,
+``tokens_per_j``, ``tokens_per_usd``, ``time_s``, ``action_adjusted`` (``episode_adjusted_actions`` counts them
+over the episode), ``emergency_scaleouts``,
 ``reward_objective``, ``reward_slo`` (+ the ``base_*`` flows relative to Base); reset gives the state
 keys with zero flows.
 
@@ -434,6 +435,7 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
         self._mean_rate = max(len(w.requests) / dur, 1e-9)
         self._set_reward_scale()
         self._t = 0
+        self._adjusted_actions = 0  # this episode's actions the env changed before applying them
         self._late_prev = 0
         self._last = {"slo_satisfaction": 1.0, "slo_miss_share": 0.0}
         self._option = np.zeros(len(self.groups), dtype=np.int64)
@@ -488,6 +490,7 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
         if self._t >= self.horizon:
             raise ActionError("step() called after the episode was truncated; call reset() first")
         a, adjusted = self._check_action(action)
+        self._adjusted_actions += int(adjusted)
         n0 = sim.next_req
         cc = self.cluster_config
         self.action_type.apply(self, sim, a)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from servegym.envs.npu.scenarios import SPLIT_FIELDS, SPLIT_MODELS
@@ -33,7 +33,7 @@ from servegym.errors import (
     choice_error,
     known_overrides,
 )
-from servegym.splits import check_split
+from servegym.splits import check_split, splits_of
 
 DEFAULT_COUNT_LEVELS: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 """vPod count targets an action can pick per group (roughly geometric, so one dimension spans 0-64)."""
@@ -70,6 +70,12 @@ class NPUEnvConfig:
     "decode": ["NPU-C"]}`` (None = all of ``versions``; see :class:`ClusterConfig`); ``n_candidates``: Pareto candidates per group (the action's configuration choices besides
     the per-version fail-overs).
     """
+
+    #: the values of each string field, which a value of another type is told (errors.check_field_types)
+    FIELD_CHOICES: ClassVar[dict[str, Any]] = {
+        "model": MODELS, "trace": WORKLOADS, "objective": OBJECTIVES, "split": lambda: splits_of("npu"),
+        "action_mode": ACTION_MODES, "reference": RESIDUAL_REFERENCES, "reward_mode": REWARD_MODES,
+        "group_state_obs": GROUP_STATE_OBS, "fidelity": FIDELITIES}
 
     model: str = "Llama-3-70B"
     trace: str = "azure"  # one of servegym.envs.npu.sim.workloads.WORKLOADS

@@ -55,7 +55,8 @@ class ObservationsMixin:
                 "chips": float(sum(held.values())), "energy_j": 0.0, "cost_usd": 0.0, "tokens": 0.0,
                 "slo_violation_pct": 0.0, "slo_misses": 0.0, "power_w": 0.0, "arrived": 0, "finished": 0,
                 "tokens_per_j": 0.0,
-                "tokens_per_usd": 0.0, "action_adjusted": False, "emergency_scaleouts": 0}
+                "tokens_per_usd": 0.0, "action_adjusted": False, "episode_adjusted_actions": self._adjusted_actions,
+                "emergency_scaleouts": 0}
 
     # ------------------------------------------------------------------------------------------ obs
     def _obs(self, ctx: Observation) -> NDArray[np.float32]:

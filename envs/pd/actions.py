@@ -10,6 +10,7 @@ id, an entry in ``servegym.registration``). The modes themselves are described i
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -68,6 +69,15 @@ class PDAction(abc.ABC):
     def mask(self, env: PDProvisionEnv) -> NDArray[np.bool_]:
         """The valid actions of ``env``'s current state, in sb3-contrib's layout (a fresh array)."""
 
+    def mask_given(self, env: PDProvisionEnv, chosen: Sequence[int]) -> NDArray[np.bool_]:
+        """The mask of action dimension ``len(chosen)`` once the dimensions before it hold ``chosen``: the
+        values that (with some value of each later dimension) make an action the env applies as sent, never
+        ``action_adjusted``. A mode whose valid actions are the product of its per-dimension masks (one
+        dimension: the front mode) returns that dimension of :meth:`mask`."""
+        if len(chosen) != 0:
+            raise ConfigError(f"chosen = {list(chosen)!r} is not allowed; allowed: [] (one action dimension)")
+        return self.mask(env)
+
     @abc.abstractmethod
     def decode(self, env: PDProvisionEnv, action: Any) -> tuple[int, int, bool]:
         """The target (n_P, n_D, adjusted) of ``action`` in ``env``'s current state; ActionError if invalid."""
@@ -86,7 +96,33 @@ class PDAction(abc.ABC):
         return env._absolute_twin()
 
 
-class AbsoluteAction(PDAction):
+class PoolTargetAction(PDAction):
+    """A mode whose action is one value per pool, ``[i_P, i_D]``, each naming that pool's target count on its
+    own. Its per-dimension masks keep each count in range, but the GPU budget binds the pair
+    (n_P + n_D <= ``gpu_budget``), so an action of two allowed values may still be fitted to the budget
+    (``action_adjusted``): 10 of the 96 pairs the default absolute masks allow exceed the 16-GPU budget. :meth:`mask_given`
+    is the exact, autoregressive mask (n_P first, then the n_D that fit beside it) that
+    ``servegym.sample_masked_action`` samples from."""
+
+    @abc.abstractmethod
+    def pool_targets(self, env: PDProvisionEnv) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """The target n_P of each value of the first dimension and n_D of each value of the second."""
+
+    def mask_given(self, env: PDProvisionEnv, chosen: Sequence[int]) -> NDArray[np.bool_]:
+        m = self.mask(env)
+        n_p, n_d = self.pool_targets(env)
+        # allowed by both per-dimension masks and within the budget: the pairs decode applies as sent (the
+        # masks already keep each count in [1, pool max], so fit_budget's scaling is the only adjustment left)
+        joint = m[:n_p.size, None] & m[None, n_p.size:] & (n_p[:, None] + n_d[None, :] <= self.cfg.gpu_budget)
+        if len(chosen) == 0:
+            return joint.any(axis=1)
+        if len(chosen) == 1 and 0 <= int(chosen[0]) < n_p.size:
+            return joint[int(chosen[0])]
+        raise ConfigError(f"chosen = {list(chosen)!r} is not allowed; allowed: [] or [i_P] with 0 <= i_P < "
+                          f"{n_p.size}")
+
+
+class AbsoluteAction(PoolTargetAction):
     """``absolute``: ``MultiDiscrete([max_prefill + 1, max_decode + 1])``, the target (n_P, n_D) itself; the
     mask drops 0 and counts above ``gpu_budget - 1``."""
 
@@ -107,6 +143,9 @@ class AbsoluteAction(PDAction):
     def mask(self, env: PDProvisionEnv) -> NDArray[np.bool_]:
         return self._masks.copy()
 
+    def pool_targets(self, env: PDProvisionEnv) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        return np.arange(self.cfg.max_prefill + 1), np.arange(self.cfg.max_decode + 1)
+
     def decode(self, env: PDProvisionEnv, action: Any) -> tuple[int, int, bool]:
         cfg = self.cfg
         a = int_action(action, (2,), (cfg.max_prefill, cfg.max_decode),
@@ -122,7 +161,7 @@ class AbsoluteAction(PDAction):
         return env
 
 
-class ResidualAction(PDAction):
+class ResidualAction(PoolTargetAction):
     """``residual``: ``MultiDiscrete([2L + 1, 2L + 1])``, per pool a change i - L of the reference's suggestion;
     the mask keeps each pool in [1, min(pool max, gpu_budget - 1)]; [L, L] follows the reference."""
 
@@ -134,11 +173,13 @@ class ResidualAction(PDAction):
 
     def mask(self, env: PDProvisionEnv) -> NDArray[np.bool_]:
         cfg = self.cfg
-        lv = cfg.residual_levels
-        delta = np.arange(-lv, lv + 1)
         hi_p, hi_d = min(cfg.max_prefill, cfg.gpu_budget - 1), min(cfg.max_decode, cfg.gpu_budget - 1)
-        p, d = env._ref.n_p + delta, env._ref.n_d + delta
+        p, d = self.pool_targets(env)
         return np.concatenate([(p >= 1) & (p <= hi_p), (d >= 1) & (d <= hi_d)])
+
+    def pool_targets(self, env: PDProvisionEnv) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        delta = np.arange(-self.cfg.residual_levels, self.cfg.residual_levels + 1)
+        return env._ref.n_p + delta, env._ref.n_d + delta
 
     def decode(self, env: PDProvisionEnv, action: Any) -> tuple[int, int, bool]:
         cfg = self.cfg

@@ -34,8 +34,11 @@ starting instances of each pool, within ``gpu_budget`` GPUs (one GPU per instanc
 :meth:`PDProvisionEnv.action_masks` (sb3-contrib's MultiDiscrete layout: the two per-dimension masks
 concatenated) masks 0 (a PD deployment needs an instance in each pool) and counts above
 ``gpu_budget - 1``. A masked action that is still sent is adjusted, never rejected, and
-``info["action_adjusted"]`` says so: a 0 is raised to 1; a target with n_P + n_D > gpu_budget is scaled
-onto the budget, n_P' = min(max_P, max(1, round(B n_P / (n_P + n_D)))), n_D' = min(max_D, B - n_P').
+``info["action_adjusted"]`` says so (``episode_adjusted_actions`` counts them): a 0 is raised to 1; a target
+with n_P + n_D > B = ``gpu_budget`` is scaled onto it, n_P' = min(max_P, max(1, round(B n_P / (n_P + n_D)))),
+n_D' = min(max_D, B - n_P'). Per-dimension masks cannot say the budget ([10, 8] passes both, applied as 9/7):
+:meth:`PDProvisionEnv.action_masks_given` is the exact autoregressive mask that ``servegym.sample_masked_action``
+samples from, never sending an action the env adjusts (:class:`~servegym.envs.pd.actions.PoolTargetAction`).
 Anything outside the space (wrong shape, non-integer, out of range) raises
 :class:`~servegym.errors.ActionError`.
 
@@ -79,7 +82,7 @@ period end), ``pending_p`` / ``pending_d`` (starting), ``target_p`` / ``target_d
 ``arrived`` / ``served`` (period) and ``arrived_total`` / ``served_total``, ``rate_rps`` (observed),
 ``forecast_rate_rps`` / ``forecast_max_rps``, ``mix_index`` / ``mix_weights`` (coming period), ``capacity_rps``,
 ``prefill_util`` (served / (n_P mu_P)), ``decode_util`` (served / (n_D mu_D^max), eq. 12), ``demand_util``
-((arrivals + backlog) rate / mu), ``ci_g_per_kwh``, ``price_usd_per_kwh``, ``action_adjusted``.
+((arrivals + backlog) rate / mu), ``ci_g_per_kwh``, ``price_usd_per_kwh``, ``action_adjusted``, ``episode_adjusted_actions``.
 
 **Reward** = -(objective_weight x objective + slo_weight x slo_violation_pct / 100 + backlog_weight x backlog_frac
 + cap_weight x cap_excess_kwh) - termination_penalty, each term in ``info`` per step: objective
@@ -146,6 +149,7 @@ style overrides of :meth:`PDProvisionEnv.default_config` (nested ``"scenario"`` 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -299,6 +303,7 @@ class PDProvisionEnv(gym.Env):
         self._last_util = (0.0, 0.0, 0.0)
         self._last_info: dict[str, Any] = {}
         self._done = False
+        self._adjusted_actions = 0  # this episode's actions the env changed before applying them
 
     def _set_episode(self, start: int, steps: int, stage: int) -> None:
         self._start, self._end, self._stage = int(start), int(start) + int(steps), int(stage)
@@ -383,6 +388,12 @@ class PDProvisionEnv(gym.Env):
         """
         return self.action_type.mask(self)
 
+    def action_masks_given(self, chosen: Sequence[int] = ()) -> NDArray[np.bool_]:
+        """The exact mask of action dimension ``len(chosen)`` given the earlier ones (n_P from
+        ``action_masks_given()``, then n_D from ``action_masks_given([n_P])``): unlike :meth:`action_masks`, it
+        keeps the pair within the GPU budget, so an action drawn so is applied as sent."""
+        return self.action_type.mask_given(self, chosen)
+
     def _check_action(self, action: Any) -> tuple[int, int, bool]:
         """Decode an action of the configured ``action_mode`` into the target (n_P, n_D, adjusted)."""
         return self.action_type.decode(self, action)
@@ -462,6 +473,7 @@ class PDProvisionEnv(gym.Env):
         self._last_viol = viol_share
         self._last_util = (m["prefill_util"], m["decode_util"], m["demand_util"])
         self._k = k + 1
+        self._adjusted_actions += int(adjusted)
         terminated = self._backlog > limit
         truncated = self._k >= self._end and not terminated
         penalty = 0.0
@@ -475,6 +487,7 @@ class PDProvisionEnv(gym.Env):
         info.update(m)
         info.update(energy_kwh=r.energy_kwh, carbon_g=r.carbon_g, cost_usd=r.cost, cap_w=r.cap_w,
                     ci_g_per_kwh=r.ci, price_usd_per_kwh=r.price, arrived=arrived, action_adjusted=adjusted,
+                    episode_adjusted_actions=self._adjusted_actions,
                     reward_objective=r.objective, slo_violation_pct=100.0 * viol_share,
                     backlog_frac=r.backlog_frac, termination_penalty=penalty, applied_p=n_p, applied_d=n_d)
         self._last_info = info

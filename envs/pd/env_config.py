@@ -5,12 +5,12 @@ says what each key does."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from servegym.envs.pd.actions import ACTION_TYPES
 from servegym.envs.pd.sim.catalog import PDSystem, paper_system
-from servegym.envs.pd.sim.provisioning import parse_reference
+from servegym.envs.pd.sim.provisioning import REFERENCE_FORECAST, REFERENCE_PAPER, parse_reference
 from servegym.envs.pd.sim.scenario import DayScenario, check_split_fields
 
 from servegym.errors import (
@@ -23,7 +23,7 @@ from servegym.errors import (
     check_request_count,
     known_overrides,
 )
-from servegym.splits import check_split
+from servegym.splits import check_split, splits_of
 
 OBJECTIVES = ("energy", "carbon", "cost")
 MODES = ("fluid", "request")
@@ -35,6 +35,12 @@ RATE_HISTORY = 4
 @dataclass(frozen=True)
 class PDEnvConfig:
     """Configuration of :class:`PDProvisionEnv` (units in names; see the module docstring)."""
+
+    #: the values of each string field, which a value of another type is told (errors.check_field_types)
+    FIELD_CHOICES: ClassVar[dict[str, Any]] = {
+        "mode": MODES, "arrivals": ARRIVALS, "objective": OBJECTIVES, "action_mode": ACTION_MODES,
+        "reference": (REFERENCE_PAPER, REFERENCE_FORECAST, f"{REFERENCE_FORECAST}:RHO"),
+        "split": lambda: splits_of("pd")}
 
     scenario: DayScenario = field(default_factory=DayScenario)
     mode: str = "fluid"  # "fluid" (analytical) or "request" (PDSimulator)

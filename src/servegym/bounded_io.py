@@ -1,7 +1,9 @@
-"""Reading a text file a user hands to servegym within a size bound, as one-line errors."""
+"""Reading a text file a user hands to servegym within a size bound, and refusing links that lead out of a
+folder servegym searches by itself, as one-line errors."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,3 +26,16 @@ def read_user_text(path: Path | Any, max_bytes: int, allowed: str) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{where}: not UTF-8 text (byte {exc.start}); allowed: {allowed}") from None
+
+
+def refuse_link_out(path: Path, folder: Path, what: str) -> None:
+    """A one-line :class:`ConfigError` when ``path`` (a file servegym finds by itself in ``folder``, such as a
+    model folder's ``run.json``, not one the user named) is a symbolic link to a file outside ``folder``:
+    such a link would make servegym read (and maybe quote) a file the user never named. The target is not
+    shown."""
+    if not path.is_symlink():
+        return
+    target = Path(os.path.realpath(path))
+    if not target.is_relative_to(Path(os.path.realpath(folder))):
+        raise ConfigError(f"{path}: a symbolic link to a file outside its folder; allowed: {what}, as a file in "
+                          "that folder")

@@ -91,10 +91,23 @@ def check_shared_options(args: argparse.Namespace) -> None:
         check_output_path(_flag(dest), value, kind)
 
 
+#: The top-level --help's closing lines: a first session's commands, in order (kept as written)
+EXAMPLES = """examples:
+  servegym data list                                    # the shipped traces and grid data
+  servegym train --env servegym/PDProvisionResidual-v0 --algo maskable-ppo --timesteps 20000
+  servegym evaluate --model runs/PDProvisionResidual-v0_maskable-ppo_s0/model.zip
+  servegym benchmark --env servegym/PDProvisionResidual-v0 --policy strongest   # a policy's score
+  servegym bench speed geo --preset mini                # a simulator's speed
+
+Each command has its own --help."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="servegym",
         description="Energy-, carbon- and cost-aware LLM serving environments and baselines.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the examples' lines as written
     )
     parser.add_argument("--version", action="version", version=f"servegym {__version__}")
     parser.add_argument("--debug", action="store_true",

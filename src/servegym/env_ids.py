@@ -25,26 +25,30 @@ def servegym_ids() -> list[str]:
     return [e.id for e in ENV_SPECS]
 
 
-def check_env_id(env_id: Any, source: str = "--env") -> str:
+def check_env_id(env_id: Any, source: str = "--env", *, quote: bool = True) -> str:
     """``env_id`` as Gymnasium's registry knows it (a ``servegym:`` prefix dropped), or a one-line
-    :class:`ConfigError` naming ``source`` and the servegym ids. Never imports the module of a prefix."""
+    :class:`ConfigError` naming ``source`` and the servegym ids. Never imports the module of a prefix.
+    ``quote=False``: the error shows nothing of ``env_id`` (nor a near miss), for ids read from a file the
+    user did not name (a model folder's run.json)."""
     import gymnasium as gym
 
     import servegym  # noqa: F401  (registers the ids)
 
     allowed = f"allowed: {', '.join(servegym_ids())} or another id already registered with Gymnasium"
+    named = f"{source} = {shown(env_id)}" if quote else source
     if not isinstance(env_id, str) or not env_id or len(env_id) > MAX_ID_CHARS:
-        raise ConfigError(f"{source} = {shown(env_id)} is not an env id; {allowed}")
+        raise ConfigError(f"{named} is not an env id; {allowed}")
     if ":" in env_id:
         module, _, rest = env_id.partition(":")
         if module != "servegym":
-            raise ConfigError(f"{source} = {shown(env_id)} names a module to import ({shown(module)}); servegym "
-                              f"never imports code named in an env id; {allowed}")
+            what = f" ({shown(module)})" if quote else ""
+            raise ConfigError(f"{named} names a module to import{what}; servegym never imports code named in an "
+                              f"env id; {allowed}")
         env_id = rest
     if env_id not in gym.registry:
         from servegym.errors import near_miss
 
         ids = servegym_ids()
-        hint = near_miss(env_id, ids) or near_miss(f"servegym/{env_id}", ids)
-        raise ConfigError(f"{source} = {shown(env_id)} is not a registered env id{hint}; {allowed}")
+        hint = (near_miss(env_id, ids) or near_miss(f"servegym/{env_id}", ids)) if quote else ""
+        raise ConfigError(f"{named} is not a registered env id{hint}; {allowed}")
     return env_id

@@ -84,9 +84,11 @@ def check_keywords(owner: str, keywords: Mapping[str, Any], config_cls: type,
     fields = {f.name for f in dataclasses.fields(config_cls)}
     unknown = sorted(set(keywords) - fields)
     if unknown:
+        allowed = [*named, *sorted(fields - set(named))]
         also = f" (and {', '.join(repr(k) for k in unknown[1:])})" if len(unknown) > 1 else ""
-        raise UnexpectedKeywordError(f"{owner}.__init__() got an unexpected keyword argument {unknown[0]!r}{also}; "
-                                     f"allowed: {', '.join([*named, *sorted(fields - set(named))])}")
+        # the hint follows Python's own wording, which clients match on (UnexpectedKeywordError)
+        raise UnexpectedKeywordError(f"{owner}.__init__() got an unexpected keyword argument {unknown[0]!r}"
+                                     f"{near_miss(unknown[0], allowed)}{also}; allowed: {', '.join(allowed)}")
 
 
 def listing(values: Any) -> str:
@@ -235,12 +237,25 @@ def _conforms(value: Any, tp: Any) -> bool:
     return True  # an annotation this check does not understand: left to the config's own checks
 
 
+def _choices_text(spec: Any, nullable: bool) -> str:
+    """The "allowed" part for a field of ``FIELD_CHOICES`` (:func:`check_field_types`)."""
+    if isinstance(spec, str):
+        return f"None or {spec}" if nullable else spec
+    values = list(spec() if callable(spec) else spec)
+    return listing([None, *values] if nullable else values)
+
+
 def check_field_types(obj: Any, prefix: str = "") -> None:
     """Raise :class:`ConfigError` naming the first field of the dataclass instance ``obj`` whose value does not
     have its annotated type (a string, None, a list or NaN in a numeric field, ...). Numbers must be finite
     (a field that allows infinity says so in its own checks, not here). Call it first in ``__post_init__``, so
-    that range checks never meet a value they cannot compare. Fields added later are covered automatically."""
+    that range checks never meet a value they cannot compare. Fields added later are covered automatically.
+
+    A string field's annotation says only "a string"; the class names what it takes in a class attribute
+    ``FIELD_CHOICES`` (field -> its allowed values, a zero-argument callable giving them, or for a free-form
+    string a description of the form), so the error lists the values as the field's own check would."""
     cls = type(obj)
+    choices: Mapping[str, Any] = getattr(cls, "FIELD_CHOICES", {})
     try:
         hints = typing.get_type_hints(cls)
     except Exception:  # an annotation naming a type-checking-only import: check field by field
@@ -259,8 +274,10 @@ def check_field_types(obj: Any, prefix: str = "") -> None:
             shown = repr(value)
             if len(shown) > 80:
                 shown = shown[:77] + "..."
+            allowed = (_choices_text(choices[f.name], _conforms(None, hints[f.name])) if f.name in choices
+                       else _describe(hints[f.name]))
             raise ConfigError(f"{prefix}{f.name} = {shown} ({type(value).__name__}) is not allowed; "
-                              f"allowed: {_describe(hints[f.name])}")
+                              f"allowed: {allowed}")
 
 
 def resolve_config(config: Any, overrides: Mapping[str, Any], config_cls: type, from_dict: Any = None) -> Any:

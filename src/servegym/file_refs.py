@@ -102,12 +102,13 @@ def _strings(value: Any) -> set[str]:
 
 
 def check_file_refs(kwargs: Any, where: str, origin: str, *, user_values: Any = None,
-                    roots: Collection[Path] = (), fix: str | None = None) -> None:
+                    roots: Collection[Path] = (), fix: str | None = None, quote: bool = True) -> None:
     """Raise a one-line :class:`ConfigError` at the first string in ``kwargs`` (found at ``where``, e.g.
     ``"run.json: env_kwargs"``) that names a file the user did not name: allowed are shipped data, any
     string also found in ``user_values`` (what the user typed, e.g. ``--env-kwargs``), and paths under
     ``roots``. ``origin`` says where the kwargs came from (``"a model folder's run.json"``), ``fix`` how to
-    use a file of one's own (default: name it with ``--env-kwargs``)."""
+    use a file of one's own (default: name it with ``--env-kwargs``); ``quote=False``: the error names the
+    key but shows nothing of its value (kwargs from a file the user did not name)."""
     typed = _strings(user_values)
     allowed_roots = [*_shipped_roots(), *roots]
     stack: list[tuple[Any, list[str]]] = [(kwargs, [where])]
@@ -127,5 +128,25 @@ def check_file_refs(kwargs: Any, where: str, origin: str, *, user_values: Any = 
             if not under:
                 name = ".".join(keys).replace(".[", "[")
                 how = fix or f"name it on the command line: --env-kwargs '{_example(keys)}'"
-                raise ConfigError(f"{name} = {shown(v)} names a file, and {origin} may name only shipped data "
+                named = f"{name} = {shown(v)}" if quote else name
+                raise ConfigError(f"{named} names a file, and {origin} may name only shipped data "
                                   f"(traces and profiles by name); to read a file of your own, {how}")
+
+
+def path_in_folder(text: Any, root: Path, where: str, what: str = "the sweep file's folder") -> Path:
+    """The file a config names by ``text``, relative to ``root`` (the config file's own folder), which it may
+    not leave: a relative path without ``..`` climbing out, or an absolute one inside ``root``. Decided on
+    the text first, before anything is looked up on disk, so a path elsewhere is refused without revealing
+    whether a file exists there; then with links resolved, so a link inside ``root`` cannot lead out of it.
+    ``where`` names the field in the one-line :class:`ConfigError`; whether the file exists is the caller's
+    to check."""
+    allowed = f"allowed: a path inside {what} ({str(root)!r}), e.g. runs/model.zip"
+    if not isinstance(text, str) or not text or "\0" in text:
+        raise ConfigError(f"{where} = {shown(text)}; {allowed}")
+    base = Path(os.path.abspath(root))
+    path = Path(os.path.normpath(base / text))  # base / an absolute path is that path; ".." folded lexically
+    if path == base or base not in path.parents:
+        raise ConfigError(f"{where} = {shown(text)} is outside {what}; {allowed}")
+    if not _is_under(path, base):  # a link in the folder that points out of it
+        raise ConfigError(f"{where} = {shown(text)} leads outside {what} through a symbolic link; {allowed}")
+    return path

@@ -6,11 +6,16 @@
   killed mid-write, sees the old file or the new one, never half of one. :func:`write_text`,
   :func:`write_json` and :func:`write_frame` are the common cases.
 * **Output locks.** :class:`OutputLock` holds ``<output>.lock`` (created with ``O_EXCL``; it holds the
-  owner's pid and host) for as long as a run writes an output. A second run on the same output gets a
-  one-line :class:`OutputBusy` (exit status 2); a lock whose pid is gone on this host (a run killed with
-  SIGKILL, a machine reboot) is reclaimed.
+  owner's pid, host and process start time) for as long as a run writes an output. A second run on the
+  same output gets a one-line :class:`OutputBusy` (exit status 2). A lock is reclaimed when its owner is
+  gone on this host (a run killed with SIGKILL, a machine reboot): its pid names no process, or names a
+  process that started at another time than the owner (the pid was reused); a lock that names no valid
+  pid at all (torn, or not written by servegym) is reclaimed too. Folders made for the lock are removed
+  again on release while empty (:func:`make_folders`), so a failed or refused run leaves none behind.
 * **Refusing to overwrite.** :func:`refuse_existing` is the one-line error a run gives when its output
   exists and neither ``--force`` nor ``--resume`` was passed.
+* **Nothing left by a failure.** :func:`created_folders_removed_on_error` removes the empty folders a
+  command created when it fails (a misspelt env id must not leave ``runs/<id>_<algo>_s0/`` behind).
 * **Interruption.** :func:`interruptible` turns SIGTERM (and SIGINT, as Python does already) into
   :class:`Interrupted` in the main thread, so ``finally`` blocks shut process pools down and the partial
   results are saved before the process exits with ``128 + signal``.
@@ -26,6 +31,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -130,15 +136,60 @@ def save_model(model: Any, path: str | os.PathLike[str]) -> Path:
     return Path(path)
 
 
-# --------------------------------------------------------------------------- overwrite and locks
+# --------------------------------------------------------------------------- folders, overwrite and locks
+def make_folders(path: str | os.PathLike[str]) -> list[Path]:
+    """``mkdir -p path``; returns the folders it created, deepest first, for :func:`remove_empty_folders`."""
+    p = Path(path)
+    missing = [d for d in (p, *p.parents) if not d.exists()]
+    p.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def remove_empty_folders(made: list[Path]) -> None:
+    """Remove the folders :func:`make_folders` created, deepest first, while they are empty: a run that
+    failed, was refused or was interrupted leaves no empty folder it made behind."""
+    for d in made:
+        try:
+            d.rmdir()
+        except OSError:  # the run wrote into it (or another run did): kept, and so are its parents
+            break
+
+
 def refuse_existing(flag: str, path: str | os.PathLike[str], what: str, resume: bool = True) -> None:
     """The one-line error when ``path`` (an earlier run's ``what``) exists and the user did not choose."""
     how = "--resume to continue it or --force to replace it" if resume else "--force to replace it"
     raise ConfigError(f"{flag} = {str(path)!r} already holds {what}; pass {how} (or choose another {flag})")
 
 
+@contextlib.contextmanager
+def created_folders_removed_on_error(folder: str | os.PathLike[str]) -> Iterator[None]:
+    """Run the block; if it raises, remove the folders it created at and above ``folder`` and the empty
+    folders it created inside them, bottom up. Only folders that did not exist before the block and are
+    empty are removed (``os.rmdir`` refuses anything else), so no file is ever deleted."""
+    new: list[Path] = []  # deepest first
+    d = Path(os.path.abspath(folder))
+    while not d.exists() and d != d.parent:
+        new.append(d)
+        d = d.parent
+    try:
+        yield
+    except BaseException:
+        if new:
+            for root, _, _ in sorted(os.walk(new[0]), key=lambda w: -len(w[0])):  # inside, deepest first
+                with contextlib.suppress(OSError):
+                    os.rmdir(root)
+            for f in new[1:]:
+                with contextlib.suppress(OSError):
+                    f.rmdir()
+        raise
+
+
+#: pid_t is a C int: a recorded pid outside [1, MAX_PID] names no process (``os.kill`` would overflow on it)
+MAX_PID = 2**31 - 1
+
+
 def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
+    if not 1 <= pid <= MAX_PID:
         return False
     try:
         os.kill(pid, 0)
@@ -146,7 +197,64 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:  # alive, another user's
         return True
+    except OSError:  # any other refusal: no process we could be sharing an output with
+        return False
     return True
+
+
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (field 22 of ``/proc/<pid>/stat``); None
+    where there is no ``/proc`` or no such process. A pid is reused once its process is gone; the pair
+    (pid, start) is not, so a lock records both."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as fh:
+            data = fh.read(4096)
+    except (OSError, ValueError, OverflowError):
+        return None
+    # field 2 (the command name) is in parentheses and may hold spaces or ")": count from the last ")"
+    fields = data[data.rfind(b")") + 1:].split()
+    try:
+        return int(fields[19])  # fields[0] is field 3 (the state), so field 22 is fields[19]
+    except (IndexError, ValueError):
+        return None
+
+
+def _boot_time() -> float | None:
+    """The machine's boot time (seconds since the epoch, ``btime`` in ``/proc/stat``), or None."""
+    try:
+        with open("/proc/stat", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _owner_alive(owner: dict[str, Any], lock_path: Path) -> bool:
+    """Whether the run that wrote the lock ``owner`` (on this host) still runs: its pid is alive and that
+    process is the one that wrote the lock (its start time is the recorded one; for a lock without one,
+    from a servegym before it was recorded, the process started before the lock file was written)."""
+    pid = owner.get("pid")
+    if not _is_int(pid) or not _pid_alive(pid):
+        return False
+    now = process_start(pid)
+    if now is None:  # no /proc (not Linux): the pid is all there is to go by
+        return True
+    start = owner.get("start")
+    if _is_int(start):
+        return start == now
+    boot, tick = _boot_time(), os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    try:
+        written = lock_path.stat().st_mtime
+    except OSError:
+        return True
+    # btime is whole seconds: a process that started more than 2 s after the lock was written did not write it
+    return boot is None or boot + now / tick <= written + 2.0
 
 
 class OutputLock:
@@ -158,6 +266,9 @@ class OutputLock:
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.flag = flag
         self.held = False
+        #: folders acquire() made for the lock, deepest first: removed again on release when still empty,
+        #: so a run that fails (or is refused) leaves no empty folder behind
+        self._made: list[Path] = []
 
     def _owner(self) -> dict[str, Any] | None:
         try:
@@ -168,8 +279,19 @@ class OutputLock:
             return None
 
     def acquire(self) -> OutputLock:
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        me = {"pid": os.getpid(), "host": socket.gethostname()}
+        self._made = make_folders(self.lock_path.parent)
+        try:
+            return self._acquire()
+        except BaseException:
+            self._remove_made()
+            raise
+
+    def _remove_made(self) -> None:
+        remove_empty_folders(self._made)
+        self._made = []
+
+    def _acquire(self) -> OutputLock:
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "start": process_start(os.getpid())}
         for _ in range(3):
             try:
                 fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -182,14 +304,17 @@ class OutputLock:
                     time.sleep(0.05)
                     owner = self._owner()
                 pid = owner.get("pid") if owner else None
+                # a lock naming no valid pid (torn, or not servegym's) or a run gone from this host: stale
+                valid = _is_int(pid) and 1 <= pid <= MAX_PID
                 same_host = owner is not None and owner.get("host") == me["host"]
-                if owner is None or (isinstance(pid, int) and same_host and not _pid_alive(pid)):
+                if owner is None or not valid or (same_host and not _owner_alive(owner, self.lock_path)):
                     with contextlib.suppress(FileNotFoundError):  # a stale lock: its run is gone
                         self.lock_path.unlink()
                     continue
-                where = f"pid {pid} on {owner.get('host')}" if owner else "another run"
-                raise OutputBusy(f"{self.flag} = {str(self.path)!r} is being written by another run ({where}; lock "
-                                 f"{self.lock_path.name}); wait for it to finish or choose another {self.flag}") from None
+                host = str(owner.get("host"))[:80]
+                raise OutputBusy(f"{self.flag} = {str(self.path)!r} is being written by another run (pid {pid} on "
+                                 f"{host}; lock {self.lock_path.name}); wait for it to finish or choose another "
+                                 f"{self.flag} (if that run is gone, delete {str(self.lock_path)!r})") from None
             with os.fdopen(fd, "w") as fh:
                 json.dump(me, fh)
             self.held = True
@@ -203,6 +328,7 @@ class OutputLock:
                 with contextlib.suppress(FileNotFoundError):
                     self.lock_path.unlink()
             self.held = False
+            self._remove_made()
 
     def __enter__(self) -> OutputLock:
         return self.acquire()
@@ -237,6 +363,21 @@ def interruptible(on_signal: Callable[[int], None] | None = None) -> Iterator[No
             signal.signal(s, h)
 
 
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """SIGTERM and SIGINT held back while inside (steps that must happen together, such as moving an old
+    output aside and the new one into place) and delivered on leaving, where :func:`interruptible` raises.
+    Outside the main thread, or without ``pthread_sigmask``, this does nothing."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def ignore_sigint() -> None:
     """Pool-worker initializer: a terminal's Ctrl-C reaches the whole process group; the parent alone
     decides (it shuts the pool down), so workers do not die mid-write with their own tracebacks."""
@@ -253,11 +394,18 @@ class Journal:
         self.path = Path(path)
         self._fh: Any = None
 
-    def read(self, header: Any) -> dict[str, Any] | None:
-        """key -> value of the finished entries; None when there is no journal or it is another run's."""
+    def read(self, header: Any, check: Callable[[str, Any], str | None] | None = None) -> dict[str, Any] | None:
+        """key -> value of the finished entries; None when there is no journal or it is another run's.
+
+        A journal is the run's own file, but it is a file: a line that is complete yet not a finished entry
+        of this run (not JSON, not ``{"key", "value"}``, or refused by ``check(key, value)``, which returns
+        why or None) is skipped, so its unit of work runs again rather than its content reaching the
+        results; the skipped lines are reported in one warning line on stderr. A torn last line (a kill
+        mid-write) is skipped silently."""
         if not self.path.is_file():
             return None
         out: dict[str, Any] = {}
+        skipped: list[str] = []
         with self.path.open("rb") as fh:
             first = fh.readline(MAX_JOURNAL_LINE)
             try:
@@ -266,15 +414,25 @@ class Journal:
                 return None
             if not isinstance(head, dict) or head.get("header") != header:
                 return None
-            for line in fh:
+            for number, line in enumerate(fh, start=2):
                 if len(line) > MAX_JOURNAL_LINE or not line.endswith(b"\n"):
                     continue
                 try:
                     doc = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):
+                    skipped.append(f"line {number}: not JSON")
                     continue
-                if isinstance(doc, dict) and isinstance(doc.get("key"), str) and "value" in doc:
-                    out[doc["key"]] = doc["value"]
+                if not (isinstance(doc, dict) and isinstance(doc.get("key"), str) and "value" in doc):
+                    skipped.append(f"line {number}: not a {{key, value}} entry")
+                    continue
+                why = check(doc["key"], doc["value"]) if check is not None else None
+                if why is not None:
+                    skipped.append(f"line {number}: {why}")
+                    continue
+                out[doc["key"]] = doc["value"]
+        if skipped:
+            print(f"servegym: warning: {self.path.name}: skipped {len(skipped)} line(s) that are not finished work "
+                  f"of this run (first: {skipped[0][:160]}); that work runs again", file=sys.stderr)
         return out
 
     def open(self, header: Any, keep: dict[str, Any] | None = None) -> Journal:

@@ -30,6 +30,8 @@ POLICY_LEGEND: dict[str, dict[str, str]] = {
         "iter-ilp": "ILP that projects its own assignments back into the load estimates [geo] §IV-B",
         "milp": "facility MILP: prices each DC's fixed energy once per window [geo] §IV-C",
         "green-llm": "Green-LLM: hourly per-DC token budgets, batch-agnostic latency [geo] §V-A",
+        "oracle": "hindsight oracle: facility MILP with the true output lengths, realized grid, fresh state and the "
+                  "coming arrivals (a bound, not a competitor)",
         "agent": "the trained policy being evaluated",
     },
     "pd": {
@@ -37,12 +39,18 @@ POLICY_LEGEND: dict[str, dict[str, str]] = {
         "min-power+lookahead": "min-power that also covers the next period's scenario rate",
         "static-peak": "one deployment for the whole day, sized for its peak demand",
         "threshold-hpa": "Kubernetes-HPA-like utilization target per pool (0.7 ± 0.1, 5-min scale-down window)",
+        "min-power+forecast": "min-power sized for the forecast maximum over the start-up delay (target "
+                              "utilization 0.85, or RHO in min-power+forecast:RHO)",
+        "oracle": "hindsight oracle: least-cost backlog-free plan of the episode with its arrivals known (dynamic "
+                  "programming; a bound, not a competitor)",
         "agent": "the trained policy being evaluated",
     },
     "npu": {
         "base": "homogeneous count-only autoscaling on one best-fit vPod type [npu] §5.1",
         "neuscale": "NeuScale: per-length best-fit vPods, scale in/out, coalescing, fail-over [npu] §3",
         "ideal": "oracle bound: true lengths, best fit at full batch, no idle [npu] §5.1 (not a competitor)",
+        "hindsight": "hindsight oracle: least-energy vPod plan with the episode's demand known in advance (a bound, "
+                     "not a competitor)",
         "agent": "the trained policy being evaluated",
     },
 }
@@ -130,15 +138,16 @@ def wrap(text: str, width: int = WIDTH, indent: str = "") -> str:
 
 
 def describe_policy(family: str, name: str) -> str | None:
-    """The legend entry of ``name`` (``greedy:0.5`` matches ``greedy:<alpha>``; ``@measured`` suffixes and
-    ``agent`` variants are matched on their base name), or None."""
+    """The legend entry of ``name`` (``greedy:0.5`` matches ``greedy:<alpha>``, ``min-power+forecast:0.97`` its
+    plain name; ``@measured`` suffixes and ``agent`` variants are matched on their base name), or None."""
     table = POLICY_LEGEND.get(family, {})
     base = name.split("@", 1)[0]
     if base in table:
         return table[base]
-    if ":" in base and f"{base.split(':', 1)[0]}:<alpha>" in table:
-        return table[f"{base.split(':', 1)[0]}:<alpha>"]
-    return None
+    head = base.split(":", 1)[0]
+    if ":" in base and f"{head}:<alpha>" in table:
+        return table[f"{head}:<alpha>"]
+    return table.get(head)  # a parameterized name (min-power+forecast:0.97) under its plain entry
 
 
 def legend(family: str, names: Iterable[str], width: int = WIDTH) -> list[str]:

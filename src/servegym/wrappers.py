@@ -12,7 +12,8 @@ dimensions all have n actions (TorchRL turns such a space into one spec of that 
 
 The mask's layout is ``action_masks()``'s: one entry per action for a ``Discrete`` space, the per-dimension
 masks concatenated for a ``MultiDiscrete`` space. ``action_masks()`` stays available through the wrapper
-(``env.get_wrapper_attr("action_masks")``), so MaskablePPO works on it too.
+(``env.get_wrapper_attr("action_masks")``), so MaskablePPO works on it too. To sample an allowed action without
+a wrapper, see :mod:`servegym.masks` (``servegym.action_mask_for_sample``, ``servegym.sample_masked_action``).
 """
 
 from __future__ import annotations

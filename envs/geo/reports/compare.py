@@ -301,14 +301,19 @@ def describe(config: GeoConfig, preset_name: str | None = None, model: str | Non
     return ", ".join(bits)
 
 
+def output_paths(out_dir: str | Path, stem: str = "compare") -> dict[str, Path]:
+    """The files :func:`write_outputs` writes into ``out_dir``, by kind (the CLI checks them before a run)."""
+    out = Path(out_dir)
+    return {"runs_csv": out / f"{stem}_runs.csv", "csv": out / f"{stem}.csv", "md": out / f"{stem}.md",
+            "png": out / f"{stem}.png"}
+
+
 def write_outputs(runs: pd.DataFrame, out_dir: str | Path, title: str = "", stem: str = "compare") -> dict[str, Path]:
     """Write ``<stem>_runs.csv`` (every run), ``<stem>.csv`` (per policy), ``<stem>.md`` and the
     ``<stem>.png`` scatter into ``out_dir``; returns the paths by kind."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     summ = summarize(runs)
-    paths = {"runs_csv": out / f"{stem}_runs.csv", "csv": out / f"{stem}.csv", "md": out / f"{stem}.md",
-             "png": out / f"{stem}.png"}
+    paths = output_paths(out_dir, stem)
     runs.to_csv(paths["runs_csv"], index=False)
     summ.to_csv(paths["csv"], index=False)
     seeds = report.seeds_phrase(int(s) for s in runs["seed"])

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
 
 from servegym.errors import (
     MAX_EXPECTED_REQUESTS,
@@ -58,6 +58,13 @@ PAPER_MODELS: NameTable[tuple[str, float, str, tuple[float, float, float]]] = Na
 #: Engines of the paper preset per model (4 x 4 DCs x 4 nodes x 8 GPUs / TP), used to turn the
 #: paper's rates into a per-engine rate for the smaller presets.
 _PAPER_GPUS = 4 * 4 * 4 * 8
+
+
+def _lazy(module: str, name: str) -> Any:
+    """``module.name``, imported when an error needs it (the grid and workload modules load data tables)."""
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,15 @@ class GeoConfig:
         max_expected_requests: ceiling on ``rate_rps * duration_s`` (Poisson arrivals; the simulator
             allocates per-request arrays up front): set it higher explicitly for a larger run.
     """
+
+    #: the values of each string field, which a value of another type is told (errors.check_field_types)
+    FIELD_CHOICES: ClassVar[dict[str, Any]] = {
+        "topology": lambda: _lazy("servegym.envs.grid", "available_topologies")(),
+        "profile": lambda: [*_lazy("servegym.envs.geo.sim.profile", "available_profiles")(), "or a JSON path"],
+        "lengths": lambda: _lazy("servegym.envs.workload", "length_specs")(),
+        "trace": lambda: [*_lazy("servegym.envs.traces", "available_traces")(), "or a trace file path"],
+        "poll_mode": POLL_MODES, "decision_mode": DECISION_MODES, "osl_mode": OSL_MODES, "ci_mode": CI_MODES,
+        "ci_start": "a UTC timestamp such as '2023-06-01T12:00Z'", "ci_signal": CI_SIGNALS}
 
     topology: str = "geo-paper"
     nodes_per_dc: int = 4

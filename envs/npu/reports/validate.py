@@ -42,6 +42,7 @@ The prefill saturation rate is the one point fitted to (``ClusterConfig.serving_
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -287,7 +288,7 @@ def fig25_points(focal: dict) -> list[Point]:
     q = tight["quota"] or {}
     binds = bool(q) and all(tight["held"][v] >= q[v] for v in q if q[v] is not None)
     sat = [min(r["satisfaction_prefill"], r["satisfaction_decode"]) for r in rows]
-    monotone = all(b <= a + 0.01 for a, b in zip(sat, sat[1:]))
+    monotone = all(b <= a + 0.01 for a, b in itertools.pairwise(sat))
     low = min(tight["satisfaction_prefill"], tight["satisfaction_decode"])
     unl = rows[0]
     eff = (unl["energy_efficiency_prefill"] / tight["energy_efficiency_prefill"]

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -110,11 +112,29 @@ def cached_run_dse(model_name: str | ModelSpec, objective: str = "energy", versi
             if table is not None:
                 table._disk = (path, len(table._fronts))  # type: ignore[attr-defined]
                 return table
+    announce_build(spec.name, objective, path)
     table = run_dse(spec, objective=objective, versions=versions, slo_factor=slo_factor, params=params,
                     slo_s=slo_s, test_params=test_params)
     if path is not None:
         table._disk = (path, -1)  # type: ignore[attr-defined]  # -1: not stored yet
     return table
+
+
+#: (model, objective) of the builds this process has announced: a catalog builds two tables of one model, and one
+#: line says why the first ``make`` is slow
+_ANNOUNCED: set[tuple[str, str]] = set()
+
+
+def announce_build(model_name: str, objective: str, path: Path | None) -> None:
+    """One line on stderr before a table is built rather than read from the cache: the first
+    ``gym.make("servegym/NPUAutoscale-v0")`` on a machine spends ~8 s here and would otherwise say nothing."""
+    if (model_name, objective) in _ANNOUNCED:
+        return
+    _ANNOUNCED.add((model_name, objective))
+    where = (f"stored in {path.parent} for later runs" if path is not None
+             else "not stored: the disk cache is off (SERVEGYM_NO_CACHE)")
+    print(f"servegym: building the npu best-fit tables of {model_name} ({objective}), a few seconds once; {where}",
+          file=sys.stderr, flush=True)
 
 
 def flush(*tables: BestFitTable) -> None:

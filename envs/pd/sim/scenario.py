@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -90,6 +91,13 @@ DEFAULT_TOU_PRICE: tuple[float, ...] = tuple(
     0.20 if 16 <= h < 21 else (0.08 if (h >= 22 or h < 8) else 0.12) for h in range(24))
 
 
+def _grid_zones() -> dict[str, Any]:
+    # imported when needed, as the CI series is (the grid module loads data)
+    from servegym.envs.grid import ZONES
+
+    return ZONES
+
+
 @dataclass(frozen=True)
 class DayScenario:
     """Configuration of the provisioning day (units in field names; see the module docstring)."""
@@ -103,6 +111,12 @@ class DayScenario:
     diurnal: tuple[float, ...] = DEFAULT_DIURNAL  # 24 hourly multipliers of peak_rate_rps
     mix_knots: tuple[tuple[float, float, float, float], ...] = DEFAULT_MIX_KNOTS
     mix_block_s: float = 900.0  # the mix is held constant over blocks this long, s
+    #: the values of each string field, which a value of another type is told (errors.check_field_types)
+    FIELD_CHOICES: ClassVar[dict[str, Any]] = {
+        "ci_zone": lambda: sorted(_grid_zones()),
+        "ci_start_utc": "a UTC timestamp such as '2022-06-21T22:00:00Z'",
+        "pattern_trace": PATTERN_TRACES}
+
     ci_zone: str = "NL"  # Electricity Maps zone (servegym.envs.grid.ZONES)
     ci_start_utc: str = "2022-06-21T22:00:00Z"  # UTC hour of local time 0
     start_hour: float = 0.0  # local hour of day of the first period (the CI series starts ci_start_utc + this)
