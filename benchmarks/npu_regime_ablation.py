@@ -27,6 +27,7 @@ import json
 import os
 import time
 
+import servegym.baselines.npu  # noqa: F401  (npu_compare's import cycle resolves from here)
 from servegym.baselines.npu_compare import compare
 
 from servegym.outputs import write_json, write_text

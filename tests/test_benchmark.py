@@ -97,20 +97,21 @@ def test_naive_scores_0_and_the_top_100_on_real_episodes(env_id: str, kwargs: di
 @pytest.mark.parametrize("env_id", ["servegym/NPUAutoscale-v0", "servegym/NPUAutoscaleResidual-v0"])
 def test_npu_scores_on_real_episodes_against_the_ideal(env_id: str) -> None:
     """The npu ids on real 1-h test episodes, on the Ideal's per-episode scale. On seeds 0-2 (the 2024 Azure
-    test weekdays) NeuScale's return is above Base's on seed 1 only (the references swap on short scenarios),
-    which leaves a paper-anchored pooled scale undefined; against the Ideal every episode has a scale: Base 0 and the
-    Ideal 100 on each, NeuScale 100 (R - R_base) / (R_ideal - R_base) of its own episode, below 0 where
-    it loses to Base. In the residual id the return is relative to Base, so Base's is 0 on every episode."""
+    test weekdays) NeuScale's return is below Base's on every one (the model at the serving efficiency fitted to
+    Figure 16; before it, above on seed 1 only), which leaves a paper-anchored pooled scale undefined; against the
+    Ideal every episode has a scale: Base 0 and the Ideal 100 on each, NeuScale 100 (R - R_base) / (R_ideal - R_base)
+    of its own episode, below 0 where it loses to Base. In the residual id the return is relative to Base, so
+    Base's is 0 on every episode."""
     kw = {"config": {"hours": 1.0}}
     ev = evaluate_policy(env_id, "paper", episodes=3, env_kwargs=kw, progress=False)
     gaps = [b.reward - n.reward for n, b in zip(ev.naive, ev.best, strict=True)]
-    assert [g > 0 for g in gaps] == [False, True, False]
+    assert [g > 0 for g in gaps] == [False, False, False]
     assert ev.scale.oracle and "(ideal, relaxation)" in ev.scale.name
     ideal = ev.anchors["oracle"]
     expected = [100.0 * (p.reward - n.reward) / (o.reward - n.reward)
                 for p, n, o in zip(ev.results, ev.naive, ideal, strict=True)]
     np.testing.assert_allclose(ev.scores, expected, rtol=1e-12)
-    assert ev.scores[1] > 0 and min(ev.scores) < 0
+    assert [sc > 0 for sc in ev.scores] == [g > 0 for g in gaps]  # above Base's 0 exactly where it beats Base
     np.testing.assert_allclose(ev.scale.scores(ideal), 100.0, rtol=1e-12)
     np.testing.assert_array_equal(ev.scale.scores(ev.naive), 0.0)
     if env_id.endswith("Residual-v0"):

@@ -136,9 +136,11 @@ def test_migrated_requests_split_their_tokens_where_the_request_level_does() -> 
 
     # NeuScale runs several decode groups; a misrouted request migrates at the next bucket boundary after its input
     # when the re-estimate is right, else at 2x its group's edge. Taking 2x the edge always gave DeepSeek's
-    # shortest busy group 22 % more decode tokens than the request level here (2 h); now every group is within 12 %
+    # shortest busy group 22 % more decode tokens than the request level here (2 h). Llama-3.1-405B: since the model
+    # runs at the serving efficiency fitted to Figure 16 with picks on the scoring model, DeepSeek-V3 holds two busy
+    # decode groups here and 405B five, each within 12 % (largest 10.9 %)
     sc, wl = segment_scenario("shift-openthoughts", "azure-code", 2.0)
-    cc = NPUEnvConfig(split=None, model="DeepSeek-V3-671B").cluster_config()
+    cc = NPUEnvConfig(split=None, model="Llama-3.1-405B").cluster_config()
     cat = ConfigCatalog(cc)
     tok = []
     for cls in (NPUCluster, FluidCluster):

@@ -67,7 +67,7 @@ def test_round_trip_is_exact(stored) -> None:
 
 @pytest.mark.slow  # builds a catalog's tables from nothing (the cold read): about 1.7 CPU-s
 def test_warm_catalog_equals_cold(cache: Path) -> None:
-    cfg = ClusterConfig(model=MODEL)
+    cfg = ClusterConfig(model=MODEL, step_models="paper")  # two tables (the default chooses on the scoring one)
     cold = ConfigCatalog(cfg)
     files = sorted((cache / table_cache.KIND).glob("*.npz"))
     assert len(files) == 2  # the selection and the scoring model's tables

@@ -88,9 +88,10 @@ def test_fluid_ttft_misses_follow_the_request_level_on_the_conversation_trace() 
 
     # Base's one prefill group serves every prompt length, so a short prompt waits behind long ones: the
     # fluid's TTFT wait uses the group's length mix (it read each bucket's own moments before and gave
-    # 0.84 % against the request level's 11.68 % here)
+    # 0.84 % against the request level's 11.68 % here, Llama-3-8B). Llama-3-70B since the model runs at the serving
+    # efficiency fitted to Figure 16: Base's 8B vPod then misses only 2.3 % here, the 70B one 46.0 % (fluid -0.05 pp)
     sc, wl = segment_scenario("test", "azure-conv", 1.0)
-    (row,) = crosscheck(NPUEnvConfig(split=None, model="Llama-3-8B").cluster_config(), wl,
+    (row,) = crosscheck(NPUEnvConfig(split=None, model="Llama-3-70B").cluster_config(), wl,
                         seed=sc["simulation_seed"], policies=("base",))
     assert row["slo_violation_pct_request"] > 5.0  # a scenario with misses to follow
     assert abs(row["slo_pp"]) <= SLO_TOL_PP
