@@ -22,15 +22,10 @@ import argparse
 import os
 import time
 
-from servegym.baselines.npu import make_policy, run_policy
-from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog, NPUCluster
-from servegym.envs.npu.sim.workloads import make_workload
+from servegym.envs.npu.reports.validate import failover_sweep
 
 from servegym.outputs import save_figure, write_text
 
-QUOTA = {"NPU-A": 32, "NPU-B": 64, "NPU-D": 64}
-VERSIONS = ("NPU-A", "NPU-B", "NPU-D")
-"""The prototype cluster holds no v5p: the DSE explores these versions only (its SLO is then set on NPU-D, §2.4)."""
 RATES = (60.0, 120.0, 240.0, 480.0, 960.0)
 
 
@@ -59,21 +54,12 @@ def main() -> None:
     args = ap.parse_args()
     name = "npu_failover" + ("" if args.fit_at == "best-batch" else "_operating")
     t0 = time.process_time()
-    cfg = ClusterConfig(model="Llama-3-8B", objective="cost", n_candidates=1, quota_chips=QUOTA, versions=VERSIONS,
-                        fit_at=args.fit_at)
-    cat = ConfigCatalog(cfg)
-    rows = []
-    for rate in RATES:
-        wl = make_workload("azure", hours=args.hours, seed=0, rate_rpm=rate, start_hour=12.0)
-        for pol in ("base", "neuscale"):
-            sim = NPUCluster(cfg, wl, seed=0, catalog=cat)
-            s = run_policy(sim, make_policy(pol))
-            held = {v: int(sim.max_held[v]) for v in ("NPU-A", "NPU-B", "NPU-D")}
-            rows.append({"rate": rate, "policy": pol, **{k: s[k] for k in (
-                "cost_efficiency", "cost_efficiency_prefill", "cost_efficiency_decode", "cost_efficiency_busy",
-                "slo_violation_pct", "ttft_violation_pct", "tpot_violation_pct")}, "held": held,
-                "requests": len(wl.requests)})
-            print(rate, pol, round(s["cost_efficiency"]), round(s["slo_violation_pct"], 2), held, flush=True)
+    # the sweep is servegym npu validate's (Figure 28's points read the same rows)
+    rows = failover_sweep(RATES, hours=args.hours, fit_at=args.fit_at)
+    for r in rows:
+        r["rate"] = r["rate_rpm"]
+        print(r["rate"], r["policy"], round(r["cost_efficiency"]), round(r["slo_violation_pct"], 2), r["held"],
+              flush=True)
     cpu = time.process_time() - t0
     L = ["# Fail-over under scarcity (Figure 28): Llama3-8B, 32 NPU-A + 64 NPU-B + 64 NPU-D chips", "",
          f"Command: `nice .venv/bin/python benchmarks/npu_failover.py --fit-at {args.fit_at}` ({cpu:.0f} CPU-s). "
