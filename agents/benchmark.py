@@ -313,7 +313,7 @@ SUITE: dict[str, tuple[SuiteEntry, ...]] = {
         # fluid TTFT fix; config "reference": "base" acts around Base), cloned before RL
         SuiteEntry("servegym/NPUAutoscaleResidual-v0", "maskable-ppo", {"config": {"hours": 2.0}},
                    6_144, 5, 10, 3, hyperparams="NPUAutoscaleResidual-v0.quick.yml",
-                   note="2-h episodes (24 epochs), changes around the strongest baseline (NeuScale), warm start by "
+                   note="2-h episodes (24 epochs), changes around the paper's method (NeuScale), warm start by "
                         "cloning it (2,048 steps), reward relative to Base"),
         SuiteEntry("servegym/PDProvisionFront-v0", "maskable-ppo", PD_STRONGEST, 4_096, 5, 10, 3,
                    hyperparams="PDProvisionFront-v0.quick.yml",

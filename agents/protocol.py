@@ -180,7 +180,7 @@ _NPU = Yardsticks(naive="base", paper="neuscale", oracle="ideal", oracle_kind="r
                                  "validation episodes (seeds 1000-1009) of NPUAutoscale-v0 at the quick suite's "
                                  "2-h horizon, on the 2024 Azure days with the fluid simulator: base 0, neuscale "
                                  "-157.0 [-338.2, -12.9] (SLO violation 5.75 % against 9.47 %), re-chosen when the "
-                                 "model moved to the paper's validated load regime (issue 41: serving efficiency "
+                                 "model moved to the paper's validated load regime (serving efficiency "
                                  "fitted to Figure 16, chip power counted once, picks on the scoring model); before "
                                  "it neuscale 1.6 [-21.5, 25.2], base 0")
 

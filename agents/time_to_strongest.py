@@ -88,8 +88,10 @@ def reaches(value: float, target: float) -> bool:
 def seed_reach(seed: int, history: Sequence[Mapping[str, Any]], target: float,
                cpu_model: CpuModel | None = None) -> SeedReach:
     """The time to ``target`` (the strongest's validation score) of one seed's evaluation history."""
-    rows = sorted((h for h in history if math.isfinite(float(h.get("normalized_score", math.nan)))),
-                  key=lambda h: float(h["timesteps"]))
+    # a history entry without a score (None: the validation scale was undefined, e.g. the paper's method below the
+    # naive baseline on those episodes) cannot reach anything
+    rows = sorted((h for h in history if h.get("normalized_score") is not None
+                   and math.isfinite(float(h["normalized_score"]))), key=lambda h: float(h["timesteps"]))
     if not rows:
         return SeedReach(seed, False, None, None, "unknown", math.nan, math.nan)
     budget = float(rows[-1]["timesteps"])

@@ -1,10 +1,10 @@
-"""Ablation of issue 41's model changes on the NPU paper's focal scenario (DeepSeek-V3-671B, a 2024 Azure weekday,
+"""Ablation of the load-regime model changes on the NPU paper's focal scenario (DeepSeek-V3-671B, a 2024 Azure weekday,
 24 h, request level; Figure 18): NeuScale over Base after each change, in the order applied, whole service and
 per phase, pool and busy accounting.
 
 Stages (each keeps the previous ones):
 
-0. ``before``: the model before issue 41 (commit 4229e5a): the kernel roofline's throughput, the idle floor
+0. ``before``: the model before these changes (commit 4229e5a): the kernel roofline's throughput, the idle floor
    counted on top of Table 2's whole-chip power, picks by the FLOP/HBM roofline.
 1. ``power``: chip power counted once (commit 2f406f0): a FLOP costs (1 - f) / (TFLOP/J) above the idle floor.
 2. ``decode``: the decode pool charged its idle floor for its whole ready time and its batch from the time-averaged
@@ -75,7 +75,7 @@ def main() -> None:
         b, n = res[st][obj]["base"][k], res[st][obj]["neuscale"][k]
         return n / b if b else float("nan")
 
-    lines = ["# Issue 41's changes on the focal scenario: NeuScale / Base after each, in the order applied", "",
+    lines = ["# The load-regime changes on the focal scenario: NeuScale / Base after each, in the order applied", "",
              f"DeepSeek-V3-671B, the 2024 Azure weekday (Monday), {args.hours:g} h, request level, seed 0. Stages 0-1 "
              "from `servegym npu compare --json` at their commits; 2-4 by `benchmarks/npu_regime_ablation.py` "
              f"({cpu:.0f} CPU-s). Energy and SLO columns from the energy-objective replay, cost from the cost "

@@ -35,6 +35,16 @@ def test_first_evaluation_at_or_above_the_strongest_with_its_recorded_cpu() -> N
     assert not tts.seed_reach(0, history([(0, 100.0 - 1e-6)]), 100.0).reached
 
 
+def test_evaluations_without_a_score_are_skipped() -> None:
+    """A validation history whose scale was undefined on some evaluations (``normalized_score`` None, e.g. the
+    paper's method below the naive baseline on those episodes) neither reaches nor crashes the leaderboard."""
+    h = history([(0, 50.0), (100, 101.0)])
+    h.insert(1, {"timesteps": 50, "normalized_score": None, "mean_reward": 1.0})
+    r = tts.seed_reach(0, h, 100.0)
+    assert r.reached and r.steps == 100.0
+    assert not tts.seed_reach(0, [{"timesteps": 0, "normalized_score": None, "mean_reward": 0.0}], 100.0).reached
+
+
 def test_never_within_the_budget() -> None:
     r = tts.seed_reach(0, history([(0, 50.0), (512, 80.0)]), 100.0)
     assert not r.reached and r.steps is None and r.cpu_s is None and r.budget_steps == 512.0
