@@ -39,7 +39,8 @@ STEP_MODEL_TEXT = {
              "scoring model: ring ICI collectives whose latency grows with the group, layer floors, layouts; Ideal is "
              "the scoring model's best fit",
     "paper-hop": "as paper, with the earlier scoring model's collectives (a 37.4-µs launch plus 1 µs per torus hop)",
-    "scoring": "configurations chosen and charged with the scoring model (the ablation)",
+    "scoring": "configurations chosen and charged with the scoring model (the default: collectives, all-to-all and "
+               "layouts in the choice; every step at the serving efficiency fitted to Figure 16)",
     "legacy": "servegym's single model from before the two-model split, used to choose and to charge: roofline plus 1D "
               "all-reduces at ICI bandwidth",
 }
@@ -48,7 +49,7 @@ METRICS = ("energy_efficiency", "energy_efficiency_busy", "cost_efficiency", "co
 
 
 def run(models: list[str], traces: list[str], hours: float, start_hour: float, objectives: list[str],
-        seed: int, ablation: bool = False, step_models: str = "paper", scoring_ablation: bool = False,
+        seed: int, ablation: bool = False, step_models: str = "scoring", scoring_ablation: bool = False,
         fit_at: str = "best-batch") -> list[dict]:
     rows = []
     wls = {t: make_workload(t, hours=hours, seed=seed, start_hour=start_hour) for t in traces}
@@ -475,7 +476,7 @@ def main() -> None:
     ap.add_argument("--quota-study", action="store_true", help="Fig. 25-style quota sweep for the first model/trace")
     ap.add_argument("--scoring-ablation", action="store_true",
                     help="also run Base and NeuScale choosing with the scoring model (step_models=scoring)")
-    ap.add_argument("--step-models", default="paper", choices=STEP_MODELS,
+    ap.add_argument("--step-models", default="scoring", choices=STEP_MODELS,
                     help="paper: choose with the FLOP/HBM roofline, charge the scoring model; scoring: choose with the "
                          "scoring model too; legacy: the single model used before the two-model split")
     ap.add_argument("--fit-at", default="best-batch", choices=("best-batch", "operating"),

@@ -367,15 +367,35 @@ def interruptible(on_signal: Callable[[int], None] | None = None) -> Iterator[No
 def signals_deferred() -> Iterator[None]:
     """SIGTERM and SIGINT held back while inside (steps that must happen together, such as moving an old
     output aside and the new one into place) and delivered on leaving, where :func:`interruptible` raises.
-    Outside the main thread, or without ``pthread_sigmask``, this does nothing."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    Outside the main thread this does nothing.
+
+    The hold is at Python's level: the handlers are swapped for one that records the signal, and on leaving the
+    original handler gets it at once, at the block's exit. A signal mask would not do: ``pthread_sigmask``
+    masks the calling thread only, so a signal reaching another thread (numba's, jax's, a BLAS pool's) still
+    ran the handler inside the block; and unblocking ran it at some later bytecode, e.g. inside the caller's
+    clean-up, which it cut short."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    held: list[int] = []
+    originals = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def record(sig: int, _frame: Any) -> None:
+        held.append(sig)
+
+    for sig in originals:
+        signal.signal(sig, record)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, handler in originals.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(held):  # each signal once, in the order they came
+            handler = originals[sig]
+            if callable(handler):
+                handler(sig, None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(sig)
 
 
 def ignore_sigint() -> None:
