@@ -489,9 +489,10 @@ def test_suite_sigterm_then_same_command_resumes(tmp_path: Path) -> None:
     from conftest import interrupt_when
 
     def cmd(out: Path) -> list[str]:
+        # each run its own --run-dir: a suite refuses models another run trained there (unless it resumes its journal)
         return [sys.executable, "-c", "import sys; from servegym.cli import main; sys.exit(main(sys.argv[1:]))",
                 "benchmark", "--suite", "--budget", "smoke", "--envs", "servegym/PDProvision-v0", "--workers", "2",
-                "--out-dir", str(out), "--run-dir", str(tmp_path / "runs")]
+                "--out-dir", str(out), "--run-dir", str(tmp_path / f"runs-{out.name}")]
 
     out = tmp_path / "results"
     journal = bm.suite_journal("smoke", out)
