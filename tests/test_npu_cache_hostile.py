@@ -243,3 +243,20 @@ def test_a_clean_warm_cache_is_read_silently(cache, warm, capsys) -> None:
     assert err == ""
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     assert env.unwrapped.catalog.scoring_table.best == warm[2].best
+
+
+def test_a_kind_folder_that_links_out_is_neither_read_written_nor_pruned(cache, warm, tmp_path, capsys) -> None:
+    """The entries' folder itself a link to a folder elsewhere (holding a valid entry and an unrelated file):
+    nothing there is read, touched, written or pruned; the tables are rebuilt and kept in memory only."""
+    folder, _entry = cache
+    outside = tmp_path / "elsewhere"
+    shutil.move(folder, outside)
+    (outside / "unrelated.npz").write_bytes(b"not servegym's")
+    for p in outside.iterdir():
+        os.utime(p, (1_000_000, 1_000_000))
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime) for p in outside.iterdir()}
+    folder.symlink_to(outside, target_is_directory=True)
+    env, err = _make(capsys)
+    assert "its folder is a symbolic link" in err and err.count("\n") == 2, err  # one line per table's entry
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime) for p in outside.iterdir()} == before
+    assert env.unwrapped.catalog.scoring_table.best == warm[2].best

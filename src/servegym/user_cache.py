@@ -114,6 +114,8 @@ def read_entry(path: Path) -> bytes | None:
     (a FIFO swapped in opens without waiting for a writer), and the opened descriptor is ``fstat``-ed again."""
     import stat
 
+    if _is_link(path.parent):
+        raise BadEntry("its folder is a symbolic link; allowed: a real folder inside the cache folder")
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -212,10 +214,24 @@ def checked_npz(data: bytes, caps: Mapping[str, int], total_cap: int = MAX_ENTRY
     return out
 
 
+def _is_link(folder: Path) -> bool:
+    """Whether ``folder`` (an entry's kind folder) is a symbolic link: one could lead out of the cache folder,
+    where reading, touching, writing or pruning entries would act on files servegym does not own."""
+    import stat
+
+    try:
+        return stat.S_ISLNK(os.lstat(folder).st_mode)
+    except OSError:
+        return False
+
+
 def write_entry(path: Path, data: bytes) -> bool:
-    """Write an entry atomically and prune its folder; False (and nothing raised) when it cannot be written."""
+    """Write an entry atomically and prune its folder; False (and nothing raised) when it cannot be written, or
+    when its folder is a symbolic link (nothing is written or pruned through it)."""
     from servegym.outputs import atomic_path
 
+    if _is_link(path.parent):
+        return False
     try:
         with atomic_path(path) as tmp:
             tmp.write_bytes(data)
