@@ -80,6 +80,10 @@ def test_the_npu_memory_bound_leaves_light_and_explicit_runs_alone() -> None:
     NPUEnvConfig(hours=168.0, max_expected_requests=MAX_EXPECTED_REQUESTS + 1)
     with pytest.raises(ConfigError, match="hours = 168 builds"):
         NPUEnvConfig(hours=168.0, split=None, rate_rpm=1900.0)  # under the request ceiling, over the memory bound
+    # where less than an hour fits, the range is stated in epochs, and its end is allowed
+    with pytest.raises(ConfigError, match=r"allowed: hours in \[1/12, 11/12\]"):
+        NPUEnvConfig(hours=1.0, split=None, rate_rpm=330_000.0)
+    NPUEnvConfig(hours=11 / 12, split=None, rate_rpm=330_000.0)
 
 
 def test_the_cli_refuses_a_week_of_npu_in_one_line(tmp_path: Path) -> None:

@@ -167,10 +167,12 @@ class NPUEnvConfig:
         requests, peak = estimated_peak_bytes(self)
         if peak > MAX_EPISODE_BYTES and self.max_expected_requests == MAX_EXPECTED_REQUESTS:
             per_hour = (peak - _BASE_BYTES) / self.hours
-            longest = max(math.floor((MAX_EPISODE_BYTES - _BASE_BYTES) / per_hour), 1)  # whole hours, to read
+            # whole hours when an hour fits (easier to read), else whole epochs (1/12 h), the shortest being 1/12
+            epochs = max(math.floor((MAX_EPISODE_BYTES - _BASE_BYTES) / per_hour * 12.0), 1)
+            longest = str(epochs // 12) if epochs >= 12 else f"{epochs}/12"
             raise ConfigError(
                 f"hours = {self.hours:g} builds ~{requests / 1e6:.1f}M requests up front, an estimated "
-                f"{peak / 2**30:.1f} GiB; allowed: hours in [1/12, {longest:g}] at this rate (<= "
+                f"{peak / 2**30:.1f} GiB; allowed: hours in [1/12, {longest}] at this rate (<= "
                 f"{MAX_EPISODE_BYTES / 2**30:g} GiB), or raise max_expected_requests to accept the memory")
         if self.workload_seed is not None and (isinstance(self.workload_seed, bool)
                                                or int(self.workload_seed) != self.workload_seed
