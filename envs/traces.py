@@ -13,7 +13,8 @@ Shipped names (see ``servegym/envs/data/traces/PROVENANCE.md``): ``azure-conv``,
 Files may be gzipped (``.gz``). Extra columns after the recognised ones are ignored; header names may
 carry spaces around them. Token counts are integers in ``[1, MAX_TOKENS]``; timestamps either all carry a
 UTC offset (converted to UTC) or none does. Reading stops with an error past ``MAX_TRACE_BYTES`` of text
-(after decompression: a gzip bomb is cut off while streaming), and an error quotes at most
+(after decompression: a gzip bomb is cut off while streaming); a file with more data lines than the run's
+request ceiling (``max_rows``) is refused by a streaming count before it is read; an error quotes at most
 ``QUOTE_CHARS`` characters of the file. Parsing is
 vectorized (pandas); validation is a cheap vectorized pass that, on failure, reports the first
 offending line as :class:`~servegym.errors.TraceFormatError` (file, 1-based line as in the file, field).
@@ -39,7 +40,13 @@ from numpy.typing import NDArray
 from servegym.envs.data.catalog import TRACES
 from servegym.envs.workload import Requests
 
-from servegym.errors import ConfigError, TraceFormatError, check_range
+from servegym.errors import (
+    MAX_EXPECTED_REQUESTS,
+    MAX_REQUEST_CEILING,
+    ConfigError,
+    TraceFormatError,
+    check_range,
+)
 
 # The pd paper (Appendix B.4) keeps Mooncake requests with input <= 38,000 tokens so that the output
 # fits its 40,960-token context window; this drops 647 of the 12,031 requests.
@@ -285,6 +292,45 @@ def _read_file(path: Path, max_bytes: int) -> bytes:
         return head + fh.read(max_bytes + 1 if head != b"\x1f\x8b" else -1)
 
 
+SCAN_CHUNK_BYTES = 8 * 2**20
+"""Bytes read at a time by :func:`_count_lines` (its whole memory)."""
+
+
+def _count_lines(path: Path, max_bytes: int) -> int:
+    """Lines of text in ``path`` (gzip streamed), counting at most ``max_bytes`` + 1 bytes of it, read
+    :data:`SCAN_CHUNK_BYTES` at a time: a trace's rows are counted before any of it is held or parsed. A
+    corrupt gzip stream stops the count (the real read then reports it)."""
+    n, last = 0, b""
+    with open(path, "rb") as raw:
+        gz = raw.read(2) == b"\x1f\x8b"
+        raw.seek(0)
+        fh: Any = gzip.GzipFile(fileobj=raw) if gz else raw
+        left = max_bytes + 1
+        try:
+            while left > 0:
+                chunk = fh.read(min(SCAN_CHUNK_BYTES, left))
+                if not chunk:
+                    break
+                n += chunk.count(b"\n")
+                left -= len(chunk)
+                last = chunk[-1:]
+        except (OSError, EOFError, zlib.error):
+            pass
+    return n + (last not in (b"", b"\n"))
+
+
+def _check_rows(path: Path, max_bytes: int, max_rows: int) -> None:
+    """A :class:`TraceFormatError` naming the file when it holds more than ``max_rows`` data lines (all but a
+    header line), checked before it is read: parsing pays ~125 bytes per row in memory and time (a 28M-row
+    CSV under the byte cap took 50 s and 3.5 GB in ``reset()``), and a run replays at most its request
+    ceiling anyway."""
+    rows = _count_lines(path, max_bytes) - 1
+    if rows > max_rows:
+        raise TraceFormatError(str(path), None, None, f"{rows:,} or more request rows; allowed: <= {max_rows:,} "
+                               "(the config's max_expected_requests; raise it explicitly, up to "
+                               f"{MAX_REQUEST_CEILING:,})")
+
+
 def _freeze(a: NDArray[Any] | None) -> NDArray[Any] | None:
     if a is not None:
         a.setflags(write=False)
@@ -306,14 +352,17 @@ def available_traces(with_arrivals: bool = False) -> list[str]:
     return [n for n, info in TRACES.items() if not with_arrivals or info.kind == "trace"]
 
 
-def _load(name_or_path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> ParsedTrace:
+def _load(name_or_path: str | Path, max_bytes: int = MAX_TRACE_BYTES,
+          max_rows: int = MAX_EXPECTED_REQUESTS) -> ParsedTrace:
     if isinstance(name_or_path, str) and name_or_path in TRACES:
-        return _load_shipped(name_or_path)
+        return _load_shipped(name_or_path)  # shipped data: within every ceiling
     check_range("max_bytes", max_bytes, 1, None)
+    check_range("max_rows", max_rows, 1, MAX_REQUEST_CEILING)
     path = Path(name_or_path)
     if not path.is_file():
         raise ConfigError(f"trace = {_quote(name_or_path)} is neither a shipped trace nor a file; allowed names: "
                           f"{', '.join(TRACES)}")
+    _check_rows(path, max_bytes, max_rows)
     return parse_trace_text(_read_text(_read_file(path, max_bytes), str(path), max_bytes), str(path),
                             need_arrivals=False)
 
@@ -325,13 +374,14 @@ def _filter_mask(isl: NDArray[np.int64], max_input_tokens: int | None) -> NDArra
     return isl <= max_input_tokens
 
 
-def load_lengths(name_or_path: str | Path, max_input_tokens: int | None = None, max_bytes: int = MAX_TRACE_BYTES
-                 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+def load_lengths(name_or_path: str | Path, max_input_tokens: int | None = None, max_bytes: int = MAX_TRACE_BYTES,
+                 max_rows: int = MAX_EXPECTED_REQUESTS) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """(input tokens, output tokens) of every request, in file order; optionally only inputs <= the cap.
 
     Works for traces and lengths-only sets. The arrays of shipped data are read-only views of a cache.
+    ``max_rows``: a file with more data lines is refused before it is read (see :func:`load_trace`).
     """
-    t = _load(name_or_path, max_bytes)
+    t = _load(name_or_path, max_bytes, max_rows)
     keep = _filter_mask(t.input_tokens, max_input_tokens)
     if keep is None:
         return t.input_tokens, t.output_tokens
@@ -341,16 +391,20 @@ def load_lengths(name_or_path: str | Path, max_input_tokens: int | None = None, 
 
 
 def load_trace(name_or_path: str | Path, time_scale: float = 1.0,
-               max_input_tokens: int | None = None, max_bytes: int = MAX_TRACE_BYTES) -> Requests:
+               max_input_tokens: int | None = None, max_bytes: int = MAX_TRACE_BYTES,
+               max_rows: int = MAX_EXPECTED_REQUESTS) -> Requests:
     """Replay a trace as :class:`Requests` (origin 0), arrivals in s from the first request.
 
     ``time_scale`` multiplies every arrival time: 0.5 replays the trace twice as fast (double the
     rate), 2.0 half as fast. ``max_input_tokens`` drops requests with more input tokens (e.g.
     :data:`MOONCAKE_MAX_INPUT_TOKENS` for the pd paper's Mooncake filter); arrivals of the kept
-    requests are not shifted. ``max_bytes`` caps the text read (:data:`MAX_TRACE_BYTES`).
+    requests are not shifted. ``max_bytes`` caps the text read (:data:`MAX_TRACE_BYTES`). ``max_rows``: a
+    file with more data lines is refused before any of it is read or parsed (counted in a streaming pass;
+    default the request ceiling, :data:`~servegym.errors.MAX_EXPECTED_REQUESTS`; a config passes its own
+    ``max_expected_requests``), since the byte cap alone still lets ~28M short rows through.
     """
     check_range("time_scale", time_scale, 0.0, None, low_inclusive=False)
-    t = _load(name_or_path, max_bytes)
+    t = _load(name_or_path, max_bytes, max_rows)
     if t.arrival_s is None:
         raise ConfigError(f"trace = {str(name_or_path)!r} has request lengths but no arrival times; use "
                           "load_lengths() or length_sampler(); traces with arrivals: "

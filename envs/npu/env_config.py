@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-from servegym.envs.npu.scenarios import SPLIT_FIELDS, SPLIT_MODELS
+from servegym.envs.npu.scenarios import SPLIT_FIELDS, SPLIT_MODELS, SPLIT_SHIFT_TRACE
 from servegym.envs.npu.sim.catalog import MODELS, VERSIONS
 from servegym.envs.npu.sim.cluster import (
     ClusterConfig,
@@ -34,6 +34,31 @@ from servegym.errors import (
     known_overrides,
 )
 from servegym.splits import check_split, splits_of
+
+MAX_EPISODE_BYTES = 2 * 2**30
+"""The estimated peak memory (:func:`estimated_peak_bytes`) above which a config is refused unless its
+``max_expected_requests`` is raised from the default (which says: this many requests, and their memory, are
+meant). Why: an episode's whole workload is built up front; ``{"hours": 168}`` (the longest allowed) at Table 4's
+rate took 24 s and 4.6 GB in ``gym.make``; with this limit the default split allows up to ~60 h."""
+_BASE_BYTES = 300 * 2**20
+"""Measured peak of a short episode (0.5 h): the interpreter, the libraries and a model's catalog (233-281 MB)."""
+_BYTES_PER_REQUEST = {True: 280.0, False: 100.0}
+"""Peak bytes per expected request, named split (True) or fixed scenario (False), measured on one core with
+``/usr/bin/time`` (ru_maxrss) of ``gym.make`` + ``reset``: a split's peak grew 26.4 MB per hour from 48 to 168 h
+at ~100k requests/h (Table 4's rate; a 2024 trace day is busier than the week's mean, and the draws' workload
+cache holds two); a fixed scenario at 1,667 requests/min 9.4 MB per hour (418 MB at 24 h, 871 MB at 72 h)."""
+
+
+def estimated_peak_bytes(cfg: NPUEnvConfig) -> tuple[float, float]:
+    """(expected requests, estimated peak bytes) of one of ``cfg``'s episodes: its rate (a named split's mean
+    drawn rate, Table 4's for the split's trace) x ``hours``, at the measured bytes per request."""
+    if cfg.split is not None:
+        rate = TABLE4_RATE_RPM[SPLIT_SHIFT_TRACE.get(cfg.split, "azure")]
+    else:
+        rate = cfg.rate_rpm if cfg.rate_rpm is not None else TABLE4_RATE_RPM.get(cfg.trace, BURSTY_BASE_RPM)
+    requests = rate * 60.0 * cfg.hours
+    return requests, _BASE_BYTES + _BYTES_PER_REQUEST[cfg.split is not None] * requests
+
 
 DEFAULT_COUNT_LEVELS: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 """vPod count targets an action can pick per group (roughly geometric, so one dimension spans 0-64)."""
@@ -139,6 +164,16 @@ class NPUEnvConfig:
         rate = self.rate_rpm if self.rate_rpm is not None else TABLE4_RATE_RPM.get(self.trace, BURSTY_BASE_RPM)
         check_request_count(rate * 60.0 * self.hours, self.max_expected_requests,
                             f"rate_rpm = {rate:g} x hours = {self.hours:g}")
+        requests, peak = estimated_peak_bytes(self)
+        if peak > MAX_EPISODE_BYTES and self.max_expected_requests == MAX_EXPECTED_REQUESTS:
+            per_hour = (peak - _BASE_BYTES) / self.hours
+            # whole hours when an hour fits (easier to read), else whole epochs (1/12 h), the shortest being 1/12
+            epochs = max(math.floor((MAX_EPISODE_BYTES - _BASE_BYTES) / per_hour * 12.0), 1)
+            longest = str(epochs // 12) if epochs >= 12 else f"{epochs}/12"
+            raise ConfigError(
+                f"hours = {self.hours:g} builds ~{requests / 1e6:.1f}M requests up front, an estimated "
+                f"{peak / 2**30:.1f} GiB; allowed: hours in [1/12, {longest}] at this rate (<= "
+                f"{MAX_EPISODE_BYTES / 2**30:g} GiB), or raise max_expected_requests to accept the memory")
         if self.workload_seed is not None and (isinstance(self.workload_seed, bool)
                                                or int(self.workload_seed) != self.workload_seed
                                                or self.workload_seed < 0):

@@ -78,7 +78,10 @@ def _make_requests(config: GeoConfig, n_regions: int, rng: np.random.Generator) 
         from servegym.envs.traces import load_trace
         from servegym.envs.workload import Requests
 
-        tr = load_trace(config.trace, time_scale=config.trace_time_scale, max_input_tokens=config.max_input_tokens)
+        # the trace's rows count against the run's request ceiling before the file is read (rate x duration is
+        # checked for generated arrivals when the config is built; a trace's size is known only here)
+        tr = load_trace(config.trace, time_scale=config.trace_time_scale, max_input_tokens=config.max_input_tokens,
+                        max_rows=config.max_expected_requests)
         keep = tr.arrival_s < config.duration_s
         n = int(keep.sum())
         reqs = Requests(

@@ -366,6 +366,39 @@ def reference_latency(space: AllocationSpace, sm: StepMetrics) -> float:
     return float("nan")
 
 
+def explore_bucket(table: BestFitTable, key: tuple[str, int], tspace: AllocationSpace | None,
+                   slo_s: Mapping[tuple[str, int], float] | None) -> StepMetrics:
+    """Set ``table``'s SLO, best fit and per-version fail-overs of one (phase, bucket) ``key`` from every
+    allocation x batch of ``table.space`` (what :func:`run_dse` does for each bucket); the bucket's step metrics.
+    ``tspace``: the real system's allocations to test picks on (None: no test). Also used to re-derive a sample
+    of a table read from the disk cache, to check it against this code (:mod:`.table_cache`)."""
+    space, bs = table.space, table.batches
+    sm = evaluate(space, key[0], key[1], bs)
+    if slo_s is not None:
+        if key not in slo_s:
+            raise ConfigError(f"slo_s has no entry for {key}; allowed: a mapping over every explored (phase, bucket)")
+        slo = float(slo_s[key])
+    else:
+        slo = table.slo_factor * reference_latency(space, sm)
+    table.slo_s[key] = slo
+    cost = _objective_array(sm, table.objective)
+    ok = sm.feasible
+    ver = space["version_idx"][:, None]
+    chips = space["chips"][:, None]
+    tested = tested_lat = None
+    if tspace is not None:
+        tm = evaluate(tspace, key[0], key[1], bs)
+        tested, tested_lat = tm.feasible & (tm.latency_s <= slo), np.where(tm.feasible, tm.latency_s, np.inf)
+    pick = _pick(cost, sm.latency_s, chips, ok, slo, tested, tested_lat)
+    if pick is not None:
+        table.best[key] = _entry(table, key, "best", sm, *pick, tested)
+    for vi in sorted(set(space["version_idx"].tolist())):
+        pick = _pick(cost, sm.latency_s, chips, ok & (ver == vi), slo, tested, tested_lat)
+        if pick is not None:
+            table.per_version[(*key, VERSIONS[vi])] = _entry(table, key, "fallback", sm, *pick, tested)
+    return sm
+
+
 def run_dse(model_name: str | ModelSpec, objective: str = "energy", phases: Sequence[str] = PHASES,
             versions: Iterable[str] = VERSIONS, seq_lens: Sequence[int] | np.ndarray | None = None,
             batches: Sequence[int] | np.ndarray | None = None, slo_factor: float = 5.0,
@@ -407,9 +440,6 @@ def run_dse(model_name: str | ModelSpec, objective: str = "energy", phases: Sequ
               enumerate_allocations(spec, tuple(versions), max_chips=max_chips, params=test_params))
     table = BestFitTable(model=spec, objective=objective, slo_factor=float(slo_factor), space=space,
                          batches=bs, buckets=buckets, phases=phases, slo_s={}, best={}, per_version={})
-    ver = space["version_idx"][:, None]
-    chips = space["chips"][:, None]
-    present = sorted(set(space["version_idx"].tolist()))
     jobs = [(p, int(s)) for p in phases for s in buckets.tolist()]
     it: Iterable = jobs
     if progress:
@@ -417,25 +447,5 @@ def run_dse(model_name: str | ModelSpec, objective: str = "energy", phases: Sequ
 
         it = tqdm(jobs, desc=f"DSE {spec.name}", unit="bucket")
     for key in it:
-        sm = evaluate(space, key[0], key[1], bs)
-        if slo_s is not None:
-            if key not in slo_s:
-                raise ConfigError(f"slo_s has no entry for {key}; allowed: a mapping over every explored (phase, bucket)")
-            slo = float(slo_s[key])
-        else:
-            slo = slo_factor * reference_latency(space, sm)
-        table.slo_s[key] = slo
-        cost = _objective_array(sm, objective)
-        ok = sm.feasible
-        tested = tested_lat = None
-        if tspace is not None:
-            tm = evaluate(tspace, key[0], key[1], bs)
-            tested, tested_lat = tm.feasible & (tm.latency_s <= slo), np.where(tm.feasible, tm.latency_s, np.inf)
-        pick = _pick(cost, sm.latency_s, chips, ok, slo, tested, tested_lat)
-        if pick is not None:
-            table.best[key] = _entry(table, key, "best", sm, *pick, tested)
-        for vi in present:
-            pick = _pick(cost, sm.latency_s, chips, ok & (ver == vi), slo, tested, tested_lat)
-            if pick is not None:
-                table.per_version[(*key, VERSIONS[vi])] = _entry(table, key, "fallback", sm, *pick, tested)
+        explore_bucket(table, key, tspace, slo_s)
     return table

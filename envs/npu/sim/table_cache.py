@@ -15,14 +15,29 @@ of :func:`run_dse` (the model's full spec, objective, phases, versions, buckets,
 both step models' parameters, chip limit), :data:`FORMAT_VERSION`, numpy's version and the source of the modules
 that compute the table (:data:`CODE_MODULES`), so an edit to the step model or the DSE gives new keys.
 
-On load every array is checked field by field (dtype, shape, ranges, allocation and batch indices, each
-entry's SLO against the table's, the keys' coverage); a file that fails, or whose stored key is not its name's
-(stale), is rebuilt and rewritten. The loaded table equals the computed one exactly (float64 arrays round-trip;
-tested). Fronts are stored by :func:`flush` once a catalog has computed them (:class:`ConfigCatalog` calls it).
+On load (:func:`load_table`), before any array is inflated, every member's declared size and array header is
+checked (:func:`servegym.user_cache.checked_npz`; the ``meta`` member within :data:`MAX_META_BYTES`); then every
+array field by field (dtype, shape, ranges, allocation and batch indices, each entry's SLO against the table's,
+the SLOs against the caller's when it gives them, coverage: every (phase, bucket) has an SLO, and a best fit
+exactly when it has a fail-over of some version). Two checks bind an entry to what built it:
+
+* **Digest.** ``meta`` holds the SHA-256 of the key and of every other array (name, dtype, shape, bytes); one
+  that differs from the arrays read (an edited or corrupted entry: best fits zeroed, energies x 1000) fails.
+* **Re-derived sample.** :data:`SPOT_CHECKS` (phase, bucket)s, chosen by the digest, are explored again with
+  this code (:func:`~servegym.envs.npu.sim.dse.explore_bucket`, 10-40 ms each; their step metrics seed the
+  table's metrics cache, so the work is not lost); their SLO, best fit and fail-overs must equal the entry's
+  exactly. This catches an entry whose digest was recomputed after an edit, as long as the edit touches a
+  sampled bucket (any edit of every bucket does).
+
+A file that fails, or whose stored key is not its name's (stale), is a miss: one stderr line names the entry and
+the reason, and the table is rebuilt and replaced atomically. The loaded table equals the computed one exactly
+(float64 arrays round-trip; tested). Fronts are stored by :func:`flush` once a catalog has computed them
+(:class:`ConfigCatalog` calls it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import sys
@@ -42,14 +57,24 @@ from servegym.envs.npu.sim.dse import (
     SEQ_BUCKETS,
     BestFit,
     BestFitTable,
+    explore_bucket,
     run_dse,
 )
 from servegym.envs.npu.sim.roofline import PHASES, RooflineParams, enumerate_allocations
 
-from servegym.user_cache import content_key, entry_path, read_entry, source_digest, write_entry
+from servegym.user_cache import (
+    MAX_ENTRY_BYTES,
+    BadEntry,
+    checked_npz,
+    content_key,
+    entry_path,
+    read_entry,
+    source_digest,
+    write_entry,
+)
 
 FORMAT = "servegym-npu-dse-table"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """Raise when the layout of an entry changes (it is part of every key, so old entries are never read)."""
 KIND = "npu-dse"
 """The entries' sub-folder of the cache folder."""
@@ -58,6 +83,13 @@ CODE_MODULES = (_catalog_mod, _roofline_mod, _dse_mod)
 ROLES = ("best", "fallback", "pareto")
 _FLOATS = ("latency_s", "period_s", "slo_s", "energy_j_per_token", "usd_per_token", "tokens_per_s")
 MAX_CHIPS = 1024
+MAX_META_BYTES = 4096
+"""The largest ``meta`` member (a JSON object of ~400 bytes, as uint8, plus its npy header) read back."""
+ARRAYS = ("meta", "slo_phase", "slo_seq", "slo_val", "e_slot", "e_phase", "e_seq", "e_role", "e_alloc", "e_batch",
+          "e_meets", "e_f", "f_phase", "f_seq", "f_obj", "f_versions")
+"""The members of an entry; no other is read."""
+SPOT_CHECKS = 2
+"""(phase, bucket)s of a loaded table explored again and compared with the entry (see the module's docstring)."""
 
 
 #: The code's digest, taken once when this module is imported (the modules above are loaded by then), so the key
@@ -65,7 +97,7 @@ MAX_CHIPS = 1024
 CODE_DIGEST: str | None = source_digest(CODE_MODULES)
 
 
-class InvalidEntry(ValueError):
+class InvalidEntry(BadEntry):
     """A cache entry that fails a check (the message says which field); it is rebuilt."""
 
 
@@ -102,17 +134,18 @@ def cached_run_dse(model_name: str | ModelSpec, objective: str = "energy", versi
     params = params or RooflineParams()
     key = table_key(spec, objective, versions, slo_factor, params, slo_s, test_params)
     path = None if key is None else entry_path(KIND, key, ".npz")
+    refused: str | None = None
     if path is not None:
-        data = read_entry(path)
-        if data is not None:
-            try:
-                table = load_table(data, key, spec, objective, versions, slo_factor, params)  # type: ignore[arg-type]
-            except InvalidEntry:
-                table = None  # rebuilt below and rewritten by flush
-            if table is not None:
+        try:
+            data = read_entry(path)
+            if data is not None:
+                table = load_table(data, key, spec, objective, versions, slo_factor, params,  # type: ignore[arg-type]
+                                   slo_s=slo_s, test_params=test_params)
                 table._disk = (path, len(table._fronts))  # type: ignore[attr-defined]
                 return table
-    announce_build(spec.name, objective, path)
+        except BadEntry as exc:  # InvalidEntry included: a miss, rebuilt below and replaced by flush
+            refused = str(exc)
+    announce_build(spec.name, objective, path, refused)
     table = run_dse(spec, objective=objective, versions=versions, slo_factor=slo_factor, params=params,
                     slo_s=slo_s, test_params=test_params)
     if path is not None:
@@ -125,9 +158,15 @@ def cached_run_dse(model_name: str | ModelSpec, objective: str = "energy", versi
 _ANNOUNCED: set[tuple[str, str]] = set()
 
 
-def announce_build(model_name: str, objective: str, path: Path | None) -> None:
+def announce_build(model_name: str, objective: str, path: Path | None, refused: str | None = None) -> None:
     """One line on stderr before a table is built rather than read from the cache: the first
-    ``gym.make("servegym/NPUAutoscale-v0")`` on a machine spends ~8 s here and would otherwise say nothing."""
+    ``gym.make("servegym/NPUAutoscale-v0")`` on a machine spends ~8 s here and would otherwise say nothing.
+    ``refused``: why the entry at ``path`` was not used (then the line says so, always: a bad entry is news)."""
+    if refused is not None and path is not None:
+        _ANNOUNCED.add((model_name, objective))
+        print(f"servegym: npu table cache entry {path} not used ({refused}); rebuilding the best-fit tables of "
+              f"{model_name} ({objective}), a few seconds, and replacing it", file=sys.stderr, flush=True)
+        return
     if (model_name, objective) in _ANNOUNCED:
         return
     _ANNOUNCED.add((model_name, objective))
@@ -168,11 +207,8 @@ def dump_table(t: BestFitTable, key: str) -> bytes:
     for i, (_, front) in enumerate(fronts):
         ents.extend(front)
         slot.extend([2 + i] * len(front))
-    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "key": key, "model": t.model.name,
-            "objective": t.objective, "n_alloc": len(t.space)}
     slo = sorted(t.slo_s.items())
     arrays = {
-        "meta": np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
         "slo_phase": np.array([PHASES.index(p) for (p, _), _ in slo], dtype=np.int64),
         "slo_seq": np.array([s for (_, s), _ in slo], dtype=np.int64),
         "slo_val": np.array([v for _, v in slo], dtype=np.float64),
@@ -190,13 +226,29 @@ def dump_table(t: BestFitTable, key: str) -> bytes:
         # "" for an unrestricted front (versions None); else the versions in the order the caller gave
         "f_versions": np.array([",".join(k[2]) if k[2] is not None else "" for k, _ in fronts], dtype="<U64"),
     }
+    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "key": key, "model": t.model.name,
+            "objective": t.objective, "n_alloc": len(t.space), "digest": arrays_digest(key, arrays)}
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
     buf = io.BytesIO()
     np.savez(buf, **arrays)  # type: ignore[arg-type]
     return buf.getvalue()
 
 
-def _array(z: Any, name: str, kind: str, ndim: int = 1) -> np.ndarray:
-    if name not in z.files:
+def arrays_digest(key: str, arrays: Mapping[str, np.ndarray]) -> str:
+    """SHA-256 (hex) of ``key`` and every array but ``meta`` (name, dtype, shape, bytes, in name order): what an
+    entry's ``meta`` stores and :func:`load_table` recomputes, so an entry edited after it was written fails."""
+    h = hashlib.sha256(key.encode("utf-8") + b"\0")
+    for name in sorted(arrays):
+        if name == "meta":
+            continue
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _array(z: Mapping[str, np.ndarray], name: str, kind: str, ndim: int = 1) -> np.ndarray:
+    if name not in z:
         raise InvalidEntry(f"{name} is missing")
     a = z[name]
     if a.dtype.kind != kind or a.ndim != ndim:
@@ -210,25 +262,33 @@ def _in(name: str, a: np.ndarray, low: int, high: int) -> None:
 
 
 def load_table(data: bytes, key: str, spec: ModelSpec, objective: str, versions: tuple[str, ...],
-               slo_factor: float, params: RooflineParams) -> BestFitTable:
-    """The table stored in ``data`` (an entry of ``key``), checked field by field; :class:`InvalidEntry` naming
-    the field that fails (a stale entry, whose stored key differs, included)."""
+               slo_factor: float, params: RooflineParams, slo_s: Mapping[tuple[str, int], float] | None = None,
+               test_params: RooflineParams | None = None) -> BestFitTable:
+    """The table stored in ``data`` (an entry of ``key`` for the other arguments, :func:`cached_run_dse`'s),
+    checked as the module's docstring says; :class:`InvalidEntry` naming what fails (a stale entry, whose stored
+    key differs, or an edited one, whose digest or re-derived sample differs, included)."""
     try:
-        z = np.load(io.BytesIO(data), allow_pickle=False)
-        return _load(z, key, spec, objective, versions, slo_factor, params)
+        z = checked_npz(data, {n: MAX_META_BYTES if n == "meta" else MAX_ENTRY_BYTES for n in ARRAYS})
+        return _load(z, key, spec, objective, versions, slo_factor, params, slo_s, test_params)
     except InvalidEntry:
         raise
-    except Exception as exc:  # a truncated or foreign file: zip, npy or JSON errors of any kind
+    except BadEntry as exc:  # the zip or a member's size or header: said by checked_npz
+        raise InvalidEntry(str(exc)) from None
+    except Exception as exc:  # a foreign file: JSON errors or anything else of any kind
         raise InvalidEntry(f"unreadable ({type(exc).__name__})") from None
 
 
-def _load(z: Any, key: str, spec: ModelSpec, objective: str, versions: tuple[str, ...], slo_factor: float,
-          params: RooflineParams) -> BestFitTable:
+def _load(z: Mapping[str, np.ndarray], key: str, spec: ModelSpec, objective: str, versions: tuple[str, ...],
+          slo_factor: float, params: RooflineParams, given_slo: Mapping[tuple[str, int], float] | None,
+          test_params: RooflineParams | None) -> BestFitTable:
     meta = json.loads(_array(z, "meta", "u").tobytes().decode("utf-8"))
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
         raise InvalidEntry("format is not this code's")
     if meta.get("key") != key:
         raise InvalidEntry("key differs from the file name (stale)")
+    digest = meta.get("digest")
+    if not isinstance(digest, str) or digest != arrays_digest(key, z):
+        raise InvalidEntry("its arrays differ from the digest stored with them (edited or corrupted)")
     space = enumerate_allocations(spec, versions, max_chips=MAX_CHIPS, params=params)
     if meta.get("n_alloc") != len(space) or meta.get("model") != spec.name or meta.get("objective") != objective:
         raise InvalidEntry("model, objective or allocation count differ from the inputs'")
@@ -244,6 +304,8 @@ def _load(z: Any, key: str, spec: ModelSpec, objective: str, versions: tuple[str
     slo_s = {(PHASES[int(p)], int(s)): float(v) for p, s, v in zip(sp, ss, sv, strict=True)}
     if len(slo_s) != sp.size:
         raise InvalidEntry("slo_* repeat a (phase, bucket)")
+    if given_slo is not None and any(slo_s[k] != float(given_slo.get(k, np.nan)) for k in slo_s):
+        raise InvalidEntry("slo_val differs from the SLOs the table is built for")
     # entries
     cols = {n: _array(z, n, "i") for n in ("e_slot", "e_phase", "e_seq", "e_role", "e_alloc", "e_batch")}
     meets = _array(z, "e_meets", "b")
@@ -318,9 +380,41 @@ def _load(z: Any, key: str, spec: ModelSpec, objective: str, versions: tuple[str
             fronts[s - 2].append(e)
     if any((*k, b.version) not in table.per_version for k, b in table.best.items()):
         raise InvalidEntry("a best fit has no fail-over entry of its version")
+    # coverage: run_dse picks a best fit for a bucket exactly when some version has a feasible allocation there,
+    # i.e. when the bucket has a fail-over; a best fit dropped (or one added) breaks this
+    if {k[:2] for k in table.per_version} != set(table.best):
+        raise InvalidEntry("best fits do not cover the buckets that have fail-overs")
     for fk, front in zip(fkeys, fronts, strict=True):
         table._fronts[fk] = tuple(front)
+    _spot_check(table, digest, versions, given_slo, test_params)
     return table
+
+
+def _spot_check(table: BestFitTable, digest: str, versions: tuple[str, ...],
+                given_slo: Mapping[tuple[str, int], float] | None, test_params: RooflineParams | None) -> None:
+    """Explore :data:`SPOT_CHECKS` buckets of ``table`` again with this code and compare their SLO, best fit and
+    fail-overs with the loaded ones exactly (:class:`InvalidEntry` otherwise); the buckets are chosen by the
+    entry's digest, so which are checked differs between entries but not between runs. Their step metrics seed
+    the table's metrics cache (the simulation asks for them anyway)."""
+    keys = sorted(table.slo_s)
+    space = table.space
+    tspace = (None if test_params is None or test_params == space.params else
+              enumerate_allocations(table.model, versions, max_chips=MAX_CHIPS, params=test_params))
+    seed = int(digest[:16], 16)
+    picked = sorted({keys[(seed >> (8 * i)) % len(keys)] for i in range(SPOT_CHECKS)})
+    fresh = BestFitTable(model=table.model, objective=table.objective, slo_factor=table.slo_factor, space=space,
+                         batches=table.batches, buckets=table.buckets, phases=table.phases, slo_s={}, best={},
+                         per_version={})
+    for k in picked:
+        # the caller's SLOs when it gives them (checked above), else derived again: a wrong stored SLO fails
+        sm = explore_bucket(fresh, k, tspace, given_slo)
+        if fresh.slo_s[k] != table.slo_s[k]:
+            raise InvalidEntry(f"the SLO of {k} differs from this code's")
+        mine = {v: e for (p, s, v), e in table.per_version.items() if (p, s) == k}
+        theirs = {v: e for (p, s, v), e in fresh.per_version.items() if (p, s) == k}
+        if fresh.best.get(k) != table.best.get(k) or mine != theirs:
+            raise InvalidEntry(f"the best fits of {k} differ from this code's (wrong numbers)")
+        table._cache[k] = sm
 
 
 __all__ = ["CODE_MODULES", "FORMAT", "FORMAT_VERSION", "KIND", "InvalidEntry", "cached_run_dse", "dump_table",
