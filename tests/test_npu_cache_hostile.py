@@ -1,6 +1,6 @@
 """Hostile entries in the npu best-fit table cache (issue 43, items 3, 7, 8 and 9), each reproduced through the real
-code path: ``gym.make("servegym/NPUAutoscale-v0")`` and ``reset()``, which read the catalog's two tables from the
-user cache folder. Every bad entry is a miss: one stderr line names it and why, the tables are rebuilt (equal to a
+code path: ``gym.make("servegym/NPUAutoscale-v0")`` and ``reset()``, which read the catalog's table from the
+user cache folder (one: the default chooses on the scoring model, so choosing and charging share it). Every bad entry is a miss: one stderr line names it and why, the tables are rebuilt (equal to a
 clean build), the entry is replaced atomically by a valid regular file, and nothing outside the cache folder is
 read or touched. Each test points the cache at its own tmp folder."""
 
@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 from servegym.envs.npu import scenarios
 from servegym.envs.npu.sim import table_cache
-from servegym.envs.npu.sim.roofline import RooflineParams
 
 import servegym  # noqa: F401  (registers the ids)
 
@@ -50,7 +49,7 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, byte
         env.reset(seed=0)
         table = env.unwrapped.catalog.scoring_table
         entries = {p.name: p.read_bytes() for p in (folder / table_cache.KIND).iterdir()}
-    assert len(entries) == 2
+    assert len(entries) == 1  # the scoring table, which the default also chooses on
     return folder, entries, table
 
 
@@ -65,7 +64,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warm) -> tuple[Path, 
     monkeypatch.setattr(scenarios, "_CATALOGS", scenarios._LRU(scenarios.CATALOG_CACHE_MAX))
     monkeypatch.setattr(table_cache, "_ANNOUNCED", set())
     spec = table_cache.model(MODEL)
-    key = table_cache.table_key(spec, "energy", table_cache.VERSIONS, 5.0, RooflineParams(), None, None)
+    key = table_cache.table_key(spec, "energy", table_cache.VERSIONS, 5.0, warm[2].space.params, None, None)
     entry = root / table_cache.KIND / f"{key}.npz"
     assert entry.name in warm[1]
     return root / table_cache.KIND, entry
@@ -84,7 +83,7 @@ def _replaced(env: Any, entry: Path, warm) -> None:
     assert table.best == warm[2].best and table.per_version == warm[2].per_version
     assert entry.is_file() and not entry.is_symlink()
     loaded = table_cache.load_table(entry.read_bytes(), entry.stem, table_cache.model(MODEL), "energy",
-                                    table_cache.VERSIONS, 5.0, RooflineParams())
+                                    table_cache.VERSIONS, 5.0, warm[2].space.params)
     assert loaded.best == warm[2].best
 
 
@@ -257,6 +256,6 @@ def test_a_kind_folder_that_links_out_is_neither_read_written_nor_pruned(cache, 
     before = {p.name: (p.read_bytes(), p.stat().st_mtime) for p in outside.iterdir()}
     folder.symlink_to(outside, target_is_directory=True)
     env, err = _make(capsys)
-    assert "its folder is a symbolic link" in err and err.count("\n") == 2, err  # one line per table's entry
+    assert "its folder is a symbolic link" in err and err.count("\n") == 1, err  # one line per table's entry
     assert {p.name: (p.read_bytes(), p.stat().st_mtime) for p in outside.iterdir()} == before
     assert env.unwrapped.catalog.scoring_table.best == warm[2].best
