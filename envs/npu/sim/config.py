@@ -60,14 +60,14 @@ efficiency"). Our roofline-only selection is not: it sees no ICI or expert all-t
 of up to 2,560 tokens it picked a 32-chip NPU-D pod that the scoring model charges 0.142-0.183 J/token against
 0.126 for Base's, and for Llama-3-70B decode it picked 32-64-chip pods that leave the §4 prototype cluster no room
 (``servegym npu validate``, Figure 16). Choosing on the scoring model is the reading under which Figure 11's claim
-holds (``tests/test_npu_dse.py`` checks that no pick is beaten by an allowed alternative)."""
+holds (``tests/test_npu_calibration.py`` checks that no pick is beaten by an allowed alternative)."""
 SERVING_EFFICIENCY = 0.16
 """``ClusterConfig.serving_efficiency``'s default, FITTED to Figure 16 (§4): the share of the kernel roofline's speed
 the serving engine achieves (:attr:`RooflineParams.serving_prefill` / ``serving_decode``: a step takes 1 / eta of
 its kernels' time, the chips at their idle floor for the difference), one factor for both phases; 1.0 is the
-kernel roofline alone (the ablation). Fitted so that NeuScale on the prototype cluster (32 NPU-A + 64 NPU-B + 64 NPU-D chips, Llama3-70B,
-Poisson arrivals with the 2023 Azure coding lengths) saturates its prefill at 8 req/s ("the prefill throughput
-saturates at 8 requests/second"), by ``python -m servegym.calibration.npu_serving`` (its docstring has the sweep).
+kernel roofline alone (the ablation). Fitted so that NeuScale on the prototype cluster (32 NPU-A + 64 NPU-B +
+64 NPU-D chips, Llama3-70B, Poisson arrivals with the 2023 Azure coding lengths) saturates its prefill at 8 req/s
+("the prefill throughput saturates at 8 requests/second"), by ``python -m servegym.calibration.npu_serving`` (its docstring has the sweep).
 Figure 16 separates the phases only as far as decode being "not yet saturated" at 16 req/s, which pins no
 number: decode gets the same factor (one serving stack runs both), and Figure 16's decode points stay held out, as
 do Figures 20, 25 and 28. The kernel roofline below it keeps its own fits (Pope et al. 2022, the v6e profile)."""
