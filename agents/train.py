@@ -376,7 +376,9 @@ def _train(cfg: TrainConfig, stop: threading.Event | None) -> TrainResult:
                                          estimate=_with_evaluations(train_estimate(cfg.env_id, timesteps, cfg.env_kwargs), cfg.env_id,
                                                                     make_eval_env, baselines, n_evals,
                                                                     len(eval_seeds))))
-    tb_name = f"{cfg.env_id.split('/')[-1]}_{spec.name}_s{cfg.seed}"
+    # TensorBoard's run is named after the run's folder (the one --out names; by default runs/<id>_<algo>_s<seed>),
+    # so `tensorboard --logdir` shows the runs as the user named them
+    tb_name = out.resolve().parent.name or f"{cfg.env_id.split('/')[-1]}_{spec.name}_s{cfg.seed}"
     planned = planned_steps(model, timesteps, done)
     try:
         if done < timesteps:

@@ -65,6 +65,11 @@ def trained(request, tmp_path_factory) -> dict:
             "model": d / "run" / "model.zip"}
 
 
+def test_tensorboard_run_is_named_after_the_out_folder(trained: dict) -> None:
+    """``--out DIR/run/model.zip`` gives TensorBoard's run the folder's name (SB3 adds ``_1``), not the env id's."""
+    assert sorted(p.name for p in (trained["dir"] / "tb").iterdir() if p.is_dir()) == ["run_1"]
+
+
 def _scalars(tb_dir: Path) -> dict[str, list[float]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
