@@ -128,8 +128,11 @@ def text_report(summary: pd.DataFrame, family: Family, md_path: Path | None = No
     return "\n".join(lines) + "\n"
 
 
-def plot_summary(summary: pd.DataFrame, family: Family, path: Path) -> Path:
-    """A bar chart with 95% CI error bars per metric (one panel each); the agent's bar is highlighted."""
+def plot_summary(summary: pd.DataFrame, family: Family, path: Path, verdicts: Sequence[Any] = ()) -> Path:
+    """A bar chart with 95% CI error bars per metric (one panel each); the agent's bar is highlighted. With
+    ``verdicts`` (:class:`servegym.agents.protocol.Verdict`, one per baseline) a last panel draws what the verdict
+    reads: the agent's paired KPI difference against each baseline with its paired 95% CI, green where the agent
+    beats it. The per-policy bars are unpaired, so theirs can overlap where the paired CI excludes 0."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -141,7 +144,8 @@ def plot_summary(summary: pd.DataFrame, family: Family, path: Path) -> Path:
         what = labels.get(family.saving_metric, family.saving_metric).split(" (")[0]
         labels[f"saving_vs_{family.reference}_pct"] = f"saving in {what} vs {family.reference} (%)"
     metrics = [c[:-5] for c in summary.columns if c.endswith("_mean")]
-    n = len(metrics)
+    verdicts = [v for v in verdicts if math.isfinite(v.kpi_diff)]
+    n = len(metrics) + (1 if verdicts else 0)
     cols = min(3, n)
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
@@ -157,9 +161,25 @@ def plot_summary(summary: pd.DataFrame, family: Family, path: Path) -> Path:
         ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8)
         ax.set_title(labels.get(m, m), fontsize=9)
         ax.grid(axis="y", alpha=0.3)
+    if verdicts:
+        ax = axes.ravel()[len(metrics)]
+        y = np.arange(len(verdicts))
+        diff = np.array([v.kpi_diff for v in verdicts])
+        lo = np.array([v.kpi_diff - v.kpi_ci[0] for v in verdicts])
+        hi = np.array([v.kpi_ci[1] - v.kpi_diff for v in verdicts])
+        for i, v in enumerate(verdicts):
+            ax.errorbar(diff[i], y[i], xerr=[[np.nan_to_num(lo[i])], [np.nan_to_num(hi[i])]], fmt="o", capsize=3,
+                        color="tab:green" if v.beats else "tab:gray")
+        ax.axvline(0.0, color="black", lw=0.8)
+        ax.set_yticks(y, [v.baseline for v in verdicts], fontsize=8)
+        ax.set_ylim(-0.5, len(verdicts) - 0.5)
+        kpi = labels.get(verdicts[0].kpi, verdicts[0].kpi)
+        ax.set_title(f"agent - baseline, {kpi}\n(paired 95% CI; green: agent beats it)", fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
     for ax in axes.ravel()[n:]:
         ax.axis("off")
-    fig.suptitle("agent (red) vs baselines: mean ± 95% CI over the same seeds", fontsize=10)
+    fig.suptitle("agent (red) vs baselines: mean ± 95% CI over the same seeds"
+                 + ("; last panel: the paired differences the verdicts read" if verdicts else ""), fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     save_figure(fig, path, dpi=110)
@@ -229,7 +249,7 @@ def _evaluate_model(env_id: str | None, model_path: str | Path, episodes: int, b
         by_baseline = run_baseline_episodes(family, env, names, seeds, strict=strict, progress=bar)
         for res in by_baseline.values():
             results += res
-        verdicts = _verdicts(env, [r for r in results if r.policy == "agent"], by_baseline)
+        verdicts, paired = _verdicts(env, [r for r in results if r.policy == "agent"], by_baseline)
     finally:
         bar.close()
         env.close()
@@ -246,17 +266,20 @@ def _evaluate_model(env_id: str | None, model_path: str | Path, episodes: int, b
                                          + markdown_table(summ) + "\n"
                                          + "".join(f"{line}  \n" for line in explanations(summ, family, 10_000))
                                          + "".join(f"{line}  \n" for line in verdicts))
-        files["plot"] = plot_summary(summ, family, d / "summary.png")
+        files["plot"] = plot_summary(summ, family, d / "summary.png", paired)
     return EvalReport(episodes=eps, summary=summ, files=files, env_id=env_id, verdicts=verdicts)
 
 
-def _verdicts(env: gym.Env, agent: list[EpisodeResult], baselines: dict[str, list[EpisodeResult]]) -> tuple[str, ...]:
+def _verdicts(env: gym.Env, agent: list[EpisodeResult], baselines: dict[str, list[EpisodeResult]]
+              ) -> tuple[tuple[str, ...], list[Any]]:
     """The agent's paired verdict against every baseline (:func:`servegym.agents.protocol.paired_verdict`,
-    the one rule the leaderboard uses), then the rule itself; nothing for an env without a KPI."""
+    the one rule the leaderboard uses) as lines, then the rule itself, and the verdicts themselves (for the
+    plot); nothing for an env without a KPI."""
     from servegym.agents import protocol
 
     kpi = protocol.kpi_metric(env)
     if not agent or kpi not in agent[0].metrics:
-        return ()
-    lines = [protocol.paired_verdict(agent, res, kpi, name).text("agent") for name, res in baselines.items()]
-    return (*lines, f"({protocol.BEATS_RULE})") if lines else ()
+        return (), []
+    paired = [protocol.paired_verdict(agent, res, kpi, name) for name, res in baselines.items()]
+    lines = [v.text("agent") for v in paired]
+    return ((*lines, f"({protocol.BEATS_RULE})") if lines else ()), paired

@@ -63,6 +63,42 @@ def test_evaluate_summary_plot_keeps_ci_above_zero(tmp_path: Path) -> None:
     assert_renders(plot_summary(summary_frame(episodes_frame(res, fam)), fam, tmp_path / "summary.png"))
 
 
+def test_evaluate_summary_plot_draws_the_paired_verdicts(tmp_path: Path) -> None:
+    """Unpaired bars can overlap where the paired CI excludes 0: the last panel draws the paired difference the
+    verdict reads, per baseline (green where the agent beats it)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+    from servegym.agents import protocol
+    from servegym.agents.evaluate import episodes_frame, plot_summary, summary_frame
+    from servegym.agents.families import EpisodeResult, family_for
+
+    fam = family_for("servegym/GeoRoute-v0")
+    # scenario-to-scenario spread (10 g) far above the agent's steady 0.5-g saving: unpaired CIs overlap
+    res = [EpisodeResult(p, s, 0.0, 100, {"carbon_g": 10.0 * s + c, "slo_violation_pct": 0.0})
+           for s in range(5) for p, c in (("agent", 12.0), ("rr", 12.5), ("ll", 12.0))]
+    by = {p: [r for r in res if r.policy == p] for p in ("rr", "ll")}
+    agent = [r for r in res if r.policy == "agent"]
+    paired = [protocol.paired_verdict(agent, by[p], "carbon_g", p) for p in ("rr", "ll")]
+    assert paired[0].beats and not paired[1].beats
+    drawn: list = []
+    real = plt.Axes.errorbar
+
+    def spy(self, x, y, *a, **k):  # type: ignore[no-untyped-def]
+        if np.isscalar(x):  # the verdict panel's points (the bars' error bars come as arrays)
+            drawn.append((self.get_title(), float(x), k.get("color")))
+        return real(self, x, y, *a, **k)
+
+    plt.Axes.errorbar = spy  # type: ignore[method-assign]
+    try:
+        png = plot_summary(summary_frame(episodes_frame(res, fam)), fam, tmp_path / "summary.png", paired)
+    finally:
+        plt.Axes.errorbar = real  # type: ignore[method-assign]
+    assert_renders(png)
+    assert [(x, c) for _, x, c in drawn] == [(-0.5, "tab:green"), (0.0, "tab:gray")]
+
+
 def test_pd_compare_deployment_plot(tmp_path: Path) -> None:
     from servegym.cli import main
 
