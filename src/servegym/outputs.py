@@ -137,11 +137,16 @@ def save_model(model: Any, path: str | os.PathLike[str]) -> Path:
 
 
 # --------------------------------------------------------------------------- folders, overwrite and locks
+def _missing_folders(path: str | os.PathLike[str]) -> list[Path]:
+    """``path`` and its parents that do not exist yet, deepest first."""
+    p = Path(os.path.abspath(path))
+    return [d for d in (p, *p.parents) if not d.exists()]
+
+
 def make_folders(path: str | os.PathLike[str]) -> list[Path]:
     """``mkdir -p path``; returns the folders it created, deepest first, for :func:`remove_empty_folders`."""
-    p = Path(path)
-    missing = [d for d in (p, *p.parents) if not d.exists()]
-    p.mkdir(parents=True, exist_ok=True)
+    missing = _missing_folders(path)
+    Path(path).mkdir(parents=True, exist_ok=True)
     return missing
 
 
@@ -166,11 +171,7 @@ def created_folders_removed_on_error(folder: str | os.PathLike[str]) -> Iterator
     """Run the block; if it raises, remove the folders it created at and above ``folder`` and the empty
     folders it created inside them, bottom up. Only folders that did not exist before the block and are
     empty are removed (``os.rmdir`` refuses anything else), so no file is ever deleted."""
-    new: list[Path] = []  # deepest first
-    d = Path(os.path.abspath(folder))
-    while not d.exists() and d != d.parent:
-        new.append(d)
-        d = d.parent
+    new = _missing_folders(folder)
     try:
         yield
     except BaseException:
@@ -178,9 +179,7 @@ def created_folders_removed_on_error(folder: str | os.PathLike[str]) -> Iterator
             for root, _, _ in sorted(os.walk(new[0]), key=lambda w: -len(w[0])):  # inside, deepest first
                 with contextlib.suppress(OSError):
                     os.rmdir(root)
-            for f in new[1:]:
-                with contextlib.suppress(OSError):
-                    f.rmdir()
+            remove_empty_folders(new[1:])
         raise
 
 
