@@ -21,6 +21,8 @@ from servegym.errors import ConfigError
 GEO_METRICS = (
     MetricSpec("carbon_g", ("carbon_g",), label="carbon over the serving window (gCO2)"),
     MetricSpec("slo_violation_pct", ("slo_violation_pct",), label="SLO violation (%)"),
+    # the requests the violation share counts (finished + unfinished): the verdict's SLO resolution
+    MetricSpec("slo_requests", ("arrived",), lower_is_better=False, label="requests the SLO share counts"),
     MetricSpec("ttft_p50_s", ("ttft_p50_s",), label="p50 TTFT (s)"),
     MetricSpec("ttft_p99_s", ("ttft_p99_s",), label="p99 TTFT (s)"),
     MetricSpec("tpot_p99_s", ("tpot_p99_s",), label="p99 TPOT (s)"),
@@ -83,6 +85,8 @@ PD_METRICS = (
     MetricSpec("cost_usd", ("cost_usd",), agg="sum", label="energy cost (USD)"),
     MetricSpec("slo_violation_pct", ("slo_violation_pct",), agg="wmean", weight_key="arrived",
                label="SLO violation (%)"),
+    MetricSpec("slo_requests", ("arrived",), agg="sum", lower_is_better=False,
+               label="requests the SLO share counts (arrived)"),
     MetricSpec("ttft_mean_s", ("ttft_s",), agg="wmean", weight_key="arrived", label="mean TTFT (s)"),
     MetricSpec("power_w", ("power_w",), agg="mean", label="mean facility power (W)"),
     MetricSpec("cap_excess_kwh", ("cap_excess_kwh",), agg="sum", label="power-cap excess (kWh)"),
@@ -97,6 +101,8 @@ NPU_METRICS = (
     MetricSpec("energy_j", ("energy_j",), agg="sum", label="energy (J)"),
     MetricSpec("cost_usd", ("cost_usd",), agg="sum", label="cost (USD)"),
     MetricSpec("tokens", ("tokens",), agg="sum", lower_is_better=False, label="tokens served"),
+    MetricSpec("slo_requests", ("finished",), agg="sum", lower_is_better=False,
+               label="requests the SLO share counts (finished)"),
     MetricSpec("slo_violation_pct", ("slo_violation_pct",), agg="wmean", weight_key="finished",
                label="SLO violation (%)"),
     MetricSpec("slo_misses", ("slo_misses",), agg="sum", label="SLO misses (requests)"),

@@ -26,7 +26,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from servegym.agents import protocol
 from servegym.agents import time_to_strongest as tts
 from servegym.agents.families import EpisodeResult, family_for, run_baseline_episodes
 from servegym.agents.rollout import agent_act_fn, play_episode, seeds_from
+from servegym.agents.verdict import verdict_ranking
 
 from servegym.errors import ConfigError
 from servegym.outputs import save_figure, write_frame, write_text
@@ -161,9 +162,10 @@ def evaluate_policy(env_id: str, policy: str | None = None, model: str | Path | 
             runs = run_policy_episodes(env_id, env, anchor_names, seeds, progress=bar)
             if acts:
                 results = []
-                for act in acts:
+                for unit, act in enumerate(acts):  # one unit per model (training seed) for the verdict's CI
                     for s in seeds:
-                        results.append(play_episode(env, act, s, str(label), family_for(env_id).metrics))
+                        results.append(replace(play_episode(env, act, s, str(label), family_for(env_id).metrics),
+                                               train_seed=unit))
                         bar.update(1)
             elif name in runs:
                 results = runs[name]
@@ -180,21 +182,27 @@ def evaluate_policy(env_id: str, policy: str | None = None, model: str | Path | 
 
 @dataclass(frozen=True)
 class Candidate:
-    """One candidate's validation result in :func:`select_strongest`."""
+    """One candidate's validation result in :func:`select_strongest`: its score and KPIs, and which other
+    candidates beat it and which it beats under the protocol's verdict."""
 
     policy: str
     score_mean: float
     score_ci: tuple[float, float]
     kpi: float
     slo_violation_pct: float
+    beaten_by: tuple[str, ...] = ()
+    beats: tuple[str, ...] = ()
+    mean_return: float = math.nan
 
 
-def select_strongest(env_id: str, candidates: Sequence[str], episodes: int = 10, seed: int = VALIDATION_SEED,
+def select_strongest(env_id: str, candidates: Sequence[str], episodes: int = 30, seed: int = VALIDATION_SEED,
                      split: str = "validation", env_kwargs: dict[str, Any] | None = None, progress: bool = False
                      ) -> list[Candidate]:
-    """Every candidate baseline on ``episodes`` episodes of the validation split, scored on the env's
-    scale (the oracle's where it has one), best mean score first: the first is the ``strongest``
-    yardstick. The test split is never read."""
+    """Every candidate baseline on ``episodes`` episodes of the validation split, ranked by the verdict's own
+    rule (:func:`servegym.agents.verdict.verdict_ranking`: fewest candidates that beat it, then most it
+    beats, then the highest mean return): the first is the ``strongest`` yardstick, a policy no candidate
+    beats under the rule the leaderboard judges agents by. Scores (on the env's scale, the oracle's where it
+    has one) are reported beside it. The test split is never read."""
     if split == "test":
         raise ConfigError("select_strongest: split = 'test'; allowed: a split other than test (validation)")
     env = make_split_env(env_id, split, env_kwargs)
@@ -212,18 +220,17 @@ def select_strongest(env_id: str, candidates: Sequence[str], episodes: int = 10,
     scale = protocol.make_scale(env_id, anchors[roles["naive"]], anchors[roles["paper"]],
                                 anchors.get(roles.get("oracle", "")))
     out = []
-    for c in candidates:
-        sc = scale.scores(runs[c])
-        st = protocol.score_stats(sc)
-        out.append(Candidate(c, st.mean, st.mean_ci, protocol.mean_metric(runs[c], kpi),
-                             protocol.mean_metric(runs[c], protocol.SLO_METRIC)))
-    return sorted(out, key=lambda c: -c.score_mean if math.isfinite(c.score_mean) else math.inf)
+    for r in verdict_ranking({c: runs[c] for c in dict.fromkeys(candidates)}, kpi):
+        st = protocol.score_stats(scale.scores(runs[r.policy]))
+        out.append(Candidate(r.policy, st.mean, st.mean_ci, r.kpi, r.slo_violation_pct, r.beaten_by, r.beats,
+                             r.mean_return))
+    return out
 
 
 def text_summary(ev: PolicyEvaluation) -> str:
     """A few lines for the terminal: the scale, scores, KPIs beside the yardsticks', the paired verdicts."""
     rec = ev.record()
-    st = protocol.score_stats(ev.scores)
+    st = protocol.score_stats(ev.scores, results=ev.results)
     lines = [f"{ev.env_id} · {ev.policy} · split {ev.split} · {rec['episodes']} episodes",
              f"  scale: {ev.scale.name}",
              f"  normalized score: IQM {_f(st.iqm)} [{_f(st.iqm_ci[0])}, {_f(st.iqm_ci[1])}]"
@@ -882,7 +889,7 @@ def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]],
             if not res:
                 continue
             scores = board.scores(p)
-            st = protocol.score_stats(scores)
+            st = protocol.score_stats(scores, results=res)
             poi, poi_ci = protocol.probability_of_improvement(scores, strong_scores)
             runs = [o for o in mine if (o["kind"] == "train") == p.startswith("agent:")
                     and (o["kind"] == "train" or o["rows"][0]["policy"] == p)]
@@ -916,7 +923,16 @@ def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]],
                          "kpi_diff_vs_strongest": math.nan if verdict is None else verdict.kpi_diff,
                          "kpi_diff_lo": math.nan if verdict is None else verdict.kpi_ci[0],
                          "kpi_diff_hi": math.nan if verdict is None else verdict.kpi_ci[1],
+                         "kpi_diff_pct": math.nan if verdict is None else verdict.kpi_diff_pct,
                          "slo_diff_vs_strongest_pp": math.nan if verdict is None else verdict.slo_diff_pp,
+                         "slo_diff_lo": math.nan if verdict is None else verdict.slo_ci[0],
+                         "slo_diff_hi": math.nan if verdict is None else verdict.slo_ci[1],
+                         "slo_tolerance_pp": math.nan if verdict is None else verdict.slo_tolerance_pp,
+                         "return_diff": math.nan if verdict is None else verdict.return_diff,
+                         "return_diff_lo": math.nan if verdict is None else verdict.return_ci[0],
+                         "return_diff_hi": math.nan if verdict is None else verdict.return_ci[1],
+                         "seeds_beating": -1 if verdict is None else verdict.seeds_beating,
+                         "outcome_vs_strongest": "" if verdict is None else verdict.outcome,
                          "beats_strongest": bool(verdict is not None and verdict.beats),
                          "beats_naive": protocol.beats(res, board.by_policy[board.roles["naive"]], kpi),
                          "gap_closed": closed, "gap_closed_lo": closed_ci[0], "gap_closed_hi": closed_ci[1],
@@ -948,8 +964,10 @@ def _result(row: dict[str, Any]) -> EpisodeResult:
     metrics = {k: float(v) for k, v in row.items() if k not in core and isinstance(v, (int, float))
                and not isinstance(v, bool) and math.isfinite(float(v))}
     # agents pooled over training seeds: one episode per (training seed, test seed)
+    ts = row.get("train_seed")
+    train_seed = int(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts) else -1
     return EpisodeResult(policy=row["policy"], seed=int(row["seed"]), reward=float(row["reward"]),
-                         length=int(row["length"]), metrics=metrics)
+                         length=int(row["length"]), metrics=metrics, train_seed=train_seed)
 
 
 def write_leaderboard(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]],
@@ -1025,10 +1043,12 @@ def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[di
              "Score per episode: 0 = naive, 100 = the hindsight oracle on the same scenario, 100 (R - R_naive) / "
              "(R_oracle - R_naive); an id without an oracle in its runs falls back to 100 = the paper's method "
              "(pooled gap) and its section says so (`servegym.agents.protocol`). IQM and mean with 95 % "
-             "bootstrap CIs over episodes (agents: training seeds x test episodes). Headroom: 100 - the strongest "
+             "bootstrap CIs over episodes (agents: training seeds and test episodes both resampled). Headroom: 100 - the strongest "
              "baseline's score (chosen on the validation split), with its CI. Gap closed: an agent's share of the "
              "strongest-to-oracle gap, (S - S_strongest) / (100 - S_strongest). vs strongest: the paired KPI "
-             f"difference [95 % CI] on the same episodes. {protocol.BEATS_RULE}. "
+             "difference [95 % CI] on the same episodes, in % of the strongest's KPI, the SLO difference with its CI "
+             "and tolerance, the return difference; beats strongest: yes, or the outcome (tie, worse, slo, return) "
+             f"and for agents how many training seeds beat on their own. {protocol.BEATS_RULE}. "
              "Agents: each seed's checkpoint chosen on the validation split only. " + tts.LEADERBOARD_NOTE + " Generated by "
              f"`servegym benchmark --suite --budget {budget}` (one `--envs` run per id; each section states its "
              "wall time).", ""]
@@ -1051,18 +1071,23 @@ def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[di
                   f"Scale: {scale}." + (f" Missing: {notes}." if notes else "") + f" {head}{_above_strongest(sub)}", ""]
         kpi = sub["kpi"].iloc[0] if len(sub) else "kpi"
         lines += [f"| policy | role | score mean [95% CI] | score IQM [95% CI] | {kpi} | SLO viol. % "
-                  f"| vs strongest: {kpi} diff [95% CI] | beats strongest | gap closed [95% CI] | wall s | env steps "
+                  f"| vs strongest: {kpi} diff [95% CI] (%), SLO diff [CI] (tolerance), return diff | beats strongest | gap closed [95% CI] | wall s | env steps "
                   f"| {tts.MD_HEADER} |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for _, r in sub.iterrows():
             diff = ("-" if not math.isfinite(r.kpi_diff_vs_strongest) else
-                    f"{r.kpi_diff_vs_strongest:+.4g} [{r.kpi_diff_lo:+.4g}, {r.kpi_diff_hi:+.4g}], "
-                    f"SLO {r.slo_diff_vs_strongest_pp:+.3g} pp")
+                    f"{r.kpi_diff_vs_strongest:+.4g} [{r.kpi_diff_lo:+.4g}, {r.kpi_diff_hi:+.4g}] "
+                    f"({r.kpi_diff_pct:+.2g} %), SLO {r.slo_diff_vs_strongest_pp:+.3g} pp "
+                    f"[{r.slo_diff_lo:+.3g}, {r.slo_diff_hi:+.3g}] (tol. {r.slo_tolerance_pp:.2g}), "
+                    f"return {r.return_diff:+.4g}")
+            verdict = ("-" if not r.outcome_vs_strongest else
+                       f"{'**yes**' if r.beats_strongest else r.outcome_vs_strongest}"
+                       + (f" ({r.seeds_beating} of {r.seeds} seeds)" if r.role == "agent" else ""))
             closed = ("-" if not math.isfinite(r.gap_closed) else
                       f"{r.gap_closed:.2f} [{r.gap_closed_lo:.2f}, {r.gap_closed_hi:.2f}]")
             lines.append(f"| {r.policy} | {r.role} | {_f(r.score_mean)} [{_f(r.score_mean_lo)}, {_f(r.score_mean_hi)}] | "
                          f"{_f(r.score_iqm)} [{_f(r.score_iqm_lo)}, {_f(r.score_iqm_hi)}] | "
                          f"{r.get(kpi, math.nan):.4g} | {r.get(protocol.SLO_METRIC, math.nan):.3f} | {diff} | "
-                         f"{'yes' if r.beats_strongest else 'no'} | {closed} | {r.wall_s:,.0f} | {r.env_steps:,} | "
+                         f"{verdict} | {closed} | {r.wall_s:,.0f} | {r.env_steps:,} | "
                          f"{r.get('time_to_strongest') or '-'} |")
         lines.append("")
     lines += [f"![performance profiles]({files['profiles'].name})", "",

@@ -49,13 +49,15 @@ class MetricSpec:
 
 @dataclass(frozen=True)
 class EpisodeResult:
-    """One episode of one policy: ``reward`` is the undiscounted return, ``metrics`` the domain scalars."""
+    """One episode of one policy: ``reward`` is the undiscounted return, ``metrics`` the domain scalars,
+    ``train_seed`` the training seed of the agent that played it (-1: a baseline, or not recorded)."""
 
     policy: str
     seed: int
     reward: float
     length: int
     metrics: dict[str, float] = field(default_factory=dict)
+    train_seed: int = -1
 
     def row(self) -> dict[str, Any]:
         return {"policy": self.policy, "seed": self.seed, "reward": self.reward, "length": self.length,

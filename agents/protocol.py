@@ -43,13 +43,11 @@ over episodes, paired bootstrap CI), the room a learner has above the best thing
 an agent's share of the gap closed = (S_agent - S_strongest) / (100 - S_strongest) on the same episodes
 (:func:`gap_closed`; 1 = reaches the oracle, 0 = the strongest baseline, < 0 = below it).
 
-**Beats** (:func:`paired_verdict`, the one rule the leaderboard and ``servegym evaluate`` use). On the
-same episodes, with the differences agent - baseline of the KPI (geo gCO2; pd the objective's energy,
-carbon or cost; npu energy or cost) and of the SLO violation (%) averaged per scenario (over an agent's
-training seeds) and a paired bootstrap over scenarios: the agent *beats* the baseline when its KPI is
-lower with the 95 % CI of the difference excluding 0, **and** its mean SLO violation exceeds the
-baseline's by no more than ``max(0.05 pp, 10 % of the baseline's violation)`` (:func:`slo_tolerance_pp`).
-One paired episode has no CI and is never a win.
+**Beats** (:func:`paired_verdict`, the one rule the leaderboard, ``servegym evaluate`` and training use;
+:mod:`servegym.agents.verdict` states it in full). On the same episodes, with a crossed bootstrap that resamples
+an agent's training seeds and the test episodes: the KPI lower with the CI of the difference below 0, the
+SLO difference's CI upper bound within max(10 % of the baseline's violation, one request's share of an
+episode), and the mean return not lower. A tie is reported as a tie; fewer than two paired episodes never win.
 
 **Statistics** (Agarwal et al., "Deep RL at the Edge of the Statistical Precipice", NeurIPS 2021, with
 its ``rliable`` library): IQM and mean of the normalized scores with 95 % stratified-bootstrap
@@ -71,6 +69,24 @@ from typing import Any
 
 import numpy as np
 from servegym.agents.families import EpisodeResult, Family, family_accepts, family_for
+from servegym.agents.verdict import (  # noqa: F401  (the verdict is part of the protocol's public names)
+    BEATS_RULE,
+    BOOTSTRAP_REPS,
+    CONFIDENCE,
+    SLO_COUNT_METRIC,
+    SLO_METRIC,
+    SLO_TOL_REL,
+    Verdict,
+    _json_float,
+    beats,
+    crossed_ci,
+    crossed_iqm_ci,
+    paired_verdict,
+    per_seed_means,
+    slo_resolution_pp,
+    slo_tolerance_pp,
+    value_table,
+)
 
 from servegym.errors import ConfigError
 
@@ -235,14 +251,6 @@ def checkpoint_references(env_id: str) -> dict[str, str] | None:
 #: Smallest anchor gap (oracle - naive per episode, or the pooled paper - naive) relative to the anchors'
 #: mean magnitude that gives an episode or a set of scenarios a scale (module docstring).
 REFERENCE_GAP_MIN = 1e-3
-#: The "beats" rule's SLO tolerance: max(SLO_TOL_FLOOR_PP, SLO_TOL_REL x the baseline's violation %).
-SLO_TOL_FLOOR_PP = 0.05
-SLO_TOL_REL = 0.10
-#: Bootstrap resamples and confidence of every CI.
-BOOTSTRAP_REPS = 2000
-CONFIDENCE = 0.95
-#: The SLO metric every family reports (violation %, servegym's one SLO convention).
-SLO_METRIC = "slo_violation_pct"
 
 
 def references(env_id: str) -> dict[str, str]:
@@ -461,15 +469,39 @@ class ScoreStats:
     iqm_ci: tuple[float, float]
 
 
-def score_stats(scores: Sequence[float], seed: int = 0) -> ScoreStats:
-    """IQM and mean with 95 % bootstrap CIs of one policy's scores (NaN scores left out)."""
+def score_stats(scores: Sequence[float], seed: int = 0, results: Sequence[EpisodeResult] | None = None
+                ) -> ScoreStats:
+    """IQM and mean with 95 % bootstrap CIs of one policy's scores (NaN scores left out).
+
+    With ``results`` (the runs the scores belong to, in order) and more than one training seed among them,
+    the runs are not independent: the CIs come from the crossed bootstrap over training seeds and test
+    episodes (:mod:`servegym.agents.verdict`) on the seeds x episodes table of scores (episodes every seed
+    played with a finite score); the point estimates stay those of all finite runs."""
     x = np.asarray(scores, dtype=np.float64)
     ok = x[np.isfinite(x)]
     if ok.size == 0:
         return ScoreStats(0, int(x.size), math.nan, (math.nan, math.nan), math.nan, (math.nan, math.nan))
-    return ScoreStats(n=int(ok.size), undefined=int(x.size - ok.size), mean=_mean(ok),
-                      mean_ci=_bootstrap_ci([ok], _mean_along, seed), iqm=_iqm(ok),
-                      iqm_ci=_bootstrap_ci([ok], _iqm_along, seed))
+    table = _unit_table(results, x) if results is not None else None
+    if table is not None:
+        mean_ci, iqm_ci = crossed_ci(table, seed), crossed_iqm_ci(table, seed)
+    else:
+        mean_ci, iqm_ci = _bootstrap_ci([ok], _mean_along, seed), _bootstrap_ci([ok], _iqm_along, seed)
+    return ScoreStats(n=int(ok.size), undefined=int(x.size - ok.size), mean=_mean(ok), mean_ci=mean_ci,
+                      iqm=_iqm(ok), iqm_ci=iqm_ci)
+
+
+def _unit_table(results: Sequence[EpisodeResult], scores: np.ndarray) -> np.ndarray | None:
+    """The (training seeds, episodes) table of ``scores`` (None with one seed or no complete episode)."""
+    if len(results) != len(scores):
+        raise ValueError(f"score_stats: {len(scores)} scores for {len(results)} runs")
+    scored = [replace(r, reward=float(v)) for r, v in zip(results, scores, strict=True)]
+    t = value_table(scored, "reward")
+    if len(t) < 2:
+        return None
+    eps = sorted(set.intersection(*(set(v) for v in t.values())))
+    if not eps:
+        return None
+    return np.array([[t[u][e] for e in eps] for u in sorted(t)], dtype=np.float64)
 
 
 def probability_of_improvement(x: Sequence[float], y: Sequence[float], seed: int = 0
@@ -538,23 +570,6 @@ def mean_metric(results: Sequence[EpisodeResult], key: str) -> float:
     return float(np.mean(vals)) if vals else math.nan
 
 
-def slo_tolerance_pp(baseline_slo_pct: float) -> float:
-    """How much higher (percentage points) an agent's SLO violation may be than the baseline's and
-    still count as a win: max(0.05 pp, 10 % of the baseline's violation) (module docstring)."""
-    return max(SLO_TOL_FLOOR_PP, SLO_TOL_REL * max(float(baseline_slo_pct), 0.0))
-
-
-def per_seed_means(results: Sequence[EpisodeResult], key: str) -> dict[int, float]:
-    """Reset seed -> mean of ``key`` (``"reward"`` or a metric) over the runs of that scenario (an agent's
-    training seeds), finite values only."""
-    acc: dict[int, list[float]] = {}
-    for r in results:
-        v = r.reward if key == "reward" else r.metrics.get(key, math.nan)
-        if math.isfinite(v):
-            acc.setdefault(r.seed, []).append(float(v))
-    return {s: float(np.mean(v)) for s, v in acc.items()}
-
-
 def _paired_ci(samples: Sequence[np.ndarray], statistic: Any, seed: int = 0) -> tuple[float, float]:
     """Percentile CI of ``statistic(*samples, axis=-1)`` resampling the aligned samples together (paired)."""
     from scipy import stats
@@ -569,85 +584,6 @@ def _paired_ci(samples: Sequence[np.ndarray], statistic: Any, seed: int = 0) -> 
                           method="percentile", vectorized=True, batch=500, rng=np.random.default_rng(seed))
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (point, point)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The paired verdict of a policy against a baseline on the same scenarios (module docstring):
-    differences are policy - baseline, per scenario (policy runs averaged over training seeds)."""
-
-    baseline: str
-    kpi: str
-    episodes: int  # scenarios both played
-    kpi_diff: float
-    kpi_ci: tuple[float, float]
-    slo_diff_pp: float
-    slo_ci: tuple[float, float]
-    slo_tolerance_pp: float
-    beats: bool
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"baseline": self.baseline, "kpi": self.kpi, "episodes": self.episodes,
-                "kpi_diff": _json_float(self.kpi_diff), "kpi_diff_ci": [_json_float(v) for v in self.kpi_ci],
-                "slo_diff_pp": _json_float(self.slo_diff_pp), "slo_diff_ci": [_json_float(v) for v in self.slo_ci],
-                "slo_tolerance_pp": _json_float(self.slo_tolerance_pp), "beats": self.beats}
-
-    @property
-    def within_noise(self) -> bool:
-        """The KPI difference's paired 95 % CI includes 0 (or there is no CI): no difference is shown either way."""
-        lo, hi = self.kpi_ci
-        return self.episodes < 2 or not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0.0 <= hi
-
-    def reason(self) -> str:
-        """Why the verdict is what it is, in a few words."""
-        if self.beats:
-            return f"lower {self.kpi} beyond noise, SLO within tolerance"
-        if self.episodes < 2:
-            return "one paired episode: no CI, never a win"
-        if self.within_noise:
-            return f"{self.kpi} difference within noise (the 95 % CI includes 0)"
-        if self.kpi_ci[1] < 0.0:
-            return f"lower {self.kpi} but SLO violation above the tolerance"
-        return f"higher {self.kpi} beyond noise"
-
-    def text(self, policy: str) -> str:
-        word = "beats" if self.beats else "does not beat"
-        return (f"{policy} {word} {self.baseline} ({self.reason()}): {self.kpi} {self.kpi_diff:+.4g} "
-                f"[{self.kpi_ci[0]:+.4g}, "
-                f"{self.kpi_ci[1]:+.4g}], SLO violation {self.slo_diff_pp:+.3g} pp [{self.slo_ci[0]:+.3g}, "
-                f"{self.slo_ci[1]:+.3g}] (tolerance {self.slo_tolerance_pp:.3g} pp; {self.episodes} paired episodes)")
-
-
-#: One line stating the rule, for tables and terminal reports.
-BEATS_RULE = ("beats = KPI lower with the paired 95 % bootstrap CI of the difference excluding 0, and SLO "
-              "violation no more than max(0.05 pp, 10 % of the baseline's) above the baseline's, on the same episodes")
-
-
-def paired_verdict(policy: Sequence[EpisodeResult], baseline: Sequence[EpisodeResult], kpi: str,
-                   baseline_name: str = "", seed: int = 0) -> Verdict:
-    """The protocol's "beats" rule (module docstring) with its paired bootstrap CIs."""
-    pk, bk = per_seed_means(policy, kpi), per_seed_means(baseline, kpi)
-    ps, bs = per_seed_means(policy, SLO_METRIC), per_seed_means(baseline, SLO_METRIC)
-    seeds = sorted(set(pk) & set(bk) & set(ps) & set(bs))
-    name = baseline_name or (baseline[0].policy if baseline else "")
-    if not seeds:
-        nan2 = (math.nan, math.nan)
-        return Verdict(name, kpi, 0, math.nan, nan2, math.nan, nan2, math.nan, False)
-    dk = np.array([pk[s] - bk[s] for s in seeds])
-    ds = np.array([ps[s] - bs[s] for s in seeds])
-    b_slo = float(np.mean([bs[s] for s in seeds]))
-    tol = slo_tolerance_pp(b_slo)
-    kci = _paired_ci([dk], _mean_along, seed)
-    sci = _paired_ci([ds], _mean_along, seed)
-    slo_diff = float(np.mean(ds))
-    # one paired episode has no CI: nothing is shown to exclude 0
-    ok = bool(len(seeds) >= 2 and kci[1] < 0.0 and slo_diff <= tol)
-    return Verdict(name, kpi, len(seeds), float(np.mean(dk)), kci, slo_diff, sci, tol, ok)
-
-
-def beats(agent: Sequence[EpisodeResult], baseline: Sequence[EpisodeResult], kpi: str) -> bool:
-    """The protocol's "beats" rule on the same episodes (:func:`paired_verdict`)."""
-    return paired_verdict(agent, baseline, kpi).beats
 
 
 # ---------------------------------------------------------------------------------- headroom and gap
@@ -711,13 +647,8 @@ def benchmark_record(env_id: str, policy: str, split: str | None, results: Seque
     """The machine-readable result of one policy on one env id: exactly ``env``,
     ``policy``, ``split``, ``episodes``, ``score_mean``, ``score_iqm``, ``score_ci`` (the IQM's 95 % CI,
     [low, high]) and ``kpis`` (the domain KPIs' means)."""
-    st = score_stats(scores)
+    st = score_stats(scores, results=results)
     return {"env": env_id, "policy": policy, "split": split, "episodes": len(results),
             "score_mean": _json_float(st.mean), "score_iqm": _json_float(st.iqm),
             "score_ci": [_json_float(st.iqm_ci[0]), _json_float(st.iqm_ci[1])],
             "kpis": {k: _json_float(v) for k, v in kpi_means(results, family_for(env_id)).items()}}
-
-
-def _json_float(v: float) -> float | None:
-    """JSON has no NaN: an undefined statistic is null."""
-    return float(v) if math.isfinite(v) else None

@@ -17,9 +17,8 @@ path is used as it is.
    ``0 .. episodes-1``: the suite's policies (naive, the paper's method, the strongest, follow where the id has it,
    the oracle, the family's other baselines) and the 5 seeds' agents, all on the same episodes. Per shift: each
    policy's normalized score (0 = naive, 100 = the oracle, per episode, on the shift's own episodes), the agent's
-   paired verdict against the id's strongest baseline (chosen on validation, never on a shift; KPI per scenario
-   averaged over the training seeds, paired bootstrap over scenarios, SLO tolerance max(0.05 pp, 10 % of the
-   strongest's)), the gap closed, the shift's headroom, and which baseline scores best on the shift in hindsight
+   paired verdict against the id's strongest baseline (chosen on validation, never on a shift; the protocol's
+   rule, :mod:`servegym.agents.verdict`) (results stored before 2026-12-07 were judged with the earlier rule: episodes-only CIs, mean SLO within max(0.05 pp, 10 %)), the gap closed, the shift's headroom, and which baseline scores best on the shift in hindsight
    (with the agent's verdict against it where it is not the strongest).
 
 Results are written atomically after every (id, shift) to ``--out-dir``/agent_shifts.{json,md}; a rerun resumes:

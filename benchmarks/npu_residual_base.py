@@ -2,8 +2,7 @@
 baseline since the fluid TTFT fix) can gain (the headroom check before learning): NPUAutoscaleResidual-v0 with
 that ``reference`` at the quick suite's 2-h horizon, played with constant per-phase changes of the reference's
 vPod counts on the validation and the test split, each against the reference (= ``follow``, the all-zero action)
-under the protocol's paired verdict (energy lower with the paired 95 % CI below 0, SLO violation at most
-max(0.05 pp, 10 % of the reference's) above), plus the per-episode
+under the protocol's paired verdict (:mod:`servegym.agents.verdict`) (results stored before 2026-12-07 were judged with the earlier rule: episodes-only CIs, mean SLO within max(0.05 pp, 10 %)), plus the per-episode
 hindsight best of those constants (the least energy among the constants within the SLO tolerance on that
 episode: it knows the episode's outcome, so it is a yardstick, not a policy).
 

@@ -10,8 +10,8 @@ horizon) played on the validation split only with
   rows read the group state over each group's whole length range (``group_state_obs="range"``: with the default
   reading, utilization is 0 wherever NeuScale's vPods sit inside a range rather than at its edge),
 
-each against NeuScale (= ``follow``) under the protocol's paired verdict (energy lower with the paired 95 % CI
-below 0, SLO violation at most max(0.05 pp, 10 % of NeuScale's) above). Test episodes are not played: a rule
+each against NeuScale (= ``follow``) under the protocol's paired verdict (:mod:`servegym.agents.verdict`)
+(results stored before 2026-12-07 were judged with the earlier rule: episodes-only CIs, mean SLO within max(0.05 pp, 10 %)). Test episodes are not played: a rule
 that won here would be the one to test.
 
     nice -n 15 python benchmarks/npu_residual_rules.py [--episodes 10] [--hours 2]

@@ -2,9 +2,8 @@
 
 The strongest non-learned baseline (``min-power+forecast:0.97``) was chosen by the mean normalized score on
 the validation split (``benchmarks/pd_yardsticks.py``); the leaderboard's "beats" rule is a different
-criterion: the KPI (facility energy, kWh/day) lower with the paired 95 % bootstrap CI excluding 0, and SLO
-violation no more than max(0.05 pp, 10 % of the baseline's) above it
-(:func:`servegym.agents.protocol.paired_verdict`). This plays ``min-power+forecast:RHO`` for a few RHO on the
+criterion (:func:`servegym.agents.protocol.paired_verdict`, stated in :mod:`servegym.agents.verdict`)
+(results stored before 2026-12-07 were judged with the earlier rule: episodes-only CIs, mean SLO within max(0.05 pp, 10 %)). This plays ``min-power+forecast:RHO`` for a few RHO on the
 same 10 validation and 10 test episodes as the strongest and prints each one's energy, SLO violation, mean
 return and verdict against it, with the CPU time.
 

@@ -193,55 +193,20 @@ def test_references_that_swap_on_single_scenarios_keep_the_splits_scale() -> Non
     assert math.isnan(protocol.reference_gap([-362.845], [-362.733]))  # 0.03 % of the return: no scale
 
 
-def test_paired_verdict_needs_a_ci_below_zero_and_slo_within_the_scaled_tolerance() -> None:
-    """The one "beats" rule: KPI lower with the paired CI excluding 0, SLO violation no more than
-    max(0.05 pp, 10 % of the baseline's) above the baseline's; agent runs are averaged per scenario."""
-    def res(kpis: list[float], viols: list[float], seeds: list[int] | None = None) -> list[EpisodeResult]:
-        seeds = seeds or list(range(len(kpis)))
-        return [EpisodeResult("p", s, 0.0, 1, {"carbon_g": k, "slo_violation_pct": v})
-                for s, k, v in zip(seeds, kpis, viols, strict=True)]
-
-    base = res([10.0, 20.0, 30.0, 40.0], [1.0, 1.0, 1.0, 1.0])
-    assert protocol.slo_tolerance_pp(1.0) == pytest.approx(0.1) and protocol.slo_tolerance_pp(0.0) == 0.05
-    assert protocol.slo_tolerance_pp(50.0) == pytest.approx(5.0)
-    v = protocol.paired_verdict(res([9.0, 19.0, 29.5, 39.0], [1.0, 1.0, 1.1, 1.0]), base, "carbon_g")
-    assert v.beats and v.kpi_ci[1] < 0 and v.episodes == 4 and v.slo_diff_pp == pytest.approx(0.025)
-    assert v.kpi_diff == pytest.approx(-0.875)
-    assert v.text("agent").startswith("agent beats p (lower carbon_g beyond noise, SLO within tolerance): ")
-    # lower on average, but one scenario much worse: the paired CI reaches above 0, and the text says so
-    noisy = protocol.paired_verdict(res([5.0, 15.0, 25.0, 60.0], [1.0] * 4), base, "carbon_g")
-    assert not noisy.beats and noisy.within_noise and "within noise" in noisy.text("agent")
-    # bought with SLO violations: 0.2 pp above a 1 % baseline exceeds the 0.1-pp tolerance
-    slo = protocol.paired_verdict(res([9.0, 19.0, 29.0, 39.0], [1.2] * 4), base, "carbon_g")
-    assert not slo.beats and not slo.within_noise and "SLO violation above the tolerance" in slo.reason()
-    worse = protocol.paired_verdict(res([11.0, 21.0, 31.0, 41.0], [1.0] * 4), base, "carbon_g")
-    assert worse.reason() == "higher carbon_g beyond noise"
-    # at a 0 % baseline the floor of 0.05 pp applies
-    zero = res([10.0, 20.0], [0.0, 0.0])
-    assert protocol.beats(res([9.0, 18.0], [0.05, 0.05]), zero, "carbon_g")
-    assert not protocol.beats(res([9.0, 18.0], [0.06, 0.06]), zero, "carbon_g")
-    # an agent with two training seeds per scenario: differences are taken per scenario
-    two = res([9.0, 9.2, 19.0, 19.2], [1.0] * 4, seeds=[0, 0, 1, 1])
-    v2 = protocol.paired_verdict(two, base, "carbon_g")
-    assert v2.episodes == 2 and v2.kpi_diff == pytest.approx(-0.9)
-    assert not protocol.beats(res([10.0], [0.0]), res([10.0], [0.0]), "carbon_g")  # a tie is no win
-    assert not protocol.beats(res([5.0], [0.0]), res([10.0], [0.0]), "carbon_g")  # one episode: no CI, no win
-
-
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.floats(0.0, 100.0), st.floats(0.0, 100.0), st.floats(0.0, 5.0), st.floats(0.0, 5.0)),
                 min_size=1, max_size=8))
 def test_paired_verdict_invariants(eps: list[tuple[float, float, float, float]]) -> None:
-    """Never both ways round; never a win without a lower mean KPI, with one episode, or at an SLO
-    violation above the tolerance; the tolerance never below 0.05 pp."""
+    """Never both ways round; never a win without a lower mean KPI, with one episode, with the SLO
+    difference's CI above the tolerance or a lower return; the tolerance never below 10 % of the baseline's."""
     a = [EpisodeResult("a", i, 0.0, 1, {"carbon_g": k, "slo_violation_pct": v}) for i, (k, _, v, _) in enumerate(eps)]
     b = [EpisodeResult("b", i, 0.0, 1, {"carbon_g": k, "slo_violation_pct": v}) for i, (_, k, _, v) in enumerate(eps)]
     ab, ba = protocol.paired_verdict(a, b, "carbon_g"), protocol.paired_verdict(b, a, "carbon_g")
     assert not (ab.beats and ba.beats)
     if ab.beats:
         assert ab.kpi_diff < 0 and ab.kpi_ci[1] < 0 and len(eps) >= 2
-        assert ab.slo_diff_pp <= ab.slo_tolerance_pp
-    assert ab.slo_tolerance_pp >= protocol.SLO_TOL_FLOOR_PP
+        assert ab.slo_ci[1] <= ab.slo_tolerance_pp and ab.return_diff >= 0.0
+    assert ab.slo_tolerance_pp >= protocol.SLO_TOL_REL * np.mean([e[3] for e in eps]) - 1e-12
     assert ab.kpi_ci[0] <= ab.kpi_diff + 1e-9 and ab.kpi_diff <= ab.kpi_ci[1] + 1e-9
 
 
