@@ -125,22 +125,34 @@ def _unknown(family: str, name: str, allowed: tuple[str, ...]) -> ConfigError:
 PD_BASELINES = ("min-power", "min-power+lookahead", "static-peak", "threshold-hpa", "min-power+forecast", "oracle")
 
 
+#: The pd causal reference (servegym.baselines.pd.MinPowerPerfectForecast): min-power+forecast given the true
+#: arrivals of the next periods; ``min-power+perfect:<rho>`` takes a utilization target like the forecast rule.
+PD_CAUSAL_REFERENCES = ("min-power+perfect",)
+
+
 def _pd_policy(name: str) -> Any:
-    from servegym.baselines.pd import MinPowerForecast, MinPowerPareto, StaticPeak, ThresholdAutoscaler
+    from servegym.baselines.pd import (
+        MinPowerForecast,
+        MinPowerPareto,
+        MinPowerPerfectForecast,
+        StaticPeak,
+        ThresholdAutoscaler,
+    )
     from servegym.baselines.pd_oracle import HindsightOracle
 
     head, _, arg = name.partition(":")
-    if head == "min-power+forecast" and arg:
+    targeted = {"min-power+forecast": MinPowerForecast, "min-power+perfect": MinPowerPerfectForecast}
+    if head in targeted and arg:
         try:
             rho = float(arg)
         except ValueError:
             raise ConfigError(f"baseline = {name!r}: the utilization target must be a number in (0, 1]") from None
-        return MinPowerForecast(rho_bar=rho)
+        return targeted[head](rho_bar=rho)
     makers = {"min-power": lambda: MinPowerPareto(lookahead=0), "min-power+lookahead": lambda: MinPowerPareto(lookahead=1),
               "static-peak": StaticPeak, "threshold-hpa": ThresholdAutoscaler, "min-power+forecast": MinPowerForecast,
-              "oracle": HindsightOracle}
+              "min-power+perfect": MinPowerPerfectForecast, "oracle": HindsightOracle}
     if name not in makers:
-        raise _unknown("pd", name, PD_BASELINES)
+        raise _unknown("pd", name, (*PD_BASELINES, *PD_CAUSAL_REFERENCES))
     return makers[name]()
 
 
@@ -164,7 +176,7 @@ register_family(Family(name="geo", env_ids=("servegym/GeoRoute-v0", "servegym/Ge
                                          "servegym/GeoRouteWindow-v0": "ppo"}))
 PD_IDS = ("servegym/PDProvision-v0", "servegym/PDProvisionResidual-v0", "servegym/PDProvisionFront-v0")
 register_family(Family(name="pd", env_ids=PD_IDS, metrics=PD_METRICS,
-                       baselines=PD_BASELINES, run_baseline=run_pd_baseline,
+                       baselines=PD_BASELINES, run_baseline=run_pd_baseline, causal_references=PD_CAUSAL_REFERENCES,
                        recommended_algo=dict.fromkeys(PD_IDS, "maskable-ppo")))
 
 

@@ -199,8 +199,8 @@ def select_strongest(env_id: str, candidates: Sequence[str], episodes: int = 30,
                      split: str = "validation", env_kwargs: dict[str, Any] | None = None, progress: bool = False
                      ) -> list[Candidate]:
     """Every candidate baseline on ``episodes`` episodes of the validation split, ranked by the verdict's own
-    rule (:func:`servegym.agents.verdict.verdict_ranking`: fewest candidates that beat it, then most it
-    beats, then the highest mean return): the first is the ``strongest`` yardstick, a policy no candidate
+    rule (:func:`servegym.agents.verdict.verdict_ranking`: fewest candidates that beat it, then the highest
+    mean return, then most it beats): the first is the ``strongest`` yardstick, a policy no candidate
     beats under the rule the leaderboard judges agents by. Scores (on the env's scale, the oracle's where it
     has one) are reported beside it. The test split is never read."""
     if split == "test":
@@ -500,6 +500,12 @@ def train_task(task: dict[str, Any]) -> dict[str, Any]:
             rows.append({**r.row(), "train_seed": int(task["seed"])})
     finally:
         env.close()
+    if task.get("ship_dir"):
+        from servegym.agents.replay import repo_relative, ship_model, shipped_folder
+
+        ship = Path(task["ship_dir"])
+        chosen = repo_relative(ship_model(chosen, shipped_folder(task["budget"], e.env_id, int(task["seed"]), ship),
+                                          run), base=ship.parent)
     return {"kind": "train", "env_id": e.env_id, "seed": int(task["seed"]), "rows": rows,
             "train_s": train_s, "wall_s": time.perf_counter() - t0, "env_steps": int(e.timesteps),
             "chosen": str(chosen), "validation": run.get("eval_history", []),
@@ -545,12 +551,15 @@ class SuiteResult:
     entry_runs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def suite_tasks(entries: Sequence[SuiteEntry], run_dir: str | Path, tb: bool) -> list[dict[str, Any]]:
-    """Every task of a suite run: each entry's training seeds, then its baselines' test episodes."""
+def suite_tasks(entries: Sequence[SuiteEntry], run_dir: str | Path, tb: bool, ship_dir: str | Path | None = None,
+                budget: str = "quick") -> list[dict[str, Any]]:
+    """Every task of a suite run: each entry's training seeds, then its baselines' test episodes. With
+    ``ship_dir`` each training seed ships its chosen model there (:mod:`servegym.agents.replay`)."""
     tasks: list[dict[str, Any]] = []
     for e in entries:
         for s in range(e.seeds):
-            tasks.append({"kind": "train", "entry": e.__dict__, "seed": s, "run_dir": str(run_dir), "tb": tb})
+            tasks.append({"kind": "train", "entry": e.__dict__, "seed": s, "run_dir": str(run_dir), "tb": tb,
+                          **({"ship_dir": str(ship_dir), "budget": budget} if ship_dir is not None else {})})
         for p in suite_policies(e):
             for s in seeds_from(TEST_SEED, e.episodes):
                 tasks.append({"kind": "baseline", "env_id": e.env_id, "env_kwargs": e.env_kwargs, "policy": p,
@@ -647,7 +656,7 @@ def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir:
     out = Path(out_dir)
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(budget)
     t0 = time.perf_counter()
-    tasks = suite_tasks(entries, run_dir, tb)
+    tasks = suite_tasks(entries, run_dir, tb, ship_dir=models_dir_for(out), budget=budget)
     with OutputLock(_raw_dir(budget, out), "--out-dir"), OutputLock(run_dir, "--run-dir"):
         stored = [e.env_id for e in entries if _entry_path(e, budget, out).exists()]
         if stored and not force:
@@ -700,6 +709,15 @@ def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir:
         journal.close(remove=True)
         wall_s = float(run["wall_s"])
         return _rebuild(budget, out, wall_s)
+
+
+def models_dir_for(out_dir: str | Path) -> Path:
+    """Where a suite writing ``out_dir`` ships its models: ``benchmarks/models`` for the repo's results
+    folder, ``<out_dir>/models`` for any other (:mod:`servegym.agents.replay`)."""
+    from servegym.agents.replay import MODELS_DIR
+
+    out = Path(out_dir)
+    return MODELS_DIR if out.resolve() == RESULTS_DIR.resolve() else out / "models"
 
 
 def rebuild_leaderboard(budget: str, out_dir: str | Path = RESULTS_DIR, wall_s: float = 0.0) -> SuiteResult:
@@ -881,6 +899,9 @@ def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]],
         strong_scores = board.scores(strongest)
         strong_by_seed = protocol.seed_scores(strong_res, strong_scores)
         head, head_ci = protocol.headroom(strong_by_seed) if board.scale.oracle else (math.nan, (math.nan, math.nan))
+        # headroom in the KPI's units: the oracle's and the causal reference's paired difference to the strongest
+        head_kpi = {role: protocol.paired_verdict(board.by_policy[board.roles[role]], strong_res, kpi, strongest)
+                    for role in ("oracle", "causal") if role in board.roles and board.roles[role] in board.by_policy}
         role_of = {v: k for k, v in reversed(list(board.roles.items()))}
         order = [p for p in by_role_order(board)] + [p for p in board.by_policy if p.startswith("agent:")]
         order += [p for p in suite_policies(e) if p not in order]
@@ -912,7 +933,11 @@ def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]],
                                               {**board.roles, "strongest": strongest}, ref.target, ref.cpu_model)
                 rec.update(time_to_strongest=None if reach is None else reach.as_dict())
             if p == strongest:
-                rec.update(headroom=protocol._json_float(head), headroom_ci=[protocol._json_float(v) for v in head_ci])
+                rec.update(headroom=protocol._json_float(head), headroom_ci=[protocol._json_float(v) for v in head_ci],
+                           headroom_kpi={role: {k: v.as_dict()[k] for k in ("kpi", "kpi_diff", "kpi_diff_ci",
+                                                                              "kpi_diff_pct", "slo_diff_pp",
+                                                                              "slo_diff_ci", "episodes")}
+                                         for role, v in head_kpi.items()})
             records.append(rec)
             rows.append({"env": e.env_id, "policy": p, "role": role, "episodes": len(res),
                          "seeds": len({r.get("train_seed") for r in eps[eps.policy == p].to_dict("records")}),
@@ -936,6 +961,10 @@ def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]],
                          "beats_strongest": bool(verdict is not None and verdict.beats),
                          "beats_naive": protocol.beats(res, board.by_policy[board.roles["naive"]], kpi),
                          "gap_closed": closed, "gap_closed_lo": closed_ci[0], "gap_closed_hi": closed_ci[1],
+                         **{f"{role}_minus_strongest{suffix}": (getattr(head_kpi[role], attr) if p == strongest
+                                                                 and role in head_kpi else math.nan)
+                            for role in ("oracle", "causal")
+                            for suffix, attr in (("", "kpi_diff"), ("_pct", "kpi_diff_pct"), ("_slo_pp", "slo_diff_pp"))},
                          "headroom": head if p == strongest else math.nan,
                          "headroom_lo": head_ci[0] if p == strongest else math.nan,
                          "headroom_hi": head_ci[1] if p == strongest else math.nan,
@@ -1028,12 +1057,28 @@ def _above_strongest(sub: pd.DataFrame) -> str:
     strong = sub[sub.headroom.notna()] if "headroom" in sub else sub.iloc[0:0]
     if not len(strong):
         return ""
-    above = sub[~sub.role.isin(["agent", "follow", "oracle"]) & (sub.score_mean > strong.score_mean.iloc[0])]
+    above = sub[~sub.role.isin(["agent", "follow", "causal", "oracle"]) & (sub.score_mean > strong.score_mean.iloc[0])]
     if not len(above):
         return ""
     names = ", ".join(f"`{p}` {_f(v)}" for p, v in zip(above.policy, above.score_mean, strict=True))
     return (f" Above the strongest on these test episodes (it is one per id, chosen on the validation split): "
             f"{names}.")
+
+
+def _kpi_headroom(sub: pd.DataFrame) -> str:
+    """The headroom of one id in its KPI's units: the oracle's and the causal reference's mean difference to
+    the strongest (negative = less KPI), in % of the strongest's, with the SLO difference."""
+    cols = [c for c in ("oracle_minus_strongest", "causal_minus_strongest") if c in sub]
+    row = sub[sub[cols].notna().any(axis=1)] if cols else sub.iloc[0:0]  # the strongest's row carries them
+    if not len(row):
+        return ""
+    r, kpi, parts = row.iloc[0], row.iloc[0]["kpi"], []
+    for role, what in (("oracle", "oracle"), ("causal", "causal reference (a perfect forecast of the next periods)")):
+        v = r.get(f"{role}_minus_strongest", math.nan)
+        if isinstance(v, float) and math.isfinite(v):
+            parts.append(f"{what} - strongest {v:+.4g} {kpi} ({r[f'{role}_minus_strongest_pct']:+.2f} %), SLO "
+                         f"{r[f'{role}_minus_strongest_slo_pp']:+.3g} pp")
+    return (" In KPI units: " + "; ".join(parts) + ".") if parts else ""
 
 
 def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]], budget: str,
@@ -1064,6 +1109,7 @@ def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[di
         head = (f"Headroom (oracle - strongest): {_f(strong.headroom.iloc[0])} "
                 f"[{_f(strong.headroom_lo.iloc[0])}, {_f(strong.headroom_hi.iloc[0])}]." if len(strong)
                 else "Headroom: undefined (no oracle in these runs).")
+        head += _kpi_headroom(sub)
         lines += [f"## {e.env_id}", "",
                   f"{e.note}; `gym.make` kwargs `{json.dumps(e.env_kwargs)}`; agent {e.algo}, {e.timesteps:,} steps x "
                   f"{e.seeds} seeds, checkpoint on {e.val_episodes} validation episodes x {e.evals} evaluations; "

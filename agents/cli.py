@@ -173,6 +173,11 @@ def add_commands(subparsers: Any) -> None:
     bm.add_argument("--fill-baselines", action="store_true",
                     help="with --rescore: first play the leaderboard baselines the stored runs lack (e.g. a new "
                          "oracle or strongest baseline) on the stored test seeds, no training")
+    bm.add_argument("--replay", action="store_true",
+                    help="rebuild the agent rows of --envs (default: all stored) from the models shipped in "
+                         "benchmarks/models, on the stored test episodes, into --out-dir DIR (DIR/leaderboard.json), "
+                         "and compare them with the stored rows (exit 1 if any differs); e.g. servegym benchmark "
+                         "--replay --envs servegym/PDProvision-v0 --out-dir /tmp/replay")
     bm.add_argument("--workers", type=_positive("--workers"), default=None, help="suite: processes (default: CPUs)")
     bm.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                     help="suite: run the grid on Ray (a local instance, or a cluster at ADDRESS)")
@@ -299,6 +304,8 @@ def _sweep(args: argparse.Namespace) -> int:
 def _benchmark(args: argparse.Namespace) -> int:
     from servegym.agents import benchmark as bm
 
+    if args.replay:
+        return _replay(args)
     if args.suite:
         extra = [f for f, v in (("--env", args.env), ("--policy", args.policy), ("--model", args.model)) if v]
         if extra:
@@ -351,6 +358,29 @@ def _benchmark(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(bm.text_summary(ev))
     return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    """``servegym benchmark --replay``: the shipped agents' rows rebuilt and checked (servegym.agents.replay)."""
+    from servegym.agents.replay import replay
+
+    extra = [f for f, v in (("--env", args.env), ("--policy", args.policy), ("--model", args.model),
+                            ("--suite", args.suite), ("--rescore", args.rescore)) if v]
+    if extra or not args.out_dir:
+        raise ConfigError(f"--replay takes --out-dir DIR{' and not ' + ', '.join(extra) if extra else ''}; allowed: "
+                          "--replay --out-dir DIR [--envs IDS] [--budget quick|full|smoke] [--workers N]")
+    envs = [e.strip() for e in args.envs.split(",")] if args.envs else None
+    res, checks = replay(args.budget, envs, args.out_dir, workers=args.workers, progress=not args.json)
+    if args.json:
+        print(json.dumps({"checks": [{"env": c.env_id, "rows": c.rows, "equal": c.equal,
+                                      "max_abs_diff": c.max_abs_diff} for c in checks], "files":
+                          {k: str(v) for k, v in res.files.items()}}))
+    else:
+        for c in checks:
+            print(c.text())
+        for name, path in res.files.items():
+            print(f"  {name}: {path}")
+    return 0 if all(c.ok for c in checks) else 1
 
 
 # servegym dataset: here rather than in servegym.agents.dataset, which imports gymnasium (--help stays light)

@@ -82,6 +82,9 @@ class Family:
             e.g. ``"rr"`` for geo; ``None`` for no saving column.
         saving_metric: the metric whose relative saving vs ``reference`` is reported.
         recommended_algo: per env id, the algorithm the learnability benchmark trains.
+        causal_references: names of reference rules that know what no policy knows a little ahead (a
+            perfect forecast of the next periods): accepted wherever a baseline name is, never in the
+            default lists and never a candidate for the strongest baseline.
     """
 
     name: str
@@ -92,6 +95,7 @@ class Family:
     reference: str | None = None
     saving_metric: str | None = None
     recommended_algo: Mapping[str, str] = field(default_factory=dict)
+    causal_references: tuple[str, ...] = ()
 
     def metric_keys(self) -> tuple[str, ...]:
         return tuple(m.key for m in self.metrics)
@@ -227,7 +231,8 @@ def resolve_baselines(family: Family, spec: str | None) -> list[str]:
 def family_accepts(family: Family, name: str) -> bool:
     """A baseline name is accepted when listed, or when it parameterizes a listed one (``greedy:0.3``)."""
     head = name.split(":", 1)[0]
-    return name in family.baselines or any(b.split(":", 1)[0] == head for b in family.baselines)
+    known = (*family.baselines, *family.causal_references)
+    return name in known or any(b.split(":", 1)[0] == head for b in known)
 
 
 _LOADED = False

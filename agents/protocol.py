@@ -91,7 +91,7 @@ from servegym.agents.verdict import (  # noqa: F401  (the verdict is part of the
 from servegym.errors import ConfigError
 
 #: The roles every env id's yardsticks name (module docstring), in table order.
-ROLES = ("naive", "paper", "strongest", "follow", "oracle")
+ROLES = ("naive", "paper", "strongest", "follow", "causal", "oracle")
 #: Policy name of the residual modes' zero action (not a family baseline: it steps the env itself).
 FOLLOW = "follow"
 #: What an oracle is (module docstring).
@@ -117,6 +117,11 @@ class Yardsticks:
             not a role and not the scale's 100.
         hindsight_kind: ``optimum`` | ``relaxation`` | ``feasible`` (what its return is).
         hindsight_knows: what it knows that a policy does not.
+        causal: the causal reference (a family's ``causal_references`` rule): the best rule given a perfect
+            forecast of the next periods, deciding period by period; between the strongest and the oracle it
+            splits the headroom into what a forecast could give (strongest -> causal) and what only
+            hindsight over the whole episode gives (causal -> oracle). A role on the board, never the strongest.
+        causal_knows: what it knows that a policy does not.
     """
 
     naive: str
@@ -130,6 +135,8 @@ class Yardsticks:
     hindsight: str | None = None
     hindsight_kind: str | None = None
     hindsight_knows: str = ""
+    causal: str | None = None
+    causal_knows: str = ""
 
     def __post_init__(self) -> None:
         if (self.oracle is None) != (self.oracle_kind is None):
@@ -146,6 +153,8 @@ class Yardsticks:
         out = {"naive": self.naive, "paper": self.paper, "strongest": self.strongest or self.paper}
         if self.follow:
             out["follow"] = FOLLOW
+        if self.causal is not None:
+            out["causal"] = self.causal
         if self.oracle is not None:
             out["oracle"] = self.oracle
         return out

@@ -295,11 +295,24 @@ class Ranked:
     mean_return: float
 
 
+def rank_key(beaten_by: int, mean_return: float, beats: int) -> tuple[float, float, float]:
+    """The ranking's sort key (:func:`verdict_ranking`): fewest candidates that beat it, then the highest
+    mean return, then the most candidates it beats."""
+    return (beaten_by, -mean_return if math.isfinite(mean_return) else math.inf, -beats)
+
+
 def verdict_ranking(runs: Mapping[str, Sequence[EpisodeResult]], kpi: str, seed: int = 0) -> list[Ranked]:
     """Rank candidates by the verdict itself: every candidate against every other with :func:`paired_verdict`,
-    strongest first: fewest candidates that beat it, then most candidates it beats, then the highest mean
-    return. The first is beaten by no other candidate whenever any candidate is (the verdict is never both
-    ways round), so "the strongest" is a policy no candidate beats under the rule the leaderboard applies."""
+    strongest first (:func:`rank_key`): fewest candidates that beat it, then the highest mean return, then the
+    most candidates it beats.
+
+    The verdict is a partial order: a rule tuned for less energy at a little more SLO violation and one tuned
+    the other way round do not beat each other (the SLO condition stops one, the KPI the other), so several
+    candidates may be beaten by none, a front of energy against SLO. Among them the env's own return decides,
+    the trade-off between the KPI and the SLO that the env's reward states; counting wins would favour a
+    candidate that happens to sit next to weak ones. The first is beaten by no other candidate whenever any
+    candidate is (the verdict is never both ways round), so "the strongest" is a policy no candidate beats under
+    the rule the leaderboard applies."""
     names = list(runs)
     won: dict[str, list[str]] = {n: [] for n in names}
     lost: dict[str, list[str]] = {n: [] for n in names}
@@ -316,8 +329,7 @@ def verdict_ranking(runs: Mapping[str, Sequence[EpisodeResult]], kpi: str, seed:
 
     out = [Ranked(n, tuple(lost[n]), tuple(won[n]), mean(runs[n], kpi), mean(runs[n], SLO_METRIC),
                   mean(runs[n], RETURN)) for n in names]
-    return sorted(out, key=lambda r: (len(r.beaten_by), -len(r.beats),
-                                      -r.mean_return if math.isfinite(r.mean_return) else math.inf))
+    return sorted(out, key=lambda r: rank_key(len(r.beaten_by), r.mean_return, len(r.beats)))
 
 
 def _json_float(v: float) -> float | None:

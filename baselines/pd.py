@@ -48,7 +48,7 @@ from servegym.envs.pd.sim.provisioning import MinPowerRule, check_rule
 
 from servegym.errors import ConfigError, check_range
 
-__all__ = ["MinPowerForecast", "MinPowerPareto", "Policy", "PolicyResult", "StaticPeak", "ThresholdAutoscaler", "compare_policies",
+__all__ = ["MinPowerForecast", "MinPowerPareto", "MinPowerPerfectForecast", "Policy", "PolicyResult", "StaticPeak", "ThresholdAutoscaler", "compare_policies",
            "default_policies", "plot_deployments", "run_policy"]
 
 
@@ -105,6 +105,45 @@ class MinPowerForecast(MinPowerPareto):
         if self._rule is None:
             raise ConfigError("MinPowerForecast.act before reset(env, info)")
         sel, _ = self._rule.suggest(float(info["rate_rps"]), float(info["forecast_max_rps"]), float(info["backlog"]),
+                                    int(info["mix_index"]), float(info["next_cap_w"]))
+        return _action(sel.n_p, sel.n_d)
+
+
+class MinPowerPerfectForecast(MinPowerPareto):
+    """The causal reference of the pd ids: :class:`MinPowerForecast` given a perfect forecast.
+
+    Each period it sizes for max(the coming period's true arrival rate, the highest true rate over the
+    start-up horizon) / rho_bar (plus the backlog to drain), the true rates being the episode's realized
+    arrival counts (:meth:`PDProvisionEnv.hindsight_arrivals`, what the hindsight oracle knows) instead of the
+    scenario's mean-rate forecast. It knows the next few periods' arrivals and nothing further ahead, and it
+    decides period by period like any causal rule, so it separates what a better forecast of the next minutes
+    is worth (strongest -> this) from what only whole-day hindsight gives (this -> the oracle's exact plan).
+    Not a policy an agent can copy: a reference row, never a candidate for the strongest baseline. Fluid mode
+    only (the request-level simulator shares the arrival generator, so the counts cannot be read ahead).
+    """
+
+    def __init__(self, rho_bar: float = DEFAULT_RHO_BAR, drain_s: float | None = 300.0,
+                 respect_cap: bool = True) -> None:
+        super().__init__(rho_bar=rho_bar, lookahead=1, drain_s=drain_s, respect_cap=respect_cap)
+        self.name = "min-power+perfect" + ("" if rho_bar == DEFAULT_RHO_BAR else f":{rho_bar:g}")
+        self._rates: NDArray[np.float64] = np.zeros(0)
+        self._t = 0
+        self._horizon = 1
+
+    def reset(self, env: PDProvisionEnv, info: dict[str, Any]) -> None:
+        super().reset(env, info)
+        cfg = env.config
+        self._rates = env.hindsight_arrivals() / cfg.scenario.period_s  # req/s of every period left
+        self._horizon = math.ceil(cfg.startup_delay_s / cfg.scenario.period_s) + 1  # as forecast_max_rps's
+        self._t = 0
+
+    def act(self, obs: NDArray[np.float32], info: dict[str, Any]) -> NDArray[np.int64]:
+        if self._rule is None:
+            raise ConfigError("MinPowerPerfectForecast.act before reset(env, info)")
+        ahead = self._rates[self._t: self._t + self._horizon]
+        self._t += 1
+        rate = float(ahead[0]) if ahead.size else 0.0
+        sel, _ = self._rule.suggest(rate, float(ahead.max()) if ahead.size else 0.0, float(info["backlog"]),
                                     int(info["mix_index"]), float(info["next_cap_w"]))
         return _action(sel.n_p, sel.n_d)
 

@@ -301,6 +301,43 @@ def test_suite_smoke_two_envs_two_seeds(smoke: tuple[Any, Path]) -> None:
     assert set(board[board.role == "agent"].tts_seeds) == {2}
 
 
+def test_shipped_models_replay_the_stored_agent_rows(smoke: tuple[Any, Path], tmp_path: Path) -> None:
+    """Each training seed ships its chosen model (zip, statistics, a path-free run.json with provenance) and the
+    stored run names it relative to the results folder; a replay from the shipped models alone rebuilds the
+    agent rows bit for bit and writes its own leaderboard; a changed row is caught."""
+    from servegym.agents import replay
+
+    _, tmp = smoke
+    out = tmp / "results"
+    pd_id = "servegym/PDProvision-v0"
+    _, outs, _ = bm.stored_outputs("smoke", out)
+    trains = [o for o in outs if o["kind"] == "train"]
+    assert len(trains) == 4
+    for o in trains:
+        folder = replay.shipped_folder("smoke", o["env_id"], o["seed"], out / "models")
+        assert (folder / "model.zip").is_file() and o["chosen"] == (folder / "model.zip").relative_to(out).as_posix()
+        text = (folder / "run.json").read_text()
+        run = json.loads(text)
+        assert run["env_id"] == o["env_id"] and run["model"] == "model.zip" and str(tmp) not in text
+        assert {"torch", "gymnasium", "stable-baselines3"} <= set(run["provenance"]["packages"])
+    res, checks = replay.replay("smoke", [pd_id], tmp_path / "replay", stored_dir=out, workers=1, progress=False)
+    assert [c.env_id for c in checks] == [pd_id] and checks[0].ok and checks[0].rows == 4
+    stored = {r["policy"]: r for r in json.loads((out / "leaderboard_smoke.json").read_text()) if r["env"] == pd_id}
+    again = {r["policy"]: r for r in json.loads(res.files["json"].read_text())}
+    assert again["agent:maskable-ppo"] == stored["agent:maskable-ppo"]
+    rows = [o for o in trains if o["env_id"] == pd_id][0]["rows"]
+    changed = [dict(r) for r in rows]
+    changed[0]["reward"] += 1e-9
+    bad = replay.compare_rows(pd_id, rows, changed)
+    assert not bad.ok and bad.equal == len(rows) - 1 and "reward" in bad.text()
+    assert main(["benchmark", "--replay", "--envs", pd_id]) == 2  # --out-dir is required
+    # the repo stores no smoke runs: one line, exit status 2, nothing written
+    assert main(["benchmark", "--replay", "--out-dir", str(tmp_path / "none"), "--budget", "smoke"]) == 2
+    assert not (tmp_path / "none").exists()
+    with pytest.raises(ConfigError, match="is the stored results folder"):
+        replay.replay("smoke", None, out, stored_dir=out, progress=False)
+
+
 def test_suite_stores_each_ids_episodes_and_accumulates_runs(smoke: tuple[Any, Path]) -> None:
     """Each id's raw outputs are stored; a later ``--envs`` run of one id keeps the other's rows, and a
     stored file whose entry no longer matches the suite's is left out rather than mixed in."""
@@ -422,9 +459,9 @@ def test_suite_resumes_from_an_interrupted_runs_journal(smoke: tuple[Any, Path],
     entry = next(e for e in bm.SUITE["smoke"] if e.env_id == pd_id)
     stored = json.loads((tmp / "results" / "suite_runs" / "smoke" / "PDProvision-v0.json").read_text())["outputs"]
     run_dir = tmp / "resume_runs"
-    tasks = bm.suite_tasks([entry], run_dir, tb=False)
-    assert len(tasks) == len(stored)
     out = tmp / "resumed"
+    tasks = bm.suite_tasks([entry], run_dir, tb=False, ship_dir=bm.models_dir_for(out), budget="smoke")
+    assert len(tasks) == len(stored)
     j = Journal(bm.suite_journal("smoke", out)).open(bm.suite_header(tasks))
     for t, o in zip(tasks, stored, strict=True):
         j.add(bm.task_key(t), o)

@@ -187,3 +187,32 @@ def test_registered_strongest_is_strongest_on_validation() -> None:
     assert ranked[0].policy == y.strongest
     with pytest.raises(ConfigError, match="split = 'test'"):
         bm.select_strongest("servegym/PDProvision-v0", cands, split="test")
+
+
+def test_causal_reference_knows_the_next_periods_and_is_no_strongest_candidate() -> None:
+    """``min-power+perfect`` (the forecast rule given the true arrivals of the next periods) is accepted as a
+    name but is neither a default baseline nor a strongest candidate; with the true rates it under-provisions
+    less than the scenario-forecast rule at the same target (lower SLO violation on each of three validation
+    days, energy within 2 %); it refuses request mode, where arrivals cannot be read ahead."""
+    from servegym.agents.families import family_accepts, family_for
+
+    fam = family_for("servegym/PDProvision-v0")
+    assert family_accepts(fam, "min-power+perfect:0.97") and "min-power+perfect" not in fam.baselines
+    y = protocol.yardsticks("servegym/PDProvision-v0")
+    assert y.strongest is not None and not y.strongest.startswith("min-power+perfect")
+    env = bm.make_split_env("servegym/PDProvision-v0", "validation", {})
+    try:
+        runs = bm.run_policy_episodes("servegym/PDProvision-v0", env,
+                                      ["min-power+perfect:0.97", "min-power+forecast:0.97"], [1000, 1001, 1002])
+    finally:
+        env.close()
+    for p, f in zip(runs["min-power+perfect:0.97"], runs["min-power+forecast:0.97"], strict=True):
+        assert p.metrics["slo_violation_pct"] <= f.metrics["slo_violation_pct"]
+        assert p.metrics["energy_kwh"] == pytest.approx(f.metrics["energy_kwh"], rel=0.02)
+    req = bm.make_split_env("servegym/PDProvision-v0", "validation",
+                            {"config": {"mode": "request", "scenario": {"horizon_steps": 5}}})
+    try:
+        with pytest.raises(ConfigError):
+            bm.run_policy_episodes("servegym/PDProvision-v0", req, ["min-power+perfect"], [1000])
+    finally:
+        req.close()
