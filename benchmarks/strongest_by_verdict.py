@@ -88,12 +88,12 @@ def markdown(report: dict[str, Any]) -> str:
              "", f"Validation split only (reset seeds from {bm.VALIDATION_SEED}), the quick suite's env kwargs. "
              "Ranking: every candidate against every other under the leaderboard's rule "
              f"({protocol.BEATS_RULE}); strongest first = beaten by the fewest, then the highest mean return (the "
-             "env's own trade-off of KPI against SLO), then beating the most. Score: 0 = naive, 100 = the id's oracle, mean [95 % CI] (shown, not used to "
-             "rank).", ""]
+             "env's own trade-off of KPI against SLO), then beating the most. Score: 0 = naive, 100 = the id's "
+             "oracle, mean [95 % CI] (shown, not used to rank).", ""]
     for track, r in report["tracks"].items():
         kpi = r["kpi"]
         lines += [f"## {track}: {', '.join(f'`{i}`' for i in r['ids'])}", "",
-                  f"{r['episodes']} validation episodes of `{r['env_id']}` with `{json.dumps(r['env_kwargs'])}`; "
+                  f"{r['episodes']} validation episodes of `{r['env_id']}` with `{json.dumps(r['env_kwargs'])}`; " +
                   (f"the causal reference's tuned target (best by the same ranking; it knows the next periods' "
                    f"true arrivals, so it is no strongest candidate): **{r['strongest']}**. " if track.endswith("-causal")
                    else f"strongest by the verdict: **{r['strongest']}** (registered before: `{r['registered']}`). ") +

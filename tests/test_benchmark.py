@@ -35,8 +35,11 @@ def test_every_env_id_names_its_yardsticks_among_its_baselines() -> None:
         refs = protocol.references(env_id)
         assert {"naive", "paper", "strongest", "best"} <= set(refs) and refs["best"] == refs["paper"] == y.paper
         assert set(refs) - {"follow"} <= set(protocol.ROLES) | {"best"}
-        assert all(v in fam.baselines or v.split(":")[0] in fam.baselines
-                   for k, v in refs.items() if k != "follow")
+        known = (*fam.baselines, *fam.causal_references)
+        assert all(v in known or v.split(":")[0] in known for k, v in refs.items() if k != "follow")
+        # the causal reference is one of the family's causal references, never its strongest
+        assert ("causal" in refs) == (y.causal is not None) and refs.get("causal") != refs["strongest"]
+        assert y.causal is None or y.causal.split(":")[0] in fam.causal_references
         assert ("follow" in refs) == y.follow and ("oracle" in refs) == (y.oracle is not None)
         names = protocol.policy_names(env_id)
         assert names[:3] == ["naive", "paper", "strongest"] and set(fam.baselines) <= set(names)
@@ -325,7 +328,7 @@ def test_shipped_models_replay_the_stored_agent_rows(smoke: tuple[Any, Path], tm
     stored = {r["policy"]: r for r in json.loads((out / "leaderboard_smoke.json").read_text()) if r["env"] == pd_id}
     again = {r["policy"]: r for r in json.loads(res.files["json"].read_text())}
     assert again["agent:maskable-ppo"] == stored["agent:maskable-ppo"]
-    rows = [o for o in trains if o["env_id"] == pd_id][0]["rows"]
+    rows = next(o for o in trains if o["env_id"] == pd_id)["rows"]
     changed = [dict(r) for r in rows]
     changed[0]["reward"] += 1e-9
     bad = replay.compare_rows(pd_id, rows, changed)
