@@ -923,9 +923,14 @@ def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]],
             closed, closed_ci = (protocol.gap_closed(protocol.seed_scores(res, scores), strong_by_seed)
                                  if board.scale.oracle and role in ("agent", "follow") else (math.nan, (math.nan, math.nan)))
             slo = protocol.mean_metric(res, protocol.SLO_METRIC)
+            me = protocol.model_error(e.env_id)
+            mape = me.mape_pct if me is not None and me.mape_pct is not None else math.nan
+            inside = bool(verdict is not None and math.isfinite(mape) and abs(verdict.kpi_diff_pct) < mape)
             rec = protocol.benchmark_record(e.env_id, p, "test", res, scores)
             rec.update(role=role, scale=board.scale.name, slo_violation_pct=protocol._json_float(slo),
-                       vs_strongest=None if verdict is None else verdict.as_dict(),
+                       vs_strongest=None if verdict is None else {**verdict.as_dict(), "model_error_mape_pct":
+                                                                  protocol._json_float(mape),
+                                                                  "inside_model_error": inside},
                        gap_closed=protocol._json_float(closed),
                        gap_closed_ci=[protocol._json_float(v) for v in closed_ci])
             reach = None
@@ -959,6 +964,7 @@ def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]],
                          "return_diff_lo": math.nan if verdict is None else verdict.return_ci[0],
                          "return_diff_hi": math.nan if verdict is None else verdict.return_ci[1],
                          "seeds_beating": -1 if verdict is None else verdict.seeds_beating,
+                         "inside_model_error": inside,
                          "outcome_vs_strongest": "" if verdict is None else verdict.outcome,
                          "beats_strongest": bool(verdict is not None and verdict.beats),
                          "beats_naive": protocol.beats(res, board.by_policy[board.roles["naive"]], kpi),
@@ -1116,7 +1122,9 @@ def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[di
                   f"{e.note}; `gym.make` kwargs `{json.dumps(e.env_kwargs)}`; agent {e.algo}, {e.timesteps:,} steps x "
                   f"{e.seeds} seeds, checkpoint on {e.val_episodes} validation episodes x {e.evals} evaluations; "
                   f"{e.episodes} test episodes; {roles}. {_run_text(res.entry_runs.get(e.env_id))}", "",
-                  f"Scale: {scale}." + (f" Missing: {notes}." if notes else "") + f" {head}{_above_strongest(sub)}", ""]
+                  f"Scale: {scale}." + (f" Missing: {notes}." if notes else "") + f" {head}{_above_strongest(sub)}", "",
+                  *([f"Effect sizes (the KPI differences in %) beside the {me.text()}.", ""]
+                    if (me := protocol.model_error(e.env_id)) else [])]
         kpi = sub["kpi"].iloc[0] if len(sub) else "kpi"
         lines += [f"| policy | role | score mean [95% CI] | score IQM [95% CI] | {kpi} | SLO viol. % "
                   f"| vs strongest: {kpi} diff [95% CI] (%), SLO diff [CI] (tolerance), return diff | beats strongest | gap closed [95% CI] | wall s | env steps "
@@ -1129,7 +1137,8 @@ def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[di
                     f"return {r.return_diff:+.4g}")
             verdict = ("-" if not r.outcome_vs_strongest else
                        f"{'**yes**' if r.beats_strongest else r.outcome_vs_strongest}"
-                       + (f" ({r.seeds_beating} of {r.seeds} seeds)" if r.role == "agent" else ""))
+                       + (f" ({r.seeds_beating} of {r.seeds} seeds)" if r.role == "agent" else "")
+                       + (", inside the model's error" if r.get("inside_model_error", False) else ""))
             closed = ("-" if not math.isfinite(r.gap_closed) else
                       f"{r.gap_closed:.2f} [{r.gap_closed_lo:.2f}, {r.gap_closed_hi:.2f}]")
             lines.append(f"| {r.policy} | {r.role} | {_f(r.score_mean)} [{_f(r.score_mean_lo)}, {_f(r.score_mean_hi)}] | "

@@ -215,6 +215,48 @@ _NPU = Yardsticks(naive="base", paper="neuscale", oracle="ideal", oracle_kind="r
                                  "load regime (serving efficiency fitted to Figure 16, chip power counted once, "
                                  "picks on the scoring model)")
 
+@dataclass(frozen=True)
+class ModelError:
+    """How far a family's scoring model is from its reference, for reading an effect size beside it: a KPI
+    difference between two policies smaller than the model's own error is a difference of the model, not
+    shown to be one of the system it stands for.
+
+    Fields:
+        mape_pct: mean absolute error of the KPI-relevant quantity, % (None: no cross-check of that kind).
+        worst_pct: the worst cell, %.
+        what: what was compared with what.
+        source: the results file (under benchmarks/results) that measured it.
+    """
+
+    mape_pct: float | None
+    worst_pct: float | None
+    what: str
+    source: str
+
+    def text(self) -> str:
+        size = (f"MAPE {self.mape_pct:.2g} %, worst {self.worst_pct:.2g} %" if self.mape_pct is not None
+                else "no cross-check of policy differences")
+        return f"model error: {size} ({self.what}; {self.source})"
+
+
+#: Family -> its scoring model's measured error (:class:`ModelError`), shown beside every effect size.
+MODEL_ERRORS: dict[str, ModelError] = {
+    "pd": ModelError(1.90, 6.17, "the fluid model's saturation capacity against the request-level simulator, "
+                     "20 cells, the paper's semantics", "pd_crosscheck.md"),
+    "npu": ModelError(0.17, 2.7, "the fluid simulator's episode energy against the request-level one, Base and "
+                      "NeuScale on the 2024 Azure days; SLO violation differs by up to several pp near saturation",
+                      "npu_fluid_crosscheck_2024.md"),
+    "geo": ModelError(None, None, "the request-level engine model's J/token is +7 to +23 % off held-out ML.ENERGY "
+                      "measurements, an error of levels that policy differences on the same model share",
+                      "geo_mlenergy_check.md"),
+}
+
+
+def model_error(env_id: str) -> ModelError | None:
+    """The scoring model's error of ``env_id``'s family (None for a family without one)."""
+    return MODEL_ERRORS.get(family_for(env_id).name)
+
+
 #: Env id -> its yardsticks (module docstring). Families plug in their oracle and strongest baseline
 #: with :func:`register_yardsticks`.
 YARDSTICKS: dict[str, Yardsticks] = {

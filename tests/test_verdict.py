@@ -151,3 +151,21 @@ def test_the_strongest_is_chosen_by_the_verdict_not_the_score() -> None:
     assert top.policy == "lean" and top.beaten_by == () and "steady" in top.beats
     assert min(r.kpi for r in ranked) == next(r.kpi for r in ranked if r.policy == "cheap")
     assert all(top.policy not in r.beats for r in ranked)
+
+
+def test_every_family_states_its_model_error_from_a_shipped_cross_check() -> None:
+    """Effect sizes are read beside the scoring model's own error: each family names one, measured in a
+    results file that exists."""
+    from pathlib import Path
+
+    from servegym.agents.families import families
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    for name in ("geo", "pd", "npu"):
+        me = protocol.MODEL_ERRORS[name]
+        assert (results / me.source).is_file() and me.source in me.text()
+        assert (me.mape_pct is None) == (me.worst_pct is None)
+        assert me.mape_pct is None or 0.0 < me.mape_pct <= me.worst_pct
+    for fam in families().values():
+        for env_id in fam.env_ids:
+            assert protocol.model_error(env_id) is protocol.MODEL_ERRORS.get(fam.name)
