@@ -219,6 +219,38 @@ def observation_names(env: Any) -> list[str]:
     return list(names() if callable(names) else names)
 
 
+#: Modules whose observation-name constants carry a ``# comment`` per name (its meaning and scaling).
+OBS_NAME_SOURCES = ("servegym.envs.geo.observations", "servegym.envs.geo.env_route", "servegym.envs.geo.env_window",
+                    "servegym.envs.pd.observations", "servegym.envs.npu.observations")
+_NAMED_LINE = re.compile(r'^\s*((?:"[^"]+",\s*)+)#\s*(.+)$')
+
+
+_TEMPLATE_LINE = re.compile(r'^\s*\*\[f"([^"]+)" for .*#\s*(.+)$')
+
+
+def observation_comments() -> dict[str, str]:
+    """Name -> the comment on its line in :data:`OBS_NAME_SOURCES` (a line of several names shares its comment;
+    an f-string template such as ``alive_{v}/max_level`` is stored as a regular expression over the names)."""
+    out: dict[str, str] = {}
+    for module in OBS_NAME_SOURCES:
+        for line in inspect.getsource(importlib.import_module(module)).splitlines():
+            if m := _NAMED_LINE.match(line):
+                for name in re.findall(r'"([^"]+)"', m.group(1)):
+                    out.setdefault(name, m.group(2).strip())
+            elif m := _TEMPLATE_LINE.match(line):
+                parts = re.split(r"\{[^}]*\}", m.group(1))
+                out.setdefault("re:" + "[^/]+".join(map(re.escape, parts)), m.group(2).strip())
+    return out
+
+
+def comment_for(name: str, notes: dict[str, str]) -> str:
+    """The comment of an observation name (``<group>.`` and ``[i]`` stripped), exact or by template."""
+    base = re.sub(r"^<group>\.|\[i\]$", "", name)
+    if base in notes:
+        return notes[base]
+    return next((v for k, v in notes.items() if k.startswith("re:") and re.fullmatch(k[3:], base)), "")
+
+
 def layout_rows(names: Sequence[str]) -> list[tuple[str, str, int]]:
     """Consecutive entries of one feature merged: (index range, name pattern, count). Per-DC ``x[3]`` becomes
     ``x[d]``; npu's per-group ``prefill[640].x`` becomes ``<group>.x`` (groups are listed in ``env.groups``)."""
@@ -316,9 +348,12 @@ def card(env_id: str) -> str:
             first = inspect.cleandoc(type(action_type).__doc__).split("\n\n")[0]
             lines += [f"This id's action class, `{type(action_type).__name__}`: {rst_to_md(first)}", ""]
         names = observation_names(env)
+        notes = observation_comments()
         lines += ["### Observation", "", *[t + "\n" for t in quote("observation")],
                   f"Layout of the default config ({len(names)} entries; a name states the entry's scaling):", "",
-                  *_table(("index", "name", "size"), [(i, f"`{n}`", k) for i, n, k in layout_rows(names)]), ""]
+                  *_table(("index", "name", "size", "meaning (from the code's comments)"),
+                          [(i, f"`{n}`", k, rst_to_md(comment_for(n, notes)))
+                           for i, n, k in layout_rows(names)]), ""]
         lines += ["### Reward and the return-KPI identity", "", *[t + "\n" for t in quote("reward")]]
         reset_keys, step_keys = info_rows(env)
         lines += ["### `info`", "", *[t + "\n" for t in quote("info")],
