@@ -293,7 +293,7 @@ class SuiteEntry:
 PD_STRONGEST: dict[str, Any] = {"config": {"reference": "min-power+forecast:0.99"}}
 
 #: The suite per budget. ``quick`` is sized to fit 30 minutes per env id on 2 cores with all seeds
-#: (the README and the leaderboard state what was measured); ``full`` is the default configs at the
+#: (the docs and the leaderboard state what was measured); ``full`` is the default configs at the
 #: hyperparameter files' budgets or more (its estimated cost: :data:`FULL_COST_S_PER_SEED`, :func:`budget_cost`).
 SUITE: dict[str, tuple[SuiteEntry, ...]] = {
     "quick": (

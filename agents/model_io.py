@@ -1,4 +1,4 @@
-"""Saving and loading agents without executing code from the files (see the README's SECURITY section).
+"""Saving and loading agents without executing code from the files (see docs/security.md).
 
 Two files make a saved agent:
 

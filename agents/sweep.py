@@ -146,7 +146,7 @@ def parse_sweep(doc: Any, base_dir: Path | None = None, source: str = "sweep con
         if isinstance(p, dict):
             if "agent" not in p:
                 raise ConfigError(f"{source}: policies[{i}] = {shown(p)}; allowed: a baseline name or {{agent: PATH}}")
-            # only a file in the sweep file's folder (README, security): refused on the text, before any lookup
+            # only a file in the sweep file's folder (docs/security.md): refused on the text, before any lookup
             where = f"{source}: policies[{i}].agent"
             path = path_in_folder(p["agent"], base_dir if base_dir is not None else Path.cwd(), where)
             if not path.is_file():

@@ -484,7 +484,7 @@ def test_rl_zoo3_conf_has_every_id_with_the_shipped_ppo_settings(env_id: str) ->
 @pytest.mark.slow  # two fresh interpreters (train, enjoy) per id, about 25 CPU-s
 @pytest.mark.parametrize("env_id", _zoo_ids())
 def test_rl_zoo3_train_and_enjoy(env_id: str, tmp_path: Path) -> None:
-    """rl-zoo3's own commands with the conf file the README gives (one PPO rollout, then a replay)."""
+    """rl-zoo3's own commands with the conf file docs/clients.md gives (one PPO rollout, then a replay)."""
     pytest.importorskip("rl_zoo3", reason=f"rl-zoo3 is not installed (optional client: {CLIENTS_EXTRA})")
     kwargs = f"config:{small(env_id)['config']!r}"
     common = ["--algo", "ppo", "--env", env_id, "--gym-packages", "servegym", "-f", str(tmp_path / "logs"),

@@ -1,4 +1,4 @@
-"""The rl-zoo3 conf file the README describes (benchmarks/rl_zoo3/ppo.yml): it parses, is keyed by registered
+"""The rl-zoo3 conf file docs/clients.md describes (benchmarks/rl_zoo3/ppo.yml): it parses, is keyed by registered
 servegym ids, and every entry builds an SB3 PPO on its env (rl-zoo3 itself is not installed in CI: it pulls
 optuna and the Hugging Face hub, beyond what the suite needs)."""
 
@@ -31,7 +31,7 @@ def _entries() -> dict:
 
 def test_conf_is_keyed_by_registered_ids() -> None:
     conf = _entries()
-    assert "servegym/PDProvision-v0" in conf  # the README's example
+    assert "servegym/PDProvision-v0" in conf  # the docs' example
     for env_id, hp in conf.items():
         assert env_id in gym.registry
         assert {"n_timesteps", "policy", "n_envs"} <= set(hp)

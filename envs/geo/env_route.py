@@ -73,15 +73,26 @@ from servegym.envs.geo.sim.provisioner import Snapshot
 
 from servegym.errors import ActionError
 
-#: Per-DC features of the current request, in observation order.
-REQUEST_DC_FEATURES: tuple[str, ...] = ("ttft", "tpot", "carbon", "feasible", "local")
+#: Per-DC features of the current request, in observation order (the comments are the env cards' descriptions).
+REQUEST_DC_FEATURES: tuple[str, ...] = (
+    "ttft",      # squash(TTFT estimate at d / TTFT SLO): 0.5 = on the budget
+    "tpot",      # squash(TPOT estimate at d / TPOT SLO)
+    "carbon",    # squash(carbon estimate at d / c_ref), c_ref a mean request on an idle engine at 1000 g/kWh
+    "feasible",  # 1 if both estimates are within the SLO at d, else 0
+    "local",     # 1 if d is in the request's region (no RTT)
+)
+#: The request's own features after the per-DC blocks (then the one-hot of its region, ``origin[r]``).
+REQUEST_FEATURES: tuple[str, ...] = (
+    "log_isl",      # log(1 + input tokens) / log(1 + KV pool tokens)
+    "log_osl_est",  # log(1 + the output-length estimate the estimator used) / log(1 + KV pool tokens)
+)
 
 
 def route_observation_names(n_dcs: int, n_regions: int, residual: bool = False, forecast_h: int = 0,
                             residuals: bool = False) -> list[str]:
     """The name of every observation entry of GeoRoute-v0, in order."""
     names = [f"{f}[{d}]" for f in DC_FEATURES + REQUEST_DC_FEATURES for d in range(n_dcs)]
-    names += ["log_isl", "log_osl_est"] + [f"origin[{r}]" for r in range(n_regions)]
+    names += list(REQUEST_FEATURES) + [f"origin[{r}]" for r in range(n_regions)]
     names += list(TIME_FEATURES) + forecast_names(n_dcs, forecast_h, residuals)
     return names + ([f"ref[{d}]" for d in range(n_dcs)] if residual else [])
 

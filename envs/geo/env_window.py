@@ -83,8 +83,21 @@ from servegym.envs.geo.window_kernels import assign_within_caps_into, window_dc_
 
 from servegym.errors import ActionError, ConfigError
 
-#: Per-DC features of the window, in observation order.
-WINDOW_DC_FEATURES: tuple[str, ...] = ("feasible_frac", "ttft_mean", "tpot_mean", "carbon_mean", "local", "capacity")
+#: Per-DC features of the window, in observation order (the comments are the env cards' descriptions).
+WINDOW_DC_FEATURES: tuple[str, ...] = (
+    "feasible_frac",  # share of the window's requests SLO-feasible at d
+    "ttft_mean",      # squash(mean TTFT estimate at d / TTFT SLO)
+    "tpot_mean",      # squash(mean TPOT estimate at d / TPOT SLO)
+    "carbon_mean",    # squash(mean carbon estimate at d / c_ref)
+    "local",          # 1 if d is in the window's scheduler's region
+    "capacity",       # squash(H'_d / window size): the window's admission capacity at d
+)
+#: The window's own features after the per-DC blocks (then the one-hot of its scheduler, ``origin[r]``).
+WINDOW_FEATURES: tuple[str, ...] = (
+    "size",              # requests / window_max_requests
+    "log_isl_mean",      # mean log(1 + input tokens) / log(1 + KV pool tokens)
+    "log_osl_est_mean",  # mean log(1 + output-length estimate) / log(1 + KV pool tokens)
+)
 
 
 def window_observation_names(n_dcs: int, n_regions: int, residual: bool = False, forecast_h: int = 0,
@@ -92,7 +105,7 @@ def window_observation_names(n_dcs: int, n_regions: int, residual: bool = False,
     """The name of every observation entry of GeoRouteWindow-v0, in order."""
     feats = DC_FEATURES + WINDOW_DC_FEATURES + (("ref_cap",) if residual else ())
     names = [f"{f}[{d}]" for f in feats for d in range(n_dcs)]
-    names += ["size", "log_isl_mean", "log_osl_est_mean"] + [f"origin[{r}]" for r in range(n_regions)]
+    names += list(WINDOW_FEATURES) + [f"origin[{r}]" for r in range(n_regions)]
     return names + list(TIME_FEATURES) + forecast_names(n_dcs, forecast_h, residuals)
 
 

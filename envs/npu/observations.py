@@ -30,15 +30,32 @@ class ObservationsMixin:
 
     def _obs_fields(self) -> list[str]:
         names: list[str] = []
-        per_group = ["rate_recent/mean_rate", "rate_peak/mean_rate", "length_share", "log_tokens_per_req",
-                     "alive/max_level", "ready/max_level", *[f"alive_{v}/max_level" for v in VERSIONS],
-                     "option/(n_options-1)", "util", "log1p_queue/10", "log1p_peak_queue/10",
-                     "reference_target/max_level", "vpod_rate/mean_rate"]
+        # one line per feature: the comments are the env cards' descriptions (servegym.env_cards)
+        per_group = [
+            "rate_recent/mean_rate",  # last epoch's request rate of the group's length range / the trace's mean rate
+            "rate_peak/mean_rate",  # peak rate (10-s bins over the 30-min window) / the trace's mean rate
+            "length_share",  # share of the phase's last-epoch requests in the group's range
+            "log_tokens_per_req",  # log1p(mean tokens per request) / log1p(2^20)
+            "alive/max_level",  # alive vPods / max count level
+            "ready/max_level",  # ready vPods / max count level
+            *[f"alive_{v}/max_level" for v in VERSIONS],  # alive vPods of each chip version / max count level
+            "option/(n_options-1)",  # the targeted configuration option's index
+            "util",  # prefill: busy share over the last 60 s; decode: active jobs / batch slots of ready vPods
+            "log1p_queue/10",  # log1p(queued jobs) / 10, now
+            "log1p_peak_queue/10",  # log1p(queued jobs) / 10 at the epoch's peak
+            "reference_target/max_level",  # the reference's target vPods (residual: NeuScale's pending decision)
+            "vpod_rate/mean_rate",  # T_pod: requests/s one vPod of the group's configuration serves / mean rate
+        ]
         for f in per_group:
             for ph, edge in self.groups:
                 names.append(f"{ph}[{edge}].{f}")
-        names += ["slo_recent_prefill", "slo_recent_decode", "slo_satisfaction_last", "slo_miss_share_last",
-                  *[f"quota_left_{v}/quota" for v in VERSIONS], "sin_hour", "cos_hour", "episode_progress"]
+        names += [
+            "slo_recent_prefill", "slo_recent_decode",  # recent SLO satisfaction of each phase
+            "slo_satisfaction_last", "slo_miss_share_last",  # last epoch's SLO satisfaction and miss share
+            *[f"quota_left_{v}/quota" for v in VERSIONS],  # chips left per version / its quota (1: unlimited)
+            "sin_hour", "cos_hour",  # hour of day
+            "episode_progress",  # elapsed share of the episode
+        ]
         return names
 
     def _state_info(self) -> dict[str, Any]:

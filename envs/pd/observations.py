@@ -18,25 +18,25 @@ if TYPE_CHECKING:
 #: Observation entries in order, with their scaling.
 OBS_FIELDS: tuple[str, ...] = (
     "rate_last / peak_rate_rps",  # observed arrival rate of the last period
-    "rate_t-2 / peak", "rate_t-3 / peak", "rate_t-4 / peak",
+    "rate_t-2 / peak", "rate_t-3 / peak", "rate_t-4 / peak",  # observed arrival rates of the 3 periods before
     "forecast_rate_next / peak",  # scenario mean rate of the coming period (no Poisson noise)
     "forecast_rate_max / peak",  # max scenario mean rate over the next ceil(startup/period) + 1 periods
     "share_azure_code", "share_azure_conv", "share_mooncake",  # length mix of the coming period
-    "mean_input_tokens / 1e4", "mean_output_tokens / 1e3",
-    "n_p_active / max_prefill", "n_d_active / max_decode",
-    "n_p_starting / max_prefill", "n_d_starting / max_decode",
+    "mean_input_tokens / 1e4", "mean_output_tokens / 1e3",  # mean request lengths of the coming mix
+    "n_p_active / max_prefill", "n_d_active / max_decode",  # instances serving now
+    "n_p_starting / max_prefill", "n_d_starting / max_decode",  # instances starting up (not serving yet)
     "capacity_active / peak",  # mu of the active deployment under the coming mix
-    "log1p(backlog requests) / 10",
+    "log1p(backlog requests) / 10",  # requests waiting at the period's start
     "power_cap_w / budget_power_w",  # cap of the coming period; budget power = gpu_budget x 692 W x pue
-    "facility_power_last / power_cap_w",
-    "ci_g_per_kwh / 1000", "price / max price",
-    "sin(2 pi hour / 24)", "cos(2 pi hour / 24)",
-    "slo_violation_last",
+    "facility_power_last / power_cap_w",  # the last period's mean facility power against the coming cap
+    "ci_g_per_kwh / 1000", "price / max price",  # grid carbon intensity and energy price of the coming period
+    "sin(2 pi hour / 24)", "cos(2 pi hour / 24)",  # local hour of day
+    "slo_violation_last",  # share (0-1) of the last period's arrivals that missed an SLO target
     # what the baselines read (added for learnability, issue 13)
     "ref_n_p / max_prefill", "ref_n_d / max_decode",  # min-power+lookahead's suggestion for the coming period
     "capacity_suggested / peak",  # mu of that suggestion under the coming mix
     "it_power_active_w / budget_it_power_w",  # at the rule's demand rate; budget = gpu_budget x 692 W
-    "it_power_suggested_w / budget_it_power_w",
+    "it_power_suggested_w / budget_it_power_w",  # IT power of the suggestion at the same demand rate
     "capacity_active / rate_last",  # mu / lambda (10 when lambda ~ 0)
     "prefill_util_last", "decode_util_last", "demand_util_last",  # as in info (<= 10)
     "backlog / backlog_limit",  # linear; the episode terminates above 1

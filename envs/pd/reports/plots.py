@@ -26,4 +26,4 @@ def plot_front(grid: Any, labels: list[str], front: Any, exact: Any, title: str,
     ax.legend(loc="upper left")
     from servegym.report import save_png
 
-    save_png(fig, path, dpi=120)  # creates the folder (README examples write into servegym-results/)
+    save_png(fig, path, dpi=120)  # creates the folder (the docs' examples write into servegym-results/)
