@@ -260,8 +260,8 @@ def geo_items() -> Iterator[Item]:
 
     # the simulator's own loop, with the full summary, in both decision modes and with predicted OSLs
     from servegym.baselines.geo import make_policy
-    from servegym.envs.geo.cluster import GeoSimulation
-    from servegym.envs.geo.config import preset
+    from servegym.envs.geo.sim.cluster import GeoSimulation
+    from servegym.envs.geo.sim.config import preset
 
     for spec, over in (("rr", {}), ("greedy:0.9", {"osl_mode": "predicted"}), ("milp", {"decision_mode": "window"}),
                        ("green-llm", {"ci_mode": "hourly", "ci_start": "2023-03-01T05:00Z"})):
