@@ -63,9 +63,7 @@ LAYOUTS: dict[str, Layout] = {
             "sim/cluster.py": 700,
         }),
     "pd": Layout(
-        old_names={**{m: "sim" for m in ("catalog", "workload_moments", "model", "pareto", "provisioning", "tables",
-                                         "scenario", "fluid", "simulator")},
-                   **{m: "reports" for m in ("validate", "case_studies")}},
+        old_names={},
         reports=("reports/*.py", "cli.py"),
         env_layer=("servegym.envs.pd.env", "servegym.envs.pd.actions", "servegym.envs.pd.observations",
                    "servegym.envs.pd.rewards", "servegym.envs.pd.dynamics", "servegym.envs.pd.vector",
@@ -172,6 +170,8 @@ def test_old_module_names_are_the_moved_modules(family: str, name: str) -> None:
 REMOVED_NAMES: dict[str, tuple[str, ...]] = {
     "geo": ("bench", "bench_cli", "cluster", "compare", "compare_cli", "config", "decisions", "engine",
             "engine_kernels", "estimator", "metrics", "mlenergy_check", "osl", "profile", "provisioner", "validate"),
+    "pd": ("case_studies", "catalog", "fluid", "model", "pareto", "provisioning", "scenario", "sim_cli", "simulator",
+           "tables", "validate", "workload_moments"),
 }
 
 
@@ -182,8 +182,17 @@ def test_removed_module_names_do_not_import(name: str) -> None:
         importlib.import_module(name)
 
 
+def test_pd_saturation_is_imported_from_its_module() -> None:
+    """``Saturation`` and ``saturation_throughput`` are in ``pd.sim.saturation``; the simulator no longer
+    re-exports them."""
+    from servegym.envs.pd.sim import saturation, simulator
+
+    assert saturation.saturation_throughput and saturation.Saturation
+    for name in ("Saturation", "saturation_throughput"):
+        assert not hasattr(simulator, name), name
+
+
 @pytest.mark.parametrize(("old_name", "attr", "new"), [
-    ("servegym.envs.pd.sim_cli", "add_sim_commands", "servegym.envs.pd.cli.add_sim_commands"),
     ("servegym.envs.npu.dse_plot", "plot_best_fit", "servegym.envs.npu.reports.plots.plot_best_fit"),
     ("servegym.envs.npu.action_modes", "make_action_mode", "servegym.envs.npu.actions.make_action_mode"),
 ])
