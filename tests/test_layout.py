@@ -6,7 +6,7 @@
   needs (its handlers import the reports lazily);
 * modules stay at or under 600 lines, except those listed in :data:`LONG_MODULES` with the reason each is whole;
 * the envs do not branch on the action mode (a class per mode, chosen by a factory from the config);
-* the old module names still import the moved modules, with a DeprecationWarning, for one release.
+* the old module names of moved modules are gone (they warned for a release).
 """
 
 from __future__ import annotations
@@ -36,8 +36,6 @@ SHARED = ("servegym.envs.workload", "servegym.envs.traces", "servegym.envs.grid"
 class Layout:
     """What the layering test needs to know about one family (paths relative to ``envs/<family>/``)."""
 
-    #: old module name -> the layer (sub-package) it moved to
-    old_names: dict[str, str]
     #: the report and command modules (import no env module)
     reports: tuple[str, ...]
     #: prefixes of the env layer's modules
@@ -52,7 +50,6 @@ class Layout:
 
 LAYOUTS: dict[str, Layout] = {
     "geo": Layout(
-        old_names={},
         reports=("reports/*.py", "cli.py"),
         env_layer=("servegym.envs.geo.env_", "servegym.envs.geo.actions", "servegym.envs.geo.parallel",
                    "servegym.envs.geo.observations", "servegym.envs.geo.rewards", "servegym.envs.geo.grid_clock",
@@ -63,7 +60,6 @@ LAYOUTS: dict[str, Layout] = {
             "sim/cluster.py": 700,
         }),
     "pd": Layout(
-        old_names={},
         reports=("reports/*.py", "cli.py"),
         env_layer=("servegym.envs.pd.env", "servegym.envs.pd.actions", "servegym.envs.pd.observations",
                    "servegym.envs.pd.rewards", "servegym.envs.pd.dynamics", "servegym.envs.pd.vector",
@@ -76,9 +72,6 @@ LAYOUTS: dict[str, Layout] = {
         },
         package_names=("servegym.envs.pd", "servegym.envs.pd.WORKLOAD_SPECS")),
     "npu": Layout(
-        old_names={**{m: "sim" for m in ("catalog", "roofline", "dse", "selection", "workloads", "azure2024",
-                                         "cluster")},
-                   "fluid_check": "reports"},  # dse_plot is now reports/plots (test_old_cli_modules_reexport_...)
         reports=("reports/*.py", "cli.py"),
         env_layer=("servegym.envs.npu.env", "servegym.envs.npu.actions", "servegym.envs.npu.action_decoding",
                    "servegym.envs.npu.observations", "servegym.envs.npu.rewards", "servegym.envs.npu.scenarios",
@@ -151,28 +144,17 @@ def test_listed_long_modules_exist_and_are_long(family: str) -> None:
         assert len((ENVS / family / path).read_text().splitlines()) > 600, path
 
 
-@pytest.mark.parametrize(("family", "name"), [(f, n) for f in FAMILIES for n in sorted(LAYOUTS[f].old_names)])
-def test_old_module_names_are_the_moved_modules(family: str, name: str) -> None:
-    new_name = f"servegym.envs.{family}.{LAYOUTS[family].old_names[name]}.{name}"
-    new = importlib.import_module(new_name)
-    old_name = f"servegym.envs.{family}.{name}"
-    saved = sys.modules.pop(old_name, None)
-    try:
-        with pytest.warns(DeprecationWarning, match=new_name):
-            old = importlib.import_module(old_name)
-        assert old is new
-    finally:
-        if saved is not None:
-            sys.modules[old_name] = saved
-
-
 #: old names of moved modules, removed after warning for a release (import the module's own path)
 REMOVED_NAMES: dict[str, tuple[str, ...]] = {
     "geo": ("bench", "bench_cli", "cluster", "compare", "compare_cli", "config", "decisions", "engine",
             "engine_kernels", "estimator", "metrics", "mlenergy_check", "osl", "profile", "provisioner", "validate"),
     "pd": ("case_studies", "catalog", "fluid", "model", "pareto", "provisioning", "scenario", "sim_cli", "simulator",
            "tables", "validate", "workload_moments"),
+    "npu": ("action_modes", "azure2024", "catalog", "cluster", "dse", "dse_plot", "fluid_check", "roofline",
+            "selection", "workloads"),
 }
+#: the code folders (tests/test_packaging.py maps them to their import names)
+CODE_FOLDERS = ("envs", "baselines", "agents", "calibration", "src")
 
 
 @pytest.mark.parametrize("name", [f"servegym.envs.{f}.{m}" for f in sorted(REMOVED_NAMES) for m in REMOVED_NAMES[f]])
@@ -180,6 +162,20 @@ def test_removed_module_names_do_not_import(name: str) -> None:
     assert name not in sys.modules
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module(name)
+
+
+def test_no_module_stands_in_for_another() -> None:
+    """No module replaces itself with another (``sys.modules[__name__] = ...``, the old-name pattern)."""
+    bad = [str(f.relative_to(REPO_ROOT)) for top in CODE_FOLDERS for f in sorted((REPO_ROOT / top).rglob("*.py"))
+           if "sys.modules[__name__]" in f.read_text()]
+    assert not bad, bad
+
+
+def test_moved_names_are_imported_from_their_modules() -> None:
+    """npu's env helper mixin is only in ``action_decoding`` (``actions`` holds the action modes)."""
+    from servegym.envs.npu import action_decoding, actions
+
+    assert action_decoding.ActionsMixin and not hasattr(actions, "ActionsMixin")
 
 
 def test_pd_saturation_is_imported_from_its_module() -> None:
@@ -190,33 +186,6 @@ def test_pd_saturation_is_imported_from_its_module() -> None:
     assert saturation.saturation_throughput and saturation.Saturation
     for name in ("Saturation", "saturation_throughput"):
         assert not hasattr(simulator, name), name
-
-
-@pytest.mark.parametrize(("old_name", "attr", "new"), [
-    ("servegym.envs.npu.dse_plot", "plot_best_fit", "servegym.envs.npu.reports.plots.plot_best_fit"),
-    ("servegym.envs.npu.action_modes", "make_action_mode", "servegym.envs.npu.actions.make_action_mode"),
-])
-def test_old_cli_modules_reexport_the_cli(old_name: str, attr: str, new: str) -> None:
-    module, fn = new.rsplit(".", 1)
-    cli = importlib.import_module(module)
-    saved = sys.modules.pop(old_name, None)
-    try:
-        with pytest.warns(DeprecationWarning, match=module):
-            old = importlib.import_module(old_name)
-    finally:
-        if saved is not None:
-            sys.modules[old_name] = saved
-    assert getattr(old, attr) is getattr(cli, fn)
-
-
-def test_npu_actions_mixin_keeps_its_old_name() -> None:
-    """npu's ``actions`` held the env's helper mixin; it is ``action_decoding`` now, the old name warns."""
-    from servegym.envs.npu import action_decoding, actions
-
-    with pytest.warns(DeprecationWarning, match="servegym.envs.npu.action_decoding"):
-        assert actions.ActionsMixin is action_decoding.ActionsMixin
-    with pytest.raises(AttributeError):
-        actions.NoSuchName  # noqa: B018
 
 
 @pytest.mark.parametrize("family", FAMILIES)
