@@ -260,8 +260,8 @@ def geo_items() -> Iterator[Item]:
 
     # the simulator's own loop, with the full summary, in both decision modes and with predicted OSLs
     from servegym.baselines.geo import make_policy
-    from servegym.envs.geo.cluster import GeoSimulation
-    from servegym.envs.geo.config import preset
+    from servegym.envs.geo.sim.cluster import GeoSimulation
+    from servegym.envs.geo.sim.config import preset
 
     for spec, over in (("rr", {}), ("greedy:0.9", {"osl_mode": "predicted"}), ("milp", {"decision_mode": "window"}),
                        ("green-llm", {"ci_mode": "hourly", "ci_start": "2023-03-01T05:00Z"})):
@@ -442,17 +442,22 @@ def pd_items() -> Iterator[Item]:
         yield "plot_deployments png", hashlib.sha256(Path(f"{tmp}/dep.png").read_bytes()).hexdigest()
 
     # the model: capacities, operating points, grids, fronts, picks, mix tables, the min-power rule
-    from servegym.envs.pd.catalog import (
+    from servegym.envs.pd.sim.catalog import (
         fitted_serving,
         paper_system,
         sglang_profiled_kv_tokens,
         sglang_serving,
     )
-    from servegym.envs.pd.model import PDModel
-    from servegym.envs.pd.pareto import eps_front, exact_front, max_capacity_under_power, min_power_deployment
-    from servegym.envs.pd.provisioning import MinPowerRule
-    from servegym.envs.pd.tables import mix_tables
-    from servegym.envs.pd.workload_moments import parse_workload
+    from servegym.envs.pd.sim.model import PDModel
+    from servegym.envs.pd.sim.pareto import (
+        eps_front,
+        exact_front,
+        max_capacity_under_power,
+        min_power_deployment,
+    )
+    from servegym.envs.pd.sim.provisioning import MinPowerRule
+    from servegym.envs.pd.sim.tables import mix_tables
+    from servegym.envs.pd.sim.workload_moments import parse_workload
 
     yield "catalog", (paper_system(), fitted_serving(), sglang_serving(), sglang_profiled_kv_tokens())
     for spec in ("fixed:4096:256", "azure-conv", "azure-code", "mooncake"):
@@ -470,9 +475,10 @@ def pd_items() -> Iterator[Item]:
     yield "min-power rule", [rule.mix_cache(m).front for m in (0, 1)]
 
     # the simulators: fluid formulas, the request-level simulator, saturation, case studies
-    from servegym.envs.pd.case_studies import comparison_rows, get_case_study, run_case_study
-    from servegym.envs.pd.fluid import backlogged_slo, steady_slo
-    from servegym.envs.pd.simulator import PDSimulator, pd_length_sampler, saturation_throughput
+    from servegym.envs.pd.reports.case_studies import comparison_rows, get_case_study, run_case_study
+    from servegym.envs.pd.sim.fluid import backlogged_slo, steady_slo
+    from servegym.envs.pd.sim.saturation import saturation_throughput
+    from servegym.envs.pd.sim.simulator import PDSimulator, pd_length_sampler
     from servegym.envs.workload import Requests, poisson_arrivals
 
     m = PDModel(parse_workload("azure-conv"))
@@ -497,7 +503,7 @@ def pd_items() -> Iterator[Item]:
         yield f"case study {name}", (get_case_study(name), res, comparison_rows(cs, res, model))
 
     # reports: validate, the CLI (JSON outputs, texts, plots, help and error texts), the crosscheck benchmark
-    from servegym.envs.pd.validate import all_required_pass, run_checks
+    from servegym.envs.pd.reports.validate import all_required_pass, run_checks
 
     checks = run_checks()
     yield "validate checks", ([c.as_dict() for c in checks], all_required_pass(checks))

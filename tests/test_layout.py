@@ -6,7 +6,10 @@
   needs (its handlers import the reports lazily);
 * modules stay at or under 600 lines, except those listed in :data:`LONG_MODULES` with the reason each is whole;
 * the envs do not branch on the action mode (a class per mode, chosen by a factory from the config);
-* the old module names still import the moved modules, with a DeprecationWarning, for one release.
+* the old module names of moved modules are gone (they warned for a release);
+* across the whole package, the layers of docs/ARCHITECTURE.md (helpers, model, baselines, env, reports/CLI):
+  no module imports from a layer above its own (the exceptions are listed with their reasons), and none imports
+  a private name (``_x``) of another layer or package.
 """
 
 from __future__ import annotations
@@ -36,8 +39,6 @@ SHARED = ("servegym.envs.workload", "servegym.envs.traces", "servegym.envs.grid"
 class Layout:
     """What the layering test needs to know about one family (paths relative to ``envs/<family>/``)."""
 
-    #: old module name -> the layer (sub-package) it moved to
-    old_names: dict[str, str]
     #: the report and command modules (import no env module)
     reports: tuple[str, ...]
     #: prefixes of the env layer's modules
@@ -52,9 +53,6 @@ class Layout:
 
 LAYOUTS: dict[str, Layout] = {
     "geo": Layout(
-        old_names={**{m: "sim" for m in ("cluster", "engine", "engine_kernels", "profile", "config", "provisioner",
-                                         "estimator", "osl", "metrics", "decisions")},
-                   **{m: "reports" for m in ("compare", "validate", "mlenergy_check", "bench")}},
         reports=("reports/*.py", "cli.py"),
         env_layer=("servegym.envs.geo.env_", "servegym.envs.geo.actions", "servegym.envs.geo.parallel",
                    "servegym.envs.geo.observations", "servegym.envs.geo.rewards", "servegym.envs.geo.grid_clock",
@@ -65,9 +63,6 @@ LAYOUTS: dict[str, Layout] = {
             "sim/cluster.py": 700,
         }),
     "pd": Layout(
-        old_names={**{m: "sim" for m in ("catalog", "workload_moments", "model", "pareto", "provisioning", "tables",
-                                         "scenario", "fluid", "simulator")},
-                   **{m: "reports" for m in ("validate", "case_studies")}},
         reports=("reports/*.py", "cli.py"),
         env_layer=("servegym.envs.pd.env", "servegym.envs.pd.actions", "servegym.envs.pd.observations",
                    "servegym.envs.pd.rewards", "servegym.envs.pd.dynamics", "servegym.envs.pd.vector",
@@ -80,9 +75,6 @@ LAYOUTS: dict[str, Layout] = {
         },
         package_names=("servegym.envs.pd", "servegym.envs.pd.WORKLOAD_SPECS")),
     "npu": Layout(
-        old_names={**{m: "sim" for m in ("catalog", "roofline", "dse", "selection", "workloads", "azure2024",
-                                         "cluster")},
-                   "fluid_check": "reports"},  # dse_plot is now reports/plots (test_old_cli_modules_reexport_...)
         reports=("reports/*.py", "cli.py"),
         env_layer=("servegym.envs.npu.env", "servegym.envs.npu.actions", "servegym.envs.npu.action_decoding",
                    "servegym.envs.npu.observations", "servegym.envs.npu.rewards", "servegym.envs.npu.scenarios",
@@ -155,49 +147,46 @@ def test_listed_long_modules_exist_and_are_long(family: str) -> None:
         assert len((ENVS / family / path).read_text().splitlines()) > 600, path
 
 
-@pytest.mark.parametrize(("family", "name"), [(f, n) for f in FAMILIES for n in sorted(LAYOUTS[f].old_names)])
-def test_old_module_names_are_the_moved_modules(family: str, name: str) -> None:
-    new_name = f"servegym.envs.{family}.{LAYOUTS[family].old_names[name]}.{name}"
-    new = importlib.import_module(new_name)
-    old_name = f"servegym.envs.{family}.{name}"
-    saved = sys.modules.pop(old_name, None)
-    try:
-        with pytest.warns(DeprecationWarning, match=new_name):
-            old = importlib.import_module(old_name)
-        assert old is new
-    finally:
-        if saved is not None:
-            sys.modules[old_name] = saved
+#: old names of moved modules, removed after warning for a release (import the module's own path)
+REMOVED_NAMES: dict[str, tuple[str, ...]] = {
+    "geo": ("bench", "bench_cli", "cluster", "compare", "compare_cli", "config", "decisions", "engine",
+            "engine_kernels", "estimator", "metrics", "mlenergy_check", "osl", "profile", "provisioner", "validate"),
+    "pd": ("case_studies", "catalog", "fluid", "model", "pareto", "provisioning", "scenario", "sim_cli", "simulator",
+           "tables", "validate", "workload_moments"),
+    "npu": ("action_modes", "azure2024", "catalog", "cluster", "dse", "dse_plot", "fluid_check", "roofline",
+            "selection", "workloads"),
+}
 
 
-@pytest.mark.parametrize(("old_name", "attr", "new"), [
-    ("servegym.envs.geo.compare_cli", "add_geo_commands", "servegym.envs.geo.cli._add_compare"),
-    ("servegym.envs.geo.bench_cli", "add_commands", "servegym.envs.geo.cli.add_bench_commands"),
-    ("servegym.envs.pd.sim_cli", "add_sim_commands", "servegym.envs.pd.cli.add_sim_commands"),
-    ("servegym.envs.npu.dse_plot", "plot_best_fit", "servegym.envs.npu.reports.plots.plot_best_fit"),
-    ("servegym.envs.npu.action_modes", "make_action_mode", "servegym.envs.npu.actions.make_action_mode"),
-])
-def test_old_cli_modules_reexport_the_cli(old_name: str, attr: str, new: str) -> None:
-    module, fn = new.rsplit(".", 1)
-    cli = importlib.import_module(module)
-    saved = sys.modules.pop(old_name, None)
-    try:
-        with pytest.warns(DeprecationWarning, match=module):
-            old = importlib.import_module(old_name)
-    finally:
-        if saved is not None:
-            sys.modules[old_name] = saved
-    assert getattr(old, attr) is getattr(cli, fn)
+
+@pytest.mark.parametrize("name", [f"servegym.envs.{f}.{m}" for f in sorted(REMOVED_NAMES) for m in REMOVED_NAMES[f]])
+def test_removed_module_names_do_not_import(name: str) -> None:
+    assert name not in sys.modules
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(name)
 
 
-def test_npu_actions_mixin_keeps_its_old_name() -> None:
-    """npu's ``actions`` held the env's helper mixin; it is ``action_decoding`` now, the old name warns."""
+def test_no_module_stands_in_for_another() -> None:
+    """No module replaces itself with another (``sys.modules[__name__] = ...``, the old-name pattern)."""
+    bad = [str(f.relative_to(REPO_ROOT)) for f in MODULES.values() if "sys.modules[__name__]" in f.read_text()]
+    assert not bad, bad
+
+
+def test_moved_names_are_imported_from_their_modules() -> None:
+    """npu's env helper mixin is only in ``action_decoding`` (``actions`` holds the action modes)."""
     from servegym.envs.npu import action_decoding, actions
 
-    with pytest.warns(DeprecationWarning, match="servegym.envs.npu.action_decoding"):
-        assert actions.ActionsMixin is action_decoding.ActionsMixin
-    with pytest.raises(AttributeError):
-        actions.NoSuchName  # noqa: B018
+    assert action_decoding.ActionsMixin and not hasattr(actions, "ActionsMixin")
+
+
+def test_pd_saturation_is_imported_from_its_module() -> None:
+    """``Saturation`` and ``saturation_throughput`` are in ``pd.sim.saturation``; the simulator no longer
+    re-exports them."""
+    from servegym.envs.pd.sim import saturation, simulator
+
+    assert saturation.saturation_throughput and saturation.Saturation
+    for name in ("Saturation", "saturation_throughput"):
+        assert not hasattr(simulator, name), name
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -327,3 +316,187 @@ def test_the_map_test_sees_a_missing_path() -> None:
 
     names = re.findall(r"`([A-Za-z0-9_./-]+)`", "see `envs/pd/nope.py` and `envs/pd/sim/`")
     assert [p for p in names if not (REPO_ROOT / p).exists()] == ["envs/pd/nope.py"]
+
+
+# ------------------------------------------------------------------------------ the layers across the package
+#: The code folders and their import names (as pyproject.toml's package-dir maps them).
+CODE_ROOTS = {"src/servegym": "servegym", "envs": "servegym.envs", "baselines": "servegym.baselines",
+              "agents": "servegym.agents", "calibration": "servegym.calibration"}
+
+
+def _repo_modules() -> dict[str, Path]:
+    """Every module of the package (import name -> file), the console script's module included."""
+    out = {"servegym_launch": REPO_ROOT / "src" / "servegym_launch.py"}
+    for folder, pkg in CODE_ROOTS.items():
+        for f in sorted((REPO_ROOT / folder).rglob("*.py")):
+            parts = f.relative_to(REPO_ROOT / folder).with_suffix("").parts
+            out[".".join((pkg, *(parts[:-1] if parts[-1] == "__init__" else parts)))] = f
+    return out
+
+
+MODULES = _repo_modules()
+#: The layers, lowest first: a module imports from its own layer and the ones below, never from one above.
+LAYER_ORDER = ("helpers", "model", "baselines", "env", "top")
+RANK = {name: i for i, name in enumerate(LAYER_ORDER)}
+#: servegym's helper modules (src/servegym) that every layer may use: errors, names, splits, files and progress.
+HELPERS = frozenset({"bounded_io", "errors", "estimates", "masks", "memory", "names", "outputs", "progress",
+                     "render", "report", "safe_yaml", "splits", "user_cache"})
+#: servegym's modules at the top, beside the reports: the command line, the env-id registry (``import servegym``
+#: registers them), the wrappers and RLlib adapters, and the config file references (they list the shipped
+#: geo profiles).
+TOP = frozenset({"cli", "env_ids", "file_refs", "registration", "rllib_envs", "wrappers"})
+#: envs/ modules the three families' models share.
+SHARED_MODEL = frozenset({"data", "grid", "traces", "workload"})
+#: (importer, imported) -> why this import goes up a layer (docs/ARCHITECTURE.md repeats them).
+UPWARD_EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("servegym.baselines.pd", "servegym.envs.pd.env"):
+        "pd's baselines are episode policies over the env: they decide from its info and absolute_twin(), and "
+        "run_policy / compare_policies step it; the decision rule they share with the env (MinPowerRule) is in "
+        "the model, and no pd env module imports a baseline, so there is no cycle",
+    ("servegym.baselines.pd_oracle", "servegym.envs.pd.env"):
+        "the hindsight oracle plans on the env's own arrivals and SLO evaluation (hindsight_arrivals, "
+        "slo_steady), so its planned return equals its replayed return",
+    ("servegym.envs.geo", "servegym.envs.geo.parallel"):
+        "the family package's parallel_env (PettingZoo's entry-point convention) imports the multi-agent env "
+        "inside the function, on use",
+}
+
+
+def layer_of(module: str) -> str | None:
+    """The layer of a servegym module (``None`` outside servegym); a module no rule places is an error, so a new
+    top-level module gets a layer here before it can pass."""
+    parts = module.split(".")
+    if parts[0] == "servegym_launch" or parts == ["servegym"]:
+        return "top"  # the console script; the package itself registers the env ids
+    if parts[0] != "servegym":
+        return None
+    head = parts[1]
+    if head in HELPERS:
+        return "helpers"
+    if head in TOP or head in ("agents", "calibration"):
+        return "top"
+    if head == "baselines":
+        return "baselines"
+    if head == "envs":
+        if len(parts) == 2 or parts[2] in SHARED_MODEL:
+            return "model"
+        if parts[2] == "vector_base":
+            return "env"
+        if parts[2] in LAYOUTS:
+            if len(parts) == 3 or parts[3] == "sim":
+                return "model"  # the family package holds constants its model and parsers share
+            return "top" if parts[3] in ("reports", "cli") else "env"
+    raise ValueError(f"{module}: no layer; place it in tests/test_layout.py (layer_of)")
+
+
+def _is_package(module: str) -> bool:
+    return module in MODULES and MODULES[module].name == "__init__.py"
+
+
+def import_targets(path: Path, module: str) -> list[tuple[str, str]]:
+    """``(module, name)`` for every import in a file, at any depth (lazy and TYPE_CHECKING imports included):
+    ``import a.b`` gives ``("a.b", "")``, ``from a import b`` gives ``("a.b", "")`` when ``a.b`` is a module of
+    the package and ``("a", "b")`` otherwise; relative imports are resolved against ``module``."""
+    here = module.split(".") if _is_package(module) else module.split(".")[:-1]
+    out: list[tuple[str, str]] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, "") for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*here[:len(here) - node.level + 1], *([base] if base else [])])
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                out.append((sub, "") if sub in MODULES else (base, a.name))
+    return out
+
+
+def upward_imports(path: Path, module: str) -> list[str]:
+    """The imports by which ``module`` (the file ``path``) reaches a layer above its own, less the exceptions."""
+    here = layer_of(module)
+    assert here is not None, module
+    bad = []
+    for target, _name in import_targets(path, module):
+        there = layer_of(target)
+        if there is not None and RANK[there] > RANK[here] and (module, target) not in UPWARD_EXCEPTIONS:
+            bad.append(f"{module} ({here}) imports {target} ({there})")
+    return bad
+
+
+def private_imports(path: Path, module: str) -> list[str]:
+    """The imports by which ``module`` takes a private name (``_x``, a name or a module) that another package or
+    another layer owns (a package's modules may share private names within one layer)."""
+    here_pkg = module if _is_package(module) else module.rpartition(".")[0]
+    bad = []
+    for target, name in import_targets(path, module):
+        if layer_of(target) is None:
+            continue
+        if not any(p.startswith("_") and not p.startswith("__") for p in (*target.split("."), name)):
+            continue
+        owner = target if name and _is_package(target) else target.rpartition(".")[0]
+        if owner != here_pkg or layer_of(target) != layer_of(module):
+            bad.append(f"{module} imports {target}{'.' + name if name else ''}")
+    return bad
+
+
+def test_every_module_has_a_layer() -> None:
+    assert len(MODULES) > 150
+    assert {layer_of(m) for m in MODULES} == set(LAYER_ORDER)
+
+
+def test_no_module_imports_from_a_layer_above() -> None:
+    """model -> baselines -> env -> reports/CLI: the model imports no baseline, env, report or agent; the
+    baselines import no env (the pd exceptions aside); the envs import no report, CLI, agent or calibration."""
+    bad = [b for m, f in MODULES.items() for b in upward_imports(f, m)]
+    assert not bad, bad
+
+
+def test_each_upward_exception_is_still_needed() -> None:
+    used = {(m, t) for m, f in MODULES.items() for t, _ in import_targets(f, m)}
+    assert set(UPWARD_EXCEPTIONS) <= used, sorted(set(UPWARD_EXCEPTIONS) - used)
+
+
+def test_no_module_imports_another_layers_private_names() -> None:
+    bad = [b for m, f in MODULES.items() for b in private_imports(f, m)]
+    assert not bad, bad
+
+
+def test_the_layer_checks_see_a_violation(tmp_path: Path) -> None:
+    """The checks on small made-up modules: each deliberate violation is reported, each allowed import is not."""
+    model = tmp_path / "model.py"
+    model.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from servegym.envs.pd.sim.model import PDModel\n"
+        "from servegym.envs.pd.sim.pareto import _select\n"
+        "from servegym.envs.pd import WORKLOAD_SPECS\n"
+        "from servegym.errors import ConfigError\n"
+        "from .tables import _private_helper\n"
+        "if TYPE_CHECKING:\n    from servegym.envs.pd.env import PDProvisionEnv\n"
+        "def f():\n    from servegym.baselines.pd import MinPower\n    from servegym.envs.pd.reports import compare\n"
+        "    import gymnasium\n")
+    assert upward_imports(model, "servegym.envs.pd.sim.made_up") == [
+        "servegym.envs.pd.sim.made_up (model) imports servegym.envs.pd.env (env)",
+        "servegym.envs.pd.sim.made_up (model) imports servegym.baselines.pd (baselines)",
+        "servegym.envs.pd.sim.made_up (model) imports servegym.envs.pd.reports.compare (top)"]
+    assert private_imports(model, "servegym.envs.pd.sim.made_up") == []  # its own package and layer
+
+    baseline = tmp_path / "baseline.py"
+    baseline.write_text("from servegym.envs.npu.env import NPUAutoscaleEnv\n"
+                        "from servegym.envs.pd.env import PDProvisionEnv\n"
+                        "from servegym.envs.npu.sim.serving import _group_sum\n"
+                        "from servegym.baselines import _made_up\n")
+    assert upward_imports(baseline, "servegym.baselines.made_up") == [
+        "servegym.baselines.made_up (baselines) imports servegym.envs.npu.env (env)",
+        "servegym.baselines.made_up (baselines) imports servegym.envs.pd.env (env)"]
+    assert upward_imports(baseline, "servegym.baselines.pd") == [  # the listed exception lets pd's env in
+        "servegym.baselines.pd (baselines) imports servegym.envs.npu.env (env)"]
+    assert private_imports(baseline, "servegym.baselines.made_up") == [
+        "servegym.baselines.made_up imports servegym.envs.npu.sim.serving._group_sum"]
+
+    env = tmp_path / "env.py"
+    env.write_text("from servegym.envs.geo.cli import _compare\nfrom servegym.envs.geo.reference import _x\n")
+    assert private_imports(env, "servegym.envs.geo.made_up") == [  # one package, two layers
+        "servegym.envs.geo.made_up imports servegym.envs.geo.cli._compare"]
+    with pytest.raises(ValueError, match="no layer"):
+        layer_of("servegym.made_up")

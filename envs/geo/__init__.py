@@ -1,5 +1,5 @@
-"""The geo-distributed serving family: simulator (``cluster``), envs (``env_route``, ``env_window``)
-and the multi-agent env, ``parallel_env`` (PettingZoo; needs the ``marl`` extra, imported on use)."""
+"""The geo-distributed serving family: the model (``sim``, its simulator ``sim.cluster``), envs (``env_route``,
+``env_window``) and the multi-agent env, ``parallel_env`` (PettingZoo; needs the ``marl`` extra, imported on use)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,4 @@
   :mod:`~servegym.envs.npu.actions` (one class per action mode), :mod:`~servegym.envs.npu.action_decoding`,
   :mod:`~servegym.envs.npu.observations` and :mod:`~servegym.envs.npu.rewards`.
 * Reports and commands: :mod:`~servegym.envs.npu.reports`, :mod:`~servegym.envs.npu.cli`.
-
-The old module names ``catalog``, ``roofline``, ``dse``, ``selection``, ``workloads``, ``azure2024`` and
-``cluster`` still import (each is the ``sim`` module itself, with a DeprecationWarning).
 """

@@ -5,9 +5,6 @@ becomes the simulator's decision, and the reference it observes; :func:`make_act
 the config, so the env's ``reset`` and ``step`` never branch on the mode. A new mode is a new class here.
 The helpers they call (``_decision``, ``_residual_targets``, ``_warm_action``, ...) are the env's
 (:mod:`~servegym.envs.npu.action_decoding`).
-
-This module was ``action_modes``, and ``actions`` held the env's helper mixin (now ``action_decoding``): the
-old names still import, with a DeprecationWarning, for one release.
 """
 
 from __future__ import annotations
@@ -26,19 +23,6 @@ from servegym.errors import ActionError
 if TYPE_CHECKING:
     from servegym.envs.npu.env import NPUAutoscaleEnv
     from servegym.envs.npu.sim.cluster import NPUCluster
-
-
-def __getattr__(name: str) -> Any:
-    """``ActionsMixin`` under its old module name (it is in :mod:`~servegym.envs.npu.action_decoding` now)."""
-    if name == "ActionsMixin":
-        import warnings
-
-        from servegym.envs.npu.action_decoding import ActionsMixin
-
-        warnings.warn("servegym.envs.npu.actions.ActionsMixin moved to servegym.envs.npu.action_decoding; import it "
-                      "from there", DeprecationWarning, stacklevel=2)
-        return ActionsMixin
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class AbsoluteAction:

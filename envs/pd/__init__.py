@@ -13,10 +13,6 @@ three layers (import the modules directly; this package imports nothing so ``imp
   :mod:`~servegym.envs.pd.sb3_vector`.
 * Reports and commands: :mod:`servegym.envs.pd.reports` (capacity, plots, validate, simulate, case_studies,
   compare) and :mod:`~servegym.envs.pd.cli` (``servegym pd ...``, parsing only).
-
-The old module names ``catalog``, ``workload_moments``, ``model``, ``pareto``, ``provisioning``, ``tables``,
-``scenario``, ``fluid``, ``simulator``, ``validate`` and ``case_studies`` still import (each is the moved module
-itself, with a DeprecationWarning), as does ``sim_cli`` (re-exporting ``add_sim_commands``).
 """
 
 #: the workload names ``parse_workload`` accepts (here so the ``servegym pd`` parsers need not import numpy)

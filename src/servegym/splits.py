@@ -12,7 +12,7 @@ This module holds what the families share: the split names per family (:data:`FA
 of description each, which the env docstrings repeat), their validation (:func:`check_split`), the seed
 derivation (:func:`scenario_rng`), the calendar-day rule for the hourly grid series (:func:`split_days`)
 and the trace-segment rule (:data:`TRACE_SEGMENTS`). What each family draws lives next to its scenario
-(``envs/geo/env_common.py``, ``envs/pd/scenario.py``, ``envs/npu/env.py``).
+(``envs/geo/env_common.py``, ``envs/pd/sim/scenario.py``, ``envs/npu/scenarios.py``).
 
 Protocol rule: agents are trained on ``train``, checkpoints are chosen on ``validation``, and results
 are reported on ``test`` and the shifts, which no training or selection step may read.

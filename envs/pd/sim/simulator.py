@@ -713,12 +713,3 @@ def pd_length_sampler(spec: str) -> LengthSampler:
     w = parse_workload(key)  # validates fixed:IN:OUT (and raises a ConfigError naming the allowed specs)
     return FixedLengths(round(w.in_m1), round(w.out_mean))
 
-
-def __getattr__(name: str) -> Any:
-    """``Saturation`` and ``saturation_throughput`` moved to :mod:`servegym.envs.pd.sim.saturation` (a measurement
-    driven by this simulator); they stay importable from here."""
-    if name in ("Saturation", "saturation_throughput"):
-        from servegym.envs.pd.sim import saturation
-
-        return getattr(saturation, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
