@@ -343,8 +343,8 @@ HELPERS = frozenset({"bounded_io", "errors", "estimates", "masks", "memory", "na
                      "render", "report", "safe_yaml", "splits", "user_cache"})
 #: servegym's modules at the top, beside the reports: the command line, the env-id registry (``import servegym``
 #: registers them), the wrappers and RLlib adapters, and the config file references (they list the shipped
-#: geo profiles).
-TOP = frozenset({"cli", "env_ids", "file_refs", "registration", "rllib_envs", "wrappers"})
+#: geo profiles), and the env cards (the docs' pages, built from the envs).
+TOP = frozenset({"cli", "env_cards", "env_ids", "file_refs", "registration", "rllib_envs", "wrappers"})
 #: envs/ modules the three families' models share.
 SHARED_MODEL = frozenset({"data", "grid", "traces", "workload"})
 #: (importer, imported) -> why this import goes up a layer (docs/ARCHITECTURE.md repeats them).
