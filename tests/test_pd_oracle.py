@@ -90,24 +90,27 @@ def test_serving_state_dp_replays_exactly_at_every_delay(delay: float) -> None:
 
 
 def test_long_delays_fall_back_to_a_plan_and_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past the exact DP's state limit the plan is the free DP's (when it never cancels a starting instance)
-    or the sticky restriction's; it replays to its prediction, and the free DP bounds it."""
+    """Past the exact DP's state limit the plan is the free DP's (when it never cancels a starting instance),
+    else the shared restriction's (one start-up state for both pools), else the sticky one's; each replays
+    to its prediction, and the free DP bounds it."""
     import servegym.baselines.pd_oracle as po
 
     env = PDProvisionEnv({"split": "test", "startup_delay_s": 300.0, **FOUR_H})
     env.reset(seed=1)
     exact = solve_delayed(env)
+    monkeypatch.setattr(po, "EXACT_STATE_LIMIT", 6 * 86 * 240)  # room for the shared state only
+    plans = [solve_delayed(env)]
+    monkeypatch.setattr(po, "_never_cancels", lambda *a: False)
+    plans.append(solve_delayed(env))
     monkeypatch.setattr(po, "EXACT_STATE_LIMIT", 0)
-    env.reset(seed=1)
-    plan = solve_delayed(env)
-    assert not plan.exact_state and plan.bound >= exact.predicted_return - 1e-12
-    got, _ = _replay(env, 1, [tuple(t) for t in plan.targets])
-    assert got == pytest.approx(plan.predicted_return, rel=1e-9) and plan.upper_bound >= got - 1e-12
-    monkeypatch.setattr(po, "_never_cancels", lambda *a: False)  # the sticky restriction
-    env.reset(seed=1)
-    sticky = solve_delayed(env)
-    got, _ = _replay(env, 1, [tuple(t) for t in sticky.targets])
-    assert got == pytest.approx(sticky.predicted_return, rel=1e-9) and sticky.upper_bound >= got - 1e-12
+    plans.append(solve_delayed(env))
+    for plan in plans:
+        assert not plan.exact_state and plan.bound >= exact.predicted_return - 1e-12
+        got, _ = _replay(env, 1, [tuple(t) for t in plan.targets])
+        assert got == pytest.approx(plan.predicted_return, rel=1e-9) and plan.upper_bound >= got - 1e-12
+        assert got <= exact.predicted_return + 1e-9
+    assert plans[0].predicted_return == pytest.approx(exact.predicted_return, rel=1e-12)  # the free path
+    assert plans[1].predicted_return >= plans[2].predicted_return - 1e-12  # shared is no worse than sticky here
 
 
 def test_oracle_plan_replays_to_its_prediction_and_beats_the_baselines() -> None:
