@@ -268,3 +268,26 @@ def test_causal_reference_knows_the_next_periods_and_is_no_strongest_candidate()
             bm.run_policy_episodes("servegym/PDProvision-v0", req, ["min-power+perfect"], [1000])
     finally:
         req.close()
+
+
+def test_starting_instances_past_the_budget_serve_on_fewer_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a plan's targets (serving + starting instances) would pass the GPU budget, the serving
+    deployments are held to fewer GPUs until they fit (here the first realization is made to overflow)."""
+    import servegym.baselines.pd_oracle as po
+
+    real = po._realize
+    calls: list[int] = []
+
+    def overflowing(*args: object) -> np.ndarray:
+        out = real(*args)
+        calls.append(1)
+        return out + 16 if len(calls) == 1 else out
+
+    monkeypatch.setattr(po, "_realize", overflowing)
+    env = PDProvisionEnv({"split": "test", "startup_delay_s": 300.0, "scenario": {"horizon_steps": 60}})
+    env.reset(seed=1)
+    plan = solve_delayed(env)
+    assert len(calls) == 2 and plan.serving_budget == 15
+    assert plan.targets.sum(axis=1).max() <= 16
+    got, _ = _replay(env, 1, [tuple(t) for t in plan.targets])
+    assert got == pytest.approx(plan.predicted_return, rel=1e-9) and plan.upper_bound >= got - 1e-12
