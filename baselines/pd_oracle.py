@@ -211,7 +211,7 @@ DEC, HOLD, INC = 0, 1, 2  # a pool's change of serving count from one period to 
 INC_DEC, SAME = 3, 4  # the shared state's step where one pool rises and the other falls; an axis left alone
 #: the most back-pointers (int32: (lead + 1)^2 x grid x periods) the exact serving-state DP may hold (80 MB:
 #: up to 11 periods of delay on a default day); past it the bound is the free DP's, the plan its path or the
-#: sticky restriction's (module docstring)
+#: shared or sticky restriction's (module docstring)
 EXACT_STATE_LIMIT = 20_000_000
 
 
@@ -274,9 +274,7 @@ def _g_rules(kind: str, lead: int) -> tuple[int, int, NDArray[np.int64]]:
     state 0 and an increase needs (and keeps) the last state. ``exact``: periods since the pool's last decrease,
     capped at lead + 1 (state g - 1); ``shared``: the same for the last decrease of either pool (a restriction);
     ``sticky``: whether the pool never decreased; ``free``: none."""
-    if kind == "exact":
-        return lead + 1, 0, np.minimum(np.arange(lead + 1) + 1, lead)
-    if kind == "shared":  # periods since either pool last fell: one axis (the other of size 1)
+    if kind in ("exact", "shared"):  # shared: one axis (the other of size 1)
         return lead + 1, 0, np.minimum(np.arange(lead + 1) + 1, lead)
     if kind == "sticky":
         return 2, 1, np.arange(2)
@@ -285,7 +283,8 @@ def _g_rules(kind: str, lead: int) -> tuple[int, int, NDArray[np.int64]]:
 
 def _reduce(v: NDArray[np.float64], axis: int, kind: int, hold: NDArray[np.int64]
             ) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
-    """The best value of each next pool state along ``axis`` for a change ``kind``, and the previous state."""
+    """The best value of each next start-up state along ``axis`` for a change ``kind`` (DEC, HOLD, INC; the
+    shared state's INC_DEC; SAME leaves the axis as it is), and the previous state it comes from."""
     vm = np.moveaxis(v, axis, 0)
     n_g = vm.shape[0]
     out = np.full_like(vm, np.inf)
