@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from servegym.agents import benchmark as bm
 from servegym.agents import protocol
 from servegym.baselines.pd import MinPowerForecast, MinPowerPareto, StaticPeak, run_policy
-from servegym.baselines.pd_oracle import HindsightOracle, solve_oracle
+from servegym.baselines.pd_oracle import HindsightOracle, solve_delayed, solve_oracle
 from servegym.envs.pd.env import PDProvisionEnv
 from servegym.envs.pd.sim.scenario import CAPACITY_SCALED_SPLITS
 
@@ -37,30 +37,80 @@ def _replay(env: PDProvisionEnv, seed: int, targets: list[tuple[int, int]]) -> t
     return total, float(info["backlog"])
 
 
-@pytest.mark.parametrize("delay", [0.0, 60.0])
+@pytest.mark.parametrize(("delay", "periods", "peak"), [(0.0, 3, 4.0), (60.0, 3, 4.0), (120.0, 4, 4.0),
+                                                         (180.0, 4, 4.0), (90.0, 4, 4.0), (30.0, 3, 4.0)])
 @settings(max_examples=2, deadline=None)
 @given(seed=st.integers(0, 10_000))
-def test_oracle_is_the_optimum_of_every_plan_on_a_small_grid(seed: int, delay: float) -> None:
-    """Exhaustive search over every target sequence of a 3-period episode on a 4-GPU grid (6 deployments,
-    216 plans): the oracle's replayed return is the best return of every backlog-free plan, equal to its
-    prediction, and its relaxation bounds it."""
+def test_oracle_is_the_optimum_of_every_plan_on_a_small_grid(seed: int, delay: float, periods: int,
+                                                              peak: float) -> None:
+    """Exhaustive search over every target sequence of a 3- or 4-period episode on a 4-GPU grid (6
+    deployments, 216 or 1,296 plans) at start-up delays of 0, 1, 2 and 3 periods and of half and one and a
+    half periods: the oracle's replayed return is the best return of every backlog-free plan, equal to its
+    prediction and its bound, and its relaxation bounds it."""
     env = PDProvisionEnv({"split": "test", "gpu_budget": 4, "max_prefill": 3, "max_decode": 3, "startup_delay_s": delay,
-                          "scenario": {"horizon_steps": 3, "peak_rate_rps": 4.0}})
+                          "scenario": {"horizon_steps": periods, "peak_rate_rps": peak}})
     env.reset(seed=seed)
     plan = solve_oracle(env)
     got, _ = _replay(env, seed, [tuple(t) for t in plan.targets])
     assert got == pytest.approx(plan.predicted_return, rel=1e-9, abs=1e-12)
     grid = [(p, d) for p in range(1, 4) for d in range(1, 4) if p + d <= 4]
     best = -np.inf
-    for seq in itertools.product(grid, repeat=3):
+    for seq in itertools.product(grid, repeat=periods):
         ret, backlog = _replay(env, seed, list(seq))
         if backlog == 0.0:
             best = max(best, ret)
     if plan.infeasible_periods == 0:
         assert got == pytest.approx(best, rel=1e-9, abs=1e-12)
+        assert plan.upper_bound == pytest.approx(got, rel=1e-9, abs=1e-12) and plan.gap < 1e-9
         assert plan.relaxed_return >= got - 1e-12
         if delay == 0.0:  # no start-up coupling: the relaxation is the problem itself
             assert plan.relaxed_return == pytest.approx(got, rel=1e-12)
+
+
+@pytest.mark.parametrize("delay", [0.0, 60.0, 90.0, 300.0, 600.0])
+def test_serving_state_dp_replays_exactly_at_every_delay(delay: float) -> None:
+    """On a 4-h test window the serving-state DP's plan replays to its prediction (1e-9) with no action
+    adjusted, its bound is attained (the plan is the optimum), and at 0 and one period it finds the
+    target-state DP's optimum; longer delays cost more."""
+    env = PDProvisionEnv({"split": "test", "startup_delay_s": delay, **FOUR_H})
+    env.reset(seed=1)
+    plan = solve_delayed(env)
+    got, backlog = _replay(env, 1, [tuple(t) for t in plan.targets])
+    assert plan.infeasible_periods == 0 and backlog == 0.0 and plan.exact_state
+    assert got == pytest.approx(plan.predicted_return, rel=1e-9)
+    assert plan.bound == pytest.approx(got, rel=1e-9) and plan.relaxed_return >= got - 1e-9
+    assert env._last_info["episode_adjusted_actions"] == 0
+    if delay in (0.0, 60.0):
+        env.reset(seed=1)
+        assert solve_oracle(env).predicted_return == pytest.approx(got, rel=1e-9)
+    if delay > 60.0:
+        shorter = PDProvisionEnv({"split": "test", "startup_delay_s": 60.0, **FOUR_H})
+        shorter.reset(seed=1)
+        assert solve_oracle(shorter).predicted_return >= got - 1e-12
+
+
+def test_long_delays_fall_back_to_a_plan_and_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the exact DP's state limit the plan is the free DP's (when it never cancels a starting instance),
+    else the shared restriction's (one start-up state for both pools), else the sticky one's; each replays
+    to its prediction, and the free DP bounds it."""
+    import servegym.baselines.pd_oracle as po
+
+    env = PDProvisionEnv({"split": "test", "startup_delay_s": 300.0, **FOUR_H})
+    env.reset(seed=1)
+    exact = solve_delayed(env)
+    monkeypatch.setattr(po, "EXACT_STATE_LIMIT", 6 * 86 * 240)  # room for the shared state only
+    plans = [solve_delayed(env)]
+    monkeypatch.setattr(po, "_never_cancels", lambda *a: False)
+    plans.append(solve_delayed(env))
+    monkeypatch.setattr(po, "EXACT_STATE_LIMIT", 0)
+    plans.append(solve_delayed(env))
+    for plan in plans:
+        assert not plan.exact_state and plan.bound >= exact.predicted_return - 1e-12
+        got, _ = _replay(env, 1, [tuple(t) for t in plan.targets])
+        assert got == pytest.approx(plan.predicted_return, rel=1e-9) and plan.upper_bound >= got - 1e-12
+        assert got <= exact.predicted_return + 1e-9
+    assert plans[0].predicted_return == pytest.approx(exact.predicted_return, rel=1e-12)  # the free path
+    assert plans[1].predicted_return >= plans[2].predicted_return - 1e-12  # shared is no worse than sticky here
 
 
 def test_oracle_plan_replays_to_its_prediction_and_beats_the_baselines() -> None:
@@ -130,10 +180,12 @@ def test_mooncake_shift_is_scaled_to_the_budget() -> None:
 
 
 def test_oracle_refuses_what_it_cannot_solve() -> None:
+    from servegym.baselines.pd_oracle import _solve_target_dp
+
     env = PDProvisionEnv({"split": "test", "startup_delay_s": 90.0, **FOUR_H})
     env.reset(seed=0)
     with pytest.raises(ConfigError, match="startup_delay_s = 0 or one period"):
-        solve_oracle(env)
+        _solve_target_dp(env)
     req = PDProvisionEnv({"split": "test", "mode": "request", "scenario": {"horizon_steps": 5}})
     req.reset(seed=0)
     with pytest.raises(ConfigError, match="mode = 'request'"):
@@ -216,3 +268,26 @@ def test_causal_reference_knows_the_next_periods_and_is_no_strongest_candidate()
             bm.run_policy_episodes("servegym/PDProvision-v0", req, ["min-power+perfect"], [1000])
     finally:
         req.close()
+
+
+def test_starting_instances_past_the_budget_serve_on_fewer_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a plan's targets (serving + starting instances) would pass the GPU budget, the serving
+    deployments are held to fewer GPUs until they fit (here the first realization is made to overflow)."""
+    import servegym.baselines.pd_oracle as po
+
+    real = po._realize
+    calls: list[int] = []
+
+    def overflowing(*args: object) -> np.ndarray:
+        out = real(*args)
+        calls.append(1)
+        return out + 16 if len(calls) == 1 else out
+
+    monkeypatch.setattr(po, "_realize", overflowing)
+    env = PDProvisionEnv({"split": "test", "startup_delay_s": 300.0, "scenario": {"horizon_steps": 60}})
+    env.reset(seed=1)
+    plan = solve_delayed(env)
+    assert len(calls) == 2 and plan.serving_budget == 15
+    assert plan.targets.sum(axis=1).max() <= 16
+    got, _ = _replay(env, 1, [tuple(t) for t in plan.targets])
+    assert got == pytest.approx(plan.predicted_return, rel=1e-9) and plan.upper_bound >= got - 1e-12
