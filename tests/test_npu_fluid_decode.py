@@ -168,3 +168,44 @@ def test_fluid_energy_follows_the_request_level_when_bursts_finish_together() ->
     (row,) = crosscheck(NPUEnvConfig(split=None, model="DeepSeek-V3-671B").cluster_config(), wl,
                         seed=sc["simulation_seed"], policies=("neuscale",))
     assert abs(row["energy_rel"]) <= ENERGY_COST_TOL
+
+
+def test_jobs_in_service_hold_their_slots_against_new_admissions() -> None:
+    # one chunk of a fluid episode's serving step, replayed twice for a decode group with queued or arriving work:
+    # with no jobs in service every queued job is admitted (its slots are free); with as many jobs in service as the
+    # group has slots, each with an hour of tokens left (it holds its slot the whole interval), none is (the request
+    # level admits a waiting job only into a slot the jobs in service leave free); before, the admission compared the
+    # new work with all the slots and admitted it either way
+    from servegym.envs.npu.env import NPUAutoscaleEnv
+    from servegym.envs.npu.sim import fluid as fl
+
+    env = NPUAutoscaleEnv({"hours": 1.0, "split": None})
+    env.reset(seed=0)
+    calls: list[tuple] = []
+    real = fk.serve
+
+    def capture(*args: object) -> None:
+        calls.append(tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args))
+        real(*args)
+
+    fl.fk.serve = capture
+    try:
+        env.step(env.heuristic_action())
+    finally:
+        fl.fk.serve = real
+    args = calls[-1]
+    q_tok, slots, latd = args[8], args[15], args[22]
+    g = next(g for g in range(NB) if slots[NB + g] >= 1.0 and q_tok[1, g].sum() + args[5][1].sum() > 0.0)
+    left = {}
+    for held in (False, True):
+        a = [x.copy() if isinstance(x, np.ndarray) else x for x in args]
+        d_tok, d_req = a[38], a[39]
+        d_tok[g], d_req[g] = 0.0, 0.0
+        if held:
+            b = int(np.flatnonzero(np.isfinite(latd[g, :, 0]))[0])
+            d_req[g, b, 0] = np.floor(slots[NB + g] + 1e-9)
+            d_tok[g, b, 0] = d_req[g, b, 0] * 3600.0 / latd[g, b, 0]
+        fk.serve(*a)
+        left[held] = a[8][1, g].sum()
+    assert left[False] == pytest.approx(0.0, abs=1e-6)
+    assert left[True] > 0.0
