@@ -428,21 +428,10 @@ def serve(T, dt, steady, levels, cnt, tok, k_len, k_pre, q_tok, q_req, gp, n_rea
                 js = j
                 break
         slot_n = math.floor(slots[G] + 1e-9)
-        # admission: slot-seconds of work at the single-request TPOT (as the request level admits jobs), into the
-        # slots the jobs already in service leave free over the interval (each holds its slot for its remaining
-        # tokens at that TPOT, at most the interval)
+        # admission: slot-seconds of work at the single-request TPOT (as the request level admits jobs)
         need0 = nj[0]
-        held = 0.0
-        if not idle and need0 > 0.0:
-            for b in range(nb):
-                t0 = latd[g, b, 0]
-                if t0 < math.inf:
-                    for k in range(d_req.shape[2]):
-                        r = d_req[g, b, k]
-                        if r > 0.0:
-                            held += r * min(1.0, d_tok[g, b, k] / r * t0 / T)
         if nr > 0.0:
-            phid = min(1.0, max(slot_n - held, 0.0) / max(need0, 1e-300)) if need0 > 0.0 else 1.0
+            phid = min(1.0, slot_n / max(need0, 1e-300)) if need0 > 0.0 else 1.0
         else:
             phid = 0.0 if need0 > 0.0 else 1.0
         na = min((nj[js] + arr_sub) * phid, slot_n)
