@@ -182,7 +182,9 @@ _NPU = Yardsticks(naive="base", paper="neuscale", oracle="ideal", oracle_kind="r
                                  "-157.0 [-338.2, -12.9] (SLO violation 5.75 % against 9.47 %), re-chosen when the "
                                  "model moved to the paper's validated load regime (serving efficiency "
                                  "fitted to Figure 16, chip power counted once, picks on the scoring model); before "
-                                 "it neuscale 1.6 [-21.5, 25.2], base 0")
+                                 "it neuscale 1.6 [-21.5, 25.2], base 0; kept when the fluid's TTFT tail became the one "
+                                 "given a sub-step's work where the level sets the capacity: neuscale -147.1 "
+                                 "[-331.4, -0.1] (SLO 8.62 % against 5.75 %)")
 
 #: Env id -> its yardsticks (module docstring). Families plug in their oracle and strongest baseline
 #: with :func:`register_yardsticks`.
