@@ -77,10 +77,11 @@ def test_the_sub_step_bound_on_the_stationary_wait_needs_a_level_that_sets_the_c
     assert _misses(1.0, 4000.0, 1.0, 1.0) == pytest.approx(want, rel=1e-12)
     assert fk.bin_tail(1.0, r, 4.0, 16.0, 1.0, 10.0) < 0.99 * want
     # the lowest level at half the capacity: it serves the 4 vPod-s (utilization 0.8, service 8 s, P-K mean 16 s)
-    # and a busier sub-step would run at a larger, faster level, so the mean stays at most 0.5 x 0.8 x 5 = 2 s
+    # and a busier sub-step would run at a larger, faster level, so the mean stays at most 0.5 x 0.8 x 5 = 2 s, and
+    # the work is pinned over a sub-step (5 s), not the bin (the request level re-sizes its server every sub-step)
     caps = np.full(J, 1.0)
     caps[0] = 0.5
-    assert _misses(1.0, 4000.0, 1.0, 1.0, caps=caps) == pytest.approx(fk.bin_tail(1.0, 0.8, 8.0, 64.0, 2.0, 10.0),
+    assert _misses(1.0, 4000.0, 1.0, 1.0, caps=caps) == pytest.approx(fk.bin_tail(1.0, 0.8, 8.0, 64.0, 2.0, DT),
                                                                      rel=1e-12)
 
 
@@ -278,6 +279,34 @@ def test_a_bucket_without_arrivals_keeps_its_last_ttft_miss_rate() -> None:
     assert FluidCluster._either_missed(stub, 5.0, 10.0, np.zeros(NB), np.zeros(NB), md_b) == pytest.approx(10.0)
 
 
+def _fcfs_waits(arr: np.ndarray, svc: np.ndarray) -> np.ndarray:
+    """Each job's wait in one FCFS server (arrival times ``arr``, service times ``svc``, s), job by job."""
+    wait = np.empty(arr.size)
+    free = 0.0
+    for i in range(arr.size):
+        start = max(arr[i], free)
+        wait[i] = start - arr[i]
+        free = start + svc[i]
+    return wait
+
+
+def _binned(arr: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The 10-s bins' realized job counts and work (tokens at 1,000 tokens/s per vPod, best-level work ``s`` s) as
+    the fluid's profile holds them: counts, work, the kernel's ``k_pre`` and the read-only first and second moments
+    of a job's tokens (every bucket alike)."""
+    kb = (arr // 10.0).astype(np.int64)
+    cnt = np.bincount(kb).astype(float)
+    work = np.bincount(kb, weights=s * 1000.0)
+    k_pre = np.zeros((cnt.size, 2, NB))
+    k_pre[:, 0, 0] = cnt
+    k_pre[:, 1, 0] = work
+    isl_m1 = np.full(NB, 1000.0 * s.mean())
+    isl_m2 = np.full(NB, 1e6 * (s * s).mean())
+    for a in (isl_m1, isl_m2):  # read-only, as the workload profile's are (production's compile)
+        a.setflags(write=False)
+    return cnt, work, k_pre, isl_m1, isl_m2
+
+
 def test_the_wait_tail_is_the_one_given_each_bins_realized_work() -> None:
     # an M/G/1 queue (Poisson arrivals at utilization 0.65, gamma service times with mean 40 ms and SCV 0.2, one
     # vPod at 1,000 tokens/s) simulated job by job, as the request level serves a group that one level keeps up
@@ -288,23 +317,9 @@ def test_the_wait_tail_is_the_one_given_each_bins_realized_work() -> None:
     n, s1, scv = 60_000, 0.04, 0.2
     arr = np.cumsum(rng.exponential(s1 / 0.65, n))
     s = rng.gamma(1.0 / scv, s1 * scv, n)
-    wait = np.zeros(n)
-    free = 0.0
-    for i in range(n):
-        start = max(arr[i], free)
-        wait[i] = start - arr[i]
-        free = start + s[i]
-    kb = (arr // 10.0).astype(np.int64)
-    cnt = np.bincount(kb).astype(float)
-    work = np.bincount(kb, weights=s * 1000.0)
+    wait = _fcfs_waits(arr, s)
+    cnt, work, k_pre, isl_m1, isl_m2 = _binned(arr, s)
     nk = cnt.size
-    k_pre = np.zeros((nk, 2, NB))
-    k_pre[:, 0, 0] = cnt
-    k_pre[:, 1, 0] = work
-    isl_m1 = np.full(NB, 1000.0 * s.mean())
-    isl_m2 = np.full(NB, 1e6 * (s * s).mean())
-    for a in (isl_m1, isl_m2):  # read-only, as the workload profile's are (production's compile)
-        a.setflags(write=False)
     for x in (0.2, 0.3):
         got = fk.ttft_misses(10.0 * nk, DT, True, np.full(nk, 10.0), k_pre, np.zeros((NB, NB)),
                              np.zeros(NB, dtype=np.int64), np.zeros(2 * NB, dtype=np.int64), np.ones((NB, J)),
@@ -326,3 +341,50 @@ def test_the_bin_tail_is_the_pollaczek_khinchine_tail_for_a_long_bin() -> None:
     assert fk.bin_tail(0.2, r, s1, s2, wq, 1e9) == pytest.approx(pk, rel=1e-6)
     assert fk.bin_tail(0.2, r, s1, s2, wq, 10.0) < fk.bin_tail(0.2, r, s1, s2, wq, 60.0) < pk
     assert fk.bin_tail(0.0, r, s1, s2, wq, 10.0) == pytest.approx(r)  # P(wait > 0) = utilization
+
+
+def test_a_level_sized_server_has_the_tail_given_each_sub_steps_work() -> None:
+    # the request level's server where the level sets the capacity (serving._chunk / _start_prefill): every 5-s
+    # sub-step runs at the smallest level whose capacity covers its backlog and its own arrivals' work, each job
+    # priced at its arrival sub-step's capacity, FCFS; levels at 1.15 / 1.15 / 1.6 / 2.0 vPods as a DeepSeek-V3
+    # short-prompt group's, load 0.99 vPod-s per s (utilization ~0.86 at the lowest level), gamma service times
+    # (mean 54 ms, SCV 0.5), Poisson arrivals, simulated job by job. The kernel sees each 10-s bin's realized count
+    # and work. A sub-step that drew more work runs faster, so its excess does not carry on: the tail given the work
+    # over the bin (10 s, the earlier rule, computed here as the kernel did) overstates the queue by more than
+    # twice what the tail given the work over a sub-step does, and both stay above it
+    rng = np.random.default_rng(0)
+    caps = np.full(J, 2.0)
+    caps[:2], caps[2] = 1.15, 1.6
+    n, s1, scv = 60_000, 0.054, 0.5
+    arr = np.cumsum(rng.exponential(s1 / 0.99, n))
+    s = rng.gamma(1.0 / scv, s1 * scv, n)
+    k = (arr // DT).astype(np.int64)
+    dem = np.bincount(k, weights=s)
+    cj = np.empty(dem.size)
+    backlog = 0.0
+    for i in range(dem.size):
+        d = backlog + dem[i]
+        cj[i] = caps[np.flatnonzero(caps * DT >= d - 1e-9)[0]] if (caps * DT >= d - 1e-9).any() else caps[-1]
+        backlog = max(d - cj[i] * DT, 0.0)
+    wait = _fcfs_waits(arr, s / cj[k])
+    cnt, work, k_pre, isl_m1, isl_m2 = _binned(arr, s)
+    nk = cnt.size
+    m1, m2 = isl_m1[0], isl_m2[0]
+    for x in (0.3, 0.5, 0.7):
+        got = fk.ttft_misses(10.0 * nk, DT, True, np.full(nk, 10.0), k_pre, np.zeros((NB, NB)),
+                             np.zeros(NB, dtype=np.int64), np.zeros(2 * NB, dtype=np.int64), np.tile(caps, (NB, 1)),
+                             np.zeros((1, 1, 1)), np.full((NB, NB), 1000.0), np.zeros((1, NB, J)), np.full(NB, x),
+                             isl_m1, isl_m2, True, np.zeros(NB), 60.0, np.zeros(NB), np.zeros((NB, NB)),
+                             np.zeros(NB), np.zeros((2, NB))) / n
+        over_bin = 0.0
+        for i in range(nk):
+            c = caps[np.flatnonzero(caps * 10.0 >= work[i] / 1000.0 - 1e-9)[0]]
+            r = min(work[i] / 1000.0 / (c * 10.0), 0.999)
+            b1, b2 = m1 / 1000.0 / c, m2 / 1e6 / c ** 2
+            wq = min(r * b2 / (2.0 * b1 * (1.0 - r)), 0.5 * r * DT)
+            if x < r * DT:
+                over_bin += cnt[i] * fk.bin_tail(x, r, b1, b2, wq, 10.0)
+        over_bin /= n
+        sim = float((wait > x).mean())
+        assert sim < got < over_bin
+        assert got - sim < 0.6 * (over_bin - sim)

@@ -62,10 +62,12 @@ def test_every_npu_split_is_well_posed_on_the_suite_horizon(split: str) -> None:
 
 @pytest.mark.slow
 def test_registered_strongest_is_strongest_on_validation() -> None:
-    """The registry's strongest npu baseline ranks first among the shipped non-oracle baselines on
-    validation episodes at the quick suite's horizon (never the test split)."""
+    """The registry's strongest npu baseline ranks first among the shipped non-oracle baselines on the
+    validation episodes it was chosen on (10, seeds 1000-1009, its note) at the quick suite's horizon (never the
+    test split). Three episodes were read before; since the fluid's TTFT tail became the one given a sub-step's
+    work, NeuScale ranks first on the first three while Base stays ahead on the ten (NeuScale -147.1 [-331.4, -0.1])."""
     y = protocol.yardsticks(ENV)
-    ranked = bm.select_strongest(ENV, ["base", "neuscale"], episodes=3, env_kwargs={"config": {"hours": 2.0}})
+    ranked = bm.select_strongest(ENV, ["base", "neuscale"], episodes=10, env_kwargs={"config": {"hours": 2.0}})
     assert ranked[0].policy == (y.strongest or y.paper)
 
 

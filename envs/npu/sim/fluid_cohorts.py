@@ -90,24 +90,36 @@ def _any_positive(x, g):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _work(g, live, nl, kend, slot, n_new, r_new, d_tok, d_req, d_sp, latd, j, h):  # pragma: no cover - compiled
-    """The decode time (s) group ``g``'s jobs in service and the sub-step's arrivals spend in a sub-step of ``h`` s at
-    level ``j``, as :func:`decode_in_service`'s sub-step makes their tokens (nothing is changed): over ``h`` it is
-    the jobs in service averaged over the sub-step."""
+def _pass(g, live, nl, kend, slot, n_new, r_new, d_tok, d_req, d_sp, latd, j, h, c_n, c_t, c_s, a_n, a_t, a_s,
+          mbs):  # pragma: no cover - compiled
+    """One sub-step of ``h`` s of decode group ``g``'s jobs in service and the sub-step's arrivals at level ``j``, as
+    :func:`decode_in_service` makes it, without changing the cohorts: each live bucket's cohorts after it (``c_n`` /
+    ``c_t`` / ``c_s``: jobs, tokens and width per (live bucket, cohort), written where a cohort holds jobs), its
+    arrivals' cohort (``a_n`` / ``a_t`` / ``a_s``) and its tokens made (``mbs``). Returns the decode time (s) the jobs
+    spend in it: over ``h`` it is the jobs in service averaged over the sub-step. The sub-step's level depends on that
+    time, so a sub-step is tried at a level and then kept (:func:`_commit`) once its level holds."""
     work = 0.0
     for i in range(nl):
         b = live[i]
         tau = latd[g, b, j]
         if not tau < math.inf:
             continue
-        x = h / tau
+        x = h / tau  # tokens per job in the sub-step
         mb = 0.0
         for k in range(kend[b]):
             if d_req[g, b, k] > 0.0:
-                mb += d_tok[g, b, k] - drain(d_req[g, b, k], d_tok[g, b, k], d_sp[g, b, k], x)[1]
+                n1, t1, s1 = drain(d_req[g, b, k], d_tok[g, b, k], d_sp[g, b, k], x)
+                mb += d_tok[g, b, k] - t1
+                c_n[i, k], c_t[i, k], c_s[i, k] = n1, t1, s1
         if slot[b] >= 0:
+            # the sub-step's arrivals come evenly within it: each makes x times the share of the sub-step left
+            # after it arrives (remaining tokens uniform on [r - x, r]: a cohort on [r, r + x] drained by x, less
+            # the x / 2 per job it never held)
             nn, rr = n_new[b], r_new[b]
-            mb += nn * rr - drain(nn, nn * (rr + 0.5 * x), x, x)[1]
+            n1, t1, s1 = drain(nn, nn * (rr + 0.5 * x), x, x)
+            mb += nn * rr - t1
+            a_n[i], a_t[i], a_s[i] = n1, t1, s1
+        mbs[i] = mb
         work += mb * tau
     return work
 
@@ -162,6 +174,14 @@ def decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d
         if kend[b] > 0 or not finite:
             live[nl] = b
             nl += 1
+    # one sub-step's pass (_pass): the live buckets' cohorts and arrivals after it, and their tokens made
+    c_n = np.empty((nl, K))
+    c_t = np.empty((nl, K))
+    c_s = np.empty((nl, K))
+    a_n = np.empty(nl)
+    a_t = np.empty(nl)
+    a_s = np.empty(nl)
+    mbs = np.empty(nl)
     made = 0.0
     e = 0.0
     ed = 0.0
@@ -178,42 +198,33 @@ def decode_in_service(T, dt, levels, g, nr, slot_n, phid, q_tok, q_seg, d_tok, d
             continue
         # the batch is the jobs in service averaged over the sub-step (a job in service for part of it counts for
         # that part: its decode time over the sub-step), as the request level's: from the upper bound (every job
-        # present for the whole sub-step) down to the level whose time-averaged batch it holds
+        # present for the whole sub-step) down to the level whose time-averaged batch it holds. Each level tried
+        # is one pass (_pass); the last one tried is the sub-step's, kept as it is (its figures are the ones a
+        # pass that changed the cohorts would make)
         j = _level_index(levels, math.ceil(max(1.0, min(n, slot_n) / nr) - 1e-9))
-        for _it in range(levels.size):
-            bb = max(1.0, min(_work(g, live, nl, kend, slot, n_new, r_new, d_tok, d_req, d_sp, latd, j, h) / h,
-                              slot_n) / nr)
+        for _it in range(levels.size):  # the levels only fall, so this ends by a break
+            work = _pass(g, live, nl, kend, slot, n_new, r_new, d_tok, d_req, d_sp, latd, j, h, c_n, c_t, c_s, a_n,
+                         a_t, a_s, mbs)
+            bb = max(1.0, min(work / h, slot_n) / nr)
             j2 = _level_index(levels, math.ceil(bb - 1e-9))
-            if j2 >= j:  # a lower level makes the jobs no slower: the levels only fall, and stop here
+            if j2 >= j:  # a lower level makes the jobs no slower: stop here
                 break
             j = j2
-        work = 0.0  # the jobs' decode time in the sub-step (s)
         for i in range(nl):
             b = live[i]
-            tau = latd[g, b, j]
-            if not tau < math.inf:  # no step latency at this level: the jobs make nothing and stay in service
+            if not latd[g, b, j] < math.inf:  # no step latency at this level: the jobs make nothing, stay in service
                 if slot[b] >= 0:
                     join(d_tok, d_req, d_sp, g, b, slot[b], n_new[b] * r_new[b], n_new[b], 0.0)
                 continue
-            x = h / tau  # tokens per job in the sub-step
-            mb = 0.0
             for k in range(kend[b]):
                 if d_req[g, b, k] > 0.0:
-                    n1, t1, s1 = drain(d_req[g, b, k], d_tok[g, b, k], d_sp[g, b, k], x)
-                    mb += d_tok[g, b, k] - t1
-                    d_req[g, b, k], d_tok[g, b, k], d_sp[g, b, k] = n1, t1, s1
+                    d_req[g, b, k], d_tok[g, b, k], d_sp[g, b, k] = c_n[i, k], c_t[i, k], c_s[i, k]
             if slot[b] >= 0:
-                # the sub-step's arrivals come evenly within it: each makes x times the share of the sub-step
-                # left after it arrives (remaining tokens uniform on [r - x, r]: a cohort on [r, r + x] drained
-                # by x, less the x / 2 per job it never held)
-                nn, rr = n_new[b], r_new[b]
-                n1, t1, s1 = drain(nn, nn * (rr + 0.5 * x), x, x)
-                mb += nn * rr - t1
-                join(d_tok, d_req, d_sp, g, b, slot[b], t1, n1, s1)
+                join(d_tok, d_req, d_sp, g, b, slot[b], a_t[i], a_n[i], a_s[i])
+            mb = mbs[i]
             made += mb
             e += mb * (pw[dg, b, j] / max(tps[dg, b, j], 1e-300))
             ed += mb * (pwd[dg, b, j] / max(tps[dg, b, j], 1e-300))
             bt += mb * bb
-            work += mb * tau
         busy_t += min(h, work / bb / nr)
     return made, e, ed, busy_t / T, (bt / made if made > 0.0 else 1.0)
