@@ -22,6 +22,7 @@ from servegym.envs.npu import scenarios
 from servegym.envs.npu.sim import table_cache
 
 import servegym  # noqa: F401  (registers the ids)
+from servegym import user_cache
 
 MODEL = "Llama-3-8B"  # the cheapest tables (~0.5 CPU-s each cold)
 CONFIG: dict[str, Any] = {"hours": 0.5, "split": None, "model": MODEL, "rate_rpm": 120.0}
@@ -175,6 +176,38 @@ def test_a_link_to_an_outside_file_is_a_miss_and_its_target_is_not_touched(cache
     _replaced(env, entry, warm)  # the link itself replaced, its target left as it was
 
 
+def test_a_hard_link_to_an_outside_file_is_a_miss_and_its_file_is_not_touched(cache, warm, tmp_path, capsys) -> None:
+    """A hard link is a regular file, so lstat does not tell it from an entry, but its file also has a name
+    outside the cache folder: it is refused from its link count, never opened or touched, and only its name in
+    the cache folder is replaced (the other name keeps the file as it was)."""
+    _folder, entry = cache
+    outside = tmp_path / "elsewhere.npz"
+    outside.write_bytes(warm[1][entry.name])  # a valid entry: reading it would touch the user's file
+    os.utime(outside, (1_000_000, 1_000_000))
+    entry.unlink()
+    try:
+        os.link(outside, entry)
+    except OSError as exc:  # a file system without hard links
+        pytest.skip(f"no hard links here ({exc})")
+    env, err = _make(capsys)
+    _missed(err, entry, "a hard link (2 names share its file")
+    st = outside.stat()
+    assert (st.st_mtime, st.st_atime, st.st_nlink) == (1_000_000, 1_000_000, 1)  # not read, not touched; unlinked
+    assert outside.read_bytes() == warm[1][entry.name]
+    _replaced(env, entry, warm)
+
+
+def test_an_entry_larger_than_the_cap_is_refused_from_its_size_unread(cache, warm, capsys) -> None:
+    """A sparse file of 1 TiB at the entry's name (no disk used): refused from its size, not a byte read."""
+    _folder, entry = cache
+    entry.unlink()
+    with open(entry, "wb") as fh:
+        fh.truncate(2**40)
+    env, err = _make(capsys)  # (the code before read 64 MiB of it first, then said "more than 67,108,864 bytes")
+    _missed(err, entry, "1,099,511,627,776 bytes; allowed: <= 67,108,864")
+    _replaced(env, entry, warm)
+
+
 # ---------------------------------------------------------------------------- item 8: well-formed, wrong numbers
 def _arrays(data: bytes) -> dict[str, np.ndarray]:
     z = np.load(io.BytesIO(data), allow_pickle=False)
@@ -259,3 +292,89 @@ def test_a_kind_folder_that_links_out_is_neither_read_written_nor_pruned(cache, 
     assert "its folder is a symbolic link" in err and err.count("\n") == 1, err  # one line per table's entry
     assert {p.name: (p.read_bytes(), p.stat().st_mtime) for p in outside.iterdir()} == before
     assert env.unwrapped.catalog.scoring_table.best == warm[2].best
+
+
+# ----------------------------------------------------------------- files that are not this entry at its name
+def _declared_huge(data: bytes) -> bytes:
+    """``data`` with ``e_f.npy``'s header declaring 2^37 x 6 float64 (6 TiB) over the same few bytes: numpy would
+    allocate the declared shape before reading a byte."""
+    src = zipfile.ZipFile(io.BytesIO(data))
+    members = {i.filename: src.read(i) for i in src.infolist()}
+    n = _arrays(data)["e_f"].nbytes
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, {"descr": "<f8", "fortran_order": False, "shape": (2**37, 6)})
+    members["e_f.npy"] = head.getvalue() + members["e_f.npy"][-n:]
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as out:
+        for name, raw in members.items():
+            out.writestr(name, raw)
+    return buf.getvalue()
+
+
+def _stale(data: bytes) -> bytes:
+    """A valid entry of other inputs at this name: its stored key is not its name (digest recomputed for it)."""
+    a = _arrays(data)
+    meta = json.loads(a["meta"].tobytes())
+    meta["key"] = "0" * 64
+    meta["digest"] = table_cache.arrays_digest(meta["key"], a)
+    a["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    return _save(a)
+
+
+@pytest.mark.parametrize(("case", "why"), [
+    ("declared huge", "member 'e_f.npy' declares a shape larger than its data"),
+    ("stale key", "key differs from the file name (stale)"),
+    ("a text file", "not a zip file"),
+    ("another .npz", "member 'mean.npy' is not one this entry holds"),
+    ("a folder", "not a regular file"),
+])
+def test_a_file_that_is_not_this_entry_is_a_miss_through_gym_make(case: str, why: str, cache, warm, capsys) -> None:
+    """What the fuzz run (benchmarks/input_fuzz.py) crafts at the entry's name: a header declaring 6 TiB is refused
+    from the header (never allocated), a stale entry by its stored key, foreign files by their members; each is a
+    one-line miss, and the rebuilt entry replaces it (a folder is left alone: rebuilt each time, never removed)."""
+    _folder, entry = cache
+    data = warm[1][entry.name]
+    entry.unlink()
+    if case == "a folder":
+        entry.mkdir()
+        (entry / "inside.npz").write_bytes(data)
+    else:
+        entry.write_bytes({"declared huge": _declared_huge, "stale key": _stale,
+                           "a text file": lambda d: b"just some text\n",
+                           "another .npz": lambda d: _save({"mean": _arrays(d)["slo_val"]})}[case](data))
+    env, err = _make(capsys)
+    _missed(err, entry, why)
+    if case != "a folder":
+        _replaced(env, entry, warm)
+        return
+    # a folder is never removed (it may hold anything): the tables are rebuilt, and the folder is left as it was
+    assert env.unwrapped.catalog.scoring_table.best == warm[2].best
+    assert [p.name for p in entry.iterdir()] == ["inside.npz"] and (entry / "inside.npz").read_bytes() == data
+
+
+def test_pruning_removes_links_never_their_targets(cache, warm, tmp_path, capsys) -> None:
+    """A cold build writes its entry and prunes the folder to MAX_ENTRIES; 40 older 'entries' there are links
+    to files outside the cache folder: the links beyond the limit are removed, no target is read, touched or
+    deleted."""
+    folder, entry = cache
+    entry.unlink()
+    outside = tmp_path / "users-files"
+    outside.mkdir()
+    for i in range(40):
+        target = outside / f"f{i}.npz"
+        target.write_bytes(b"the user's own file")
+        os.utime(target, (1_000_000, 1_000_000))
+        link = folder / f"{i:064x}.npz"
+        link.symlink_to(target)
+        os.utime(link, (2_000_000 + i, 2_000_000 + i), follow_symlinks=False)
+    env, err = _make(capsys)
+    assert err.count("\n") == 1 and err.startswith("servegym: building the npu best-fit tables"), err
+    _replaced(env, entry, warm)
+    names = {p.name for p in folder.iterdir()}
+    assert entry.name in names and len(names) == user_cache.MAX_ENTRIES
+    assert {f"{i:064x}.npz" for i in range(40 - (user_cache.MAX_ENTRIES - 1), 40)} <= names  # the oldest links gone
+    for i in range(40):
+        target = outside / f"f{i}.npz"
+        st = target.stat()  # before this reads it: nothing else did (access time as set), nor touched or removed it
+        assert (st.st_mtime, st.st_atime) == (1_000_000, 1_000_000)
+        assert target.read_bytes() == b"the user's own file"

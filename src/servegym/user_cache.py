@@ -16,8 +16,8 @@ Rules every entry follows:
   same content, so the last rename winning loses nothing.
 * **Never trusted.** An entry is opened only when it is a regular file (``lstat`` first, then ``O_NOFOLLOW |
   O_NONBLOCK`` and ``fstat`` on what was opened): a symbolic link (which could lead out of the cache folder), a
-  FIFO (which would block the reader forever), a device or a folder at an entry's name is a miss, never opened
-  and never touched. Entries are JSON or ``.npz`` read with ``allow_pickle=False`` within :data:`MAX_ENTRY_BYTES`;
+  hard link (a file that also has a name elsewhere), a FIFO (which would block the reader forever), a device or a
+  folder at an entry's name is a miss, never opened and never touched. Entries are JSON or ``.npz`` read with ``allow_pickle=False`` within :data:`MAX_ENTRY_BYTES`;
   an ``.npz`` is read by :func:`checked_npz`, which checks every member's declared size (and array header)
   before inflating anything, so a small file cannot expand to gigabytes. The reader validates every field before
   use; an entry that fails is a miss: rebuilt and replaced atomically (the rename replaces a link or a FIFO
@@ -111,9 +111,9 @@ def read_entry(path: Path) -> bytes | None:
     not named by the user. A symbolic link could make servegym read, and touch, a file outside the cache folder;
     a FIFO would block ``reset()`` forever on ``open``. So the name is ``lstat``-ed first and only a regular
     file is opened, with ``O_NOFOLLOW`` (a link swapped in after the ``lstat`` fails to open) and ``O_NONBLOCK``
-    (a FIFO swapped in opens without waiting for a writer), and the opened descriptor is ``fstat``-ed again."""
-    import stat
-
+    (a FIFO swapped in opens without waiting for a writer), and the opened descriptor is ``fstat``-ed again. A
+    hard link (a file with more than one name: the other may be outside the cache folder) is refused too, and so
+    is a file larger than :data:`MAX_ENTRY_BYTES` by its size, before a byte is read."""
     if _is_link(path.parent):
         raise BadEntry("its folder is a symbolic link; allowed: a real folder inside the cache folder")
     try:
@@ -122,8 +122,7 @@ def read_entry(path: Path) -> bytes | None:
         return None
     except OSError as exc:
         raise BadEntry(f"cannot be examined ({exc.strerror or type(exc).__name__})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise BadEntry("not a regular file (a link, FIFO, device or folder); allowed: a regular file")
+    _check_stat(st)
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
         fd = os.open(path, flags)
@@ -132,8 +131,7 @@ def read_entry(path: Path) -> bytes | None:
     except OSError as exc:
         raise BadEntry(f"cannot be opened ({exc.strerror or type(exc).__name__})") from None
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for something else between lstat and open
-            raise BadEntry("not a regular file (a link, FIFO, device or folder); allowed: a regular file")
+        _check_stat(os.fstat(fd))  # swapped for something else between lstat and open
         try:
             data = fh.read(MAX_ENTRY_BYTES + 1)
         except OSError as exc:
@@ -144,6 +142,21 @@ def read_entry(path: Path) -> bytes | None:
             with contextlib.suppress(OSError):
                 os.utime(fd)  # the file opened, never what a name might point to by now
     return data
+
+
+def _check_stat(st: os.stat_result) -> None:
+    """:class:`BadEntry` unless ``st`` is a regular file of its own (one name: a hard link shares its file with a
+    name elsewhere, maybe outside the cache folder, which reading would touch) of at most :data:`MAX_ENTRY_BYTES`
+    (said from its size, before a byte is read)."""
+    import stat
+
+    if not stat.S_ISREG(st.st_mode):
+        raise BadEntry("not a regular file (a link, FIFO, device or folder); allowed: a regular file")
+    if st.st_nlink > 1:
+        raise BadEntry(f"a hard link ({st.st_nlink} names share its file, maybe outside the cache folder); allowed: a "
+                       "file of its own")
+    if st.st_size > MAX_ENTRY_BYTES:
+        raise BadEntry(f"{st.st_size:,} bytes; allowed: <= {MAX_ENTRY_BYTES:,}")
 
 
 MAX_NPZ_MEMBERS = 64
