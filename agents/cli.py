@@ -372,7 +372,7 @@ def _replay(args: argparse.Namespace) -> int:
     envs = [e.strip() for e in args.envs.split(",")] if args.envs else None
     res, checks = replay(args.budget, envs, args.out_dir, workers=args.workers, progress=not args.json)
     if args.json:
-        print(json.dumps({"checks": [{"env": c.env_id, "rows": c.rows, "equal": c.equal,
+        print(json.dumps({"checks": [{"env": c.env_id, "rows": c.rows, "equal": c.equal, "close": c.close,
                                       "max_abs_diff": c.max_abs_diff} for c in checks], "files":
                           {k: str(v) for k, v in res.files.items()}}))
     else:
