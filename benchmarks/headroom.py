@@ -18,7 +18,8 @@ mean [95 % CI] over episodes:
 
     python benchmarks/headroom.py [--episodes 30] [--tracks pd,geo-route,geo-window,npu] [--splits test,...]
 
-Writes ``benchmarks/results/headroom.{json,md}`` atomically after every (track, split); a rerun resumes.
+Writes ``benchmarks/results/headroom.md`` and the measured cells to ``runs/headroom.json`` (``--state``) atomically
+after every (track, split); a rerun resumes from the state file.
 """
 
 from __future__ import annotations
@@ -160,14 +161,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--episodes", type=int, default=30)
     ap.add_argument("--tracks", default=",".join(TRACKS))
     ap.add_argument("--splits", default=None, help="comma list (default: test and every named shift of the family)")
-    ap.add_argument("--out", default=str(RESULTS / "headroom"))
+    ap.add_argument("--out", default=str(RESULTS / "headroom.md"), help="the report (markdown)")
+    ap.add_argument("--state", default=str(RESULTS.parents[1] / "runs" / "headroom.json"),
+                    help="the measured cells (JSON), read back to resume; outside the results folder")
     args = ap.parse_args(argv)
     tracks = [t for t in args.tracks.split(",") if t]
     if any(t not in TRACKS for t in tracks) or args.episodes < 2:
         print(f"--tracks: allowed {', '.join(TRACKS)}; --episodes >= 2", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    js = out.with_suffix(".json")
+    out, js = Path(args.out), Path(args.state)
+    js.parent.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = json.loads(js.read_text()) if js.exists() else {"cells": {}}
     for t in tracks:
         fam = TRACKS[t][1]
@@ -184,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{key}: skipped ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
                 continue
             write_text(js, json.dumps(report, indent=1, default=float) + "\n")
-            write_text(out.with_suffix(".md"), markdown(report))
+            write_text(out, markdown(report))
     return 0
 
 
