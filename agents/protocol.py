@@ -197,7 +197,7 @@ _PD = Yardsticks(naive="static-peak", paper="min-power+lookahead", oracle="oracl
 # the Ideal: it bounds every policy from above, which the feasible plan does not (a policy can beat a plan that is
 # optimal only for its planning model), and the npu scores and leaderboard rows of this session are on the Ideal
 # scale; the hindsight plan's score on that scale is how much of the Ideal's headroom knowing the future reaches
-# (benchmarks/results/npu_yardsticks.md).
+# (benchmarks/results/headroom.md).
 _NPU = Yardsticks(naive="base", paper="neuscale", oracle="ideal", oracle_kind="relaxation",
                   oracle_knows="every request's true input and output length in advance; serves each token on its "
                                "length bucket's best-fit vPod at a full batch with no idle, booting or deleting vPods, "

@@ -167,7 +167,7 @@ _IDEAL_NOT_A_BOUND = pytest.mark.xfail(strict=True, reason="the Ideal counts out
                                    for s in splits_of("npu")])
 def test_between_the_shipped_baselines_and_the_ideal_on_every_split(split: str) -> None:
     """Two 2-h episodes of each split (the quick suite's horizon): the plan's return is above Base's and
-    NeuScale's and below the Ideal's on each (40 of 40 on npu_yardsticks.md's episodes of 4 splits)."""
+    NeuScale's and below the Ideal's on each (40 of 40 on the episodes of 4 splits that npu_yardsticks.py measured)."""
     env = bm.make_split_env(ENV, split, {"config": {"hours": 2.0}})
     try:
         runs = bm.run_policy_episodes(ENV, env, ["base", "neuscale", "ideal", "hindsight"], [0, 1])

@@ -75,7 +75,7 @@ def test_osl_accuracy_moves_neuscale_not_base() -> None:
     """The output-length prediction accuracy is not an inert knob in the env's default (fluid) mode: it
     routes NeuScale's decode requests among its length groups, so a test episode where NeuScale holds
     several decode groups (seed 1, half an hour) changes its energy between 20 % and 100 % accuracy, while
-    Base (one group, nothing to predict) is unchanged. The size is small: npu_yardsticks.md measures it."""
+    Base (one group, nothing to predict) is unchanged. The size is small: benchmarks/npu_yardsticks.py measures it."""
     energy = {}
     for acc in (0.2, 1.0):
         runs = _runs(ENV, "test", ["base", "neuscale"], [1], {"config": {"hours": 0.5, "osl_accuracy": acc}})
