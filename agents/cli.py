@@ -370,7 +370,8 @@ def _replay(args: argparse.Namespace) -> int:
         raise ConfigError(f"--replay takes --out-dir DIR{' and not ' + ', '.join(extra) if extra else ''}; allowed: "
                           "--replay --out-dir DIR [--envs IDS] [--budget quick|full|smoke] [--workers N]")
     envs = [e.strip() for e in args.envs.split(",")] if args.envs else None
-    res, checks = replay(args.budget, envs, args.out_dir, workers=args.workers, progress=not args.json)
+    res, checks = replay(args.budget, envs, args.out_dir, workers=args.workers, progress=not args.json,
+                         force=args.force)
     if args.json:
         print(json.dumps({"checks": [{"env": c.env_id, "rows": c.rows, "equal": c.equal, "close": c.close,
                                       "max_abs_diff": c.max_abs_diff} for c in checks], "files":

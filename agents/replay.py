@@ -185,10 +185,11 @@ def compare_rows(env_id: str, stored: list[dict[str, Any]], replayed: list[dict[
 
 
 def replay(budget: str, env_ids: list[str] | None, out_dir: str | Path, stored_dir: str | Path | None = None,
-           models_dir: str | Path | None = None, workers: int | None = None, progress: bool = True
-           ) -> tuple[Any, list[RowCheck]]:
+           models_dir: str | Path | None = None, workers: int | None = None, progress: bool = True,
+           force: bool = False) -> tuple[Any, list[RowCheck]]:
     """Rebuild the agent rows of ``env_ids`` (default: every id with a stored run) from the shipped models and
-    write ``out_dir``'s leaderboard (module docstring). Returns the leaderboard result and the row checks."""
+    write ``out_dir``'s leaderboard (module docstring). A folder that already holds stored runs is refused
+    unless ``force``. Returns the leaderboard result and the row checks."""
     from servegym.agents import benchmark as bm
     from servegym.agents.sweep import run_local
 
@@ -200,6 +201,10 @@ def replay(budget: str, env_ids: list[str] | None, out_dir: str | Path, stored_d
     if out.resolve() == stored.resolve():
         raise ConfigError(f"--out-dir = {str(out)!r} is the stored results folder; allowed: another folder (the "
                           "replay is compared with the stored rows, never written over them)")
+    held = sorted(p.name for p in (out / "suite_runs" / budget).glob("*.json")) if out.is_dir() else []
+    if held and not force:
+        raise ConfigError(f"--out-dir = {str(out)!r} already holds stored runs ({', '.join(held[:3])}); allowed: an "
+                          "empty or new folder, or --force to replace them")
     entries, outs, runs = bm.stored_outputs(budget, stored)
     if not entries:
         raise ConfigError(f"--replay: no stored {budget} runs in {stored}; allowed: a budget with stored runs there")

@@ -348,6 +348,9 @@ def test_shipped_models_replay_the_stored_agent_rows(smoke: tuple[Any, Path], tm
     bad = replay.compare_rows(pd_id, rows, changed)
     assert not bad.ok and bad.close == len(rows) - 1
     assert main(["benchmark", "--replay", "--envs", pd_id]) == 2  # --out-dir is required
+    # a folder holding a replay is not written over without --force
+    with pytest.raises(ConfigError, match="already holds stored runs"):
+        replay.replay("smoke", [pd_id], tmp_path / "replay", stored_dir=out, progress=False)
     # the repo stores no smoke runs: one line, exit status 2, nothing written
     assert main(["benchmark", "--replay", "--out-dir", str(tmp_path / "none"), "--budget", "smoke"]) == 2
     assert not (tmp_path / "none").exists()
