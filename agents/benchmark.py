@@ -299,17 +299,17 @@ SUITE: dict[str, tuple[SuiteEntry, ...]] = {
     "quick": (
         # The learning modes where an id has them (issues 12 and 13): the agent acts around the paper's
         # method. Budgets from the measured step rates (leaderboard.md states the wall time per id).
-        # Test episodes: 30 per id (the verdict's CI over episodes); the geo entries keep 10 until their runs are
-        # redone with shipped models (their stored runs are judged by the current verdict on --rescore).
+        # Test episodes: 30 per id (the verdict's CI over episodes); every id's chosen models are shipped
+        # (servegym.agents.replay).
         SuiteEntry("servegym/GeoRoute-v0", "maskable-ppo",
                    {"config": {"preset": "mini", "action_mode": "residual", "reference": "iter-ilp",
                                "decide_at": "window"}}, 40_000, 5,
-                   10, 3, evals=4, baselines=("ll", "greedy:0.5", "moer", "ilp"), hyperparams="GeoRoute-v0.quick.yml",
+                   30, 3, evals=4, baselines=("ll", "greedy:0.5", "moer", "ilp"), hyperparams="GeoRoute-v0.quick.yml",
                    note="mini preset (3 DCs, 30 s), residual around the strongest baseline (iter-ilp) decided at its "
                         "own windows (follow = iter-ilp exactly), no warm start, gamma 0.9, dense reward"),
         SuiteEntry("servegym/GeoRouteWindow-v0", "ppo",
                    {"config": {"preset": "mini", "action_mode": "residual", "geo": {"poll_interval_s": 5.0}}},
-                   50_000, 5, 10, 3, baselines=("ll", "greedy:0.5", "moer", "ilp"),
+                   50_000, 5, 30, 3, baselines=("ll", "greedy:0.5", "moer", "ilp"),
                    note="mini preset (3 DCs, 30 s), residual around the facility MILP (action 0 = MILP), "
                         "stale snapshots (poll interval 5 s)"),
         # pd: every mode's reference is the strongest baseline (min-power+forecast:0.99), cloned before RL
