@@ -235,9 +235,9 @@ def _outcome(n_e: int, kci: tuple[float, float], sci_hi: float, tol: float, ret_
     return "beats"
 
 
-def _diff_table(policy: Sequence[EpisodeResult], baseline: Sequence[EpisodeResult], key: str,
-                units: Sequence[int], episodes: Sequence[int]) -> np.ndarray:
-    pt, bt = value_table(policy, key), per_seed_means(baseline, key)
+def _diff_table(pt: dict[int, dict[int, float]], bt: dict[int, float], units: Sequence[int],
+                episodes: Sequence[int]) -> np.ndarray:
+    """(units, episodes) table of policy - baseline from their value tables."""
     return np.array([[pt[u][e] - bt[e] for e in episodes] for u in units], dtype=np.float64).reshape(
         len(units), len(episodes))
 
@@ -259,7 +259,7 @@ def paired_verdict(policy: Sequence[EpisodeResult], baseline: Sequence[EpisodeRe
     if not episodes or not units:
         return Verdict(name, kpi, 0, len(units), math.nan, nan2, math.nan, math.nan, nan2, math.nan, math.nan,
                        math.nan, nan2, 0, "no-ci")
-    dk, ds, dr = (_diff_table(policy, baseline, k, units, episodes) for k in keys)
+    dk, ds, dr = (_diff_table(tables[k], base[k], units, episodes) for k in keys)
     b_slo = float(np.mean([base[SLO_METRIC][e] for e in episodes]))
     counts = per_seed_means(baseline, SLO_COUNT_METRIC) or per_seed_means(policy, SLO_COUNT_METRIC)
     res_pp = slo_resolution_pp(float(np.mean(list(counts.values()))) if counts else math.nan)
