@@ -36,13 +36,15 @@ OTHERS = ("min-power", "min-power+lookahead", "static-peak", "threshold-hpa")
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The named shifts measured after the test split, and where each comes from (the table's header says so).
 SHIFTS: dict[str, str] = {
-    "shift-code": "held-out azure-code trace (arrival pattern and lengths)",
-    "shift-mooncake": "held-out Mooncake trace, peak rate scaled to the GPU budget",
-    "shift-burst": "azure-conv's test-segment per-minute pattern at full amplitude (burstiness 1 instead of 0.25; "
-                   "per-minute peak/mean 1.29): bursts from the trace's own minutes, forecast exact",
-    "shift-forecast": "shift-burst's days seen through a persistence forecast of the trace (diurnal mean x the last "
-                      "completed minute's trace factor): forecast error = the trace's own persistence residual; "
+    "shift-code": "the coding trace's 2024 test day (Fri 10 May) with the held-out azure-code lengths",
+    "shift-mooncake": "held-out Mooncake lengths on the test days, peak rate scaled to the GPU budget",
+    "shift-burst": "the test days' per-minute spread at the plotted band's full amplitude (burstiness 1 instead of "
+                   "0.25; each minute uniform in the band), forecast exact",
+    "shift-forecast": "shift-burst's days seen through a persistence forecast (the smooth day x the last completed "
+                      "minute's realized / smooth ratio): forecast error = the spread's persistence residual; "
                       "the oracle knows the realized arrivals",
+    "shift-weekend": "the 2024 weekend days (coding Sat 11 / Sun 12, conversation Sun 12 / Sat 18 May): lower, "
+                     "flatter load at the same peak-rate scale",
 }
 
 

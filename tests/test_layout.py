@@ -32,6 +32,7 @@ ABOVE = ("gymnasium", "pettingzoo", "matplotlib", "stable_baselines3", "sb3_cont
 #: What every family's model may import from servegym besides itself: the shared pieces of envs/ and the
 #: package's helpers.
 SHARED = ("servegym.envs.workload", "servegym.envs.traces", "servegym.envs.grid", "servegym.envs.data",
+          "servegym.envs.azure_week",
           "servegym.errors", "servegym.names", "servegym.splits", "servegym.user_cache")
 
 
@@ -346,7 +347,7 @@ HELPERS = frozenset({"bounded_io", "errors", "estimates", "masks", "memory", "na
 #: geo profiles), and the env cards (the docs' pages, built from the envs).
 TOP = frozenset({"cli", "env_cards", "env_ids", "file_refs", "registration", "rllib_envs", "wrappers"})
 #: envs/ modules the three families' models share.
-SHARED_MODEL = frozenset({"data", "grid", "traces", "workload"})
+SHARED_MODEL = frozenset({"azure_week", "data", "grid", "traces", "workload"})
 #: (importer, imported) -> why this import goes up a layer (docs/ARCHITECTURE.md repeats them).
 UPWARD_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("servegym.baselines.pd", "servegym.envs.pd.env"):

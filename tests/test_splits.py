@@ -77,7 +77,7 @@ def test_same_seed_and_split_same_scenario_train_and_test_differ(env_id: str) ->
     if family == "geo":
         assert sa["ci_start"] != st_["ci_start"] and sa["sim_seed"] != st_["sim_seed"]
     elif family == "pd":
-        assert sa["ci_day"] != st_["ci_day"] and sa["pattern_segment"] != st_["pattern_segment"]
+        assert sa["ci_day"] != st_["ci_day"] and sa["pattern_day"] != st_["pattern_day"]
     else:
         assert sa["workload_seed"] != st_["workload_seed"] and sa["day_label"] != st_["day_label"]
     # another seed gives another scenario within a split

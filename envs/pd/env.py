@@ -6,7 +6,7 @@ It is truncated at its horizon, and **terminated** when the backlog at a period'
 ``backlog_limit_s`` x ``peak_rate_rps`` requests (default 300 s of peak arrivals = 4,200 requests; the
 baselines peak below 450 on the default day): the service has failed, as a crash ends a highway-env
 episode. The load, length mix and grid signals come from
-:mod:`servegym.envs.pd.sim.scenario` (real Azure per-minute rates, the Azure/Mooncake length mix, a real
+:mod:`servegym.envs.pd.sim.scenario` (a real day of the 2024 Azure week's rates, the Azure/Mooncake length mix, a real
 zone's hourly carbon intensity, a power-cap schedule with demand-response events, a price schedule).
 
 **Action modes** (``action_mode``; one model, three drivers: each mode only decodes its action into the
@@ -111,33 +111,37 @@ curriculum to training envs only (``train_env_kwargs`` in the hyperparameter fil
 draws the day of the episode from the split with a generator seeded by (split, s)
 (:func:`servegym.envs.pd.sim.scenario.draw_scenario`): a grid day of zone ``scenario.ci_zone`` (NL's series is
 the recomputed 2022 one, so the days are split within 2022; local time 0 is 00:00 UTC of the drawn day), a
-local start hour, the peak rate times U[0.85, 1.15], and the trace that sets both the per-minute arrival
-pattern and the length mix (one component). The trace phase and the Poisson counts come from a stream
-seeded by (split, s) as well, so two splits never share arrivals:
+local start hour, the peak rate times U[0.85, 1.15], and a real day of the 2024 Azure week
+(:data:`servegym.envs.azure_week.SPLIT_DAYS`: a trace, coding or conversation, then one of its days of the
+split) whose rate shape the episode replays from the start hour, wrapping to the same day's 00:00 at midnight
+(so no split reads another's day, and nothing shorter than a day is tiled). The length mix is one 2023
+trace's distribution per split. The per-minute spread and the Poisson counts come from a stream seeded by
+(split, s) as well, so two splits never share arrivals:
 
 - ``train``: grid day (days 1-20 of each month of NL's 2022 series) and local start hour, peak rate x
-  U[0.85, 1.15], trace phase; azure-conv lengths and its arrival pattern from the first 60 % of the
-  trace hour
-- ``validation``: days 21-23, the same draws, azure-conv pattern from 60-80 % of the trace hour
-- ``test``: day 24 to the month's end, the same draws, azure-conv pattern from 80-100 % of the trace
-  hour
-- ``shift-code``: test days with the held-out azure-code trace (arrival pattern and lengths)
-- ``shift-mooncake``: test days with the held-out Mooncake conversation trace (arrival pattern and
-  lengths), the peak rate also scaled to the GPU budget by the budget's capacity ratio under Mooncake vs
-  azure-conv lengths (x 0.095 on the default 16-GPU grid; :meth:`split_capacity_scale`): unscaled, the
-  budget cannot serve the day (every policy and the hindsight oracle near 35-90 % violation)
-- ``shift-burst``: test days whose per-minute arrival pattern (azure-conv's test segment) keeps the trace's
-  full amplitude, ``burstiness`` 1 instead of 0.25 (per-minute peak/mean 1.29 instead of 1.07): load bursts
-  taken from the trace's own minutes; the forecast stays exact
+  U[0.85, 1.15]; the rate shape of a 2024 train weekday (Mon-Wed 13-15 May, either trace); azure-conv lengths
+- ``validation``: days 21-23, the same draws, on the 2024 validation weekday (Thu 16 May)
+- ``test``: day 24 to the month's end, the same draws, on the 2024 test weekday (coding Fri 10 or
+  conversation Fri 17 May)
+- ``shift-code``: test days on the coding trace's test day with the held-out azure-code lengths
+- ``shift-mooncake``: test days with the held-out Mooncake conversation lengths, the peak rate also scaled to
+  the GPU budget by the budget's capacity ratio under Mooncake vs azure-conv lengths (x 0.095 on the default
+  16-GPU grid; :meth:`split_capacity_scale`): unscaled, the budget cannot serve the day (every policy and the
+  hindsight oracle near 35-90 % violation)
+- ``shift-burst``: test days whose per-minute spread is the plotted band at full amplitude, ``burstiness`` 1
+  instead of 0.25 (each minute uniform in the band; the forecast stays exact)
 - ``shift-forecast``: shift-burst's days with a persistence forecast
   (:func:`~servegym.envs.pd.sim.scenario.persistence_forecast`): ``forecast_rate_next`` / ``forecast_rate_max``,
-  the reference and the baselines see each period's diurnal mean times the trace factor of the last completed
-  period, while arrivals follow the trace, so the forecast error is the trace's own persistence residual
-  (per-minute std 0.11 of the mean); the hindsight oracle still knows the realized arrivals
+  the reference and the baselines see each period's smooth mean rate times the realized / smooth ratio of the
+  last completed period, while arrivals follow the realized rates, so the forecast error is the per-minute
+  spread's persistence residual; the hindsight oracle still knows the realized arrivals
+- ``shift-weekend``: as test, on a 2024 weekend day (coding Sat 11 / Sun 12, conversation Sun 12 / Sat 18 May):
+  lower, flatter load at the same peak-rate scale
 
-``split=None`` runs the configured day as is (the illustrative three-trace mix, the pattern of both Azure
-traces, ``ci_start_utc`` and hour 0). A named split draws ``ci_start_utc``, ``start_hour``,
-``pattern_trace``, ``pattern_segment`` and ``mix_knots`` itself (setting them too is a ConfigError) and
+``split=None`` runs the configured day as is (the illustrative three-trace mix, both 2024 traces' Monday
+13 May, ``ci_start_utc`` and hour 0; ``scenario.pattern_trace = "legacy-azure-2023"`` is the former tiled
+2023 hour, kept for old results only). A named split draws ``ci_start_utc``, ``start_hour``,
+``pattern_trace``, ``pattern_day`` and ``mix_knots`` itself (setting them too is a ConfigError) and
 scales the configured ``peak_rate_rps`` (observations stay scaled by the configured peak, so the draw is
 visible). The draw is ``env.scenario`` and ``info["scenario"]`` at reset; ``env.day`` is the episode's exact
 :class:`~servegym.envs.pd.sim.scenario.DayScenario`.
@@ -180,6 +184,7 @@ from servegym.envs.pd.sim.scenario import (
     DaySignals,
     build_signals,
     draw_scenario,
+    episode_rates,
     persistence_forecast,
 )
 from servegym.envs.pd.sim.tables import MixTables, mix_tables
@@ -231,7 +236,7 @@ class PDProvisionEnv(gym.Env):
         self._lookahead = math.ceil(cfg.startup_delay_s / cfg.scenario.period_s) + 1
         self._sim: Any = None
         self._episodes = 0  # resets of this instance (the curriculum stage follows it)
-        self._reset_state(0, np.zeros(self.signals.base_rate_rps.size))
+        self._reset_state(np.zeros(self.signals.base_rate_rps.size))
         self._set_episode(0, self.signals.base_rate_rps.size, 0)
         self._was_reset = False  # step() before the first reset() is refused (the state above is a placeholder)
         self._step_bound = self.per_step_reward_bound()
@@ -286,11 +291,10 @@ class PDProvisionEnv(gym.Env):
         return d
 
     # --------------------------------------------------------------------------------------------- state
-    def _reset_state(self, phase: int, rates: NDArray[np.float64]) -> None:
+    def _reset_state(self, rates: NDArray[np.float64]) -> None:
         self._k = 0
-        self._phase = int(phase)
         self._rates = rates
-        self._persistence: tuple[float, int, int] | None = None  # forecast by persistence (burstiness, phase, stretch)
+        self._persistence = False  # whether the forecast is by persistence (PERSISTENCE_FORECAST_SPLITS)
         self._active = [1, 1]
         self._pending: list[list[float]] = [[], []]  # ready times (s) per pool, ascending
         self._target = [1, 1]
@@ -333,19 +337,15 @@ class PDProvisionEnv(gym.Env):
             if day != self.day:
                 self._bind_day(day)
             self.scenario = {**record, "seed": s}
-            # the phase and the arrival counts come from a stream of their own per split
+            # the per-minute spread and the arrival counts come from a stream of their own per split
             self.np_random = np.random.default_rng(scenario_seed(cfg.split, s) ^ 0x5EED)
         else:
             self.scenario = {"split": None, "seed": s}
-        sc = self.day
-        n_phase = self.signals.pattern.size * sc.trace_stretch
-        phase = int(self.np_random.integers(n_phase)) if sc.random_phase else 0
-        rates = self.signals.rates(sc.burstiness, phase, sc.trace_stretch)
-        self._reset_state(phase, rates)
-        if cfg.split in PERSISTENCE_FORECAST_SPLITS:
-            self._persistence = (sc.burstiness, phase, sc.trace_stretch)
+        rates, drawn = episode_rates(self.day, self.signals, self.np_random)
+        self._reset_state(rates)
+        self._persistence = cfg.split in PERSISTENCE_FORECAST_SPLITS
         self._was_reset = True
-        self.scenario["phase"] = phase
+        self.scenario.update(drawn)
         n = self.signals.base_rate_rps.size
         stage = pinned_stage(self.config, options)
         if stage is None:
@@ -578,12 +578,12 @@ class PDProvisionEnv(gym.Env):
 
     def forecast_rates(self, steps: int) -> NDArray[np.float64]:
         """Forecast mean rates (req/s) of the next ``steps`` periods from the coming one (fewer at the episode end):
-        the scenario's exact mean rates, or on a persistence-forecast split (``shift-forecast``) the diurnal
-        mean times the last completed period's trace factor
+        the scenario's exact mean rates, or on a persistence-forecast split (``shift-forecast``) the smooth
+        mean times the last completed period's realized / smooth ratio
         (:func:`~servegym.envs.pd.sim.scenario.persistence_forecast`)."""
         stop = min(self._k + int(steps), self._end)
-        if self._persistence is not None:
-            return persistence_forecast(self.signals, *self._persistence, self._k, stop)
+        if self._persistence:
+            return persistence_forecast(self.signals.base_rate_rps, self._rates, self._k, stop)
         return np.asarray(self._rates[self._k: stop], dtype=float)
 
     @property

@@ -4,8 +4,8 @@ Every env id has a ``train``, a ``validation`` and a ``test`` split plus named d
 (``shift-<what>``), chosen with the ``split`` config key (``gym.make(id, split="test")``). The split
 draws the scenario of each episode from the episode seed: the same seed and split always give the same
 scenario, and the test split never shares a scenario with the training or validation splits (disjoint
-calendar days of the grid series, disjoint segments of the arrival traces, and arrival seeds that are
-derived from the split's name). ``split=None`` turns sampling off: the configured scenario is used as is
+calendar days of the grid series, disjoint days of the 2024 Azure week or segments of the arrival traces,
+and arrival seeds that are derived from the split's name). ``split=None`` turns sampling off: the configured scenario is used as is
 (reproductions of the papers' figures and unit tests of the dynamics).
 
 This module holds what the families share: the split names per family (:data:`FAMILY_SPLITS`, one line
@@ -50,19 +50,23 @@ FAMILY_SPLITS: dict[str, dict[str, str]] = {
     },
     "pd": {
         "train": "grid day (days 1-20 of each month of NL's 2022 series) and local start hour, peak rate x "
-                 "U[0.85, 1.15], trace phase; azure-conv lengths and its arrival pattern from the first 60 % "
-                 "of the trace hour",
-        "validation": "days 21-23, the same draws, azure-conv pattern from 60-80 % of the trace hour",
-        "test": "day 24 to the month's end, the same draws, azure-conv pattern from 80-100 % of the trace hour",
-        "shift-code": "test days with the held-out azure-code trace (arrival pattern and lengths)",
-        "shift-mooncake": "test days with the held-out Mooncake conversation trace (arrival pattern and lengths), "
-                          "peak rate scaled to the GPU budget (x the budget's capacity ratio under Mooncake vs "
-                          "azure-conv lengths, 0.095 at 16 GPUs)",
-        "shift-burst": "test days with the per-minute arrival pattern at the trace's full amplitude (burstiness 1 "
-                       "instead of 0.25: azure-conv's own per-minute peaks, peak/mean 1.29 instead of 1.07)",
-        "shift-forecast": "shift-burst's days with a persistence forecast of the trace in the observation (diurnal "
-                          "mean x the last completed minute's trace factor): the forecast error is the trace's own "
-                          "persistence residual; arrivals unchanged",
+                 "U[0.85, 1.15]; the rate shape of a 2024 Azure train weekday (coding or conversation, Mon-Wed "
+                 "13-15 May; the episode wraps within the day), per-minute spread drawn per episode; azure-conv "
+                 "lengths",
+        "validation": "days 21-23, the same draws, on the 2024 validation weekday (Thu 16 May)",
+        "test": "day 24 to the month's end, the same draws, on the 2024 test weekday (coding Fri 10 or "
+                "conversation Fri 17 May)",
+        "shift-code": "test days on the coding trace's test day (Fri 10 May) with the held-out azure-code lengths",
+        "shift-mooncake": "test days with the held-out Mooncake conversation lengths, peak rate scaled to the GPU "
+                          "budget (x the budget's capacity ratio under Mooncake vs azure-conv lengths, 0.095 at "
+                          "16 GPUs)",
+        "shift-burst": "test days with the per-minute spread at the plotted band's full amplitude (burstiness 1 "
+                       "instead of 0.25)",
+        "shift-forecast": "shift-burst's days with a persistence forecast in the observation (the smooth day x the "
+                          "last completed minute's realized / smooth ratio): the forecast error is the per-minute "
+                          "spread's persistence residual; arrivals unchanged",
+        "shift-weekend": "as test, on a 2024 weekend day (coding Sat 11 / Sun 12, conversation Sun 12 / Sat 18 "
+                         "May: lower, flatter load)",
     },
     "npu": {
         "train": "model (one of the four), 2024 Azure trace (coding or conversation), start hour, rate x "

@@ -25,51 +25,38 @@ Replay (stated processes, not in the data):
 
 from __future__ import annotations
 
-import gzip
-import io
 from functools import lru_cache
-from importlib import resources
 
 import numpy as np
-import pandas as pd
+from servegym.envs.azure_week import (  # the week's data and days are shared with pd (envs/azure_week.py)
+    FIRST_DAY,
+    N_DAYS,
+    SPLIT_DAYS,
+    TRACES,
+    check_trace,
+    day_label,
+    minute_band,
+    read_table,
+    week_mean_rpm,
+)
 from servegym.envs.npu.sim.trace_sampling import minute_arrivals, sample_tokens, start_table
 from servegym.envs.workload import Requests
 
-from servegym.errors import check_range, choice_error
+from servegym.errors import check_range
 
-TRACES: tuple[str, ...] = ("coding", "conversation")
-FIRST_DAY = {"coding": "2024-05-10", "conversation": "2024-05-12"}
-N_DAYS = 7
+__all__ = ["DEFAULT_DAY", "FIRST_DAY", "N_DAYS", "SPLIT_DAYS", "TABLE4_MAX", "TRACES", "arrivals", "day_label",
+           "length_means", "max_lengths", "minute_band", "requests", "sample_lengths", "week_mean_rpm"]
+
 TABLE4_MAX = {"coding": (7691, 3500)}
 """Table 4's maximum input and output tokens (Azure, the coding trace); conversation has no Table 4 row."""
-
-SPLIT_DAYS: dict[str, dict[str, tuple[int, ...]]] = {
-    # coding: Fri 10, Sat 11, Sun 12, Mon 13, Tue 14, Wed 15, Thu 16 May 2024
-    "coding": {"train": (3, 4, 5), "validation": (6,), "test": (0,), "weekend": (1, 2)},
-    # conversation: Sun 12, Mon 13, Tue 14, Wed 15, Thu 16, Fri 17, Sat 18 May 2024
-    "conversation": {"train": (1, 2, 3), "validation": (4,), "test": (5,), "weekend": (0, 6)},
-}
-"""Days (from the trace's first midnight) of each split: three weekdays train, one validation, one test;
-the two weekend days are the shift (lower, flatter load)."""
 
 DEFAULT_DAY = 3
 """The day a fixed scenario replays (coding: Monday 2024-05-13, the first of the training weekdays)."""
 
 
-def _read(name: str) -> pd.DataFrame:
-    blob = resources.files("servegym.envs.data").joinpath("azure2024", name).read_bytes()
-    return pd.read_csv(io.StringIO(gzip.decompress(blob).decode()))
-
-
-@lru_cache(maxsize=1)
-def _rates() -> dict[str, np.ndarray]:
-    df = _read("rate.csv.gz")
-    return {t: df[df.trace == t][["minute", "rate_low", "rate_mid", "rate_high"]].to_numpy(float) for t in TRACES}
-
-
 @lru_cache(maxsize=1)
 def _cdfs() -> dict[tuple[str, str], np.ndarray]:
-    df = _read("lengths_cdf.csv.gz")
+    df = read_table("lengths_cdf.csv.gz")
     return {(t, k): df[(df.trace == t) & (df.kind == k)][["tokens", "cdf"]].to_numpy(float)
             for t in TRACES for k in ("input", "output")}
 
@@ -82,25 +69,6 @@ def _inverse_tables() -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.
         xp, fp = np.ascontiguousarray(c[:, 1]), np.ascontiguousarray(c[:, 0])
         out[key] = (xp, fp, start_table(xp))
     return out
-
-
-def _check_trace(trace: str) -> str:
-    if trace not in TRACES:
-        raise choice_error("azure2024 trace", trace, TRACES)
-    return trace
-
-
-def week_mean_rpm(trace: str = "coding") -> float:
-    """Mean of the band midpoints over the week (req/min): the level ``rate_rpm`` rescales."""
-    r = _rates()[_check_trace(trace)]
-    return float(r[:, 2].mean())
-
-
-def minute_band(trace: str, minutes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The band (low, high) of the invocation rate (req/min) at ``minutes`` since the trace start."""
-    r = _rates()[_check_trace(trace)]
-    m = np.clip(minutes, r[0, 0], r[-1, 0])
-    return np.interp(m, r[:, 0], r[:, 1]), np.interp(m, r[:, 0], r[:, 3])
 
 
 def arrivals(trace: str, day: int, hours: float, rate_rpm: float, rng: np.random.Generator,
@@ -126,7 +94,7 @@ def arrivals(trace: str, day: int, hours: float, rate_rpm: float, rng: np.random
 def sample_lengths(trace: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(input, output) tokens of ``n`` requests (module docstring, "Lengths"); independent draws."""
     out = []
-    for kind, cap in zip(("input", "output"), TABLE4_MAX.get(_check_trace(trace), (None, None)), strict=True):
+    for kind, cap in zip(("input", "output"), TABLE4_MAX.get(check_trace(trace), (None, None)), strict=True):
         xp, fp, start = _inverse_tables()[(trace, kind)]
         # np.minimum(np.maximum(np.rint(np.interp(u, xp, fp, left=1.0)), 1.0), cap) as int64, in one compiled pass
         out.append(sample_tokens(rng.uniform(0.0, 1.0, n), xp, fp, start, -1.0 if cap is None else float(cap)))
@@ -149,13 +117,8 @@ def requests(trace: str, day: int, hours: float, rate_rpm: float, rng: np.random
 
 def max_lengths(trace: str) -> tuple[int, int]:
     """The largest input and total tokens a request of ``trace`` can have (trace metadata Base reads)."""
-    c_in, c_out = _cdfs()[(_check_trace(trace), "input")], _cdfs()[(trace, "output")]
+    c_in, c_out = _cdfs()[(check_trace(trace), "input")], _cdfs()[(trace, "output")]
     cap = TABLE4_MAX.get(trace)
     mi = int(cap[0]) if cap else int(c_in[-1, 0])
     mo = int(cap[1]) if cap else int(c_out[-1, 0])
     return mi, mi + mo
-
-
-def day_label(trace: str, day: int) -> str:
-    d = pd.Timestamp(FIRST_DAY[_check_trace(trace)]) + pd.Timedelta(days=int(day))
-    return d.strftime("%a %Y-%m-%d")

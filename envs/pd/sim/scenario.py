@@ -1,22 +1,48 @@
 """The day scenario of ``servegym/PDProvision-v0``: offered load, length mix and grid signals per period.
 
-Everything here is a function of the :class:`DayScenario` config (and, for the trace phase, of the
+Everything here is a function of the :class:`DayScenario` config (and, for the per-minute spread, of the
 episode seed); the environment only reads the arrays of :class:`DaySignals`. Local time of day 0 h is the
 start of the episode. Units: rates in req/s, power in W, carbon intensity in gCO2eq/kWh, prices in USD/kWh.
 
-**Load** (req/s). The mean offered rate of period k is
-``peak_rate_rps * D(t_k) * (1 + burstiness * (f[(k + phase) mod K] - 1))``:
+**Load** (req/s): a real day of the 2024 Azure LLM inference week (Stojkovic et al., "DynamoLLM", HPCA 2025;
+CC-BY 4.0; the series of :mod:`servegym.envs.azure_week`, digitized from the dataset's own plots one pixel
+column, about 7.2 min, at a time: per column the low, median and high point of the drawn per-minute line).
 
-* ``f`` is the real per-period arrival rate of the two Azure LLM inference traces together
-  (``azure-conv`` + ``azure-code``, 2023, via :func:`servegym.envs.workload.trace_rate_schedule` at
-  ``period_s`` resolution, i.e. per minute by default), normalized to mean 1. The traces cover ~57 min, so
-  the pattern is tiled over the day; ``phase`` is drawn from the episode seed (uniform over the pattern)
-  when ``random_phase`` is on, else 0.
-* ``D`` is the diurnal profile ``diurnal``: 24 hourly multipliers (1.0 = the peak hour), linearly
-  interpolated between hour midpoints and wrapped around midnight. The default, trough 0.35 at 04:00-05:00
-  and a plateau of 0.9-1.0 over 10:00-17:00, is **illustrative** (a smooth business-hours profile of the
-  kind production LLM services show; it is not fitted to data, since the shipped traces cover one hour).
+* **Which day.** ``pattern_trace`` picks the trace -- ``azure-conv`` (conversation, Sun 12 - Sat 18 May 2024),
+  ``azure-code`` (coding, Fri 10 - Thu 16 May) or ``azure`` (both summed; the default day) -- and
+  ``pattern_day`` the UTC date (default Mon 2024-05-13, which both traces cover). The day's UTC clock is the
+  scenario's local clock (as the grid series', whose local time 0 is 00:00 UTC), so the episode starting at
+  ``start_hour`` replays the day from that hour. **Past midnight the day wraps to its own 00:00**: an episode
+  never reads another day (a split owns its days), and a horizon over a day repeats the whole day; nothing
+  shorter than a day is ever tiled. The seam is a step at local midnight, from the day's 23:59 median to its
+  own 00:00 median: x 0.64 to x 1.64 over the week's days (x 1.64 on conversation Fri 17, whose evening
+  falls towards the weekend), a step a forecast sees coming.
+* **Smooth shape.** Minute m's smooth rate is the column median (``rate_mid``) linearly interpolated between
+  the centres of the day's own columns (held flat over the 3.6 min beyond the first and last centre, so no
+  minute reads the neighbouring day), times ``peak_rate_rps`` / the trace's **week peak** (the largest median
+  over its seven days; ``azure``: of the summed medians over the five days both traces cover). So
+  ``peak_rate_rps`` stays the scale the fleet and the GPU budget are sized for: a weekday peaks at 0.75-1.0 of
+  it (mean 0.33-0.42 on coding, 0.59-0.70 on conversation; troughs 0.08 and 0.32-0.49), a weekend day at
+  0.23 (coding) and 0.51-0.53 (conversation), so the weekend keeps its own lower level. ``base_rate_rps`` is
+  the per-period mean of the smooth rate.
+* **Per-minute spread** (``burstiness`` b). Minute m's rate is the smooth rate plus b x (u_m - median), u_m drawn
+  uniformly between the band's low and high edge at m (both interpolated as the median), independently per
+  minute and per trace from the episode seed. The plot joins the trace's per-minute values with a line, so a
+  column's band is the spread of the about seven minutes it holds (an upper bound: it includes the line's drawn
+  thickness, at most the narrowest band, 99 req/min on coding and 175 on conversation, against medians of 381
+  and 539; the band's width is 0.19-0.46 of the median on a day's average); their order within the column is
+  not in the plot, hence the independent draws. b = 1 keeps the band as drawn, b = 0 the smooth shape; the
+  default 0.25 keeps a quarter (base splits; ``shift-burst`` plays b = 1). A period's mean rate is the integral of the per-minute rates over it (``period_s`` need not be a
+  minute). The per-minute draws are fresh per episode and predictable from nothing a policy sees.
 * Arrivals per period are drawn by the environment (Poisson counts by default).
+* **Legacy** (``pattern_trace = "legacy-azure-2023"``, used by no split and not the default): the former day,
+  ``peak_rate_rps * D(t) * (1 + burstiness * (f[(k + phase) mod K] - 1))`` with ``D`` the **illustrative**
+  24-value profile ``diurnal`` (linear between hour midpoints, wrapped; trough 0.35 at 04:00-05:00) and ``f`` the
+  per-period rate of the 2023 one-hour Azure traces (``azure-conv`` + ``azure-code``, Patel et al., Splitwise,
+  ISCA 2024), mean 1, **tiled** over the day (about 57 min long; ``phase`` drawn from the episode seed when
+  ``random_phase``, each value held ``trace_stretch`` periods). A policy with memory of the tile predicts it;
+  it is kept only to reproduce results measured before the real days. ``diurnal``, ``random_phase`` and
+  ``trace_stretch`` act on it only.
 
 **Length mix.** Requests are a mixture of the ``azure-code``, ``azure-conv`` and ``mooncake`` length
 distributions (the App. B.4 input filters apply). The request shares follow ``mix_knots`` -- (hour, w_code,
@@ -51,6 +77,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
+from servegym.envs.pd.sim.day_shape import (
+    WEEK_TRACES,
+    day_band,
+    horizon_minutes,
+    minute_rates,
+    period_means,
+    week_days,
+)
 
 from servegym.errors import (
     MONTH_S,
@@ -64,11 +98,15 @@ from servegym.errors import (
 #: Length-mix components, in the column order of ``mix_knots``.
 MIX_COMPONENTS: tuple[str, ...] = ("azure-code", "azure-conv", "mooncake")
 
-#: Sources of the per-period rate pattern: ``azure`` is azure-conv + azure-code together (the default
-#: day); the others are one trace each (the benchmark splits' train trace and held-out shifts).
-PATTERN_TRACES: tuple[str, ...] = ("azure", "azure-conv", "azure-code", "mooncake")
+#: The legacy rate pattern: the 2023 one-hour Azure traces tiled over the illustrative diurnal profile.
+LEGACY_PATTERN = "legacy-azure-2023"
+#: Sources of the day's rate shape: a real day of the 2024 week (``azure`` = coding + conversation, the default
+#: day; ``azure-conv``, ``azure-code`` one trace each, what the splits draw), or the legacy tiling.
+PATTERN_TRACES: tuple[str, ...] = (*WEEK_TRACES, LEGACY_PATTERN)
+#: The default day: Monday 13 May 2024, a weekday both traces cover (the first of the training weekdays).
+DEFAULT_PATTERN_DAY = "2024-05-13"
 
-#: Illustrative diurnal profile (see module docstring): hourly multipliers of the peak rate, local hours 0..23.
+#: Illustrative diurnal profile of the legacy pattern (module docstring): hourly multipliers, local hours 0..23.
 DEFAULT_DIURNAL: tuple[float, ...] = (
     0.50, 0.44, 0.39, 0.36, 0.35, 0.36, 0.41, 0.50, 0.63, 0.76, 0.87, 0.94,
     0.97, 0.98, 1.00, 0.98, 0.94, 0.88, 0.82, 0.78, 0.74, 0.69, 0.62, 0.56,
@@ -104,24 +142,25 @@ class DayScenario:
 
     period_s: float = 60.0  # provisioning period (one env step), s
     horizon_steps: int = 1440  # periods per episode (1440 x 60 s = one day)
-    peak_rate_rps: float = 14.0  # diurnal peak of the mean offered rate, req/s (bursts go above it)
-    burstiness: float = 0.25  # share of the Azure per-period fluctuation kept (0 = smooth diurnal only)
-    trace_stretch: int = 1  # each Azure per-period rate is held for this many periods (slows the pattern)
-    random_phase: bool = True  # draw the offset into the tiled Azure pattern from the episode seed
-    diurnal: tuple[float, ...] = DEFAULT_DIURNAL  # 24 hourly multipliers of peak_rate_rps
+    peak_rate_rps: float = 14.0  # the week peak of the smooth mean offered rate, req/s (the spread goes above it)
+    burstiness: float = 0.25  # share of the band's per-minute spread kept (0 = the smooth day; docstring)
+    trace_stretch: int = 1  # legacy only: each 2023 per-period rate is held for this many periods
+    random_phase: bool = True  # legacy only: draw the offset into the tiled 2023 pattern from the episode seed
+    diurnal: tuple[float, ...] = DEFAULT_DIURNAL  # legacy only: 24 hourly multipliers of peak_rate_rps
     mix_knots: tuple[tuple[float, float, float, float], ...] = DEFAULT_MIX_KNOTS
     mix_block_s: float = 900.0  # the mix is held constant over blocks this long, s
     #: the values of each string field, which a value of another type is told (errors.check_field_types)
     FIELD_CHOICES: ClassVar[dict[str, Any]] = {
         "ci_zone": lambda: sorted(_grid_zones()),
         "ci_start_utc": "a UTC timestamp such as '2022-06-21T22:00:00Z'",
-        "pattern_trace": PATTERN_TRACES}
+        "pattern_trace": PATTERN_TRACES,
+        "pattern_day": "a UTC date of the 2024 Azure week such as '2024-05-13'"}
 
     ci_zone: str = "NL"  # Electricity Maps zone (servegym.envs.grid.ZONES)
     ci_start_utc: str = "2022-06-21T22:00:00Z"  # UTC hour of local time 0
     start_hour: float = 0.0  # local hour of day of the first period (the CI series starts ci_start_utc + this)
-    pattern_trace: str = "azure"  # source of the per-period rate pattern f: see PATTERN_TRACES
-    pattern_segment: tuple[float, float] = (0.0, 1.0)  # share of the trace's span the pattern is taken from
+    pattern_trace: str = "azure"  # source of the day's rate shape: see PATTERN_TRACES
+    pattern_day: str = DEFAULT_PATTERN_DAY  # UTC date of the 2024 week whose rates the day replays
     power_cap_w: float = 12_000.0  # facility power cap outside demand-response events, W
     dr_events: tuple[tuple[float, float, float], ...] = DEFAULT_DR_EVENTS
     price_usd_per_kwh: tuple[float, ...] = DEFAULT_TOU_PRICE  # 24 hourly values, local time
@@ -167,11 +206,8 @@ class DayScenario:
         check_range("scenario.start_hour", self.start_hour, 0.0, 24.0, high_inclusive=False)
         if self.pattern_trace not in PATTERN_TRACES:
             raise choice_error("scenario.pattern_trace", self.pattern_trace, PATTERN_TRACES)
-        seg = self.pattern_segment
-        if (len(seg) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in seg)
-                or not 0.0 <= seg[0] < seg[1] <= 1.0):
-            raise ConfigError(f"scenario.pattern_segment = {seg!r}; allowed: (start, end) shares with "
-                              "0 <= start < end <= 1")
+        if self.pattern_trace != LEGACY_PATTERN:
+            week_days(self.pattern_trace, self.pattern_day)  # a one-line ConfigError off the trace's week
         check_range("scenario.power_cap_w", self.power_cap_w, 0.0, None, low_inclusive=False)
         for i, ev in enumerate(self.dr_events):
             if len(ev) != 3:
@@ -184,7 +220,7 @@ class DayScenario:
     def from_dict(cls, d: dict) -> DayScenario:
         """Build from a (partial) dict of field overrides; unknown keys raise :class:`ConfigError`."""
         d = known_overrides(d, cls, "scenario field")
-        tuple_fields = {"diurnal", "mix_knots", "dr_events", "price_usd_per_kwh", "pattern_segment"}
+        tuple_fields = {"diurnal", "mix_knots", "dr_events", "price_usd_per_kwh"}
         kw = {k: (_to_tuple(v) if k in tuple_fields else v) for k, v in d.items()}
         return cls(**kw)
 
@@ -208,27 +244,43 @@ def _check_hourly(name: str, values: tuple[float, ...], low: float, high: float)
 
 @dataclass(frozen=True)
 class DaySignals:
-    """Per-period arrays of one scenario (length ``horizon_steps``, except the mix tables)."""
+    """Per-period arrays of one scenario (length ``horizon_steps``, except the mix tables, ``band`` and
+    ``pattern``)."""
 
     time_s: NDArray[np.float64]  # start of each period, s from local midnight of day 0
     hour: NDArray[np.float64]  # local hour of day at the period start, [0, 24)
-    base_rate_rps: NDArray[np.float64]  # diurnal mean rate before the trace pattern, req/s
-    pattern: NDArray[np.float64]  # Azure per-period pattern, mean 1 (before burstiness and phase)
+    base_rate_rps: NDArray[np.float64]  # smooth mean rate (the day's medians; legacy: the diurnal profile), req/s
+    band: NDArray[np.float64]  # (traces, 3, 1440) the day's low/median/high per minute, req/s (legacy: empty)
+    pattern: NDArray[np.float64]  # legacy only: the tiled 2023 per-period pattern, mean 1 (else empty)
     mix_index: NDArray[np.int64]  # index into mix_weights per period
     mix_weights: NDArray[np.float64]  # (n_mixes, 3) request shares of MIX_COMPONENTS
     ci_g_per_kwh: NDArray[np.float64]  # carbon intensity, gCO2eq/kWh
     price_usd_per_kwh: NDArray[np.float64]
     cap_w: NDArray[np.float64]  # facility power cap, W
 
-    def rates(self, burstiness: float, phase: int, stretch: int = 1) -> NDArray[np.float64]:
-        """Mean offered rate per period, Azure pattern held ``stretch`` periods and shifted by ``phase``, req/s."""
-        k = ((np.arange(self.base_rate_rps.size) + phase) // stretch) % self.pattern.size
-        return self.base_rate_rps * np.maximum(1.0 + burstiness * (self.pattern[k] - 1.0), 0.0)
+
+def episode_rates(scenario: DayScenario, signals: DaySignals, rng: np.random.Generator
+                  ) -> tuple[NDArray[np.float64], dict[str, Any]]:
+    """The mean offered rate of every period of one episode (req/s) and what was drawn for it, from ``rng``
+    (the env's episode stream): a real day draws one uniform per minute and trace (the per-minute spread,
+    module docstring); the legacy pattern draws its phase (recorded as ``phase``)."""
+    n = signals.base_rate_rps.size
+    if scenario.pattern_trace == LEGACY_PATTERN:
+        stretch = int(scenario.trace_stretch)
+        phase = int(rng.integers(signals.pattern.size * stretch)) if scenario.random_phase else 0
+        k = ((np.arange(n) + phase) // stretch) % signals.pattern.size
+        factor = np.maximum(1.0 + scenario.burstiness * (signals.pattern[k] - 1.0), 0.0)
+        return signals.base_rate_rps * factor, {"phase": phase}
+    m0, n_min, first_s = horizon_minutes(scenario.start_hour, scenario.period_s, n)
+    u = rng.random((signals.band.shape[0], n_min))
+    v = minute_rates(signals.band, m0, n_min, float(scenario.burstiness), u)
+    return period_means(v, first_s, scenario.period_s, n), {}
 
 
 @functools.cache
 def azure_rate_pattern(period_s: float) -> NDArray[np.float64]:
-    """Per-period arrival rate of azure-conv + azure-code (aligned from each trace's first request), mean 1."""
+    """Legacy: per-period arrival rate of the 2023 azure-conv + azure-code (aligned from each trace's first
+    request), mean 1."""
     from servegym.envs.workload import trace_rate_schedule
 
     conv = trace_rate_schedule("azure-conv", interval_s=period_s)
@@ -238,26 +290,6 @@ def azure_rate_pattern(period_s: float) -> NDArray[np.float64]:
     out = f / f.mean()
     out.setflags(write=False)
     return out
-
-
-@functools.cache
-def rate_pattern(trace: str, period_s: float, segment: tuple[float, float] = (0.0, 1.0)) -> NDArray[np.float64]:
-    """Per-period arrival rate of ``trace`` (one of :data:`PATTERN_TRACES`), mean 1, from the periods
-    whose start lies in ``segment`` (shares of the trace's whole periods; at least one period)."""
-    full = azure_rate_pattern(period_s) if trace == "azure" else _one_trace_pattern(trace, period_s)
-    n = full.size
-    lo, hi = round(segment[0] * n), round(segment[1] * n)
-    part = full[lo:max(hi, lo + 1)]
-    out = part / part.mean() if part.mean() > 0 else np.ones_like(part)
-    out.setflags(write=False)
-    return out
-
-
-def _one_trace_pattern(trace: str, period_s: float) -> NDArray[np.float64]:
-    from servegym.envs.workload import trace_rate_schedule
-
-    f = trace_rate_schedule(trace, interval_s=period_s)
-    return f / f.mean()
 
 
 def _hourly_interp(values: tuple[float, ...], hour: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -301,12 +333,21 @@ def _ci_series(zone: str, start_utc: str, hours: int) -> NDArray[np.float64]:
 
 @functools.lru_cache(maxsize=16)
 def build_signals(scenario: DayScenario) -> DaySignals:
-    """The deterministic per-period arrays of ``scenario`` (cached; the trace phase is applied per episode)."""
+    """The deterministic per-period arrays of ``scenario`` (cached; the per-minute draws are per episode:
+    :func:`episode_rates`)."""
     n = int(scenario.horizon_steps)
     t = np.arange(n) * scenario.period_s
     hour = (t / 3600.0 + scenario.start_hour) % 24.0
-    d = _hourly_interp(scenario.diurnal, hour + 0.5 * scenario.period_s / 3600.0)
-    base = scenario.peak_rate_rps * d / max(scenario.diurnal)
+    empty = np.zeros(0)
+    if scenario.pattern_trace == LEGACY_PATTERN:
+        d = _hourly_interp(scenario.diurnal, hour + 0.5 * scenario.period_s / 3600.0)
+        base = scenario.peak_rate_rps * d / max(scenario.diurnal)
+        band, pattern = np.zeros((0, 3, 0)), azure_rate_pattern(float(scenario.period_s))
+    else:
+        band = day_band(scenario.pattern_trace, scenario.pattern_day) * scenario.peak_rate_rps
+        m0, n_min, first_s = horizon_minutes(scenario.start_hour, scenario.period_s, n)
+        base = period_means(minute_rates(band, m0, n_min, 0.0, None), first_s, scenario.period_s, n)
+        pattern = empty
     block = np.floor(t / scenario.mix_block_s).astype(np.int64)
     block_hour = ((np.unique(block) + 0.5) * scenario.mix_block_s / 3600.0 + scenario.start_hour) % 24.0
     w_blocks = mix_at(scenario.mix_knots, block_hour)
@@ -324,11 +365,10 @@ def build_signals(scenario: DayScenario) -> DaySignals:
     for start_h, dur_h, cap_w in scenario.dr_events:
         rel = (hour - start_h) % 24.0
         cap = np.where(rel < dur_h, np.minimum(cap, cap_w), cap)
-    arrays = [t, hour, base, weights, mix_index, ci, price, cap]
+    arrays = [t, hour, base, band, pattern, weights, mix_index, ci, price, cap]
     for a in arrays:
         a.setflags(write=False)
-    pattern = rate_pattern(scenario.pattern_trace, float(scenario.period_s), tuple(scenario.pattern_segment))
-    return DaySignals(time_s=t, hour=hour, base_rate_rps=base, pattern=pattern,
+    return DaySignals(time_s=t, hour=hour, base_rate_rps=base, band=band, pattern=pattern,
                       mix_index=mix_index, mix_weights=weights, ci_g_per_kwh=ci, price_usd_per_kwh=price,
                       cap_w=cap)
 
@@ -370,20 +410,28 @@ def mixture_moments(weights: NDArray[np.float64] | tuple[float, ...],
 
 #: Peak-rate multipliers the base splits draw from (uniform).
 SPLIT_RATE_SCALE: tuple[float, float] = (0.85, 1.15)
-#: Trace of each split: its rate pattern and its length mix (one component). Train, validation and test
-#: read disjoint segments of azure-conv (servegym.splits.TRACE_SEGMENTS); the shifts are held-out traces.
+#: Length trace of each split (its length mix, one component). The lengths keep the 2023 traces' distributions
+#: (App. B.4 filters); the day's rate shape comes from SPLIT_PATTERNS' 2024 days, whatever the lengths.
 SPLIT_TRACE: dict[str, str] = {"train": "azure-conv", "validation": "azure-conv", "test": "azure-conv",
                                "shift-code": "azure-code", "shift-mooncake": "mooncake",
-                               "shift-burst": "azure-conv", "shift-forecast": "azure-conv"}
-#: Splits that keep the trace's per-minute fluctuation at its full amplitude (``burstiness`` 1 instead of the
-#: configured 0.25): the rate pattern is still the test segment of azure-conv (80-100 % of the trace hour), whose
-#: per-minute peak/mean is 1.29 at full amplitude against 1.07 at 0.25 (the whole hour's is 1.52; its 30-s
-#: peak/mean 1.63). The bursts are the trace's own minutes, not an invented shape.
+                               "shift-burst": "azure-conv", "shift-forecast": "azure-conv",
+                               "shift-weekend": "azure-conv"}
+#: The 2024 traces whose days a split draws its rate shape from (uniformly, then one of the trace's days of the
+#: split's day set): both, except shift-code (the coding trace, with azure-code lengths).
+SPLIT_PATTERNS: dict[str, tuple[str, ...]] = {"shift-code": ("azure-code",)}
+DEFAULT_SPLIT_PATTERNS: tuple[str, ...] = ("azure-code", "azure-conv")
+#: The day set of servegym.envs.azure_week.SPLIT_DAYS each split draws from: the base splits their own weekdays
+#: (train Mon-Wed 13-15 May, validation Thu 16, test coding Fri 10 / conversation Fri 17), shift-weekend the
+#: weekend days (coding Sat 11 / Sun 12, conversation Sun 12 / Sat 18), every other shift the test days.
+SPLIT_DAY_SET: dict[str, str] = {"train": "train", "validation": "validation", "test": "test",
+                                 "shift-weekend": "weekend"}
+#: Splits that keep the band's per-minute spread at its full amplitude (``burstiness`` 1 instead of the
+#: configured 0.25) on the test days: each minute's rate uniform in the plotted band (module docstring).
 SPLIT_BURSTINESS: dict[str, float] = {"shift-burst": 1.0, "shift-forecast": 1.0}
 #: Splits whose forecast (observation, info, the reference and every baseline that reads
-#: :meth:`~servegym.envs.pd.env.PDProvisionEnv.forecast_rates`) is a persistence forecast of the trace pattern
+#: :meth:`~servegym.envs.pd.env.PDProvisionEnv.forecast_rates`) is a persistence forecast
 #: (:func:`persistence_forecast`) instead of the scenario's exact mean rates; arrivals are unchanged, so the
-#: forecast error is the trace's own persistence residual (per-minute std 0.11 of the mean on the test segment).
+#: forecast error is the per-minute spread's persistence residual.
 PERSISTENCE_FORECAST_SPLITS: tuple[str, ...] = ("shift-forecast",)
 #: Splits whose peak rate is also scaled to the GPU budget: by the ratio of the budget's largest capacity
 #: under the split's lengths to that under the train trace's (azure-conv), so the day loads the budget as
@@ -393,7 +441,7 @@ PERSISTENCE_FORECAST_SPLITS: tuple[str, ...] = ("shift-forecast",)
 #: instead because it sets the action space, which a shift must keep (an agent trained on train plays it).
 CAPACITY_SCALED_SPLITS: tuple[str, ...] = ("shift-mooncake",)
 #: Fields a named split draws itself (setting them with a split is a ConfigError).
-SPLIT_FIELDS: tuple[str, ...] = ("ci_start_utc", "start_hour", "pattern_trace", "pattern_segment", "mix_knots")
+SPLIT_FIELDS: tuple[str, ...] = ("ci_start_utc", "start_hour", "pattern_trace", "pattern_day", "mix_knots")
 
 
 def check_split_fields(scenario: DayScenario, split: str | None) -> None:
@@ -401,6 +449,9 @@ def check_split_fields(scenario: DayScenario, split: str | None) -> None:
     if split is None:
         return
     default = DayScenario()
+    if scenario.pattern_trace == LEGACY_PATTERN:
+        raise ConfigError(f"scenario.pattern_trace = {LEGACY_PATTERN!r} is a fixed legacy day; allowed with "
+                          f"split = None only (split = {split!r} draws real 2024 days)")
     if split in SPLIT_BURSTINESS and scenario.burstiness != default.burstiness:
         raise ConfigError(f"scenario.burstiness = {scenario.burstiness!r} is set by split = {split!r} (to "
                           f"{SPLIT_BURSTINESS[split]:g}); allowed: the default, or another split")
@@ -424,44 +475,50 @@ def draw_scenario(base: DayScenario, split: str, rng: np.random.Generator, capac
                   ) -> tuple[DayScenario, dict]:
     """The day of one episode of ``split`` (servegym.splits; the env docstring lists the draws) and its record.
 
-    Draws: a grid day of the split from zone ``base.ci_zone``'s series (local time 0 = 00:00 UTC of that
+    Draws, in order: a grid day of the split from zone ``base.ci_zone``'s series (local time 0 = 00:00 UTC of that
     day, so the CI hour of a period is its local hour in UTC), a local start hour in 0..23, the peak rate
-    ``base.peak_rate_rps`` x U(:data:`SPLIT_RATE_SCALE`); the split's trace sets the rate pattern (its
-    segment of the trace span for the base splits) and the length mix (that trace only). The trace phase
-    is drawn by the env from the same episode seed. ``capacity_scale`` multiplies the peak rate as well
-    (the env passes the budget's capacity ratio for :data:`CAPACITY_SCALED_SPLITS`, else 1).
+    ``base.peak_rate_rps`` x U(:data:`SPLIT_RATE_SCALE`), a 2024 trace of :data:`SPLIT_PATTERNS` and one of its
+    days of the split's day set (:data:`SPLIT_DAY_SET`): the day's rate shape. The length mix is the split's
+    trace (:data:`SPLIT_TRACE`) only. The per-minute spread is drawn by the env from the same episode seed.
+    ``capacity_scale`` multiplies the peak rate as well (the env passes the budget's capacity ratio for
+    :data:`CAPACITY_SCALED_SPLITS`, else 1).
     """
     import pandas as pd
-
-    from servegym.splits import segment
+    import servegym.envs.azure_week as azure_week
 
     days = _pd_split_days(base.ci_zone, split, base.duration_s / 3600.0)
     day = days[int(rng.integers(days.size))]
     start_hour = int(rng.integers(24))
     scale = float(rng.uniform(*SPLIT_RATE_SCALE)) * float(capacity_scale)
+    patterns = SPLIT_PATTERNS.get(split, DEFAULT_SPLIT_PATTERNS)
+    pattern = patterns[int(rng.integers(len(patterns)))]
+    (week_trace,) = WEEK_TRACES[pattern]
+    own = azure_week.SPLIT_DAYS[week_trace][SPLIT_DAY_SET.get(split, "test")]
+    week_day = int(own[int(rng.integers(len(own)))])
     trace = SPLIT_TRACE[split]
-    # the base splits and the azure-conv shifts read their data split's segment; held-out traces the whole span
-    seg = segment(split) if trace == SPLIT_TRACE["test"] else (0.0, 1.0)
     shares = tuple(1.0 if c == trace else 0.0 for c in MIX_COMPONENTS)
     ci_start = pd.Timestamp(day).strftime("%Y-%m-%dT%H:%M:%SZ")
     burst = SPLIT_BURSTINESS.get(split, base.burstiness)
     scen = dataclasses.replace(base, ci_start_utc=ci_start, start_hour=float(start_hour),
-                   peak_rate_rps=round(base.peak_rate_rps * scale, 6), pattern_trace=trace, pattern_segment=seg,
-                   mix_knots=((0.0, *shares),), burstiness=burst)
+                               peak_rate_rps=round(base.peak_rate_rps * scale, 6), pattern_trace=pattern,
+                               pattern_day=azure_week.day_date(week_trace, week_day), mix_knots=((0.0, *shares),),
+                               burstiness=burst)
     record = {"split": split, "ci_day": ci_start[:10], "ci_start_utc": ci_start, "start_hour": float(start_hour),
               "rate_scale": scale, "capacity_scale": float(capacity_scale), "peak_rate_rps": scen.peak_rate_rps,
-              "trace": trace, "pattern_segment": seg, "burstiness": burst,
+              "trace": trace, "pattern_trace": pattern, "pattern_day": scen.pattern_day,
+              "day_label": azure_week.day_label(week_trace, week_day), "burstiness": burst,
               "forecast": "persistence" if split in PERSISTENCE_FORECAST_SPLITS else "exact"}
     return scen, record
 
 
-def persistence_forecast(signals: DaySignals, burstiness: float, phase: int, stretch: int, k: int, stop: int
+def persistence_forecast(base_rate_rps: NDArray[np.float64], rates: NDArray[np.float64], k: int, stop: int
                          ) -> NDArray[np.float64]:
-    """Mean rates (req/s) of periods ``k .. stop-1`` as forecast at the start of period ``k`` by persistence of
-    the trace: each period's diurnal mean rate times the trace factor ``1 + burstiness (f - 1)`` of the last
-    completed period ``k - 1`` (the tiled pattern wraps, so the period before the day's first is defined).
-    The diurnal profile is known (a smooth calendar profile); the minute-to-minute trace is not, so the error
-    of a forecast of lead h is the trace's own h-minute persistence residual."""
-    j = ((int(k) - 1 + int(phase)) // int(stretch)) % signals.pattern.size
-    factor = max(1.0 + float(burstiness) * (float(signals.pattern[j]) - 1.0), 0.0)
-    return np.asarray(signals.base_rate_rps[int(k): int(stop)], dtype=float) * factor
+    """Mean rates (req/s) of periods ``k .. stop-1`` as forecast at the start of period ``k`` by persistence: each
+    period's smooth mean rate times the ratio realized / smooth of the last completed period ``k - 1`` (k = 0:
+    the day's last period, the one before it on the day that wraps at midnight). The smooth shape (the day's
+    medians) is known; the per-minute spread is not, so the error of a forecast is the spread's own persistence
+    residual."""
+    j = int(k) - 1
+    ref = float(base_rate_rps[j])
+    factor = float(rates[j]) / ref if ref > 0 else 1.0
+    return np.asarray(base_rate_rps[int(k): int(stop)], dtype=float) * factor
