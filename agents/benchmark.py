@@ -361,8 +361,10 @@ SUITE: dict[str, tuple[SuiteEntry, ...]] = {
         SuiteEntry("servegym/GeoRoute-v0", "maskable-ppo",
                    {"config": {"preset": "mini", "geo": {"duration_s": 1.5, "drain_s": 10.0}}}, 256, 2, 2, 1,
                    evals=1, baselines=("greedy:0.5",), note="1.5-s mini episodes"),
+        # two validation windows: one 4-h window of a real day may be a coding night that the smallest deployment
+        # serves throughout (naive = paper: no scale to reach the strongest on)
         SuiteEntry("servegym/PDProvision-v0", "maskable-ppo", {"config": {"scenario": {"horizon_steps": 240}}},
-                   256, 2, 2, 1, evals=1, baselines=("min-power",), note="4-h days"),
+                   256, 2, 2, 2, evals=1, baselines=("min-power",), note="4-h days"),
     ),
 }
 BUDGETS = tuple(SUITE)

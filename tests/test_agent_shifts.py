@@ -77,7 +77,7 @@ def test_slo_above_tolerance_loses_and_unreproduced_ids_are_named() -> None:
 def test_shift_names_and_model_relocation(tmp_path) -> None:
     mod = _mod()
     assert mod.family_splits("servegym/PDProvisionResidual-v0") == ["shift-code", "shift-mooncake", "shift-burst",
-                                                                    "shift-forecast"]
+                                                                    "shift-forecast", "shift-weekend"]
     assert "shift-weekend" in mod.family_splits("servegym/NPUAutoscale-v0")
     outs = [{"kind": "train", "seed": 1, "chosen": "/old/X_s1/best_model.zip"}, {"kind": "baseline"}]
     assert mod.model_paths(outs, tmp_path) == {1: tmp_path / "X_s1" / "best_model.zip"}

@@ -74,6 +74,7 @@ def test_split_days_are_disjoint_and_the_weekend_is_its_own_shift() -> None:
         for b in base[i + 1:]:
             assert not dates[a] & dates[b], (a, b)
     assert dates["test"] == {"2024-05-10", "2024-05-17"} and dates["shift-code"] == {"2024-05-10"}
+    assert dates["shift-weekend"] == {"2024-05-12", "2024-05-18"}  # the conversation trace's weekend
     assert len(dates["train"]) == 3 and dates["validation"] == {"2024-05-16"}
 
 
