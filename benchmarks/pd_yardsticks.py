@@ -146,6 +146,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines += split_best.markdown([(t["split"], t["best"]) for t in report["splits"] if "best" in t], ENV)
     lines += [f"Wall time {report['wall_s']:.0f} s, CPU time {report.get('cpu_s', math.nan):.0f} s on the shared "
               "2-core machine.", ""]
+    if report.get("readings"):  # dated comparisons with earlier runs, kept in the report
+        lines += ["## Readings", "", *(f"- {r}" for r in report["readings"]), ""]
     return "\n".join(lines)
 
 
