@@ -142,7 +142,7 @@ def test_pd_draws_disjoint_days_segments_and_held_out_traces() -> None:
             dom = pd.Timestamp(rec["ci_day"]).day
             data = splits.data_split(split)
             assert {"train": dom <= 20, "validation": 21 <= dom <= 23, "test": dom >= 24}[data]
-            assert 0.85 * 14.0 <= day.peak_rate_rps <= 1.15 * 14.0
+            assert 0.85 * 14.0 <= day.peak_rate_rps / rec["level_scale"] <= 1.15 * 14.0
             assert day.mix_knots[0][1:] == tuple(1.0 if c == rec["trace"] else 0.0 for c in
                                                  ("azure-code", "azure-conv", "mooncake"))
             days.add(rec["ci_day"])

@@ -65,8 +65,9 @@ FAMILY_SPLITS: dict[str, dict[str, str]] = {
         "shift-forecast": "shift-burst's days with a persistence forecast in the observation (the smooth day x the "
                           "last completed minute's realized / smooth ratio): the forecast error is the per-minute "
                           "spread's persistence residual; arrivals unchanged",
-        "shift-weekend": "as test, on a 2024 weekend day of the conversation trace (Sun 12 / Sat 18 May: lower, "
-                         "flatter load; coding's weekend fits the smallest deployment all day)",
+        "shift-weekend": "as test, on a 2024 weekend day (coding Sat 11 / Sun 12, conversation Sun 12 / Sat 18 "
+                         "May) scaled to its trace's test-day peak: the weekend's shape and wider per-minute band "
+                         "(at its own level it fits the smallest deployment all day)",
     },
     "npu": {
         "train": "model (one of the four), 2024 Azure trace (coding or conversation), start hour, rate x "
