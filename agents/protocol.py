@@ -292,11 +292,27 @@ def register_yardsticks(env_id: str, **changes: Any) -> Yardsticks:
     return y
 
 
-def yardsticks(env_id: str) -> Yardsticks:
-    """The yardsticks of ``env_id``; ConfigError for an id without them."""
+#: (env id, stress track) -> its yardsticks: the id's, with the strongest rule and the causal reference chosen on
+#: the track's own validation episodes (benchmarks/stress_tracks.py, results/headroom.md "Stress tracks").
+TRACK_YARDSTICKS: dict[tuple[str, str], Yardsticks] = {}
+
+
+def track_of(env_kwargs: Mapping[str, Any] | None) -> str | None:
+    """The stress track that ``gym.make`` kwargs select (``track`` as a keyword or in ``config``), or None."""
+    if not env_kwargs:
+        return None
+    cfg = env_kwargs.get("config")
+    track = env_kwargs.get("track", cfg.get("track") if isinstance(cfg, Mapping) else None)
+    return track if isinstance(track, str) else None
+
+
+def yardsticks(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> Yardsticks:
+    """The yardsticks of ``env_id`` (of its stress track where ``env_kwargs`` select one that has its own:
+    :data:`TRACK_YARDSTICKS`); ConfigError for an id without them."""
     if env_id not in YARDSTICKS:
         raise ConfigError(f"env = {env_id!r} has no reference policies; allowed: {', '.join(map(str, sorted(YARDSTICKS)))}")
-    return YARDSTICKS[env_id]
+    track = track_of(env_kwargs)
+    return TRACK_YARDSTICKS.get((env_id, track), YARDSTICKS[env_id]) if track else YARDSTICKS[env_id]
 
 
 def checkpoint_references(env_id: str) -> dict[str, str] | None:
