@@ -294,7 +294,14 @@ def register_yardsticks(env_id: str, **changes: Any) -> Yardsticks:
 
 #: (env id, stress track) -> its yardsticks: the id's, with the strongest rule and the causal reference chosen on
 #: the track's own validation episodes (benchmarks/stress_tracks.py, results/headroom.md "Stress tracks").
-TRACK_YARDSTICKS: dict[tuple[str, str], Yardsticks] = {}
+TRACK_YARDSTICKS: dict[tuple[str, str], Yardsticks] = {
+    ("servegym/GeoRoute-v0", "stress-load"): replace(
+        YARDSTICKS["servegym/GeoRoute-v0"], strongest="green-llm", strongest_note="PROVISIONAL",
+        causal="iter-ilp+dr:1.5", causal_knows="PROVISIONAL"),
+    ("servegym/GeoRouteWindow-v0", "stress-osl"): replace(
+        YARDSTICKS["servegym/GeoRouteWindow-v0"], strongest="milp", strongest_note="PROVISIONAL",
+        causal="green-llm+bc", causal_knows="PROVISIONAL"),
+}
 
 
 def track_of(env_kwargs: Mapping[str, Any] | None) -> str | None:

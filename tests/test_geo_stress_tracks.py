@@ -7,6 +7,9 @@ import gymnasium as gym
 import numpy as np
 import pandas as pd
 import pytest
+from servegym.agents import benchmark as bm
+from servegym.agents import protocol
+from servegym.agents.families import family_accepts, family_for
 from servegym.baselines.geo import make_policy
 from servegym.baselines.geo.oracle import play_policy
 from servegym.envs.geo import env_common
@@ -99,3 +102,19 @@ def test_dead_reckoning_is_deterministic_and_changes_the_plan() -> None:
     _, plain = _run("iter-ilp", env)
     assert a == b
     assert a["carbon_g"] != plain["carbon_g"]
+
+
+@pytest.mark.parametrize("entry", bm.SUITE["stress"], ids=lambda e: e.env_id)
+def test_stress_entries_play_their_tracks_yardsticks(entry: bm.SuiteEntry) -> None:
+    track = protocol.track_of(entry.env_kwargs)
+    y = protocol.yardsticks(entry.env_id, entry.env_kwargs)
+    assert (entry.env_id, track) in protocol.TRACK_YARDSTICKS and y is protocol.TRACK_YARDSTICKS[(entry.env_id, track)]
+    assert y.causal is not None and y.strongest is not None
+    fam = family_for(entry.env_id)
+    assert family_accepts(fam, y.causal) and family_accepts(fam, y.strongest)
+    played = bm.suite_policies(entry)
+    assert {y.naive, y.paper, y.strongest, y.causal, y.oracle} <= set(played)
+    assert protocol.yardsticks(entry.env_id) is protocol.YARDSTICKS[entry.env_id]  # no track: the id's own
+    env = bm.make_split_env(entry.env_id, "train", entry.env_kwargs)
+    assert env.unwrapped.config.track == track
+    env.close()

@@ -86,14 +86,16 @@ FAMILY_TRACKS: dict[str, dict[str, tuple[str, str]]] = {
     "geo": {
         "stress-load": ("the split's days with the arrival rate x 1.5 (shift-load's rate) and provisioner snapshots "
                         "every 5 s (shift-stale's period)",
-                        "under load a stale snapshot is the scarce information: every shipped rule trusts it and "
-                        "overfills the clean sites between polls, while a policy knows its own routings since the "
-                        "snapshot and the snapshot's age (dead reckoning)"),
+                        "under load the 5-s snapshot is the scarce information: the load-aware rules overfill the clean "
+                        "sites between polls (on validation moer 3.8 %, the ILPs 0.2 % SLO violation) and the others pay "
+                        "carbon for safety (green-llm, rr), while a policy knows its own routings since each poll and "
+                        "the snapshot's age (dead reckoning)"),
         "stress-osl": ("the split's days with the schedulers' estimator on the shipped OSL predictor (shift-osl's "
                        "predictor) and provisioner snapshots every 5 s",
-                       "the predictor's bias (CNN-DailyMail predicted as arXiv summarization) misleads every rule "
-                       "that plans on predicted lengths, while the realized lengths of the requests that finished are "
-                       "observable (the estimator's residuals) and can correct it"),
+                       "the predictor overestimates the served mix's output lengths about 7.7-fold (mean 540 against 70 "
+                       "tokens on validation, uncorrelated), so green-llm's token budgets spill onto dirty sites and "
+                       "the window schedulers plan on wrong lengths, while the true lengths of the requests that "
+                       "finished are observable and correct the bias"),
     },
 }
 
