@@ -111,6 +111,30 @@ def _f(v: Any, fmt: str) -> str:
     return "-" if v is None or not isinstance(v, (int, float)) or not math.isfinite(v) else format(v, fmt)
 
 
+#: The learnable headroom a track should show: the causal reference beats the strongest by this much of the KPI.
+TARGET_PCT = 5.0
+
+
+def _summary(c: dict[str, Any]) -> str:
+    """One paragraph: the learnable headroom, whether it reaches TARGET_PCT at equal SLO, and the lowest-KPI test
+    row whose SLO difference stays within the verdict's tolerance (what "at equal SLO" allows)."""
+    rows = {r["policy"]: r for r in c["rows"]}
+    ref, orc = rows[c["causal_reference"]], next(r for r in c["rows"] if r["role"] == "oracle")
+    ok = ref["outcome"] == "beats" and ref["kpi_diff_pct"] <= -TARGET_PCT
+    within = [r for r in c["rows"] if r["role"] != "oracle" and r["slo_diff_ci"][1] <= r["slo_tolerance_pp"]]
+    best = min(within, key=lambda r: r["kpi_diff"], default=None)
+    text = (f"**Learnable headroom** (causal reference - strongest): {ref['kpi_diff_pct']:+.2f} % {c['kpi']} "
+            f"[{100 * ref['kpi_diff_ci'][0] / c['strongest_kpi']:+.2f}, {100 * ref['kpi_diff_ci'][1] / c['strongest_kpi']:+.2f}] "
+            f"at {ref['slo_diff_pp']:+.4f} pp SLO (tolerance {ref['slo_tolerance_pp']:.4f} pp), verdict `{ref['outcome']}`: "
+            f"{'reaches' if ok else 'does not reach'} {TARGET_PCT:g} % at equal SLO. Oracle - strongest "
+            f"{orc['kpi_diff_pct']:+.2f} % at {orc['slo_diff_pp']:+.4f} pp (`{orc['outcome']}`).")
+    if best is not None:
+        text += (f" Lowest {c['kpi']} of a causal row or rule within the SLO tolerance: `{best['policy']}` "
+                 f"{best['kpi_diff_pct']:+.2f} % [{100 * best['kpi_diff_ci'][0] / c['strongest_kpi']:+.2f}, "
+                 f"{100 * best['kpi_diff_ci'][1] / c['strongest_kpi']:+.2f}] at {best['slo_diff_pp']:+.4f} pp.")
+    return text
+
+
 def markdown(cells: list[dict[str, Any]]) -> str:
     """The stress-track section of headroom.md (between the markers)."""
     from servegym.splits import FAMILY_TRACKS
@@ -142,6 +166,7 @@ def markdown(cells: list[dict[str, Any]]) -> str:
                          f"{_f(r['slo_diff_ci'][1], '+.4f')}] | {_f(r['return_diff'], '+.3f')} "
                          f"[{_f(r['return_diff_ci'][0], '+.3f')}, {_f(r['return_diff_ci'][1], '+.3f')}] | "
                          f"{r['outcome']} |")
+        lines += ["", _summary(c)]
         lines += ["", "Validation ranking (rules): " + ", ".join(
             f"`{v['policy']}` ({_f(v['kpi'], '.3f')} {c['kpi']}, {_f(v['slo_violation_pct'], '.3f')} %, return "
             f"{_f(v['mean_return'], '.2f')})" for v in c["validation_rules"][:5]) + "; causal candidates: " + ", ".join(
