@@ -1102,7 +1102,10 @@ def _kpi_headroom(sub: pd.DataFrame) -> str:
     if not len(row):
         return ""
     r, kpi, parts = row.iloc[0], row.iloc[0]["kpi"], []
-    for role, what in (("oracle", "oracle"), ("causal", "causal reference (a perfect forecast of the next periods)")):
+    # pd's causal reference is a perfect forecast; the geo tracks' feeds a rule what a causal controller computes
+    causal = ("causal reference (a perfect forecast of the next periods)" if family_for(r["env"]).name == "pd"
+              else "causal reference (a rule fed what a causal controller computes)")
+    for role, what in (("oracle", "oracle"), ("causal", causal)):
         v = r.get(f"{role}_minus_strongest", math.nan)
         if isinstance(v, float) and math.isfinite(v):
             parts.append(f"{what} - strongest {v:+.4g} {kpi} ({r[f'{role}_minus_strongest_pct']:+.2f} %), SLO "
