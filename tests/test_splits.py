@@ -128,7 +128,8 @@ def test_geo_split_owns_ci_start() -> None:
     env = gym.make("servegym/GeoRoute-v0", config={**GEO, "split": None,
                                                    "geo": {"ci_start": "2023-01-01T00:00Z"}}).unwrapped
     _, info = env.reset(seed=3)
-    assert info["scenario"] == {"split": None, "seed": 3, "ci_start": "2023-01-01T00:00Z", "topology": "geo-mini",
+    assert info["scenario"] == {"split": None, "track": None, "seed": 3, "ci_start": "2023-01-01T00:00Z",
+                                "topology": "geo-mini",
                                 "rate_rps": env.geo_config.rate_rps, "poll_interval_s": 1.0, "sim_seed": 3}
 
 
