@@ -2,7 +2,9 @@
 
 * :class:`BasePolicy` -- one homogeneous configuration (the best fit of the trace's largest sequence
   length, per phase) scaled by count only, with the same count rule as NeuScale (peak rate over
-  T_pod, x2 / ÷2 limits, emergency scale-out), so the comparison isolates heterogeneity and grouping.
+  T_pod, x2 / ÷2 limits, emergency scale-out), so the comparison isolates heterogeneity and grouping. That is
+  the reading of §5.1 taken (a count-only autoscaler, as Autopilot and the HPA it cites; "to provision for the
+  peak demand" sizes the configuration); ``count="trace-peak"`` holds the trace's peak count instead (a bound).
 * :class:`NeuScalePolicy` -- §3.4 in full: per-bucket best-fit groups, N_pod = ceil(R_peak / T_pod)
   every 5-min epoch, at most x2 per epoch and ÷2 per 30 min, emergency scale-out at every decision
   point when a group's peak queue exceeds its aggregated max batch, an EWMA on R_peak, coalescing of

@@ -56,11 +56,15 @@ def base_configs(sim: Any, pol: BasePolicy) -> list[dict]:
     """Base's configuration per phase: allocation, max batch, and the KV one sequence of the largest length holds."""
     out = []
     for (ph, edge), cid in pol.cfg.items():
-        e = sim.configs[cid].entry
+        e = sim.configs[cid].entry  # the allocation (its latency/energy fields are the bucket that added it first)
         kv = sim.model.kv_bytes_per_token_layer_as(sim.config.kv_form) * sim.model.layers * edge
+        b = int(np.searchsorted(sim.edges, edge))
+        j = int(sim.jmax[cid, b])  # the largest batch level that fits at this length
         out.append({"phase": ph, "edge": edge, "label": e.label, "version": e.version, "chips": e.chips, "tp": e.tp,
                     "pp": e.pp, "ep": e.ep, "max_batch": e.batch, "kv_gb_per_seq": kv / 1e9,
-                    "j_per_token": e.energy_j_per_token})
+                    "j_per_token": float(sim.pow[cid, b, j] / sim.tps[cid, b, j]),
+                    "latency_s": float(sim.lat[cid, b, 0]), "slo_s": float((sim.slo_p if ph == "prefill" else
+                                                                           sim.slo_d)[b])})
     return out
 
 
@@ -129,12 +133,14 @@ def table(results: dict[str, dict[str, dict]], hours: float, cpu_s: float) -> st
           "groups with the most tokens (holds at >= 2).", "",
           "## Base's configuration (energy objective)", "",
           "| variant | phase | largest length (bucket) | configuration | chips | max batch | KV per sequence at that "
-          "length (GB) | J/token at its best batch | peak vPods | Base's peak chips |", "|---|---|---|---|---|---|---|---|---|---|"]
+          "length (GB) | J/token there at full batch | latency at batch 1 / SLO (s) | peak vPods | Base's peak chips |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
     for v in results:
         b = results[v]["energy"]["base"]
         for c in b["configs"]:
             L.append(f"| {v} | {c['phase']} | {c['edge']:,} | `{c['label']}` | {c['chips']} | {c['max_batch']} | "
-                     f"{c['kv_gb_per_seq']:.2f} | {c['j_per_token']:.3f} | {b['peak_vpods'][c['phase']]} | "
+                     f"{c['kv_gb_per_seq']:.2f} | {c['j_per_token']:.3f} | {c['latency_s']:.3f} / {c['slo_s']:.3f} | "
+                     f"{b['peak_vpods'][c['phase']]} | "
                      + ", ".join(f"{k} {x}" for k, x in b["peak_chips"].items()) + " |")
     L += ["", "## NeuScale's busiest decode groups (energy objective)", "",
           "| variant | group (total tokens) | share of decode tokens | peak vPods | configurations |",
