@@ -57,3 +57,18 @@ def test_expanded_cache_shrinks_deepseek_decode_batch_and_leaves_llama_alone() -
     a, b = _decode(llama, "latent", vl, 4096, bs), _decode(llama, "expanded", vl, 4096, bs)
     for f in ("latency_s", "energy_j", "mem_bytes"):
         np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+
+
+def test_compare_cli_passes_the_kv_form(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import servegym.baselines.npu as npu
+    from servegym.cli import main
+
+    seen: list[dict] = []
+    monkeypatch.setattr(npu, "compare", lambda *a, **kw: seen.append(kw) or [])
+    assert main(["npu", "compare", "--hours", "1", "--json", "--kv-form", "expanded"]) == 0
+    assert main(["npu", "compare", "--hours", "1", "--json"]) == 0
+    assert seen[0]["kv_form"] == "expanded" and "kv_form" not in seen[1]  # the default passes nothing
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(["npu", "compare", "--kv-form", "compressed"])
+    assert e.value.code == 2
