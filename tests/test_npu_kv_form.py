@@ -61,6 +61,7 @@ def test_expanded_cache_shrinks_deepseek_decode_batch_and_leaves_llama_alone() -
 
 def test_compare_cli_passes_the_kv_form(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import servegym.baselines.npu as npu
+
     from servegym.cli import main
 
     seen: list[dict] = []

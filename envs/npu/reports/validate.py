@@ -47,7 +47,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -157,9 +157,10 @@ def decode_groups(sim: NPUCluster) -> list[dict]:
 
 def focal_runs(hours: float = 24.0, seed: int = 0, fidelity: str = "request",
                quotas: Sequence[dict[str, int] | None] = FIG25_QUOTAS,
-               tick: Callable[[], None] | None = None) -> dict:
+               tick: Callable[[], None] | None = None, **cluster: Any) -> dict:
     """The focal scenario (DeepSeek-V3-671B, the 2024 Azure weekday) under NeuScale: the default cluster (Figure
-    20's vPods per group) and each of ``quotas`` with NPU-C/NPU-D only (Figure 25)."""
+    20's vPods per group) and each of ``quotas`` with NPU-C/NPU-D only (Figure 25); ``cluster``: other
+    :class:`ClusterConfig` fields for every run (e.g. ``kv_form``, ``fit_at``; none for the validation itself)."""
     from servegym.baselines.npu import make_policy, run_policy
     from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog
     from servegym.envs.npu.sim.fluid import make_cluster
@@ -167,7 +168,7 @@ def focal_runs(hours: float = 24.0, seed: int = 0, fidelity: str = "request",
 
     check_range("hours", hours, 0.5, 24.0)
     wl = make_workload("azure", hours=hours, seed=seed)
-    cfg = ClusterConfig(model="DeepSeek-V3-671B", n_candidates=1)
+    cfg = ClusterConfig(model="DeepSeek-V3-671B", n_candidates=1, **cluster)
     sim = make_cluster(cfg, wl, seed=seed, catalog=ConfigCatalog(cfg), fidelity=fidelity)
     run_policy(sim, make_policy("neuscale"))
     groups = decode_groups(sim)
@@ -175,7 +176,8 @@ def focal_runs(hours: float = 24.0, seed: int = 0, fidelity: str = "request",
         tick()
     quota_rows = []
     for q in quotas:
-        qc = ClusterConfig(model="DeepSeek-V3-671B", n_candidates=1, versions=("NPU-C", "NPU-D"), quota_chips=q)
+        qc = ClusterConfig(model="DeepSeek-V3-671B", n_candidates=1, versions=("NPU-C", "NPU-D"), quota_chips=q,
+                           **cluster)
         qs = make_cluster(qc, wl, seed=seed, catalog=ConfigCatalog(qc), fidelity=fidelity)
         s = run_policy(qs, make_policy("neuscale"))
         quota_rows.append({"quota": q, "held": {v: int(qs.max_held[v]) for v in ("NPU-C", "NPU-D")},
