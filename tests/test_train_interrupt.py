@@ -81,12 +81,16 @@ def test_start_line_and_interrupt_count_say_the_same_rounded_total(tmp_path, cap
     stop.set()
     res = train(TrainConfig(**{**_cfg(tmp_path, 100).__dict__, "progress": True}), stop)
     assert not res.complete and res.timesteps == 128
-    assert "; 128 steps;" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "; 128 steps;" in err
+    assert "(100 steps asked; rounded up to whole rollouts of 64 steps x 1 env); 128 steps;" in err  # and says why
     done = res.timesteps_trained  # stopped mid-rollout
     res2 = train(TrainConfig(**{**_cfg(tmp_path, 200, resume=True).__dict__, "progress": True}))
     remaining = -(-(200 - done) // 64) * 64
     assert res2.complete and res2.timesteps == res2.timesteps_trained == done + remaining
-    assert f"; {remaining:,} steps;" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"; {remaining:,} steps;" in err
+    assert f"(200 steps asked, {done:,} done; rounded up to whole rollouts of 64 steps x 1 env)" in err
 
 
 def test_existing_run_is_refused_unless_force_or_resume(tmp_path, capsys) -> None:
