@@ -33,6 +33,10 @@ GEO_METRICS = (
 #: (servegym.baselines.geo.oracle: the per-episode best of its candidate plans; one run per candidate).
 GEO_BASELINES = ("rr", "ll", "greedy:0", "greedy:0.5", "greedy:0.9", "ilp", "iter-ilp", "milp", "green-llm",
                  "moer", "oracle")
+#: The geo causal references of the stress tracks (servegym.baselines.geo.causal): a rule fed a dead-reckoned
+#: snapshot (``+dr[:<k>]``) and/or bias-corrected OSL estimates (``+bc``); a ``:<k>`` and a further ``+bc`` are
+#: accepted after each (``milp+dr:1.5+bc``). Not baselines of the default runs: they are the tracks' references.
+GEO_CAUSAL_REFERENCES = ("iter-ilp+dr", "ilp+dr", "milp+dr", "green-llm+bc", "ilp+bc", "iter-ilp+bc", "milp+bc")
 
 
 def geo_return(cfg: Any, sim: Any, summary: dict[str, Any]) -> float:
@@ -171,7 +175,7 @@ def run_pd_baseline(env: gym.Env, name: str, seed: int) -> EpisodeResult:
 
 register_family(Family(name="geo", env_ids=("servegym/GeoRoute-v0", "servegym/GeoRouteWindow-v0"),
                        metrics=GEO_METRICS, baselines=GEO_BASELINES, run_baseline=run_geo_baseline,
-                       reference="rr", saving_metric="carbon_g",
+                       causal_references=GEO_CAUSAL_REFERENCES, reference="rr", saving_metric="carbon_g",
                        recommended_algo={"servegym/GeoRoute-v0": "maskable-ppo",
                                          "servegym/GeoRouteWindow-v0": "ppo"}))
 PD_IDS = ("servegym/PDProvision-v0", "servegym/PDProvisionResidual-v0", "servegym/PDProvisionFront-v0")

@@ -121,7 +121,7 @@ def evaluate_policy(env_id: str, policy: str | None = None, model: str | Path | 
 
     if (policy is None) == (model is None):
         raise ConfigError("give exactly one of --policy NAME or --model PATH")
-    roles = protocol.yardsticks(env_id).roles()
+    roles = protocol.yardsticks(env_id, env_kwargs).roles()
     seeds = seeds_from(seed, episodes)
     kwargs = dict(env_kwargs or {})
     label = policy
@@ -206,7 +206,7 @@ def select_strongest(env_id: str, candidates: Sequence[str], episodes: int = 30,
     if split == "test":
         raise ConfigError("select_strongest: split = 'test'; allowed: a split other than test (validation)")
     env = make_split_env(env_id, split, env_kwargs)
-    roles = protocol.yardsticks(env_id).roles()
+    roles = protocol.yardsticks(env_id, env_kwargs).roles()
     seeds = seeds_from(seed, episodes)
     try:
         anchors = run_policy_episodes(env_id, env, list(dict.fromkeys([roles["naive"], roles["paper"],
@@ -356,6 +356,26 @@ SUITE: dict[str, tuple[SuiteEntry, ...]] = {
         SuiteEntry("servegym/NPUAutoscale-v0", "maskable-ppo", {"config": {"hours": 24.0}}, 102_400, 5, 10, 5,
                    note="24-h episodes (288 epochs)"),
     ),
+    # The geo stress tracks (servegym.splits.FAMILY_TRACKS): the quick entries' agents and budgets on a track's own
+    # train / validation / test days, judged against the track's strongest rule and causal reference
+    # (protocol.TRACK_YARDSTICKS; benchmarks/stress_tracks.py measures them). The agents also observe the estimator's
+    # residuals (and the snapshot's age, which every geo observation has): what a causal controller could use.
+    # Its leaderboard is leaderboard_stress.{md,csv,json} (not run yet: the lead schedules it).
+    "stress": (
+        SuiteEntry("servegym/GeoRoute-v0", "maskable-ppo",
+                   {"config": {"preset": "mini", "action_mode": "residual", "reference": "iter-ilp",
+                               "decide_at": "window", "observe_residuals": True, "track": "stress-load"}}, 40_000, 5,
+                   30, 3, evals=4, baselines=("ll", "greedy:0.5", "moer", "ilp", "iter-ilp", "green-llm"),
+                   hyperparams="GeoRoute-v0.quick.yml",
+                   note="track stress-load (rate x 1.5, 5-s polls; mini preset, 3 DCs, 30 s), residual around iter-ilp "
+                        "decided at its own windows, the estimator's residuals observed, quick budget"),
+        SuiteEntry("servegym/GeoRouteWindow-v0", "ppo",
+                   {"config": {"preset": "mini", "action_mode": "residual", "observe_residuals": True,
+                               "track": "stress-osl"}}, 50_000, 5, 30, 3,
+                   baselines=("ll", "greedy:0.5", "moer", "ilp", "iter-ilp", "green-llm"),
+                   note="track stress-osl (the shipped OSL predictor, 5-s polls; mini preset, 3 DCs, 30 s), residual "
+                        "around the facility MILP, the estimator's residuals observed, quick budget"),
+    ),
     # CI smoke check of the machinery: 2 env ids x 2 seeds, tiny episodes and budgets (numbers meaningless)
     "smoke": (
         SuiteEntry("servegym/GeoRoute-v0", "maskable-ppo",
@@ -431,7 +451,7 @@ def suite_policies(entry: SuiteEntry) -> list[str]:
     it knows the future, so it is no baseline to be "above the strongest", and its rows come from its own
     yardsticks script (benchmarks/npu_yardsticks.py) until the leaderboard gives it a role; an entry that lists it
     in ``baselines`` plays it."""
-    y = protocol.yardsticks(entry.env_id)
+    y = protocol.yardsticks(entry.env_id, entry.env_kwargs)
     roles = y.roles()
     if "follow" in roles and not follow_available(entry.env_id, entry.env_kwargs):
         roles.pop("follow")
@@ -468,7 +488,7 @@ def train_config(task: dict[str, Any]) -> Any:
     e: SuiteEntry = SuiteEntry(**task["entry"])
     out = model_folder(task) / "model.zip"
     refs = protocol.checkpoint_references(e.env_id) or {}
-    played = set(refs.values()) | ({protocol.yardsticks(e.env_id).roles()["strongest"]} if refs else set())
+    played = set(refs.values()) | ({protocol.yardsticks(e.env_id, e.env_kwargs).roles()["strongest"]} if refs else set())
     return TrainConfig(env_id=e.env_id, algo=e.algo, timesteps=e.timesteps, seed=int(task["seed"]),
                        tb=str(Path(task["run_dir"]) / "tb") if task.get("tb") else None, out=str(out),
                        env_kwargs=dict(e.env_kwargs), eval_freq=max(e.timesteps // e.evals, 1),
@@ -863,10 +883,11 @@ class EnvBoard:
         return self.scale.scores(self.by_policy[policy])
 
 
-def env_board(env_id: str, eps: pd.DataFrame) -> EnvBoard:
-    """The board of one env id from its episode rows (stored suite outputs)."""
+def env_board(env_id: str, eps: pd.DataFrame, env_kwargs: dict[str, Any] | None = None) -> EnvBoard:
+    """The board of one env id (on the stress track ``env_kwargs`` select, if any) from its episode rows (stored
+    suite outputs)."""
     by_policy = {p: [_result(r) for r in g.to_dict("records")] for p, g in eps.groupby("policy", sort=False)}
-    wanted = protocol.yardsticks(env_id).roles()
+    wanted = protocol.yardsticks(env_id, env_kwargs).roles()
     roles, notes = {}, []
     for role, name in wanted.items():
         if name in by_policy:
@@ -895,7 +916,7 @@ def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]],
     for e in entries:
         mine = [o for o in outs if o["env_id"] == e.env_id]
         eps = pd.DataFrame([r for o in mine for r in o["rows"]])
-        board = env_board(e.env_id, eps)
+        board = env_board(e.env_id, eps, e.env_kwargs)
         fam = family_for(e.env_id)
         kpi = _entry_kpi(e)
         strongest = board.roles["strongest"]
@@ -1013,14 +1034,14 @@ def write_leaderboard(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Seq
                       budget: str, out_dir: Path) -> dict[str, Path]:
     """leaderboard.md/.csv/.json and the plots (performance profiles, score IQMs) in ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = "leaderboard" if budget != "smoke" else "leaderboard_smoke"
+    stem = f"leaderboard_{budget}" if budget in ("smoke", "stress") else "leaderboard"
     files = {"csv": out_dir / f"{stem}.csv", "json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md"}
     write_frame(res.leaderboard, files["csv"])
     write_text(files["json"], json.dumps(res.records, indent=2) + "\n")
     scores_by_env: dict[str, dict[str, np.ndarray]] = {}
     for e in entries:
         mine = [o for o in outs if o["env_id"] == e.env_id]
-        board = env_board(e.env_id, pd.DataFrame([r for o in mine for r in o["rows"]]))
+        board = env_board(e.env_id, pd.DataFrame([r for o in mine for r in o["rows"]]), e.env_kwargs)
         scores_by_env[e.env_id] = {p: board.scores(p) for p in board.by_policy}
     files["profiles"] = _plot_profiles(scores_by_env, out_dir / f"{stem}_profiles.png")
     write_text(files["md"], _markdown(res, entries, outs, budget, files))
@@ -1083,7 +1104,10 @@ def _kpi_headroom(sub: pd.DataFrame) -> str:
     if not len(row):
         return ""
     r, kpi, parts = row.iloc[0], row.iloc[0]["kpi"], []
-    for role, what in (("oracle", "oracle"), ("causal", "causal reference (a perfect forecast of the next periods)")):
+    # pd's causal reference is a perfect forecast; the geo tracks' feeds a rule what a causal controller computes
+    causal = ("causal reference (a perfect forecast of the next periods)" if family_for(r["env"]).name == "pd"
+              else "causal reference (a rule fed what a causal controller computes)")
+    for role, what in (("oracle", "oracle"), ("causal", causal)):
         v = r.get(f"{role}_minus_strongest", math.nan)
         if isinstance(v, float) and math.isfinite(v):
             parts.append(f"{what} - strongest {v:+.4g} {kpi} ({r[f'{role}_minus_strongest_pct']:+.2f} %), SLO "
@@ -1111,7 +1135,7 @@ def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[di
         lines += [budget_cost("full") + ".", ""]
     for e in entries:
         sub = b[b.env == e.env_id]
-        y = protocol.yardsticks(e.env_id)
+        y = protocol.yardsticks(e.env_id, e.env_kwargs)
         roles = ", ".join(f"{k} = `{v}`" for k, v in y.roles().items())
         scale = sub["scale"].iloc[0] if len(sub) else protocol.scale_name(e.env_id)
         notes = sub["notes"].iloc[0] if len(sub) and sub["notes"].iloc[0] else ""

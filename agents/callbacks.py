@@ -97,11 +97,17 @@ class TqdmCallback(BaseCallback):
         from servegym.progress import Progress
 
         done = int(self.model.num_timesteps)
+        asked = self.total
         self.total = planned_steps(self.model, self.total, done)  # the bar shows the steps learn() will run
+        what = self.what
+        if self.total != max(asked, done):  # say why the count differs from --timesteps
+            n_steps, n_envs = int(self.model.n_steps), int(self.model.n_envs)
+            what += (f" ({asked:,} steps asked{f', {done:,} done' if done else ''}; rounded up to whole rollouts of "
+                     f"{n_steps:,} steps x {n_envs} env{'s' if n_envs != 1 else ''})")
         est, basis = self.estimate
         if est is not None and self.total:  # the estimate was for the full budget; a resumed run does the rest
             est *= max(self.total - done, 0) / self.total
-        self._bar = Progress(max(self.total - done, 0), "train", "step", what=self.what, estimate_s=est,
+        self._bar = Progress(max(self.total - done, 0), "train", "step", what=what, estimate_s=est,
                              basis=basis, disable=bool(self.disable))
 
     def _on_step(self) -> bool:

@@ -165,8 +165,9 @@ def add_commands(subparsers: Any) -> None:
     bm.add_argument("--env-kwargs", metavar="JSON", help="gym.make keyword arguments as a JSON object")
     bm.add_argument("--json", action="store_true", help="print the result as one JSON object")
     bm.add_argument("--suite", action="store_true", help="train and test every env id, write the leaderboard")
-    bm.add_argument("--budget", default="quick", choices=("quick", "full", "smoke"),
-                    help="suite budget: quick (about 30 min per env id on 2 cores), full, smoke (CI check)")
+    bm.add_argument("--budget", default="quick", choices=("quick", "full", "stress", "smoke"),
+                    help="suite budget: quick (about 30 min per env id on 2 cores), full, stress (the geo stress "
+                         "tracks at the quick budget: leaderboard_stress.*), smoke (CI check)")
     bm.add_argument("--envs", default=None, help="suite: a comma list of env ids (default: all)")
     bm.add_argument("--rescore", action="store_true",
                     help="suite: rebuild the leaderboard from the stored runs (suite_runs/<budget>/) without training")

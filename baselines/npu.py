@@ -2,7 +2,9 @@
 
 * :class:`BasePolicy` -- one homogeneous configuration (the best fit of the trace's largest sequence
   length, per phase) scaled by count only, with the same count rule as NeuScale (peak rate over
-  T_pod, x2 / ÷2 limits, emergency scale-out), so the comparison isolates heterogeneity and grouping.
+  T_pod, x2 / ÷2 limits, emergency scale-out), so the comparison isolates heterogeneity and grouping. That is
+  the reading of §5.1 taken (a count-only autoscaler, as Autopilot and the HPA it cites; "to provision for the
+  peak demand" sizes the configuration); ``count="trace-peak"`` holds the trace's peak count instead (a bound).
 * :class:`NeuScalePolicy` -- §3.4 in full: per-bucket best-fit groups, N_pod = ceil(R_peak / T_pod)
   every 5-min epoch, at most x2 per epoch and ÷2 per 30 min, emergency scale-out at every decision
   point when a group's peak queue exceeds its aggregated max batch, an EWMA on R_peak, coalescing of
@@ -78,7 +80,7 @@ from servegym.baselines.npu_rules import (  # noqa: F401  (re-exported: their ho
 from servegym.envs.npu.sim.cluster import NB, NPUCluster, Observation, ScalingDecision
 from servegym.envs.npu.sim.roofline import PHASES
 
-from servegym.errors import ConfigError, check_range
+from servegym.errors import ConfigError, check_choice, check_range
 
 _BUCKETS = np.arange(NB)
 _NO_BINS = np.zeros((1, 2, NB))  # the grouping kernel's bins when the observation has none (unused then)
@@ -456,12 +458,23 @@ class NeuScalePolicy:
         return ScalingDecision(targets)
 
 
+BASE_COUNTS: tuple[str, ...] = ("window", "trace-peak")
+"""``BasePolicy(count=...)``: ``window`` (default) -- the count-only autoscaler of §5.1, N = ceil(R_peak / T_pod) over
+the last window with NeuScale's limits (x2 per epoch, ÷2 per window, EWMA, emergency scale-out), the rule of
+Autopilot's horizontal scaling and the Kubernetes HPA that §5.1 cites (a count from a recent window's peak, limited
+scale-in); ``trace-peak`` -- a sensitivity bound, not §5.1's Base: one count for the whole run, the vPods the trace's
+peak 10-s request rate needs at full batch (every bucket at its share of the trace's tokens), never scaled in."""
+
+
 class BasePolicy:
-    """Homogeneous count-only autoscaling: the best fit for the trace's largest sequence length."""
+    """Homogeneous count-only autoscaling: the best fit for the trace's largest sequence length; ``count``: see
+    :data:`BASE_COUNTS`."""
 
     name = "base"
 
-    def __init__(self, alpha: float = 0.5) -> None:
+    def __init__(self, alpha: float = 0.5, count: str = "window") -> None:
+        check_choice("count", count, BASE_COUNTS)
+        self.count = count
         self.rule = _CountRule(alpha=alpha)
         self.targets: dict[tuple[str, int], dict[int, int]] = {}
 
@@ -484,6 +497,11 @@ class BasePolicy:
         for k, cid in self.cfg.items():
             cap = sim.tps[cid, _BUCKETS, sim.jmax[cid]]
             self._caps[k] = (cap, np.maximum(cap, 1e-300), np.arange(cap.size))
+        self.fixed_n: dict[tuple[str, int], int] = {}
+        if self.count == "trace-peak":  # vPods at full batch for the trace's peak rate, its token mix per bucket
+            peak_rps, share, _ = trace_peak(sim)
+            for i, k in enumerate(self.keys):
+                self.fixed_n[k] = max(1, math.ceil(float((peak_rps * share[i] / self._caps[k][1]).sum()) - 1e-9))
         self.targets = {}
 
     def decide(self, ctx: Observation) -> ScalingDecision:
@@ -503,7 +521,8 @@ class BasePolicy:
             vpod_s = float((wb / cap_floor).sum()) * coincidence(ctx, p, buckets, cap)
             n = max(1, math.ceil(vpod_s - 1e-9)) if w > 0 else 1
             cur = sum(_alive_counts(ctx, key).values())
-            out[key] = {cid: self.rule.limit(key, n, cur, ctx.time_s)}
+            fixed = self.fixed_n.get(key)
+            out[key] = {cid: self.rule.limit(key, n, cur, ctx.time_s) if fixed is None else fixed}
             budget = ctx.quota_left[sim.configs[cid].version] + cur * sim.configs[cid].chips
             if not math.isinf(budget):
                 out[key][cid] = min(out[key][cid], int(budget // sim.configs[cid].chips))

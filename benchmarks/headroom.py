@@ -159,6 +159,27 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: The markers of the stress-track block (benchmarks/stress_tracks.py writes it; a rerun here keeps it).
+STRESS_BEGIN, STRESS_END = "<!-- stress-tracks:begin -->", "<!-- stress-tracks:end -->"
+
+
+def splice_stress(text: str, block: str) -> str:
+    """``text`` with its stress-track block replaced by ``block`` (inserted after the intro paragraph if absent)."""
+    if STRESS_BEGIN in text and STRESS_END in text:
+        return text[:text.index(STRESS_BEGIN)] + block + text[text.index(STRESS_END) + len(STRESS_END):]
+    head, sep, rest = text.partition("\n\n")
+    intro, sep2, rest2 = rest.partition("\n\n")
+    return head + sep + intro + sep2 + block + "\n\n" + rest2
+
+
+def _keep_stress_tracks(out: Path, text: str) -> str:
+    """``text`` with the stress-track block of the current ``out`` kept."""
+    old = out.read_text() if out.exists() else ""
+    if STRESS_BEGIN not in old or STRESS_END not in old:
+        return text
+    return splice_stress(text, old[old.index(STRESS_BEGIN):old.index(STRESS_END) + len(STRESS_END)])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--episodes", type=int, default=30)
@@ -190,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{key}: skipped ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
                 continue
             write_text(js, json.dumps(report, indent=1, default=float) + "\n")
-            write_text(out, markdown(report))
+            write_text(out, _keep_stress_tracks(out, markdown(report)))
     return 0
 
 

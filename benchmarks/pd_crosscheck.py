@@ -157,6 +157,8 @@ def render(rows: list[dict], meta: dict) -> str:
         worst_sg=f"{ws['rel_error_sglang']:+.1%}", worst_sg_cell=f"{ws['workload']} {ws['deployment']}",
         worst_nw=f"{nw['rel_error_no_wait']:+.1%}", worst_nw_cell=f"{nw['workload']} {nw['deployment']}",
         between=between, n=len(rows)), ""]
+    if meta.get("readings"):  # dated re-measurements and what they found (kept in the json, so --render-only keeps them)
+        lines += ["Readings.", "", *(f"- {r}" for r in meta["readings"]), ""]
     return "\n".join(lines)
 
 

@@ -106,7 +106,8 @@ def main() -> None:
             "(CPUs shared with other jobs: the CPU-time figures are the steadier ones). The speed loops use the "
             "default config (split 'train': each reset draws a day).\n\n"
             + "\n".join(f"- {line}" for line in lines)
-            + "\n\n## Baselines on the configured day (`split=None`: the illustrative three-trace mix), seed 0, "
+            + "\n\n## Baselines on the configured day (`split=None`: both 2024 Azure traces' Monday 13 May, the "
+              "illustrative three-trace mix), seed 0, "
               "fluid mode\n\n" + table({"split": None})
             + "\n\n## Baselines on the train split's day for seed 0 (azure-conv), fluid mode\n\n"
             + table(None) + "\n")

@@ -43,8 +43,8 @@ SHIFTS: dict[str, str] = {
     "shift-forecast": "shift-burst's days seen through a persistence forecast (the smooth day x the last completed "
                       "minute's realized / smooth ratio): forecast error = the spread's persistence residual; "
                       "the oracle knows the realized arrivals",
-    "shift-weekend": "the conversation trace's 2024 weekend days (Sun 12 / Sat 18 May): lower, flatter load at "
-                     "the same peak-rate scale",
+    "shift-weekend": "the 2024 weekend days (coding Sat 11 / Sun 12, conversation Sun 12 / Sat 18 May) scaled "
+                     "to their trace's test-day peak: the weekend's shape and wider per-minute band",
 }
 
 
@@ -146,6 +146,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines += split_best.markdown([(t["split"], t["best"]) for t in report["splits"] if "best" in t], ENV)
     lines += [f"Wall time {report['wall_s']:.0f} s, CPU time {report.get('cpu_s', math.nan):.0f} s on the shared "
               "2-core machine.", ""]
+    if report.get("readings"):  # dated comparisons with earlier runs, kept in the report
+        lines += ["## Readings", "", *(f"- {r}" for r in report["readings"]), ""]
     return "\n".join(lines)
 
 

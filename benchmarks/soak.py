@@ -13,14 +13,16 @@ envs can be soaked in separate sessions), and a run in progress saves its rows a
 ``results/.soak_<env>.partial.json``: ``--collect`` writes the report from those if a run had to be stopped,
 marking it incomplete.
 
-``--npu-memory EPISODES`` measures NPUAutoscale-v0's memory per episode instead (``npu_memory.{json,md,png}``):
-in fresh processes, resident memory after every episode (``gc`` run first), and, with tracemalloc on, the
-traced Python heap and its largest allocation sites. Every episode is reset on a full 24-h day of the train
-split (its workload and the drawn model's catalog, the caches under test, are built at reset) and stops after
-``--npu-steps`` steps (default 24 = the first 2 h; 0 = the whole day, ~30-130 s per episode on the shared
-machine, too slow for 20 episodes x 4 runs; traced episodes ``--npu-trace-steps``, default 6: tracemalloc
-makes stepping several times slower). Each measurement runs twice: with the caches as they were (4 workloads,
-every visited bucket's step metrics kept by each model's catalog: before) and with the env's bounds (after).
+``--npu-memory EPISODES`` measures the npu ids' memory per episode instead (``npu_memory.{json,md,png}``): for
+each of ``--npu-ids`` (default both, NPUAutoscale-v0 and NPUAutoscaleResidual-v0) in a fresh process, its default
+config (24-h days of the train split, the model drawn per episode; its workload and the model's catalog, the caches
+under test, are built at reset), uniform random actions, whole days unless ``--npu-steps`` caps them; resident
+memory after every episode (``gc`` run first), and with ``--npu-trace`` the traced Python heap and its largest
+allocation sites. Each episode's row is saved to ``results/.npu_memory_<id>.partial.json`` as it ends;
+``--npu-memory N --collect`` writes the report from those if a run had to be stopped. The report judges flatness
+(every episode after the catalogs' warm-up within 20 % of the median after it) and gives each run as a row of the
+soak table (the npu rows of the soak; the plain soak run writes ``soak.{json,md,png}``, which results/ no longer
+keeps: its geo and pd rows are in git history).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from servegym.outputs import save_figure, write_text
 
 OUT = Path(__file__).resolve().parent / "results"
 
@@ -131,6 +135,22 @@ def _summary(res: dict[str, Any]) -> dict[str, Any]:
             "reward_max": res["reward_max"]}
 
 
+SOAK_HEADER = ["| env | measured | steps | episodes | wall s | steps/s | steps/s first / last tenth | RSS start / "
+               "after 1st tenth / end / max (MB) | RSS growth after warm-up (MB) | non-finite rewards | reward range |",
+               "|---|---|---:|---:|---:|---:|---|---|---:|---:|---|"]
+
+
+def _soak_line(res: dict[str, Any]) -> str:
+    """One row of the soak table."""
+    s = _summary(res)
+    steps = f"{s['steps']:,}" + ("" if res.get("complete", True) else f" of {res['steps_requested']:,} (stopped)")
+    return (f"| {s['env']} | {res.get('date', '?')} | {steps} | {s['episodes']:,} | {s['wall_s']:.0f} | "
+            f"{s['steps_per_s']:,.0f} | {s['sps_first_tenth']:,.0f} / {s['sps_last_tenth']:,.0f} | "
+            f"{s['rss_start_mb']:.0f} / {s['rss_after_first_tenth_mb']:.0f} / {s['rss_end_mb']:.0f} / "
+            f"{s['rss_max_mb']:.0f} | {s['growth_after_warmup_mb']:+.1f} | {s['nonfinite_rewards']} | "
+            f"[{s['reward_min']:.4g}, {s['reward_max']:.4g}] |")
+
+
 def write(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     meta = {"date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "python": platform.python_version(),
@@ -142,18 +162,8 @@ def write(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
              "(random valid actions, episodes reset when they end, one fresh process per env). Steps/s are wall "
              "clock on a machine shared with other jobs, so they show trends, not the envs' best speed "
              "(see the *_env_speed benchmarks).", "",
-             "| env | measured | steps | episodes | wall s | steps/s | steps/s first / last tenth | RSS start / after 1st "
-             "tenth / end / max (MB) | RSS growth after warm-up (MB) | non-finite rewards | reward range |",
-             "|---|---|---:|---:|---:|---:|---|---|---:|---:|---|"]
-    for res in results:
-        s = _summary(res)
-        steps = f"{s['steps']:,}" + ("" if res.get("complete", True) else
-                                       f" of {res['steps_requested']:,} (stopped)")
-        lines.append(f"| {s['env']} | {res.get('date', '?')} | {steps} | {s['episodes']:,} | {s['wall_s']:.0f} | {s['steps_per_s']:,.0f} "
-                     f"| {s['sps_first_tenth']:,.0f} / {s['sps_last_tenth']:,.0f} | {s['rss_start_mb']:.0f} / "
-                     f"{s['rss_after_first_tenth_mb']:.0f} / {s['rss_end_mb']:.0f} / {s['rss_max_mb']:.0f} | "
-                     f"{s['growth_after_warmup_mb']:+.1f} | {s['nonfinite_rewards']} | "
-                     f"[{s['reward_min']:.4g}, {s['reward_max']:.4g}] |")
+             *SOAK_HEADER]
+    lines += [_soak_line(res) for res in results]
     for res in results:
         third = [r["rss_mb"] for r in res["rows"][len(res["rows"]) * 2 // 3:]]
         lines.append(f"\n- {res['env_id']}: RSS over the last third of the run {min(third):.0f}-{max(third):.0f} MB.")
@@ -193,30 +203,53 @@ def _plot(results: list[dict[str, Any]]) -> None:
     plt.close(fig)
 
 
-def npu_memory(episodes: int, steps: int | None, trace: bool, before: bool, queue: Any) -> None:
-    """Per-episode memory of NPUAutoscale-v0 (default config: 24-h episodes of the train split), put on
-    ``queue``; ``steps`` caps each episode's steps; ``before``: the caches as they were (4 workloads, every
-    bucket's step metrics kept) instead of the env's bounds."""
+NPU_IDS = ("servegym/NPUAutoscale-v0", "servegym/NPUAutoscaleResidual-v0")
+FLAT_TOLERANCE = 0.20  # "flat": every episode after the warm-up within 20 % of the run's median after it
+
+
+def _npu_partial_path(env_id: str) -> Path:
+    return OUT / f".npu_memory_{env_id.split('/')[-1]}.partial.json"
+
+
+def npu_memory(env_id: str, episodes: int, steps: int | None, trace: bool, queue: Any) -> None:
+    """Per-episode memory of one npu id in its default config (24-h episodes of the train split, uniform random
+    actions, reset seeds 0, 1, ...), put on ``queue``; ``steps`` caps each episode's steps (None: whole days).
+    Every episode's row is also saved to the id's partial file, so a stopped run keeps what it measured."""
     import gc
     import tracemalloc
 
+    import gymnasium as gym
     from servegym.envs.npu import env as npu_env
-    from servegym.envs.npu.sim import dse
 
-    if before:
-        npu_env._WORKLOADS.cap = 4
-        dse.METRICS_CACHE_MAX = 10**9
+    import servegym  # noqa: F401  (registers the ids)
+
     if trace:
         tracemalloc.start(1)
-    env = _make("npu")
-    rows = []
+    env = gym.make(env_id)
+    env.action_space.seed(0)
+    start = rss_mb()
+    rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
+    nonfinite, reward_min, reward_max = 0, math.inf, -math.inf
+
+    def result() -> dict[str, Any]:
+        return {"env_id": env_id, "episodes": episodes, "steps_cap": steps, "trace": trace, "rss_start_mb": start,
+                "wall_s": time.perf_counter() - t0, "workload_cache": npu_env._WORKLOADS.cap,
+                "catalog_cache": npu_env._CATALOGS.cap, "nonfinite_rewards": nonfinite, "reward_min": reward_min,
+                "reward_max": reward_max, "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                "rows": rows, "top": []}
+
     for ep in range(episodes):
         t_ep = time.perf_counter()
         env.reset(seed=ep)
         n, done = 0, False
         while not done and (steps is None or n < steps):
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            r = float(reward)
+            if math.isfinite(r):
+                reward_min, reward_max = min(reward_min, r), max(reward_max, r)
+            else:
+                nonfinite += 1
             n, done = n + 1, terminated or truncated
         gc.collect()
         row = {"episode": ep, "steps": n, "wall_s": time.perf_counter() - t_ep, "rss_mb": rss_mb(),
@@ -225,40 +258,73 @@ def npu_memory(episodes: int, steps: int | None, trace: bool, before: bool, queu
         if trace:
             row["traced_mb"] = tracemalloc.get_traced_memory()[0] / 2**20
         rows.append(row)
-        print(json.dumps(row), flush=True)
-    top = []
+        write_text(_npu_partial_path(env_id), json.dumps(result()))
+    res = result()
     if trace:
         root = str(Path(__file__).resolve().parents[1]) + "/"
         for st in tracemalloc.take_snapshot().statistics("lineno")[:6]:
             frame = st.traceback[0]
             where = frame.filename.split("site-packages/")[-1].split(root)[-1]
-            top.append({"site": f"{where}:{frame.lineno}", "mb": st.size / 2**20, "blocks": st.count})
+            res["top"].append({"site": f"{where}:{frame.lineno}", "mb": st.size / 2**20, "blocks": st.count})
     env.close()
-    queue.put({"episodes": episodes, "steps_cap": steps, "trace": trace, "wall_s": time.perf_counter() - t0,
-               "workload_cache": npu_env._WORKLOADS.cap, "catalog_cache": npu_env._CATALOGS.cap,
-               "metrics_cache": "all" if before else dse.METRICS_CACHE_MAX,
-               "rows": rows, "top": top})
+    queue.put(res)
+    _npu_partial_path(env_id).unlink(missing_ok=True)
 
 
-def run_npu_memory(episodes: int, steps: int | None, trace_steps: int | None, only: str | None = None) -> None:
-    """Fresh processes: RSS (episodes of ``steps`` steps) and tracemalloc (``trace_steps``), each before and after
-    the bounds; ``only`` = ``rss`` or ``trace`` runs one kind and keeps the other's runs from npu_memory.json.
-    Writes npu_memory.{json,md,png} after every run."""
+def run_npu_memory(episodes: int, steps: int | None, ids: list[str], trace: bool, collect: bool = False) -> None:
+    """One fresh process per id in ``ids``: RSS (and with ``trace`` the traced heap) after every episode. Runs of
+    other ids (or of the other kind) are kept from npu_memory.json; npu_memory.{json,md,png} are written after
+    every run. ``collect``: no new run, the report from the partial files of stopped runs (marked incomplete)."""
     ctx = mp.get_context("spawn")
     runs: list[dict[str, Any]] = []
-    if only and (OUT / "npu_memory.json").is_file():
-        runs = [r for r in json.loads((OUT / "npu_memory.json").read_text())["runs"] if r["trace"] != (only == "trace")]
-    for trace in [t for t in (False, True) if only is None or t == (only == "trace")]:
-        for label, before in (("before (4 workloads, all step metrics)", True), ("after (the bounds)", False)):
+    if (OUT / "npu_memory.json").is_file():
+        runs = [r for r in json.loads((OUT / "npu_memory.json").read_text())["runs"]
+                if "env_id" in r and (r["env_id"] not in ids or r["trace"] != trace)]
+    for env_id in ids:
+        if collect:
+            if not _npu_partial_path(env_id).is_file():
+                continue
+            res = json.loads(_npu_partial_path(env_id).read_text())
+        else:
             q = ctx.Queue()
-            p = ctx.Process(target=npu_memory, args=(episodes, trace_steps if trace else steps, trace, before, q))
+            p = ctx.Process(target=npu_memory, args=(env_id, episodes, steps, trace, q))
             p.start()
             res = q.get()
             p.join()
-            runs = sorted([*runs, {"label": label, **res}], key=lambda r: (r["trace"], not r["label"].startswith("b")))
-            date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-            (OUT / "npu_memory.json").write_text(json.dumps({"date": date, "runs": runs}, indent=1) + "\n")
-            _npu_memory_report(runs)
+        runs = sorted([*runs, res], key=lambda r: (r["trace"], NPU_IDS.index(r["env_id"])))
+        date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        write_text(OUT / "npu_memory.json", json.dumps({"date": date, "runs": runs}, indent=1) + "\n")
+        _npu_memory_report(runs)
+
+
+def flatness(run: dict[str, Any]) -> dict[str, Any]:
+    """The run's warm-up (episodes until every catalog its split draws from is loaded, at least 1) and, after it,
+    the RSS median, range and largest deviation from the median (a fraction): flat when within FLAT_TOLERANCE."""
+    rows = run["rows"]
+    most = max(r["catalogs"] for r in rows)
+    warm = max(next(i for i, r in enumerate(rows) if r["catalogs"] == most) + 1, 1)
+    after = np.array([r["rss_mb"] for r in rows[warm:]] or [rows[-1]["rss_mb"]])
+    med = float(np.median(after))
+    up, down = float(after.max() / med - 1.0), float(1.0 - after.min() / med)
+    half = len(after) // 2
+    drift = float(np.mean(after[half:]) - np.mean(after[:half])) if half else 0.0
+    outside = int(np.sum(np.abs(after / med - 1.0) > FLAT_TOLERANCE))
+    return {"warmup": warm, "median": med, "min": float(after.min()), "max": float(after.max()), "above": up,
+            "below": down, "outside": outside, "after": len(after), "drift_mb": drift,
+            "flat": max(up, down) <= FLAT_TOLERANCE}
+
+
+def _as_soak(run: dict[str, Any]) -> dict[str, Any]:
+    """A per-episode run in the soak table's form (one sample per episode, cumulative steps and wall time)."""
+    rows, steps, wall = [{"steps": 0, "wall_s": 0.0, "rss_mb": run["rss_start_mb"], "steps_per_s": math.nan}], 0, 0.0
+    for r in run["rows"]:
+        steps, wall = steps + r["steps"], wall + r["wall_s"]
+        rows.append({"steps": steps, "wall_s": wall, "rss_mb": r["rss_mb"], "steps_per_s": r["steps"] / r["wall_s"]})
+    done = len(run["rows"])
+    return {"family": "npu", "env_id": run["env_id"], "steps": steps, "complete": done == run["episodes"],
+            "steps_requested": steps if done == run["episodes"] else steps * run["episodes"] // max(done, 1),
+            "episodes_finished": done, "wall_s": wall, "nonfinite_rewards": run["nonfinite_rewards"],
+            "reward_min": run["reward_min"], "reward_max": run["reward_max"], "date": run["date"], "rows": rows}
 
 
 def _npu_memory_report(runs: list[dict[str, Any]]) -> None:
@@ -267,44 +333,65 @@ def _npu_memory_report(runs: list[dict[str, Any]]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    lines = ["# NPUAutoscale-v0 memory per episode", "",
-             f"`benchmarks/soak.py --npu-memory {runs[0]['episodes']}` on {when} ({os.cpu_count()} CPUs shared with "
-             "other jobs, niced): default config (24-h days of the train split, uniform random actions, reset "
-             "seeds 0, 1, ...; each episode stops after the steps in the table: its day's workload and its model's "
-             "catalog are built at reset), each run in a fresh process; memory read after `gc` at each episode's "
-             "end.", "",
-             "| run | measure | episodes (steps each) | catalogs / workloads / step metrics kept | ep 0 MB | ep 4 | ep 9 "
-             "| last | max | last 5: min-max |", "|---|---|---|---|---:|---:|---:|---:|---:|---|"]
-    for r in runs:
-        key = "traced_mb" if r["trace"] else "rss_mb"
-        v = [row[key] for row in r["rows"]]
-        cells = [f"{v[i]:.0f}" if i < len(v) else "-" for i in (0, 4, 9)]
-        steps = "full" if r["steps_cap"] is None else f"<= {r['steps_cap']}"
-        lines.append(f"| {r['label']} | {'tracemalloc heap' if r['trace'] else 'RSS'} | {len(v)} ({steps}) | "
-                     f"{r['catalog_cache']} / {r['workload_cache']} / {r.get('metrics_cache', '?')} per catalog | "
-                     f"{' | '.join(cells)} | {v[-1]:.0f} | "
-                     f"{max(v):.0f} | {min(v[-5:]):.0f}-{max(v[-5:]):.0f} |")
-    for r in (r for r in runs if r["trace"] and r["top"]):
-        lines += ["", f"Largest allocation sites at the end, {r['label']}:", ""]
+    rss_runs = [r for r in runs if not r["trace"]]
+    lines = ["# npu memory per episode", "",
+             f"`benchmarks/soak.py --npu-memory {max(r['episodes'] for r in runs)}` ({os.cpu_count()} CPUs shared "
+             "with other jobs, niced): each id in "
+             "its default config (24-h days of the train split, the model drawn per episode from the split's four; "
+             "uniform random actions; reset seeds 0, 1, ...), one fresh process per id; resident memory (VmRSS) read "
+             "after `gc` at each episode's end. Warm-up: the episodes until the last of the split's model catalogs "
+             f"is loaded. Flat: every episode after the warm-up within {FLAT_TOLERANCE:.0%} of the median after it.",
+             "", "| id | measured | episodes (steps each) | warm-up episodes | ep 0 MB | end of warm-up | after warm-up: "
+             "median | min-max | highest above / lowest below median | episodes outside +/-20 % | drift (2nd half - 1st "
+             "half, MB) | flat |", "|---|---|---|---:|---:|---:|---:|---|---|---:|---:|---|"]
+    for r in rss_runs:
+        f = flatness(r)
+        v = [row["rss_mb"] for row in r["rows"]]
+        steps = "whole days" if r["steps_cap"] is None else f"<= {r['steps_cap']}"
+        done = len(v) if len(v) == r["episodes"] else f"{len(v)} of {r['episodes']} (stopped)"
+        lines.append(f"| {r['env_id']} | {r['date']} | {done} ({steps}) | {f['warmup']} | {v[0]:,.0f} | "
+                     f"{v[f['warmup'] - 1]:,.0f} | {f['median']:,.0f} | {f['min']:,.0f}-{f['max']:,.0f} | "
+                     f"+{f['above']:.1%} / -{f['below']:.1%} | {f['outside']} of {f['after']} | {f['drift_mb']:+.0f} | "
+                     f"{'yes' if f['flat'] else 'no'} |")
+    lines += ["", "What bounds it: each model's catalog keeps its Pareto fronts and its last two step metrics "
+              "(`dse.METRICS_CACHE_MAX`), a process caches at most four catalogs and two 24-h workloads "
+              "(`CATALOG_CACHE_MAX`, `WORKLOAD_CACHE_MAX`), and each reset drops the previous episode's simulator "
+              "before asking glibc to return the freed pages (`servegym.memory.release_freed_memory`); "
+              "`tests/test_npu_memory.py` checks each. Earlier readings are in this file's git history: before the "
+              "cache bounds RSS rose 461 -> 1,270 MB over 20 episodes (2026-12-04); with the bounds but without the "
+              "trim, the residual id's RSS averaged 1,123 MB over episodes 10-199 against 895 MB with it "
+              "(2026-12-07, zero actions)."]
+    if rss_runs:
+        lines += ["", "## The same runs as soak rows", "",
+                  "The npu rows of the soak table (`benchmarks/soak.py`; its geo and pd rows are in git history, "
+                  "`benchmarks/results/soak.md` before the docs site): steps/s are wall clock per episode, reset "
+                  "included, on the shared machine.", "", *SOAK_HEADER]
+        lines += [_soak_line(_as_soak(r)) for r in rss_runs]
+    for r in (r for r in runs if r["trace"]):
+        v = [row["traced_mb"] for row in r["rows"]]
+        lines += ["", f"Traced Python heap (tracemalloc), {r['env_id']}: episode 0 {v[0]:.0f} MB, last {v[-1]:.0f} MB, "
+                  f"max {max(v):.0f} MB; largest allocation sites at the end:", ""]
         lines += [f"- `{t['site']}`: {t['mb']:.1f} MB ({t['blocks']:,} blocks)" for t in r["top"]]
     lines += ["", "![memory per episode](npu_memory.png)", ""]
-    (OUT / "npu_memory.md").write_text("\n".join(lines))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for ax, trace in zip(axes, (False, True), strict=True):
-        key = "traced_mb" if trace else "rss_mb"
-        for r in (r for r in runs if r["trace"] == trace):
-            ax.plot([row["episode"] for row in r["rows"]], [row[key] for row in r["rows"]], marker="o", ms=3,
-                    label=r["label"])
-        ax.set_xlabel("episode")
-        ax.set_ylabel("traced Python heap (MB)" if trace else "resident memory (MB)")
-        ax.set_title("tracemalloc" if trace else "resident memory (RSS)", fontsize=10)
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=8)
+    write_text(OUT / "npu_memory.md", "\n".join(lines))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for r in rss_runs:
+        f = flatness(r)
+        line, = ax.plot([row["episode"] for row in r["rows"]], [row["rss_mb"] for row in r["rows"]], marker="o",
+                        ms=2, lw=1, label=r["env_id"].split("/")[-1])
+        ax.axhspan(f["median"] * (1 - FLAT_TOLERANCE), f["median"] * (1 + FLAT_TOLERANCE), color=line.get_color(),
+                   alpha=0.08)
+        ax.axvline(f["warmup"] - 0.5, color=line.get_color(), ls=":", lw=1)
+    ax.set_xlabel("episode (24-h day)")
+    ax.set_ylabel("resident memory after the episode (MB)")
+    ax.set_title(f"npu RSS per episode (dotted: end of warm-up; band: median +/- {FLAT_TOLERANCE:.0%} after it)",
+                 fontsize=10)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(OUT / "npu_memory.png", dpi=110)
+    save_figure(fig, OUT / "npu_memory.png", dpi=110)
     plt.close(fig)
 
 
@@ -320,15 +407,20 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=0, help="steps between samples (default: 1/100 of the run)")
     ap.add_argument("--only", default="geo,pd,npu")
     ap.add_argument("--npu-memory", type=int, default=0, metavar="EPISODES",
-                    help="measure NPUAutoscale-v0's memory per episode instead (module docstring)")
-    ap.add_argument("--npu-steps", type=int, default=24, help="--npu-memory: steps per episode (0: whole days)")
-    ap.add_argument("--npu-trace-steps", type=int, default=6, help="--npu-memory: steps per traced episode")
-    ap.add_argument("--npu-only", choices=("rss", "trace"), default=None, help="--npu-memory: one kind of run")
+                    help="measure the npu ids' memory per episode instead (module docstring)")
+    ap.add_argument("--npu-ids", default=",".join(NPU_IDS), help="--npu-memory: the ids, comma-separated")
+    ap.add_argument("--npu-steps", type=int, default=0, help="--npu-memory: steps per episode (0: whole days)")
+    ap.add_argument("--npu-trace", action="store_true",
+                    help="--npu-memory: trace the Python heap (tracemalloc; several times slower)")
     ap.add_argument("--collect", action="store_true",
                     help="write the report from the partial rows of stopped runs of --only (no new run)")
     args = ap.parse_args()
     if args.npu_memory:
-        run_npu_memory(args.npu_memory, args.npu_steps or None, args.npu_trace_steps or None, args.npu_only)
+        ids = [i if i.startswith("servegym/") else f"servegym/{i}" for i in args.npu_ids.split(",")]
+        unknown = [i for i in ids if i not in NPU_IDS]
+        if unknown or args.npu_memory < 1 or args.npu_steps < 0:
+            ap.error(f"--npu-ids takes {', '.join(NPU_IDS)}; --npu-memory >= 1 and --npu-steps >= 0")
+        run_npu_memory(args.npu_memory, args.npu_steps or None, ids, args.npu_trace, args.collect)
         return
     only = args.only.split(",")
     kept: list[dict[str, Any]] = []

@@ -212,6 +212,8 @@ def test_action_masks_reach_through_the_wrappers_gym_make_adds(env_id: str) -> N
     and it is the env's own mask (GeoRouteWindow-v0, a Box action, has none and says so)."""
     env = gym.make(env_id, **small(env_id))
     assert env is not env.unwrapped  # the wrappers gym.make adds are really there
+    # Gymnasium 1.x wrappers do not forward attributes (README and docs/clients.md say so, and name the two ways)
+    assert not hasattr(env, "action_masks")
     env.reset(seed=0)
     if not has_masks(env_id):
         with pytest.raises(AttributeError):

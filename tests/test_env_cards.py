@@ -4,6 +4,7 @@ or documented reward/splits that is not followed by ``python -m servegym.env_car
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,24 @@ def test_a_card_states_what_the_env_has() -> None:
 def test_docstring_sections_fail_loudly_when_missing() -> None:
     with pytest.raises(LookupError, match="no paragraph"):
         env_cards.section_text(env_cards.Section("servegym.envs.pd.env", r"\*\*No such heading\*\*"), "")
+
+
+@pytest.mark.parametrize("env_id", servegym_ids())
+def test_every_info_key_the_card_names_is_one_the_env_returns(env_id: str) -> None:
+    """The card's `info` prose (from the env's docstring) names only keys the env really returns after reset, a
+    step or at the episode's end (the table under it, generated from real infos, the committed card equal to
+    it by the test above): geo's `episode_metrics`, present only at the end, is in the table's end column."""
+    text = env_cards.card_path(CARDS, env_id).read_text(encoding="utf-8")
+    section = text.split("### `info`", 1)[1].split("### Episode end", 1)[0]
+    prose, table = section.split("Keys after `reset(seed=0)`", 1)
+    named = env_cards.info_key_names(prose)
+    returned = set(re.findall(r"^\| `([a-z0-9_]+)` \|", table, flags=re.M))
+    assert named, f"{env_id}'s card names no info key in its prose"
+    assert named <= returned, f"{env_id}'s card names info keys the env does not return: {sorted(named - returned)}"
+
+
+def test_the_end_column_holds_the_keys_only_the_last_step_has() -> None:
+    info = env_cards.end_info("servegym/GeoRouteWindow-v0")
+    assert "episode_metrics" in info
+    text = env_cards.card_path(CARDS, "servegym/GeoRouteWindow-v0").read_text(encoding="utf-8")
+    assert re.search(r"^\| `episode_metrics` \| - \| - \| dict \(", text, flags=re.M)

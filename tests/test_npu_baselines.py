@@ -381,3 +381,21 @@ def test_group_leaving_the_map_waits_for_its_heir_to_be_ready() -> None:
     sim = NPUCluster(cfg, make_workload("azure", hours=24.0, seed=0))
     run_policy(sim, NeuScalePolicy())
     assert sim.decomposition()["totals"]["decode"]["vpods_max"] <= 4
+
+
+def test_base_trace_peak_holds_one_count(cat: ConfigCatalog, wl) -> None:
+    """``BasePolicy(count="trace-peak")`` (a bound, not §5.1's Base) holds the trace's peak count all run."""
+    with pytest.raises(ConfigError, match="count"):
+        BasePolicy(count="static")
+    sim = _sim(cat, wl)
+    pol = BasePolicy(count="trace-peak")
+    run_policy(sim, pol)
+    assert pol.fixed_n and all(n >= 1 for n in pol.fixed_n.values())
+    alive = np.array([h.alive for h in sim.history]).sum(axis=2)  # intervals x phases
+    # never below the fixed count once the fleet is up (emergencies may add, an epoch takes them back)
+    for p, key in enumerate(pol.keys):
+        assert alive[1:, p].min() >= pol.fixed_n[key]
+    # the window rule (the default) goes below it on the same half hour
+    sim2 = _sim(cat, wl)
+    run_policy(sim2, BasePolicy())
+    assert np.array([h.alive for h in sim2.history]).sum(axis=2).min() <= alive.min()

@@ -59,3 +59,31 @@ def test_dse_keeps_pareto_fronts_not_every_buckets_step_metrics() -> None:
     for (ph, s), front in fronts.items():
         assert front and front == fresh._front(fresh._key(ph, s), fresh.objective, None)
         assert table.pareto(ph, s) == front  # from the kept fronts
+
+
+def test_a_reset_lets_the_previous_simulator_go_and_returns_the_freed_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What kept the resident memory climbing over episodes (benchmarks/results/npu_memory.md): each reset asks
+    the allocator to return freed pages (glibc's malloc_trim, a no-op elsewhere), once, and by then the previous
+    episode's simulator is no longer referenced, so its arrays are among the freed pages."""
+    import gc
+    import weakref
+
+    from servegym.memory import release_freed_memory
+
+    assert isinstance(release_freed_memory(), bool)
+    previous: list[weakref.ref] = []
+    released_after: list[bool] = []
+
+    def trim() -> bool:
+        gc.collect()
+        released_after.append(all(ref() is None for ref in previous))
+        return True
+
+    monkeypatch.setattr(npu_env, "release_freed_memory", trim)
+    env = gym.make("servegym/NPUAutoscale-v0", config={"hours": 0.5, "split": None, "rate_rpm": 120.0})
+    env.reset(seed=0)
+    env.step(env.action_space.sample())
+    previous.append(weakref.ref(env.unwrapped.sim))
+    env.reset(seed=1)
+    assert released_after == [True, True] and env.unwrapped.sim is not None
+    env.close()

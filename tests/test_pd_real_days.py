@@ -74,7 +74,7 @@ def test_split_days_are_disjoint_and_the_weekend_is_its_own_shift() -> None:
         for b in base[i + 1:]:
             assert not dates[a] & dates[b], (a, b)
     assert dates["test"] == {"2024-05-10", "2024-05-17"} and dates["shift-code"] == {"2024-05-10"}
-    assert dates["shift-weekend"] == {"2024-05-12", "2024-05-18"}  # the conversation trace's weekend
+    assert dates["shift-weekend"] == {"2024-05-11", "2024-05-12", "2024-05-18"}
     assert len(dates["train"]) == 3 and dates["validation"] == {"2024-05-16"}
 
 
@@ -126,3 +126,26 @@ def test_a_split_owns_the_pattern_day() -> None:
     with pytest.raises(ConfigError, match=r"scenario.pattern_day = '2024-05-14' is drawn by split = 'test'") as err:
         PDProvisionEnv({"split": "test", "scenario": {"pattern_day": "2024-05-14"}})
     assert "\n" not in str(err.value)
+
+
+def test_the_legacy_day_replays_the_former_default_day() -> None:
+    """Static peak on the legacy day (split None, seed 0) uses the energy measured on the former default day
+    before the real days (benchmarks/results/pd_env_speed.md of 2026-12-03: 135.7 kWh, 0.05 % SLO violation)."""
+    from servegym.baselines.pd import StaticPeak, run_policy
+
+    env = PDProvisionEnv({"split": None, "scenario": {"pattern_trace": LEGACY_PATTERN}})
+    res = run_policy(env, StaticPeak(), seed=0)
+    assert res.energy_kwh == pytest.approx(135.7, abs=0.05) and res.slo_violation_pct == pytest.approx(0.05, abs=0.005)
+
+
+def test_the_weekend_shift_is_scaled_to_the_test_day_peak() -> None:
+    """shift-weekend replays a weekend day at its trace's test-day peak: its smooth maximum equals the test day's
+    at the same peak-rate draw (x level_scale > 1), where its own level would fit the smallest deployment."""
+    for seed in range(4):
+        day, rec = draw_scenario(DayScenario(), "shift-weekend", splits.scenario_rng("shift-weekend", seed))
+        (trace,) = day_shape.WEEK_TRACES[day.pattern_trace]
+        test_date = azure_week.day_date(trace, azure_week.SPLIT_DAYS[trace]["test"][0])
+        want = day_shape.day_peak(day.pattern_trace, test_date) * DayScenario().peak_rate_rps * rec["rate_scale"]
+        assert day_shape.day_peak(day.pattern_trace, day.pattern_day) * day.peak_rate_rps == pytest.approx(want,
+                                                                                                            rel=1e-6)
+        assert rec["level_scale"] > 1.4

@@ -128,7 +128,8 @@ def test_geo_split_owns_ci_start() -> None:
     env = gym.make("servegym/GeoRoute-v0", config={**GEO, "split": None,
                                                    "geo": {"ci_start": "2023-01-01T00:00Z"}}).unwrapped
     _, info = env.reset(seed=3)
-    assert info["scenario"] == {"split": None, "seed": 3, "ci_start": "2023-01-01T00:00Z", "topology": "geo-mini",
+    assert info["scenario"] == {"split": None, "track": None, "seed": 3, "ci_start": "2023-01-01T00:00Z",
+                                "topology": "geo-mini",
                                 "rate_rps": env.geo_config.rate_rps, "poll_interval_s": 1.0, "sim_seed": 3}
 
 
@@ -142,7 +143,7 @@ def test_pd_draws_disjoint_days_segments_and_held_out_traces() -> None:
             dom = pd.Timestamp(rec["ci_day"]).day
             data = splits.data_split(split)
             assert {"train": dom <= 20, "validation": 21 <= dom <= 23, "test": dom >= 24}[data]
-            assert 0.85 * 14.0 <= day.peak_rate_rps <= 1.15 * 14.0
+            assert 0.85 * 14.0 <= day.peak_rate_rps / rec["level_scale"] <= 1.15 * 14.0
             assert day.mix_knots[0][1:] == tuple(1.0 if c == rec["trace"] else 0.0 for c in
                                                  ("azure-code", "azure-conv", "mooncake"))
             days.add(rec["ci_day"])

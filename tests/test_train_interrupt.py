@@ -81,12 +81,16 @@ def test_start_line_and_interrupt_count_say_the_same_rounded_total(tmp_path, cap
     stop.set()
     res = train(TrainConfig(**{**_cfg(tmp_path, 100).__dict__, "progress": True}), stop)
     assert not res.complete and res.timesteps == 128
-    assert "; 128 steps;" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "; 128 steps;" in err
+    assert "(100 steps asked; rounded up to whole rollouts of 64 steps x 1 env); 128 steps;" in err  # and says why
     done = res.timesteps_trained  # stopped mid-rollout
     res2 = train(TrainConfig(**{**_cfg(tmp_path, 200, resume=True).__dict__, "progress": True}))
     remaining = -(-(200 - done) // 64) * 64
     assert res2.complete and res2.timesteps == res2.timesteps_trained == done + remaining
-    assert f"; {remaining:,} steps;" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"; {remaining:,} steps;" in err
+    assert f"(200 steps asked, {done:,} done; rounded up to whole rollouts of 64 steps x 1 env)" in err
 
 
 def test_existing_run_is_refused_unless_force_or_resume(tmp_path, capsys) -> None:
@@ -157,3 +161,58 @@ def test_closing_hint_commands_run_as_printed(tmp_path, capsys, monkeypatch) -> 
     assert Path(tool).is_file() and rest == ["evaluate", "--model", "exp/a/model.zip", "--out-dir", "exp/a/eval"]
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent))  # activated: the bare name works
     assert runnable("servegym") == "servegym"
+
+
+def _shipped_sections() -> list[tuple[str, str, str]]:
+    """(id, algo, file) for every algo section of every shipped hyperparameter file (quick budgets included)."""
+    from importlib import resources
+
+    from servegym.safe_yaml import load_yaml
+
+    folder = resources.files("servegym.agents").joinpath("hyperparams")
+    return [("servegym/" + f.name.split(".")[0], algo, str(f)) for f in sorted(folder.iterdir(), key=lambda f: f.name)
+            if f.name.endswith(".yml") for algo in load_yaml(f)]
+
+
+#: The smallest scenario of each family (the run is stopped at its first step anyway).
+_SMALL = {"geo": {"preset": "mini", "geo": {"duration_s": 1.0}}, "pd": {"scenario": {"horizon_steps": 24}},
+          "npu": {"hours": 0.5, "split": None, "rate_rpm": 120.0}}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("env_id", "algo", "path"), _shipped_sections(),
+                         ids=[f"{Path(p).name}:{a}" for _, a, p in _shipped_sections()])
+def test_every_shipped_hyperparameter_file_resumes_after_an_interrupt(env_id: str, algo: str, path: str,
+                                                                       tmp_path: Path) -> None:
+    """Ctrl-C (the stop event the CLI's SIGINT handler sets) then --resume, on each shipped section: whatever
+    it normalizes (observations, rewards, both or neither) and whatever the algorithm keeps (rollouts or a
+    replay buffer), the interrupted run saves and the resumed one loads and finishes."""
+    from servegym.agents.benchmark import SUITE
+
+    from servegym.env_cards import family_of
+    from servegym.safe_yaml import load_yaml
+
+    config = dict(_SMALL[family_of(env_id)])
+    if ".quick." in path:  # a quick file goes with its suite entry's env (a residual mode its warm start needs)
+        config = {**next(e for e in SUITE["quick"] if e.env_id == env_id).env_kwargs.get("config", {}), **config}
+    section = dict(load_yaml(Path(path))[algo])
+    # the warm start and the rollout improvement run before the first RL step whatever the stop event says (a
+    # Ctrl-C there waits for them): their budgets shrunk to a few batches, their code paths kept
+    if "warm_start" in section:
+        section["warm_start"] = {**section["warm_start"], "steps": 64, "epochs": 1, "batch_size": 32}
+    if "policy_improvement" in section:
+        section["policy_improvement"] = {**section["policy_improvement"], "rounds": 1, "states": 4, "futures": 1,
+                                         "horizon": 2}
+    hp = tmp_path / "hp.yml"
+    hp.write_text(json.dumps({algo: section}))  # YAML reads JSON
+    cfg = dict(env_id=env_id, algo=algo, timesteps=1_000_000, n_envs=1, hyperparams=str(hp),
+               env_kwargs={"config": config}, out=str(tmp_path / "run" / "model.zip"), tb=None,
+               eval_freq=0, checkpoint_freq=0, eval_episodes=1, baselines="none", progress=False, verbose=0)
+    stop = threading.Event()
+    stop.set()
+    first = train(TrainConfig(**cfg), stop)
+    assert not first.complete
+    assert json.loads(first.run_file.read_text())["status"] == "interrupted"
+    resumed = train(TrainConfig(**{**cfg, "timesteps": first.timesteps_trained + 1, "resume": True}))
+    assert resumed.complete and resumed.timesteps_trained > first.timesteps_trained
+    assert json.loads(resumed.run_file.read_text())["resumed_at"] == [first.timesteps_trained]

@@ -8,6 +8,11 @@ scale in (0, 100], 1-10 solves per interval, ``stall`` for its cautious projecti
 ``@measured`` to charge its measured solve time instead of the fitted model
 (:mod:`~servegym.baselines.geo.timing`), e.g. ``milp@measured``.
 
+Causal references (:mod:`~servegym.baselines.geo.causal`): any spec above but the hindsight ones, followed by
+``+dr[:<k>]`` (dead reckoning of the stale snapshot from the policy's own routings, lifetime ``k`` in mean decode
+times) and/or ``+bc`` (OSL estimates bias-corrected from the requests that finished), e.g. ``iter-ilp+dr:1.5``,
+``green-llm+bc``, ``milp+dr+bc``.
+
 Every policy has ``decision_mode``: ``"window"`` for the ILP/MILP schedulers (run them with
 ``GeoConfig(decision_mode="window")``), ``"request"`` for the others; :func:`policy_config`
 applies it to a config.
@@ -18,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from servegym.baselines.geo.carbon_blind import LeastLoaded, RoundRobin
+from servegym.baselines.geo.causal import CausalPolicy, parse_causal
 from servegym.baselines.geo.greedy import MOER, Greedy
 from servegym.baselines.geo.green_llm import GreenLLM
 from servegym.baselines.geo.ilp import IterativeILP, StandardILP
@@ -28,7 +34,7 @@ from servegym.errors import ConfigError
 
 #: The accepted spec forms (``<alpha>`` a number in [0, 1]; ``@measured`` only on window policies).
 POLICY_SPECS: tuple[str, ...] = ("rr", "ll", "greedy:<alpha>", "moer", "ilp", "iter-ilp", "milp", "green-llm",
-                                 "oracle", "hindsight-milp:<scale>[:<passes>[:stall]]")
+                                 "oracle", "hindsight-milp:<scale>[:<passes>[:stall]]", "<rule>+dr[:<k>]", "<rule>+bc")
 WINDOW_POLICIES = ("ilp", "iter-ilp", "milp")
 #: The paper's Fig. 4a set, in plotting order.
 PAPER_POLICIES: tuple[str, ...] = ("rr", "ll", "greedy:0", "greedy:0.5", "greedy:0.9", "ilp", "iter-ilp", "milp",
@@ -51,6 +57,12 @@ def make_policy(spec: str) -> Any:
     if not isinstance(spec, str):
         raise _bad(spec)
     s = spec.strip().lower()
+    causal = parse_causal(s)
+    if causal is not None:
+        base, lifetime, bc = causal
+        if base in ("oracle",) or base.startswith("hindsight-milp"):
+            raise _bad(spec, "a causal suffix applies to the causal rules, not to a hindsight reference")
+        return CausalPolicy(make_policy(base), s, lifetime, bc)
     timing = "modelled"
     if s.endswith("@measured"):
         s = s[: -len("@measured")]

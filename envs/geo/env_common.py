@@ -62,10 +62,28 @@ only where every grid hour the episode reads (its CI clock over arrivals and dra
   at the realized CI: the error is the series' own day-to-day change (mean absolute 17 % on geo-mini's 2024
   hours, 15 % on geo-small's; the ranking of geo-mini's DCs never changes, geo-small's in 29 % of hours)
 
+Stress tracks (``track`` config key, ``gym.make(id, split="train", track="stress-load")``;
+:data:`servegym.splits.FAMILY_TRACKS`): named conditions laid over a base split where the shipped rules leave
+room to the hindsight oracle (benchmarks/results/headroom.md measures per track how much of it a causal
+reference takes). A track keeps the
+split's days and arrival seeds, so its train, validation and test episodes are as disjoint as the splits'; it
+sets its GeoConfig fields itself (``geo`` may not set them) and is not allowed on a shift:
+
+- ``stress-load``: the split's days with the arrival rate x 1.5 (shift-load's rate) and provisioner
+  snapshots every 5 s (shift-stale's period). Why: under load the 5-s snapshot is the scarce
+  information: the load-aware rules overfill the clean sites between polls (on validation moer 3.8 %,
+  the ILPs 0.2 % SLO violation) and the others pay carbon for safety (green-llm, rr), while a policy
+  knows its own routings since each poll and the snapshot's age (dead reckoning)
+- ``stress-osl``: the split's days with the schedulers' estimator on the shipped OSL predictor
+  (shift-osl's predictor) and provisioner snapshots every 5 s. Why: the predictor overestimates the
+  served mix's output lengths about 7.7-fold (mean 540 against 70 tokens on validation, uncorrelated),
+  so green-llm's token budgets spill onto dirty sites and the window schedulers plan on wrong lengths,
+  while the true lengths of the requests that finished are observable and correct the bias
+
 ``split=None`` runs the configured scenario as is (``geo.ci_start`` or the topology's base hour; the
 reset seed is the simulator seed). A named split draws ``geo.ci_start`` itself, so setting both is a
 ConfigError. The drawn scenario is ``env.scenario`` and ``info["scenario"]`` at reset (``split``,
-``seed``, ``ci_start``, ``topology``, ``rate_rps``, ``poll_interval_s``, ``sim_seed``), and
+``track``, ``seed``, ``ci_start``, ``topology``, ``rate_rps``, ``poll_interval_s``, ``sim_seed``), and
 ``env.episode_config`` is the exact :class:`GeoConfig` of the episode:
 ``GeoSimulation(env.episode_config, seed=env.scenario["sim_seed"])`` replays its arrivals, which is how
 the baselines run on exactly the agent's episode.
@@ -213,7 +231,7 @@ class GeoEnvBase(gym.Env):
                 start = start + pd.Timedelta(seconds=round(offset_s, 6))
             ci_start = start.isoformat().replace("+00:00", "Z")
             cfg = cfg.replace(ci_start=ci_start)
-        scenario = {"split": split, "seed": s, "ci_start": ci_start, "topology": cfg.topology,
+        scenario = {"split": split, "track": self.config.track, "seed": s, "ci_start": ci_start, "topology": cfg.topology,
                     "rate_rps": cfg.rate_rps, "poll_interval_s": cfg.poll_interval_s, "sim_seed": sim_seed}
         return cfg, scenario
 

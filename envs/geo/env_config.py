@@ -13,12 +13,17 @@ from typing import Any, ClassVar
 from servegym.envs.geo.sim.config import LOADS, PAPER_MODELS, PRESETS, GeoConfig, preset
 
 from servegym.errors import ConfigError, check_choice, check_field_types, check_range, known_overrides
-from servegym.splits import check_split, splits_of
+from servegym.splits import check_split, check_track, splits_of, tracks_of
 
 #: ``shift-load``: arrival rate multiplier.
 SHIFT_LOAD_FACTOR = 1.5
 #: ``shift-stale``: provisioner poll period (s) of the stale-snapshot shift.
 SHIFT_STALE_POLL_S = 5.0
+#: Stress tracks (``GeoEnvConfig.track``; :data:`servegym.splits.FAMILY_TRACKS`): the GeoConfig fields each sets.
+TRACK_FIELDS: dict[str, dict[str, Any]] = {
+    "stress-load": {"poll_interval_s": SHIFT_STALE_POLL_S},  # and rate_rps x SHIFT_LOAD_FACTOR (geo_config)
+    "stress-osl": {"poll_interval_s": SHIFT_STALE_POLL_S, "osl_mode": "predicted"},
+}
 #: ``shift-topology``: the same-shape twin of each training topology (``servegym.envs.grid``).
 SHIFT_TOPOLOGY: dict[str, str] = {"geo-small": "geo-small-shift", "geo-mini": "geo-mini-shift"}
 #: Grid hours after a drawn start day's midnight that must lie inside the split's days, besides the
@@ -94,6 +99,9 @@ class GeoEnvConfig:
             docstring): ``"train"`` (default), ``"validation"``, ``"test"``, ``"shift-load"``,
             ``"shift-topology"``, ``"shift-stale"``, ``"shift-osl"``, ``"shift-ci-forecast"``, or ``None``
             for the configured scenario as is.
+        track: a stress track laid over a base split (module docstring of ``env_common``, "Stress tracks"):
+            ``"stress-load"``, ``"stress-osl"``, or ``None`` (default: none). It sets GeoConfig fields itself
+            (:data:`TRACK_FIELDS`; ``stress-load`` also scales the rate), so ``geo`` may not set them.
 
     Stale snapshots: the provisioner's period is ``geo={"poll_interval_s": Δp}`` (the paper's 1 s
     by default; every decision of a period sees the snapshot taken at its start, so a larger Δp
@@ -106,7 +114,7 @@ class GeoEnvConfig:
     FIELD_CHOICES: ClassVar[dict[str, Any]] = {
         "preset": PRESETS, "model": PAPER_MODELS, "load": LOADS, "reward": REWARD_MODES, "action_mode": ACTION_MODES,
         "reference": _reference_specs,
-        "decide_at": DECIDE_AT, "split": lambda: splits_of("geo")}
+        "decide_at": DECIDE_AT, "split": lambda: splits_of("geo"), "track": lambda: tracks_of("geo")}
 
     preset: str = "small"
     model: str = "Llama-3.1-8B"
@@ -124,10 +132,12 @@ class GeoEnvConfig:
     ci_forecast_noise: float = 0.0
     observe_residuals: bool = False
     split: str | None = "train"
+    track: str | None = None
 
     def __post_init__(self) -> None:
         check_field_types(self)
         check_split("geo", self.split)
+        check_track("geo", self.track, self.split)
         if not isinstance(self.observe_residuals, bool):
             raise ConfigError(f"observe_residuals = {self.observe_residuals!r} is not allowed; allowed: True, False")
         check_choice("action_mode", self.action_mode, ACTION_MODES, verb="is not allowed")
@@ -176,6 +186,10 @@ class GeoEnvConfig:
             if self.split == split and key in self.geo:
                 raise ConfigError(f"geo.{key} = {self.geo[key]!r} is set by split = {split!r}; allowed: no geo.{key}, "
                                   "or another split")
+        for key in TRACK_FIELDS.get(self.track or "", {}):
+            if key in self.geo:
+                raise ConfigError(f"geo.{key} = {self.geo[key]!r} is set by track = {self.track!r}; allowed: no "
+                                  f"geo.{key}, or no track")
         if self.split is not None and self.geo.get("ci_start") is not None:
             raise ConfigError(f"geo.ci_start = {self.geo['ci_start']!r} is drawn by split = {self.split!r}; "
                               "allowed: no geo.ci_start, or split = None for a fixed start")
@@ -186,6 +200,10 @@ class GeoEnvConfig:
         shift applied (topology, rate, poll period); the per-episode start hour is drawn at reset."""
         geo = {"ci_mode": "hourly", **self.geo}
         cfg = preset(self.preset, model=self.model, load=self.load, decision_mode=decision_mode, **geo)
+        if self.track is not None:
+            cfg = cfg.replace(**TRACK_FIELDS[self.track])
+            if self.track == "stress-load":
+                cfg = cfg.replace(rate_rps=cfg.rate_rps * SHIFT_LOAD_FACTOR)
         if self.split == "shift-load":
             cfg = cfg.replace(rate_rps=cfg.rate_rps * SHIFT_LOAD_FACTOR)
         elif self.split == "shift-stale":

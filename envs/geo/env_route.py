@@ -46,10 +46,14 @@ one feature for DC 0..D-1; :attr:`GeoRouteEnv.observation_names` names every ent
 4. time and grid (5): :data:`~servegym.envs.geo.env_common.TIME_FEATURES`.
 
 ``squash(x) = x / (1 + x)``. Reward, truncation and the configuration are described in
-:mod:`servegym.envs.geo.env_common`. ``info`` carries the running ``carbon_g``, ``finished``,
-``slo_violations``, ``slo_violation_pct`` (of finished requests), ``ttft_p99_s``, ``sim_time_s``,
-``osl_mode``, ``steps``, and at the end of the run ``episode_metrics`` (the simulator's full
-summary, the figures the baselines report).
+:mod:`servegym.envs.geo.env_common`.
+
+**Info** (reset and every step): the running ``carbon_g``, ``finished`` (requests), ``slo_violations``
+(finished requests that missed TTFT or TPOT), ``slo_violation_pct`` (of finished requests),
+``unfinished`` (requests that never finished: 0 until the run ends), ``slo_misses``
+(``slo_violations + unfinished``, the count the reward charges), ``ttft_p99_s``, ``sim_time_s``,
+``osl_mode``, ``steps``; reset adds ``scenario`` (the episode's draw), and the step that ends the run
+adds ``episode_metrics`` (the simulator's full summary, the figures the baselines report).
 """
 
 from __future__ import annotations

@@ -55,9 +55,13 @@ Out-of-space actions (wrong shape, NaN/inf, outside [-1, 1]) raise
    ``log_osl_est_mean`` (as in GeoRoute-v0, averaged), then a one-hot of the scheduler;
 4. time and grid (5): :data:`~servegym.envs.geo.env_common.TIME_FEATURES`.
 
-Reward (per window step), truncation, ``info`` and the configuration are as in GeoRoute-v0
-(:mod:`servegym.envs.geo.env_common`); ``info`` adds ``overflow`` (requests of the last window
-placed beyond the caps).
+Reward (per window step), truncation and the configuration are as in GeoRoute-v0
+(:mod:`servegym.envs.geo.env_common`).
+
+**Info** (reset and every step): as in GeoRoute-v0 (``carbon_g``, ``finished``, ``slo_violations``,
+``slo_violation_pct``, ``unfinished``, ``slo_misses``, ``ttft_p99_s``, ``sim_time_s``, ``osl_mode``,
+``steps``; reset adds ``scenario``, the step that ends the run ``episode_metrics``), plus ``overflow``
+(requests of the last window placed beyond the caps).
 """
 
 from __future__ import annotations

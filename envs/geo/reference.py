@@ -72,7 +72,7 @@ def sub_context(ctx: DecisionContext, rows: NDArray[np.int64], dispatched: NDArr
         osl_estimate=ctx.osl_estimate[rows],
         output_tokens=None if ctx.output_tokens is None else ctx.output_tokens[rows],
         snapshot=ctx.snapshot, dispatched=disp, estimate_fn=functools.partial(est.rows, rows), dc_names=ctx.dc_names,
-        token=0, estimator=ctx.estimator,
+        token=0, estimator=ctx.estimator, osl_feedback=ctx.osl_feedback,
     )
 
 

@@ -90,6 +90,9 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fit-at", default="best-batch", choices=("best-batch", "operating"),
                    help="best fits at the DSE's best batch (default) or at the operating point: each bucket's "
                         "configuration chosen at the batch it runs at the trace's peak demand, static power included")
+    p.add_argument("--kv-form", default="latent", choices=("latent", "expanded"),
+                   help="an MLA model's KV cache (DeepSeek-V3): its latent (default) or each head's K and V, 71x "
+                        "the bytes (an ablation; benchmarks/results/npu_base_size.md)")
     p.add_argument("--fast", action="store_true", help="the fluid simulator (same as --fidelity fluid)")
     p.add_argument("--max-requests", type=int, default=MAX_EXPECTED_REQUESTS,
                    help="ceiling on the expected requests of a run (default %(default)s: about 3 GB of per-request arrays)")
@@ -103,4 +106,4 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return compare_report(args.model, args.trace, args.hours, args.policies, day=args.day, objective=args.objective,
                           rate_rpm=args.rate_rpm, osl_accuracy=args.osl_accuracy, seed=args.seed, as_json=args.json,
                           fidelity=args.fidelity, fast=args.fast, fit_at=args.fit_at,
-                          max_requests=args.max_requests, plot_dir=args.plot_dir)
+                          max_requests=args.max_requests, plot_dir=args.plot_dir, kv_form=args.kv_form)

@@ -135,8 +135,8 @@ trace's distribution per split. The per-minute spread and the Poisson counts com
   the reference and the baselines see each period's smooth mean rate times the realized / smooth ratio of the
   last completed period, while arrivals follow the realized rates, so the forecast error is the per-minute
   spread's persistence residual; the hindsight oracle still knows the realized arrivals
-- ``shift-weekend``: as test, on a 2024 weekend day of the conversation trace (Sun 12 / Sat 18 May): lower,
-  flatter load at the same peak-rate scale (coding's weekend, 0.23 of its week peak, fits 1p1d all day)
+- ``shift-weekend``: as test, on a 2024 weekend day (coding Sat 11 / Sun 12, conversation Sun 12 / Sat 18 May)
+  at its trace's test-day peak (``level_scale`` x 3.3 / x 1.5: its own level fits 1p1d all day, oracle = naive)
 
 ``split=None`` runs the configured day as is (the illustrative three-trace mix, both 2024 traces' Monday
 13 May, ``ci_start_utc`` and hour 0; ``scenario.pattern_trace = "legacy-azure-2023"`` is the former tiled

@@ -4,9 +4,10 @@ A card is what a user needs to drive an id without reading its source: the space
 observation layout (every entry's name, which carries its scaling), what an action does, the reward and the
 return-KPI identity, the ``info`` keys, when an episode ends, every config field with its default and the values
 its own validation allows, and the benchmark splits. Each part is read from the code: the spaces and names from
-an env ``gym.make`` builds, the ``info`` keys from a seeded reset and one masked step, the prose from the
-sections of the env modules' docstrings (the same text ``help()`` shows), and a field's allowed values from the
-error its config class raises for a value outside them (so the card states exactly what validation enforces).
+an env ``gym.make`` builds, the ``info`` keys from a seeded reset, one masked step and the last step of a short
+episode, the prose from the sections of the env modules' docstrings (the same text ``help()`` shows), and a
+field's allowed values from the error its config class raises for a value outside them (so the card states
+exactly what validation enforces).
 
 ``python -m servegym.env_cards [--out docs/cards] [--check]`` writes (or checks) ``<Name>.md`` per id; the docs'
 family pages include them, and ``tests/test_env_cards.py`` fails when a committed card and the env disagree.
@@ -58,6 +59,7 @@ FAMILY_SECTIONS: dict[str, dict[str, tuple[Section, ...]]] = {
         "action": (Section("{env}", r"\*\*Action\*\*"), Section("{env}", r"\*\*Residual action\*\*", optional=True)),
         "observation": (Section("{env}", r"\*\*Observation\*\*"),),
         "reward": (Section(_GEO_COMMON, r"Reward \(", _GEO_STOPS), Section(_GEO_COMMON, r"Bound \(", _GEO_STOPS)),
+        "info": (Section("{env}", r"\*\*Info\*\*"),),
         "end": (Section(_GEO_COMMON, r"Episodes end", _GEO_STOPS),),
         "splits": (Section(_GEO_COMMON, r"Splits \(", _GEO_STOPS),),
     },
@@ -80,6 +82,15 @@ FAMILY_SECTIONS: dict[str, dict[str, tuple[Section, ...]]] = {
         "end": (Section(_NPU, r"One step is one", (r"\*\*",)),),
         "splits": (Section(_NPU, r"\*\*Splits\*\*"),),
     },
+}
+
+
+#: Per family, the config of the short episode a card runs to its end for the keys ``info`` has only there
+#: (geo's ``episode_metrics``): the default config but a few seconds, steps or epochs long.
+END_PROBE: dict[str, dict[str, Any]] = {
+    "geo": {"preset": "mini", "geo": {"duration_s": 2.0}},
+    "pd": {"scenario": {"horizon_steps": 24}},
+    "npu": {"hours": 0.5},
 }
 
 
@@ -296,6 +307,31 @@ def info_rows(env: Any) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     return ([(k, _value_kind(info0[k])) for k in sorted(info0)], [(k, _value_kind(info1[k])) for k in sorted(info1)])
 
 
+def end_info(env_id: str) -> dict[str, Any]:
+    """``info`` of the step that ends a short episode of ``env_id`` (its family's :data:`END_PROBE` config,
+    ``reset(seed=0)``, allowed actions seeded with 0)."""
+    import gymnasium as gym
+
+    from servegym.masks import sample_masked_action
+
+    env = gym.make(env_id, config=END_PROBE[family_of(env_id)])
+    try:
+        env.reset(seed=0)
+        env.action_space.seed(0)
+        while True:
+            _, _, terminated, truncated, info = env.step(sample_masked_action(env))
+            if terminated or truncated:
+                return dict(info)
+    finally:
+        env.close()
+
+
+def info_key_names(text: str) -> set[str]:
+    """The ``info`` keys a card's prose names: its code spans that are plain lowercase identifiers (a pattern
+    such as `base_*` or a formula is not a key)."""
+    return set(re.findall(r"`([a-z][a-z0-9_]*)`", text))
+
+
 # ------------------------------------------------------------------------------------------------ rendering
 def _cell(text: str) -> str:
     """A table cell: pipes escaped, one line, and ``<``/``>`` outside code spans as entities (``<alpha>`` is no
@@ -356,12 +392,17 @@ def card(env_id: str) -> str:
                            for i, n, k in layout_rows(names)]), ""]
         lines += ["### Reward and the return-KPI identity", "", *[t + "\n" for t in quote("reward")]]
         reset_keys, step_keys = info_rows(env)
+        last = end_info(env_id)
+        end_keys = [(k, _value_kind(last[k])) for k in sorted(last)]
+        probe = ", ".join(f"{k}={v!r}" for k, v in END_PROBE[family].items())
+        keys = set(dict(reset_keys)) | set(dict(step_keys)) | set(last)
         lines += ["### `info`", "", *[t + "\n" for t in quote("info")],
-                  f"Keys after `reset(seed=0)` ({len(reset_keys)}) and after one allowed step "
-                  f"({len(step_keys)}), with the kind of value:", "",
-                  *_table(("key", "after reset", "after a step"),
-                          [(f"`{k}`", dict(reset_keys).get(k, "-"), dict(step_keys).get(k, "-"))
-                           for k in sorted(set(dict(reset_keys)) | set(dict(step_keys)))]), ""]
+                  f"Keys after `reset(seed=0)` ({len(reset_keys)}), after one allowed step ({len(step_keys)}) and "
+                  f"at the step that ends a short episode ({len(end_keys)}; config `{probe}`), with the kind of "
+                  "value:", "",
+                  *_table(("key", "after reset", "after a step", "at the episode end"),
+                          [(f"`{k}`", dict(reset_keys).get(k, "-"), dict(step_keys).get(k, "-"),
+                            dict(end_keys).get(k, "-")) for k in sorted(keys)]), ""]
         lines += ["### Episode end", "", *[t + "\n" for t in quote("end")],
                   f"The registered `TimeLimit` is {spec.max_episode_steps:,} steps; it never cuts an episode of "
                   "the default config.", ""]

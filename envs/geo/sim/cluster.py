@@ -279,6 +279,8 @@ class GeoSimulation:
         self._finished: list[Any] = []
         self.n_finished = 0
         self.n_finished_violations = 0
+        #: (finished requests, sum of their OSL estimates, sum of their true OSLs), up to the latest poll
+        self.osl_feedback: tuple[int, float, float] = (0, 0.0, 0.0)
         self._load_interval()
 
     # -- set-up helpers -------------------------------------------------------------------
@@ -388,7 +390,7 @@ class GeoSimulation:
             osl_estimate=self._osl_est[idx],
             output_tokens=self._osl[idx] if self.config.osl_mode == "oracle" else None,
             snapshot=self.snapshot, dispatched=self._dispatched_view(), estimate_fn=functools.partial(self._group_rows, g, snap, sl),
-            dc_names=self.dc_names, token=self._token, estimator=self.estimator,
+            dc_names=self.dc_names, token=self._token, estimator=self.estimator, osl_feedback=self.osl_feedback,
         )
         self._outstanding = ctx
         self._time_s = time_s
@@ -584,6 +586,9 @@ class GeoSimulation:
             self.n_finished += n
             tm, pm = slo_verdicts(fin.ttft_s, fin.tpot_s, self.config.ttft_slo_s, self.config.tpot_slo_s)
             self.n_finished_violations += int(np.count_nonzero(tm | pm))
+            rid = np.asarray(fin.request_id, dtype=np.int64)
+            k, est, true = self.osl_feedback
+            self.osl_feedback = (k + n, est + float(self._osl_est[rid].sum()), true + float(self._osl[rid].sum()))
 
     @property
     def carbon_g(self) -> float:

@@ -55,6 +55,9 @@ class DecisionContext:
         estimator: the run's shared :class:`~servegym.envs.geo.sim.estimator.Estimator` (what the
             estimates came from), for policies that re-estimate on a projected snapshot
             (``snapshot.replace``) or need the batch-slot headroom ``H_d``; ``None`` if unset.
+        osl_feedback: (requests finished, the sum of their OSL estimates, the sum of their true OSLs in
+            tokens) over every request that finished up to the latest poll: what the responses already
+            returned tell a scheduler about its OSL estimates (the estimator's own residuals), causal.
     """
 
     mode: str
@@ -72,6 +75,7 @@ class DecisionContext:
     dc_names: tuple[str, ...] = ()
     token: int = 0
     estimator: Estimator | None = field(default=None, repr=False)
+    osl_feedback: tuple[int, float, float] = (0, 0.0, 0.0)
 
     @property
     def estimates(self) -> Estimates:

@@ -14,7 +14,7 @@ from servegym import report
 
 def compare_report(model: str, trace: str, hours: float, policies: str, *, day: int | None, objective: str,
                    rate_rpm: float | None, osl_accuracy: float, seed: int, as_json: bool, fidelity: str | None,
-                   fast: bool, fit_at: str, max_requests: int, plot_dir: str | None) -> int:
+                   fast: bool, fit_at: str, max_requests: int, plot_dir: str | None, kv_form: str = "latent") -> int:
     """``servegym npu compare``: checks ``hours`` (h), ``max_requests`` and ``rate_rpm`` (req/min; None: Table
     4's rate of ``trace``), replays ``trace`` under the comma list ``policies`` and prints JSON rows or the table;
     ``plot_dir`` also gets the two PNGs. Returns 0."""
@@ -37,10 +37,11 @@ def compare_report(model: str, trace: str, hours: float, policies: str, *, day: 
     fidelity = fidelity or ("fluid" if fast else "request")
     res = compare(model, trace, hours, pols, seed=seed, objective=objective,
                   rate_rpm=rate_rpm, osl_accuracy=osl_accuracy, progress=not as_json, day=day,
-                  fidelity=fidelity, fit_at=fit_at)
+                  fidelity=fidelity, fit_at=fit_at, **({} if kv_form == "latent" else {"kv_form": kv_form}))
     if plot_dir:
         plot_compare(res, plot_dir, f"{model} {trace} {hours:g} h")
-    rows = [{**r.row(), "fidelity": fidelity, "fit_at": fit_at} for r in res]
+    rows = [{**r.row(), "fidelity": fidelity, "fit_at": fit_at, **({} if kv_form == "latent" else {"kv_form": kv_form})}
+            for r in res]
     if as_json:
         print(json.dumps(rows, indent=1))
         return 0

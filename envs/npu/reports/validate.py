@@ -47,10 +47,14 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from servegym.errors import check_range
+
+if TYPE_CHECKING:
+    from servegym.envs.npu.sim.cluster import NPUCluster
 
 PROTOTYPE_QUOTA: dict[str, int] = {"NPU-A": 32, "NPU-B": 64, "NPU-D": 64}
 """§4's prototype cluster: 32 TPUv4 (NPU-A), 64 TPUv5e (NPU-B) and 64 TPUv6e (NPU-D) chips."""
@@ -139,11 +143,24 @@ def prototype_sweep(rates_rps: Sequence[float] = FIG16_RATES_RPS, hours: float =
     return rows
 
 
+def decode_groups(sim: NPUCluster) -> list[dict]:
+    """The decode groups of a finished run (an ``NPUCluster`` after :func:`~servegym.baselines.npu.run_policy`), most
+    tokens first: bucket edge, tokens, the most vPods alive at a decision point, the configurations held."""
+    d = sim.decomposition()
+    alive = np.array([h.alive for h in sim.history])  # decision intervals x 2 phases x 48 groups
+    dec = [r for r in d["groups"] if r["phase"] == "decode"]
+    dec.sort(key=lambda r: -r["tokens"])
+    edges = [int(e) for e in sim.edges]
+    return [{"edge": r["edge"], "tokens": r["tokens"], "vpods_max": int(alive[:, 1, edges.index(r["edge"])].max()),
+             "configs": r["configs"]} for r in dec]
+
+
 def focal_runs(hours: float = 24.0, seed: int = 0, fidelity: str = "request",
                quotas: Sequence[dict[str, int] | None] = FIG25_QUOTAS,
-               tick: Callable[[], None] | None = None) -> dict:
+               tick: Callable[[], None] | None = None, **cluster: Any) -> dict:
     """The focal scenario (DeepSeek-V3-671B, the 2024 Azure weekday) under NeuScale: the default cluster (Figure
-    20's vPods per group) and each of ``quotas`` with NPU-C/NPU-D only (Figure 25)."""
+    20's vPods per group) and each of ``quotas`` with NPU-C/NPU-D only (Figure 25); ``cluster``: other
+    :class:`ClusterConfig` fields for every run (e.g. ``kv_form``, ``fit_at``; none for the validation itself)."""
     from servegym.baselines.npu import make_policy, run_policy
     from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog
     from servegym.envs.npu.sim.fluid import make_cluster
@@ -151,21 +168,16 @@ def focal_runs(hours: float = 24.0, seed: int = 0, fidelity: str = "request",
 
     check_range("hours", hours, 0.5, 24.0)
     wl = make_workload("azure", hours=hours, seed=seed)
-    cfg = ClusterConfig(model="DeepSeek-V3-671B", n_candidates=1)
+    cfg = ClusterConfig(model="DeepSeek-V3-671B", n_candidates=1, **cluster)
     sim = make_cluster(cfg, wl, seed=seed, catalog=ConfigCatalog(cfg), fidelity=fidelity)
     run_policy(sim, make_policy("neuscale"))
-    d = sim.decomposition()
-    alive = np.array([h.alive for h in sim.history])  # decision intervals x 2 phases x 48 groups
-    dec = [r for r in d["groups"] if r["phase"] == "decode"]
-    dec.sort(key=lambda r: -r["tokens"])
-    edges = [int(e) for e in sim.edges]
-    groups = [{"edge": r["edge"], "tokens": r["tokens"], "vpods_max": int(alive[:, 1, edges.index(r["edge"])].max()),
-               "configs": r["configs"]} for r in dec]
+    groups = decode_groups(sim)
     if tick is not None:
         tick()
     quota_rows = []
     for q in quotas:
-        qc = ClusterConfig(model="DeepSeek-V3-671B", n_candidates=1, versions=("NPU-C", "NPU-D"), quota_chips=q)
+        qc = ClusterConfig(model="DeepSeek-V3-671B", n_candidates=1, versions=("NPU-C", "NPU-D"), quota_chips=q,
+                           **cluster)
         qs = make_cluster(qc, wl, seed=seed, catalog=ConfigCatalog(qc), fidelity=fidelity)
         s = run_policy(qs, make_policy("neuscale"))
         quota_rows.append({"quota": q, "held": {v: int(qs.max_held[v]) for v in ("NPU-C", "NPU-D")},

@@ -28,6 +28,13 @@ BYTES_PER_PARAM = 2
 MAX_CHIPS_PER_VPOD = 1024
 """§3.3: "we limit the number of chips per pod to 1024 (sufficient for a single LLM model replica)"."""
 
+KV_FORMS: tuple[str, ...] = ("latent", "expanded")
+"""How an MLA model's KV cache is held (:meth:`ModelSpec.kv_bytes_per_token_layer_as`): ``latent`` (default; DeepSeek's
+own MLA inference caches the compressed latent and absorbs the up-projections) or ``expanded`` (the per-head keys and
+values, as an engine without MLA-specific kernels caches them; MaxText's ``mla_naive_kvcache`` defaults to it,
+AI-Hypercomputer/maxtext ``src/MaxText/configs/types.py`` at 1007fc2). The NeuScale paper does not say which form
+its simulator holds."""
+
 MAX_POD_DIM = 16
 """Largest power-of-two extent of one torus axis: Fig. 7 (NPU-D 16x16, NPU-C up to 16x16x24)."""
 
@@ -196,6 +203,17 @@ class ModelSpec:
         if self.is_mla:
             return (self.kv_lora_rank + self.rope_head_dim) * BYTES_PER_PARAM
         return 2 * self.kv_heads * self.head_dim * BYTES_PER_PARAM
+
+    def kv_bytes_per_token_layer_as(self, kv_form: str = "latent") -> int:
+        """KV-cache bytes per token per layer, unsharded, with the cache held in ``kv_form``: ``latent`` (the MLA
+        latent, :attr:`kv_bytes_per_token_layer`) or ``expanded`` (an MLA model's per-head keys, nope + rope wide,
+        and values, as a cache of the up-projected K and V holds them: DeepSeek-V3 128 x (192 + 128) x 2 B =
+        81,920 B against the latent's 1,152). A model without MLA has one form (its K and V per KV head)."""
+        if kv_form not in KV_FORMS:
+            raise ConfigError(f"kv_form = {kv_form!r} is unknown; allowed: {', '.join(KV_FORMS)}")
+        if self.is_mla and kv_form == "expanded":
+            return self.heads * (self.nope_head_dim + self.rope_head_dim + self.v_head_dim) * BYTES_PER_PARAM
+        return self.kv_bytes_per_token_layer
 
     @property
     def weight_bytes(self) -> float:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-from servegym.envs.npu.sim.catalog import MODELS, VERSIONS
+from servegym.envs.npu.sim.catalog import KV_FORMS, MODELS, VERSIONS
 from servegym.envs.npu.sim.dse import SEQ_BUCKETS, check_versions
 from servegym.envs.npu.sim.roofline import PHASES, RooflineParams
 
@@ -84,7 +84,10 @@ class ClusterConfig:
     Fig. 24); a phase not listed may use all of ``versions``; None (default) restricts nothing. Unlike
     ``versions`` it keeps the SLO of the full exploration, so clusters of different version mixes are
     judged against the same SLO: best fits, Pareto candidates and fail-overs are chosen among the
-    listed versions only (:meth:`BestFitTable.best_of`).
+    listed versions only (:meth:`BestFitTable.best_of`). ``kv_form``: how an MLA model's KV cache is held, ``latent``
+    (default) or ``expanded`` per-head keys and values (:data:`~servegym.envs.npu.sim.catalog.KV_FORMS`; an
+    ablation: DeepSeek-V3's cache grows 71x, so a vPod's max batch at long lengths shrinks and Base's best fit for
+    the largest length grows, ``npu_base_size.md``).
     """
 
     model: str = "Llama-3-70B"
@@ -103,6 +106,7 @@ class ClusterConfig:
     step_models: str = "scoring"
     fit_at: str = "best-batch"
     serving_efficiency: float = SERVING_EFFICIENCY
+    kv_form: str = "latent"
 
     def __post_init__(self) -> None:
         # one canonical spelling (servegym.names): "llama3-70b" and "Llama-3-70B" are the same cluster
@@ -125,6 +129,7 @@ class ClusterConfig:
         check_choice("fit_at", self.fit_at, FIT_AT)
         check_choice("step_models", self.step_models, STEP_MODELS)
         check_range("serving_efficiency", self.serving_efficiency, 0.0, 1.0, low_inclusive=False)
+        check_choice("kv_form", self.kv_form, KV_FORMS)
         for name, s in (("check_s", self.check_s), ("epoch_s", self.epoch_s), ("window_s", self.window_s)):
             if abs(s / self.substep_s - round(s / self.substep_s)) > 1e-9:
                 raise ConfigError(f"{name} = {s:g} must be a multiple of substep_s = {self.substep_s:g}")
@@ -161,6 +166,8 @@ class ClusterConfig:
             pair = RooflineParams(), RooflineParams()
         else:
             pair = RooflineParams.legacy(), RooflineParams.legacy()
+        if self.kv_form != "latent":  # both models hold the cache the engine holds
+            pair = tuple(replace(p, kv_form=self.kv_form) for p in pair)  # type: ignore[assignment]
         eta = float(self.serving_efficiency)
         if eta == 1.0:
             return pair

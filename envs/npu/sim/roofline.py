@@ -21,6 +21,8 @@ chooses with the scoring model too (the reading under which the paper's picks ar
 :data:`~servegym.envs.npu.sim.config.STEP_MODELS` says why), ``paper`` chooses with the selection model and charges
 the scoring model (the ablation), ``legacy`` is the single model servegym used before (:meth:`RooflineParams.legacy`).
 
+``kv_form``: an MLA model's KV cache as its latent (default) or each head's K and V (an ablation; ``catalog.KV_FORMS``).
+
 Where this differs from NeuScale: FLOPs and bytes are counted analytically from each model's layer
 shapes (:mod:`servegym.envs.npu.sim.catalog`) instead of from compiled graphs, and the scoring model is this
 analytical model with calibrated non-roofline terms, not an RTL-level simulator.
@@ -132,6 +134,7 @@ import numpy as np
 from servegym.envs.npu.sim.catalog import (
     BYTES_PER_PARAM,
     CHIPS,
+    KV_FORMS,
     MAX_CHIPS_PER_VPOD,
     MAX_POD_DIM,
     VERSIONS,
@@ -182,9 +185,11 @@ class RooflineParams:
     kv_layouts: bool = False
     serving_prefill: float = 1.0
     serving_decode: float = 1.0
+    kv_form: str = "latent"
 
     def __post_init__(self) -> None:
         check_choice("collectives", self.collectives, COLLECTIVE_MODELS)
+        check_choice("kv_form", self.kv_form, KV_FORMS)
         for name in ("eta_compute", "eta_memory", "eta_ici", "hbm_usable_frac"):
             check_range(name, getattr(self, name), 0.0, 1.0, low_inclusive=False)
         check_range("static_power_frac", self.static_power_frac, 0.0, 1.0)
@@ -407,10 +412,15 @@ def _build_space(model: ModelSpec, params: RooflineParams, vpods: tuple[VPod, ..
         attn_p = rep + sharded_attn / tp
         attn_pad = (rep + sharded_attn / tp * _pad(m.heads * qk / tp, sa)) / attn_p
         q_width = m.heads * m.v_head_dim
-        kv_width_chip = float(m.kv_lora_rank + m.rope_head_dim) * np.ones_like(tp)
-        kv_tok_layer_chip = np.full_like(tp, m.kv_bytes_per_token_layer, dtype=float)
-        attn_core_flops = 2.0 * heads_chip * (2 * m.kv_lora_rank + m.rope_head_dim)  # per token per ctx token
-        q_bytes_tok = heads_chip * (m.kv_lora_rank + m.rope_head_dim) * B
+        if params.kv_form == "expanded":  # each head's K (nope + rope) and V, sharded by heads (replicated past them)
+            kv_width_chip = np.maximum(heads_chip, 1.0) * (qk + m.v_head_dim)
+            kv_tok_layer_chip, q_bytes_tok = kv_width_chip * B, heads_chip * qk * B
+            attn_core_flops = 2.0 * heads_chip * (qk + m.v_head_dim)  # q.k over qk wide, p.v over v wide
+        else:
+            kv_width_chip = float(m.kv_lora_rank + m.rope_head_dim) * np.ones_like(tp)
+            kv_tok_layer_chip = np.full_like(tp, m.kv_bytes_per_token_layer, dtype=float)
+            attn_core_flops = 2.0 * heads_chip * (2 * m.kv_lora_rank + m.rope_head_dim)  # per token per ctx token
+            q_bytes_tok = heads_chip * (m.kv_lora_rank + m.rope_head_dim) * B
     else:
         q = m.heads * m.head_dim
         kv_heads_chip = np.maximum(m.kv_heads / tp, 1.0)
@@ -438,7 +448,7 @@ def _build_space(model: ModelSpec, params: RooflineParams, vpods: tuple[VPod, ..
     a["lin_flops_tok"] = lin_flops_tok
     a["lin_w_bytes"] = lin_p * Bw
     a["q_width"] = np.full_like(tp, float(q_width))
-    a["kv_full_layer"] = np.full_like(tp, float(m.kv_bytes_per_token_layer))  # one copy of a token's KV
+    a["kv_full_layer"] = np.full_like(tp, float(m.kv_bytes_per_token_layer_as(params.kv_form)))  # one token's KV
     # activations read+written per token per layer per chip (hidden replicated, sharded widths / tp)
     a["act_bytes_tok"] = (4 * h + (3 * q_width + kv_width_chip * tp + 3 * ffn_act) / tp) * B
     a["act_ws_tok"] = (2 * h + 2 * max(m.ffn, ffn_act) / tp) * B  # one layer's live activations

@@ -56,7 +56,7 @@ class ConfigCatalog:
         pv = c.phase_versions or {}
         return (c.model, c.objective, float(c.slo_factor), tuple(c.versions), int(c.n_candidates),
                 tuple((ph, tuple(pv[ph])) for ph in PHASES if ph in pv), c.step_models, c.fit_at,
-                float(c.serving_efficiency))
+                float(c.serving_efficiency), c.kv_form)
 
     def __init__(self, config: ClusterConfig, table: BestFitTable | None = None,
                  scoring_table: BestFitTable | None = None) -> None:
@@ -141,7 +141,8 @@ class ConfigCatalog:
             sel, sco = self.selection_params, self.scoring_params
             op_params = (RooflineParams.selection_op(collectives=sco.collectives,
                                                      ici_step_latency_s=sco.ici_step_latency_s,
-                                                     collective_launch_s=sco.collective_launch_s)
+                                                     collective_launch_s=sco.collective_launch_s,
+                                                     kv_form=sco.kv_form)
                          if sel.is_selection else sel)
             fits = operating_fits(self.model, self.config.objective, self.scoring_table.slo_s, self.edges.tolist(),
                                   self.config.versions, self.config.phase_versions, op_params, sco)
@@ -213,4 +214,4 @@ class ConfigCatalog:
         dcn = np.array([CHIPS[cf.version].dcn_gbps for cf in self.configs])
         self.cfg_boot_s = wb * 8.0 / (dcn * 1e9) + ENGINE_START_S + wb / (LOAD_GBPS_PER_CHIP * 1e9)
         self.cfg_dcn_bps = dcn * 1e9 / 8.0 * self.cfg_chips
-        self.kv_bytes_tok = float(self.model.kv_bytes_per_token_layer * self.model.layers)
+        self.kv_bytes_tok = float(self.model.kv_bytes_per_token_layer_as(ps.kv_form) * self.model.layers)

@@ -59,6 +59,11 @@ def day_band(pattern: str, date: str) -> NDArray[np.float64]:
     return out
 
 
+def day_peak(pattern: str, date: str) -> float:
+    """The largest smooth rate of ``date`` (summed medians), in units of :func:`week_peak_rpm`."""
+    return float(day_band(pattern, date)[:, 1].sum(axis=0).max())
+
+
 def horizon_minutes(start_hour: float, period_s: float, n: int) -> tuple[int, int, float]:
     """(first clock minute m0, minutes n_min covering the n periods, offset of the first period into minute m0, s)."""
     m0 = int(np.floor(start_hour * 60.0))

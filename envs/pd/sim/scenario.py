@@ -80,6 +80,7 @@ from numpy.typing import NDArray
 from servegym.envs.pd.sim.day_shape import (
     WEEK_TRACES,
     day_band,
+    day_peak,
     horizon_minutes,
     minute_rates,
     period_means,
@@ -417,20 +418,25 @@ SPLIT_TRACE: dict[str, str] = {"train": "azure-conv", "validation": "azure-conv"
                                "shift-burst": "azure-conv", "shift-forecast": "azure-conv",
                                "shift-weekend": "azure-conv"}
 #: The 2024 traces whose days a split draws its rate shape from (uniformly, then one of the trace's days of the
-#: split's day set): both, except shift-code (the coding trace, with azure-code lengths) and shift-weekend (the
-#: conversation trace: coding's weekend peaks at 0.23 of its week peak, 3.1 req/s at the default scale, under one
-#: 1p1d deployment's 8.3 req/s with azure-conv lengths, so every policy and the oracle play 1p1d all day and the
-#: split would score nothing: oracle = naive, measured on reset seeds 0 and 1).
-SPLIT_PATTERNS: dict[str, tuple[str, ...]] = {"shift-code": ("azure-code",), "shift-weekend": ("azure-conv",)}
+#: split's day set): both, except shift-code (the coding trace, with azure-code lengths).
+SPLIT_PATTERNS: dict[str, tuple[str, ...]] = {"shift-code": ("azure-code",)}
 DEFAULT_SPLIT_PATTERNS: tuple[str, ...] = ("azure-code", "azure-conv")
 #: The day set of servegym.envs.azure_week.SPLIT_DAYS each split draws from: the base splits their own weekdays
 #: (train Mon-Wed 13-15 May, validation Thu 16, test coding Fri 10 / conversation Fri 17), shift-weekend the
-#: weekend days (conversation Sun 12 / Sat 18), every other shift the test days.
+#: weekend days (coding Sat 11 / Sun 12, conversation Sun 12 / Sat 18), every other shift the test days.
 SPLIT_DAY_SET: dict[str, str] = {"train": "train", "validation": "validation", "test": "test",
                                  "shift-weekend": "weekend"}
 #: Splits that keep the band's per-minute spread at its full amplitude (``burstiness`` 1 instead of the
 #: configured 0.25) on the test days: each minute's rate uniform in the plotted band (module docstring).
 SPLIT_BURSTINESS: dict[str, float] = {"shift-burst": 1.0, "shift-forecast": 1.0}
+#: Splits whose day is scaled to its trace's test-day peak (x test-day peak / the drawn day's peak, on top of the
+#: peak-rate draw): the weekend at its own level (0.23 of the week peak on coding, 0.51-0.53 on conversation, i.e.
+#: 3-8 req/s at the default scale) fits the smallest deployment (1p1d, 8.3 req/s under azure-conv lengths) for most
+#: of the day or all of it: static peak and the oracle both played 1p1d all day on reset seeds 0-1 (coding) and 0
+#: (conversation), so the split scored nothing. Scaled (x 3.26 coding, x 1.49-1.55 conversation), the shift is the
+#: weekend's shape and its wider relative per-minute band (0.45 of the median on coding's weekend against 0.33 on
+#: its weekdays; conversation 0.25-0.27 against 0.19-0.22), not its level.
+LEVEL_MATCHED_SPLITS: tuple[str, ...] = ("shift-weekend",)
 #: Splits whose forecast (observation, info, the reference and every baseline that reads
 #: :meth:`~servegym.envs.pd.env.PDProvisionEnv.forecast_rates`) is a persistence forecast
 #: (:func:`persistence_forecast`) instead of the scenario's exact mean rates; arrivals are unchanged, so the
@@ -481,7 +487,8 @@ def draw_scenario(base: DayScenario, split: str, rng: np.random.Generator, capac
     Draws, in order: a grid day of the split from zone ``base.ci_zone``'s series (local time 0 = 00:00 UTC of that
     day, so the CI hour of a period is its local hour in UTC), a local start hour in 0..23, the peak rate
     ``base.peak_rate_rps`` x U(:data:`SPLIT_RATE_SCALE`), a 2024 trace of :data:`SPLIT_PATTERNS` and one of its
-    days of the split's day set (:data:`SPLIT_DAY_SET`): the day's rate shape. The length mix is the split's
+    days of the split's day set (:data:`SPLIT_DAY_SET`): the day's rate shape (for :data:`LEVEL_MATCHED_SPLITS` the
+    peak rate also x the trace's test-day peak / the drawn day's peak). The length mix is the split's
     trace (:data:`SPLIT_TRACE`) only. The per-minute spread is drawn by the env from the same episode seed.
     ``capacity_scale`` multiplies the peak rate as well (the env passes the budget's capacity ratio for
     :data:`CAPACITY_SCALED_SPLITS`, else 1).
@@ -498,16 +505,22 @@ def draw_scenario(base: DayScenario, split: str, rng: np.random.Generator, capac
     (week_trace,) = WEEK_TRACES[pattern]
     own = azure_week.SPLIT_DAYS[week_trace][SPLIT_DAY_SET.get(split, "test")]
     week_day = int(own[int(rng.integers(len(own)))])
+    date = azure_week.day_date(week_trace, week_day)
+    level = 1.0
+    if split in LEVEL_MATCHED_SPLITS:
+        test_date = azure_week.day_date(week_trace, azure_week.SPLIT_DAYS[week_trace]["test"][0])
+        level = day_peak(pattern, test_date) / day_peak(pattern, date)
     trace = SPLIT_TRACE[split]
     shares = tuple(1.0 if c == trace else 0.0 for c in MIX_COMPONENTS)
     ci_start = pd.Timestamp(day).strftime("%Y-%m-%dT%H:%M:%SZ")
     burst = SPLIT_BURSTINESS.get(split, base.burstiness)
     scen = dataclasses.replace(base, ci_start_utc=ci_start, start_hour=float(start_hour),
-                               peak_rate_rps=round(base.peak_rate_rps * scale, 6), pattern_trace=pattern,
-                               pattern_day=azure_week.day_date(week_trace, week_day), mix_knots=((0.0, *shares),),
+                               peak_rate_rps=round(base.peak_rate_rps * scale * level, 6), pattern_trace=pattern,
+                               pattern_day=date, mix_knots=((0.0, *shares),),
                                burstiness=burst)
     record = {"split": split, "ci_day": ci_start[:10], "ci_start_utc": ci_start, "start_hour": float(start_hour),
-              "rate_scale": scale, "capacity_scale": float(capacity_scale), "peak_rate_rps": scen.peak_rate_rps,
+              "rate_scale": scale, "capacity_scale": float(capacity_scale), "level_scale": level,
+              "peak_rate_rps": scen.peak_rate_rps,
               "trace": trace, "pattern_trace": pattern, "pattern_day": scen.pattern_day,
               "day_label": azure_week.day_label(week_trace, week_day), "burstiness": burst,
               "forecast": "persistence" if split in PERSISTENCE_FORECAST_SPLITS else "exact"}

@@ -1,0 +1,212 @@
+"""The geo stress tracks' headroom: the hindsight oracle, the causal reference and the tuned rules against the
+strongest rule, on each track's own splits.
+
+A stress track (:data:`servegym.splits.FAMILY_TRACKS`, the ``track`` config key) lays a condition over the base
+splits. Per track, with the id's quick-suite env kwargs (its poll period replaced by the track's):
+
+1. **validation** (reset seeds from :data:`servegym.agents.benchmark.VALIDATION_SEED`, 30 episodes): every shipped
+   rule (rr, ll, greedy over alpha 0-1 in steps of 0.2, moer, ilp, iter-ilp, milp, green-llm) is ranked by the
+   verdict (:func:`servegym.agents.verdict.verdict_ranking`): the first is the track's **strongest**. The causal
+   candidates (:mod:`servegym.baselines.geo.causal`: a rule fed a dead-reckoned snapshot ``+dr:<k>`` and/or
+   bias-corrected OSL estimates ``+bc``, over a grid of the lifetime knob ``k``) are ranked the same way among
+   themselves: the first is the track's **causal reference** (its knob tuned on validation only).
+2. **test** (reset seeds from 0, 30 episodes): the oracle, every rule and every causal candidate on the same
+   episodes; each minus the strongest, paired (:func:`servegym.agents.verdict.paired_verdict`: KPI difference
+   with its 95 % CI, in % of the strongest's KPI, SLO difference in pp with its CI, return difference and the
+   verdict's outcome). Learnable headroom = causal reference - strongest; oracle - causal is what only
+   hindsight knows (true lengths, fresh state, the next arrivals, the best of its plans per episode).
+
+    python benchmarks/stress_tracks.py [--tracks geo-route/stress-load,geo-window/stress-osl] [--episodes 30]
+
+Each track's cells go to ``runs/stress_tracks/<track>.json`` (atomically, a rerun skips a stored track with the
+same episodes and candidates) and the section between the stress-track markers of
+``benchmarks/results/headroom.md`` is rewritten from every stored track (``benchmarks/headroom.py`` keeps it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from headroom import STRESS_BEGIN, STRESS_END, splice_stress  # the script's folder is on sys.path
+from headroom import _runs as _play
+from servegym.agents import benchmark as bm
+from servegym.agents import protocol
+from servegym.agents.families import EpisodeResult
+from servegym.agents.rollout import seeds_from
+from servegym.agents.verdict import paired_verdict, verdict_ranking
+
+import servegym  # noqa: F401  (registers the ids)
+from servegym.outputs import write_text
+
+RESULTS = Path(__file__).resolve().parent / "results"
+STATE = RESULTS.parents[1] / "runs" / "stress_tracks"
+ALPHAS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+RULES = ("rr", "ll", *(f"greedy:{a:g}" for a in ALPHAS), "moer", "ilp", "iter-ilp", "milp", "green-llm")
+
+
+def track_kwargs(env_id: str, track: str) -> dict[str, Any]:
+    """The id's quick-suite env kwargs on ``track`` (the track sets the poll period itself)."""
+    base = {e.env_id: e.env_kwargs for e in bm.SUITE["quick"]}[env_id]
+    cfg = dict(base.get("config", {}))
+    geo = {k: v for k, v in cfg.get("geo", {}).items() if k != "poll_interval_s"}
+    cfg = {**{k: v for k, v in cfg.items() if k != "geo"}, **({"geo": geo} if geo else {}), "track": track}
+    return {**base, "config": cfg}
+
+
+#: track key -> (env id, track, causal candidates). Lifetime grids from a 5-episode validation scout.
+TRACKS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "geo-route/stress-load": ("servegym/GeoRoute-v0", "stress-load",
+                              (*(f"iter-ilp+dr:{k:g}" for k in (1.0, 1.25, 1.5, 2.0, 2.5)), "ilp+dr:1.5",
+                               "milp+dr:1.5")),
+    "geo-window/stress-osl": ("servegym/GeoRouteWindow-v0", "stress-osl",
+                              ("green-llm+bc", "ilp+bc", "iter-ilp+bc", "milp+bc",
+                               *(f"iter-ilp+dr:{k:g}+bc" for k in (1.0, 1.5, 2.0)),
+                               *(f"milp+dr:{k:g}+bc" for k in (1.0, 1.5)), "ilp+dr:1.5+bc")),
+}
+
+
+def _rank(runs: dict[str, list[EpisodeResult]], kpi: str) -> list[dict[str, Any]]:
+    return [{"policy": r.policy, "beaten_by": list(r.beaten_by), "beats": len(r.beats), "kpi": r.kpi,
+             "slo_violation_pct": r.slo_violation_pct, "mean_return": r.mean_return}
+            for r in verdict_ranking(runs, kpi)]
+
+
+def measure(key: str, episodes: int) -> dict[str, Any]:
+    """One track (module docstring)."""
+    env_id, track, causal = TRACKS[key]
+    kwargs = track_kwargs(env_id, track)
+    oracle = protocol.yardsticks(env_id).oracle
+    assert oracle is not None
+    t0 = time.process_time()
+    val, kpi = _play(env_id, "validation", kwargs, [*RULES, *causal], seeds_from(bm.VALIDATION_SEED, episodes))
+    rules_rank = _rank({p: val[p] for p in RULES}, kpi)
+    causal_rank = _rank({p: val[p] for p in causal}, kpi)
+    strongest, ref = rules_rank[0]["policy"], causal_rank[0]["policy"]
+    test, _ = _play(env_id, "test", kwargs, [oracle, *RULES, *causal], seeds_from(bm.TEST_SEED, episodes))
+    strong = test[strongest]
+    rows = []
+    for p in [oracle, ref, *(c["policy"] for c in rules_rank), *(c["policy"] for c in causal_rank)]:
+        if p == strongest or any(r["policy"] == p for r in rows):
+            continue
+        role = "oracle" if p == oracle else "causal reference" if p == ref else "causal" if p in causal else "rule"
+        v = paired_verdict(test[p], strong, kpi, strongest)
+        rows.append({"policy": p, "role": role, "kpi_mean": protocol.mean_metric(test[p], kpi),
+                     "slo_pct": protocol.mean_metric(test[p], protocol.SLO_METRIC), **v.as_dict()})
+    return {"track": key, "env_id": env_id, "name": track, "env_kwargs": kwargs, "episodes": episodes,
+            "rules": list(RULES), "causal_candidates": list(causal), "kpi": kpi, "strongest": strongest,
+            "causal_reference": ref, "validation_rules": rules_rank, "validation_causal": causal_rank,
+            "strongest_kpi": protocol.mean_metric(strong, kpi),
+            "strongest_slo_pct": protocol.mean_metric(strong, protocol.SLO_METRIC),
+            "strongest_return": float(sum(r.reward for r in strong) / len(strong)), "rows": rows,
+            "cpu_s": time.process_time() - t0}
+
+
+def _f(v: Any, fmt: str) -> str:
+    return "-" if v is None or not isinstance(v, (int, float)) or not math.isfinite(v) else format(v, fmt)
+
+
+#: The learnable headroom a track should show: the causal reference beats the strongest by this much of the KPI.
+TARGET_PCT = 5.0
+
+
+def _summary(c: dict[str, Any]) -> str:
+    """One paragraph: the learnable headroom, whether it reaches TARGET_PCT at equal SLO, and the lowest-KPI test
+    row whose SLO difference stays within the verdict's tolerance (what "at equal SLO" allows)."""
+    rows = {r["policy"]: r for r in c["rows"]}
+    ref, orc = rows[c["causal_reference"]], next(r for r in c["rows"] if r["role"] == "oracle")
+    ok = ref["outcome"] == "beats" and ref["kpi_diff_pct"] <= -TARGET_PCT
+    within = [r for r in c["rows"] if r["role"] != "oracle" and r["slo_diff_ci"][1] <= r["slo_tolerance_pp"]]
+    best = min(within, key=lambda r: r["kpi_diff"], default=None)
+    text = (f"**Learnable headroom** (causal reference - strongest): {ref['kpi_diff_pct']:+.2f} % {c['kpi']} "
+            f"[{100 * ref['kpi_diff_ci'][0] / c['strongest_kpi']:+.2f}, {100 * ref['kpi_diff_ci'][1] / c['strongest_kpi']:+.2f}] "
+            f"at {ref['slo_diff_pp']:+.4f} pp SLO (tolerance {ref['slo_tolerance_pp']:.4f} pp), verdict `{ref['outcome']}`: "
+            f"{'reaches' if ok else 'does not reach'} {TARGET_PCT:g} % at equal SLO. Oracle - strongest "
+            f"{orc['kpi_diff_pct']:+.2f} % at {orc['slo_diff_pp']:+.4f} pp (`{orc['outcome']}`).")
+    if best is not None:
+        text += (f" Lowest {c['kpi']} of a causal row or rule within the SLO tolerance: `{best['policy']}` "
+                 f"{best['kpi_diff_pct']:+.2f} % [{100 * best['kpi_diff_ci'][0] / c['strongest_kpi']:+.2f}, "
+                 f"{100 * best['kpi_diff_ci'][1] / c['strongest_kpi']:+.2f}] at {best['slo_diff_pp']:+.4f} pp.")
+    return text
+
+
+def markdown(cells: list[dict[str, Any]]) -> str:
+    """The stress-track section of headroom.md (between the markers)."""
+    from servegym.splits import FAMILY_TRACKS
+
+    lines = [STRESS_BEGIN, "## Stress tracks (`python benchmarks/stress_tracks.py`)", "",
+             "A stress track lays a condition over the base splits (`track` config key; train, validation and test "
+             "days stay disjoint). Per track: the strongest shipped rule and the causal reference (a rule fed a "
+             "dead-reckoned snapshot `+dr:<k>` and/or bias-corrected OSL estimates `+bc`, "
+             "`servegym.baselines.geo.causal`; knob tuned on validation) are each the first of the verdict's "
+             "ranking on the validation episodes; the rows are paired differences to the strongest on the test "
+             "episodes, mean [95 % CI]. Learnable headroom = causal reference - strongest: a causal policy reaches it "
+             "from what it observes; oracle - causal reference is what only hindsight knows. Outcome: the verdict "
+             f"of the row against the strongest ({protocol.BEATS_RULE}).", ""]
+    for c in cells:
+        fam_tracks = FAMILY_TRACKS["geo"]
+        desc, why = fam_tracks[c["name"]]
+        lines += [f"### {c['env_id']}, track `{c['name']}` ({c['episodes']} validation + {c['episodes']} test "
+                  f"episodes, {c['cpu_s']:.0f} CPU-s)", "",
+                  f"{desc}. Why: {why}. Env kwargs `{json.dumps(c['env_kwargs'])}`.", "",
+                  f"Strongest on validation: `{c['strongest']}` (test: {c['strongest_kpi']:.4g} {c['kpi']}, SLO "
+                  f"violation {c['strongest_slo_pct']:.4f} %, return {c['strongest_return']:.4g}); causal reference: "
+                  f"`{c['causal_reference']}`.", "",
+                  f"| minus the strongest (test) | role | {c['kpi']} [95 % CI] | % | SLO pp [95 % CI] | return [95 % CI] "
+                  "| outcome |", "|---|---|---|---|---|---|---|"]
+        for r in c["rows"]:
+            lines.append(f"| {r['policy']} | {r['role']} | {_f(r['kpi_diff'], '+.3f')} [{_f(r['kpi_diff_ci'][0], '+.3f')}, "
+                         f"{_f(r['kpi_diff_ci'][1], '+.3f')}] | {_f(r['kpi_diff_pct'], '+.2f')} | "
+                         f"{_f(r['slo_diff_pp'], '+.4f')} [{_f(r['slo_diff_ci'][0], '+.4f')}, "
+                         f"{_f(r['slo_diff_ci'][1], '+.4f')}] | {_f(r['return_diff'], '+.3f')} "
+                         f"[{_f(r['return_diff_ci'][0], '+.3f')}, {_f(r['return_diff_ci'][1], '+.3f')}] | "
+                         f"{r['outcome']} |")
+        lines += ["", _summary(c)]
+        lines += ["", "Validation ranking (rules): " + ", ".join(
+            f"`{v['policy']}` ({_f(v['kpi'], '.3f')} {c['kpi']}, {_f(v['slo_violation_pct'], '.3f')} %, return "
+            f"{_f(v['mean_return'], '.2f')})" for v in c["validation_rules"][:5]) + "; causal candidates: " + ", ".join(
+            f"`{v['policy']}` ({_f(v['kpi'], '.3f')}, {_f(v['slo_violation_pct'], '.3f')} %, {_f(v['mean_return'], '.2f')})"
+            for v in c["validation_causal"]) + ".", ""]
+    lines.append(STRESS_END)
+    return "\n".join(lines)
+
+
+def render(out: Path, state: Path) -> None:
+    cells = [json.loads(p.read_text()) for p in sorted(state.glob("*.json"))]
+    if cells:
+        write_text(out, splice_stress(out.read_text() if out.exists() else "# Headroom\n\n", markdown(cells)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--episodes", type=int, default=30)
+    ap.add_argument("--tracks", default=",".join(TRACKS), help=f"comma list; allowed: {', '.join(TRACKS)}")
+    ap.add_argument("--out", default=str(RESULTS / "headroom.md"))
+    ap.add_argument("--state", default=str(STATE), help="folder of the per-track cells (JSON)")
+    args = ap.parse_args(argv)
+    tracks = [t for t in args.tracks.split(",") if t]
+    if any(t not in TRACKS for t in tracks) or args.episodes < 2:
+        print(f"--tracks: allowed {', '.join(TRACKS)}; --episodes >= 2", file=sys.stderr)
+        return 2
+    state, out = Path(args.state), Path(args.out)
+    state.mkdir(parents=True, exist_ok=True)
+    for t in tracks:
+        path = state / (t.replace("/", "__") + ".json")
+        old = json.loads(path.read_text()) if path.exists() else None
+        if old and old["episodes"] == args.episodes and old["causal_candidates"] == list(TRACKS[t][2]) \
+                and old["rules"] == list(RULES):
+            continue
+        print(f"{t}: {args.episodes} validation + test episodes", file=sys.stderr, flush=True)
+        write_text(path, json.dumps(measure(t, args.episodes), indent=1, default=float) + "\n")
+        render(out, state)
+    render(out, state)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
