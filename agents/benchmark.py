@@ -287,6 +287,36 @@ class SuiteEntry:
     #: default file for this entry (None: the default file)
     hyperparams: str | None = None
 
+    @property
+    def track(self) -> str | None:
+        """The stress track the entry's env kwargs select (:func:`servegym.agents.protocol.track_of`), or None."""
+        return protocol.track_of(self.env_kwargs)
+
+    @property
+    def section(self) -> str:
+        """The leaderboard section the entry fills: its env id, or ``<env id>@<track>`` on a stress track (an id
+        has one section per track; ``--envs`` and ``--replay --envs`` select sections by this key)."""
+        return section_key(self.env_id, self.track)
+
+    @property
+    def name(self) -> str:
+        """:attr:`section` without the ``servegym/`` prefix: the stem of its model folders."""
+        return self.section.split("/")[-1]
+
+
+#: The separator of a stress-track section's key, ``<env id>@<track>`` (:attr:`SuiteEntry.section`).
+TRACK_SEP = "@"
+
+
+def section_key(env_id: str, track: str | None) -> str:
+    """``env_id`` (no track) or ``<env_id>@<track>``: the key of one leaderboard section."""
+    return env_id if track is None else f"{env_id}{TRACK_SEP}{track}"
+
+
+def section_of(output: dict[str, Any]) -> str:
+    """The section key one task output belongs to (outputs stored before tracks existed carry none: their id's)."""
+    return str(output.get("section") or output["env_id"])
+
 
 #: pd env kwargs of the quick suite: the reference (the residual mode's zero action, every mode's observed
 #: suggestion and the warm start's teacher) is the pd ids' strongest non-learned baseline.
@@ -336,6 +366,24 @@ SUITE: dict[str, tuple[SuiteEntry, ...]] = {
                         "random numbers, DAgger), 4,096 conservative PPO steps"),
         SuiteEntry("servegym/NPUAutoscale-v0", "maskable-ppo", {"config": {"hours": 2.0}}, 10_240, 5, 30, 3,
                    note="2-h episodes (24 epochs), absolute counts and vPod options"),
+        # The geo stress tracks (servegym.splits.FAMILY_TRACKS), one section per (id, track) on the same leaderboard
+        # (section key "<id>@<track>"): the entries above's agents and budgets on a track's own train / validation /
+        # test days, judged against the track's strongest rule and causal reference (protocol.TRACK_YARDSTICKS;
+        # benchmarks/stress_tracks.py measures them). The agents also observe the estimator's residuals (and the
+        # snapshot's age, which every geo observation has): what a causal controller could use.
+        SuiteEntry("servegym/GeoRoute-v0", "maskable-ppo",
+                   {"config": {"preset": "mini", "action_mode": "residual", "reference": "iter-ilp",
+                               "decide_at": "window", "observe_residuals": True, "track": "stress-load"}}, 40_000, 5,
+                   30, 3, evals=4, baselines=("ll", "greedy:0.5", "moer", "ilp", "iter-ilp", "green-llm"),
+                   hyperparams="GeoRoute-v0.quick.yml",
+                   note="track stress-load (rate x 1.5, 5-s polls; mini preset, 3 DCs, 30 s), residual around iter-ilp "
+                        "decided at its own windows, the estimator's residuals observed, quick budget"),
+        SuiteEntry("servegym/GeoRouteWindow-v0", "ppo",
+                   {"config": {"preset": "mini", "action_mode": "residual", "observe_residuals": True,
+                               "track": "stress-osl"}}, 50_000, 5, 30, 3,
+                   baselines=("ll", "greedy:0.5", "moer", "ilp", "iter-ilp", "green-llm"),
+                   note="track stress-osl (the shipped OSL predictor, 5-s polls; mini preset, 3 DCs, 30 s), residual "
+                        "around the facility MILP, the estimator's residuals observed, quick budget"),
     ),
     # The quick suite's modes on the default presets and whole days, at the hyperparameter files' budgets
     # or more. Its cost is estimated in FULL_COST_S_PER_SEED (printed when a full run starts).
@@ -355,26 +403,6 @@ SUITE: dict[str, tuple[SuiteEntry, ...]] = {
         SuiteEntry("servegym/PDProvision-v0", "maskable-ppo", {}, 1_024_000, 5, 10, 5, note="full day"),
         SuiteEntry("servegym/NPUAutoscale-v0", "maskable-ppo", {"config": {"hours": 24.0}}, 102_400, 5, 10, 5,
                    note="24-h episodes (288 epochs)"),
-    ),
-    # The geo stress tracks (servegym.splits.FAMILY_TRACKS): the quick entries' agents and budgets on a track's own
-    # train / validation / test days, judged against the track's strongest rule and causal reference
-    # (protocol.TRACK_YARDSTICKS; benchmarks/stress_tracks.py measures them). The agents also observe the estimator's
-    # residuals (and the snapshot's age, which every geo observation has): what a causal controller could use.
-    # Its leaderboard is leaderboard_stress.{md,csv,json} (not run yet: the lead schedules it).
-    "stress": (
-        SuiteEntry("servegym/GeoRoute-v0", "maskable-ppo",
-                   {"config": {"preset": "mini", "action_mode": "residual", "reference": "iter-ilp",
-                               "decide_at": "window", "observe_residuals": True, "track": "stress-load"}}, 40_000, 5,
-                   30, 3, evals=4, baselines=("ll", "greedy:0.5", "moer", "ilp", "iter-ilp", "green-llm"),
-                   hyperparams="GeoRoute-v0.quick.yml",
-                   note="track stress-load (rate x 1.5, 5-s polls; mini preset, 3 DCs, 30 s), residual around iter-ilp "
-                        "decided at its own windows, the estimator's residuals observed, quick budget"),
-        SuiteEntry("servegym/GeoRouteWindow-v0", "ppo",
-                   {"config": {"preset": "mini", "action_mode": "residual", "observe_residuals": True,
-                               "track": "stress-osl"}}, 50_000, 5, 30, 3,
-                   baselines=("ll", "greedy:0.5", "moer", "ilp", "iter-ilp", "green-llm"),
-                   note="track stress-osl (the shipped OSL predictor, 5-s polls; mini preset, 3 DCs, 30 s), residual "
-                        "around the facility MILP, the estimator's residuals observed, quick budget"),
     ),
     # CI smoke check of the machinery: 2 env ids x 2 seeds, tiny episodes and budgets (numbers meaningless)
     "smoke": (
@@ -474,9 +502,10 @@ def follow_available(env_id: str, env_kwargs: dict[str, Any] | None) -> bool:
 
 
 def model_folder(task: dict[str, Any]) -> Path:
-    """The folder one suite training task trains its model in: ``<run_dir>/<env name>_<algo>_s<seed>``."""
-    e = task["entry"]
-    return Path(task["run_dir"]) / f"{e['env_id'].split('/')[-1]}_{e['algo']}_s{task['seed']}"
+    """The folder one suite training task trains its model in: ``<run_dir>/<section name>_<algo>_s<seed>`` (the
+    section name is the id's, with ``@<track>`` on a stress track, so two tracks of one id never share a folder)."""
+    e = SuiteEntry(**task["entry"])
+    return Path(task["run_dir"]) / f"{e.name}_{e.algo}_s{task['seed']}"
 
 
 def train_config(task: dict[str, Any]) -> Any:
@@ -528,9 +557,9 @@ def train_task(task: dict[str, Any]) -> dict[str, Any]:
         from servegym.agents.replay import repo_relative, ship_model, shipped_folder
 
         ship = Path(task["ship_dir"])
-        chosen = repo_relative(ship_model(chosen, shipped_folder(task["budget"], e.env_id, int(task["seed"]), ship),
-                                          run), base=ship.parent)
-    return {"kind": "train", "env_id": e.env_id, "seed": int(task["seed"]), "rows": rows,
+        chosen = repo_relative(ship_model(chosen, shipped_folder(task["budget"], e.env_id, int(task["seed"]), ship,
+                                                                 track=e.track), run), base=ship.parent)
+    return {"kind": "train", "env_id": e.env_id, "section": e.section, "seed": int(task["seed"]), "rows": rows,
             "train_s": train_s, "wall_s": time.perf_counter() - t0, "env_steps": int(e.timesteps),
             "chosen": str(chosen), "validation": run.get("eval_history", []),
             "validation_baselines": run.get("baseline_eval", {})}
@@ -556,7 +585,8 @@ def baseline_task(task: dict[str, Any]) -> dict[str, Any]:
         r = run_policy_episodes(task["env_id"], env, [task["policy"]], [int(task["seed"])])[task["policy"]][0]
     finally:
         env.close()
-    return {"kind": "baseline", "env_id": task["env_id"], "rows": [{**r.row(), "train_seed": -1}],
+    return {"kind": "baseline", "env_id": task["env_id"], "section": task.get("section", task["env_id"]),
+            "rows": [{**r.row(), "train_seed": -1}],
             "wall_s": time.perf_counter() - t0, "env_steps": int(r.length)}
 
 
@@ -570,8 +600,8 @@ class SuiteResult:
     records: list[dict[str, Any]]
     files: dict[str, Path] = field(default_factory=dict)
     wall_s: float = 0.0
-    #: env id -> the run that made its rows: ``wall_s`` (the whole run's wall time), ``env_ids`` (the ids
-    #: trained together in it) and ``workers`` (processes; None for Ray or unknown)
+    #: section key (:attr:`SuiteEntry.section`) -> the run that made its rows: ``wall_s`` (the whole run's wall
+    #: time), ``env_ids`` (the sections trained together in it) and ``workers`` (processes; None for Ray or unknown)
     entry_runs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -586,16 +616,16 @@ def suite_tasks(entries: Sequence[SuiteEntry], run_dir: str | Path, tb: bool, sh
                           **({"ship_dir": str(ship_dir), "budget": budget} if ship_dir is not None else {})})
         for p in suite_policies(e):
             for s in seeds_from(TEST_SEED, e.episodes):
-                tasks.append({"kind": "baseline", "env_id": e.env_id, "env_kwargs": e.env_kwargs, "policy": p,
-                              "seed": s})
+                tasks.append({"kind": "baseline", "env_id": e.env_id, "section": e.section, "env_kwargs": e.env_kwargs,
+                              "policy": p, "seed": s})
     return tasks
 
 
 def task_key(task: dict[str, Any]) -> str:
-    """A suite task's identity in the run's journal."""
+    """A suite task's identity in the run's journal (by section: two tracks of one id are different tasks)."""
     if task["kind"] == "train":
-        return json.dumps(["train", task["entry"]["env_id"], int(task["seed"])])
-    return json.dumps(["baseline", task["env_id"], task["policy"], int(task["seed"])])
+        return json.dumps(["train", SuiteEntry(**task["entry"]).section, int(task["seed"])])
+    return json.dumps(["baseline", task.get("section", task["env_id"]), task["policy"], int(task["seed"])])
 
 
 def suite_header(tasks: Sequence[dict[str, Any]]) -> str:
@@ -673,16 +703,13 @@ def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir:
 
     if budget not in SUITE:
         raise ConfigError(f"--budget = {budget!r}; allowed: {', '.join(BUDGETS)}")
-    entries = [e for e in SUITE[budget] if env_ids is None or e.env_id in env_ids]
-    if not entries:
-        raise ConfigError(f"--envs = {list(env_ids or [])!r} selects nothing; allowed: "
-                          f"{[e.env_id for e in SUITE[budget]]}")
+    entries = select_entries(budget, env_ids)
     out = Path(out_dir)
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(budget)
     t0 = time.perf_counter()
     tasks = suite_tasks(entries, run_dir, tb, ship_dir=models_dir_for(out), budget=budget)
     with OutputLock(_raw_dir(budget, out), "--out-dir"), OutputLock(run_dir, "--run-dir"):
-        stored = [e.env_id for e in entries if _entry_path(e, budget, out).exists()]
+        stored = [e.section for e in entries if _stored_section(e, budget, out) is not None]
         if stored and not force:
             raise ConfigError(f"--out-dir = {str(out)!r} already holds stored suite runs of {', '.join(stored)} "
                               f"({_raw_dir(budget, out)}); pass --force to replace them, or --rescore to rebuild "
@@ -725,14 +752,26 @@ def run_suite(budget: str = "quick", out_dir: str | Path = RESULTS_DIR, run_dir:
             journal.close()
         # task order, whatever order they finished in; journalled outputs went through JSON, so fresh ones do too
         outs = [json.loads(json.dumps(by_key[task_key(t)], default=_json_default)) for t in tasks]
-        run = {"wall_s": time.perf_counter() - t0, "env_ids": [e.env_id for e in entries],
+        run = {"wall_s": time.perf_counter() - t0, "env_ids": [e.section for e in entries],
                "workers": None if ray_address is not False else (workers or os.cpu_count() or 1),
                "resumed_tasks": len(done)}
-        for e in entries:  # the raw episodes of each id, so later runs of other ids add to one leaderboard
-            save_entry_outputs(e, [o for o in outs if o["env_id"] == e.env_id], budget, out, run)
+        for e in entries:  # the raw episodes of each section, so later runs of others add to one leaderboard
+            save_entry_outputs(e, [o for o in outs if section_of(o) == e.section], budget, out, run)
         journal.close(remove=True)
         wall_s = float(run["wall_s"])
         return _rebuild(budget, out, wall_s)
+
+
+def select_entries(budget: str, sections: Sequence[str] | None) -> list[SuiteEntry]:
+    """The entries of ``budget`` whose section key (:attr:`SuiteEntry.section`: an env id, or ``<id>@<track>``) is in
+    ``sections`` (every entry for None), in suite order; a ConfigError naming the allowed keys if a key selects
+    nothing. An id alone selects its section without a track, never its tracks'."""
+    entries = [e for e in SUITE[budget] if sections is None or e.section in sections]
+    unknown = [k for k in sections or [] if k not in {e.section for e in SUITE[budget]}]
+    if not entries or unknown:
+        raise ConfigError(f"--envs = {list(sections or [])!r} selects {'nothing' if not entries else 'no ' + repr(unknown)}"
+                          f"; allowed: {[e.section for e in SUITE[budget]]}")
+    return entries
 
 
 def models_dir_for(out_dir: str | Path) -> Path:
@@ -787,20 +826,43 @@ def _raw_dir(budget: str, out_dir: Path) -> Path:
 
 def save_entry_outputs(entry: SuiteEntry, outs: Sequence[dict[str, Any]], budget: str, out_dir: Path,
                        run: dict[str, Any]) -> Path:
-    """``suite_runs/<budget>/<id>.json``: the entry and every task's output (episodes, wall time, validation
-    history). The leaderboard is rebuilt from these files, so ``--envs`` runs accumulate, and scores can be
-    recomputed from the stored returns without rerunning anything. ``run``: the run's wall time, the ids
-    trained together in it and its processes (:attr:`SuiteResult.entry_runs`)."""
+    """Store one section's raw outputs in its id's file ``suite_runs/<budget>/<Id>.json``: the entry and every
+    task's output (episodes, wall time, validation history). The section without a track is the file's top level
+    (as before tracks existed); a stress track's section goes under ``tracks.<track>`` in the same file, so an id
+    keeps one file whatever its tracks and the other sections in it are kept as they were. The leaderboard is
+    rebuilt from these files, so ``--envs`` runs accumulate, and scores can be recomputed from the stored returns
+    without rerunning anything. ``run``: the run's wall time, the sections trained together in it and its
+    processes (:attr:`SuiteResult.entry_runs`)."""
     path = _entry_path(entry, budget, out_dir)
-    write_text(path, json.dumps({"entry": entry.__dict__, "suite_wall_s": run["wall_s"],
-                                 "suite_env_ids": run["env_ids"], "suite_workers": run["workers"],
-                                 "outputs": list(outs)}, indent=1, default=_json_default) + "\n")
+    # the section is implied by where it is stored: outputs keep the fields they had before tracks existed
+    section = {"entry": entry.__dict__, "suite_wall_s": run["wall_s"], "suite_env_ids": run["env_ids"],
+               "suite_workers": run["workers"],
+               "outputs": [{k: v for k, v in o.items() if k != "section"} for o in outs]}
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    tracks = dict(old.get("tracks") or {})
+    if entry.track is None:
+        data = {**section, **({"tracks": tracks} if tracks else {})}
+    else:
+        tracks[entry.track] = section
+        data = {**{k: v for k, v in old.items() if k != "tracks"}, "tracks": dict(sorted(tracks.items()))}
+    write_text(path, json.dumps(data, indent=1, default=_json_default) + "\n")
     return path
 
 
 def _entry_path(entry: SuiteEntry, budget: str, out_dir: Path) -> Path:
-    """``suite_runs/<budget>/<id>.json``, the stored run of one env id."""
+    """``suite_runs/<budget>/<Id>.json``, the stored runs of one env id (all its sections)."""
     return _raw_dir(budget, out_dir) / f"{entry.env_id.split('/')[-1]}.json"
+
+
+def _stored_section(entry: SuiteEntry, budget: str, out_dir: Path) -> dict[str, Any] | None:
+    """The stored run of ``entry``'s section (whatever entry it was made with), or None: the top level of its
+    id's file for the section without a track, ``tracks.<track>`` for a stress track."""
+    path = _entry_path(entry, budget, out_dir)
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    sec = data if entry.track is None else (data.get("tracks") or {}).get(entry.track)
+    return sec if isinstance(sec, dict) and "entry" in sec else None
 
 
 def fill_missing_baselines(budget: str, out_dir: str | Path = RESULTS_DIR, env_ids: Sequence[str] | None = None,
@@ -808,7 +870,7 @@ def fill_missing_baselines(budget: str, out_dir: str | Path = RESULTS_DIR, env_i
     """Play, on the stored test seeds, every leaderboard policy (:func:`suite_policies`: e.g. a yardstick
     added since the run) that the stored runs of ``budget`` lack, and add its episodes to the stored
     file: no training, the agents' stored episodes untouched. ``servegym benchmark --suite --rescore
-    --fill-baselines``. Returns env id -> the policies added."""
+    --fill-baselines``. Returns section key -> the policies added."""
     from servegym.agents.sweep import run_local
 
     from servegym.outputs import OutputLock
@@ -819,21 +881,21 @@ def fill_missing_baselines(budget: str, out_dir: str | Path = RESULTS_DIR, env_i
     with OutputLock(_raw_dir(budget, Path(out_dir)), "--out-dir"):
         entries, outs, runs = stored_outputs(budget, Path(out_dir))
         for e in entries:
-            if env_ids is not None and e.env_id not in env_ids:
+            if env_ids is not None and e.section not in env_ids:
                 continue
-            mine = [o for o in outs if o["env_id"] == e.env_id]
+            mine = [o for o in outs if section_of(o) == e.section]
             have = {r["policy"] for o in mine for r in o["rows"]}
             missing = [p for p in suite_policies(e) if p not in have]
             if not missing:
                 continue
-            tasks = [{"kind": "baseline", "env_id": e.env_id, "env_kwargs": e.env_kwargs, "policy": p, "seed": s}
-                     for p in missing for s in seeds_from(TEST_SEED, e.episodes)]
+            tasks = [{"kind": "baseline", "env_id": e.env_id, "section": e.section, "env_kwargs": e.env_kwargs,
+                      "policy": p, "seed": s} for p in missing for s in seeds_from(TEST_SEED, e.episodes)]
             new = run_local(tasks, workers=workers, progress=progress, fn=suite_task, tidy=False,
                             desc=f"benchmark fill {e.env_id.split('/')[-1]}",
                             what=f"{', '.join(missing)} on the stored test seeds")
             new = [json.loads(json.dumps(o, default=_json_default)) for o in new]
-            save_entry_outputs(e, [*mine, *new], budget, Path(out_dir), runs[e.env_id])
-            added[e.env_id] = missing
+            save_entry_outputs(e, [*mine, *new], budget, Path(out_dir), runs[e.section])
+            added[e.section] = missing
     return added
 
 
@@ -847,19 +909,19 @@ def _json_default(v: Any) -> Any:
 
 def stored_outputs(budget: str, out_dir: Path
                    ) -> tuple[list[SuiteEntry], list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """Every id of ``budget`` with stored outputs whose entry is still the suite's (in suite order);
-    a file from an entry that has since changed (kwargs, budget) is left out, not mixed in."""
+    """Every section of ``budget`` with stored outputs whose entry is still the suite's (in suite order), its
+    outputs tagged with their section key (``section``); a stored section from an entry that has since changed
+    (kwargs, budget) is left out, not mixed in, and so is every other track's."""
     entries, outs, runs = [], [], {}
     for e in SUITE[budget]:
-        path = _raw_dir(budget, out_dir) / f"{e.env_id.split('/')[-1]}.json"
-        if not path.exists():
+        data = _stored_section(e, budget, out_dir)
+        if data is None:
             continue
-        data = json.loads(path.read_text())
         if SuiteEntry(**{**data["entry"], "baselines": _tuple(data["entry"].get("baselines"))}) != e:
             continue
         entries.append(e)
-        outs += data["outputs"]
-        runs[e.env_id] = {"wall_s": float(data["suite_wall_s"]), "env_ids": data.get("suite_env_ids"),
+        outs += [{**o, "section": e.section} for o in data["outputs"]]
+        runs[e.section] = {"wall_s": float(data["suite_wall_s"]), "env_ids": data.get("suite_env_ids"),
                           "workers": data.get("suite_workers")}
     return entries, outs, runs
 
@@ -914,7 +976,7 @@ def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]],
     model per id for runs that do not carry them) and the headroom (the strongest baseline's record)."""
     rows, records = [], []
     for e in entries:
-        mine = [o for o in outs if o["env_id"] == e.env_id]
+        mine = [o for o in outs if section_of(o) == e.section]
         eps = pd.DataFrame([r for o in mine for r in o["rows"]])
         board = env_board(e.env_id, eps, e.env_kwargs)
         fam = family_for(e.env_id)
@@ -950,7 +1012,7 @@ def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]],
             mape = me.mape_pct if me is not None and me.mape_pct is not None else math.nan
             inside = bool(verdict is not None and math.isfinite(mape) and abs(verdict.kpi_diff_pct) < mape)
             rec = protocol.benchmark_record(e.env_id, p, "test", res, scores)
-            rec.update(role=role, scale=board.scale.name, slo_violation_pct=protocol._json_float(slo),
+            rec.update(track=e.track, role=role, scale=board.scale.name, slo_violation_pct=protocol._json_float(slo),
                        vs_strongest=None if verdict is None else {**verdict.as_dict(), "model_error_mape_pct":
                                                                   protocol._json_float(mape),
                                                                   "inside_model_error": inside},
@@ -958,7 +1020,7 @@ def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]],
                        gap_closed_ci=[protocol._json_float(v) for v in closed_ci])
             reach = None
             if agent:
-                ref = (tts_refs or {}).get(e.env_id, tts.Reference())
+                ref = (tts_refs or {}).get(e.section, tts.Reference())
                 reach = tts.time_to_strongest([o for o in mine if o["kind"] == "train"],
                                               {**board.roles, "strongest": strongest}, ref.target, ref.cpu_model)
                 rec.update(time_to_strongest=None if reach is None else reach.as_dict())
@@ -969,7 +1031,7 @@ def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]],
                                                                               "slo_diff_ci", "episodes")}
                                          for role, v in head_kpi.items()})
             records.append(rec)
-            rows.append({"env": e.env_id, "policy": p, "role": role, "episodes": len(res),
+            rows.append({"env": e.env_id, "track": e.track or "", "policy": p, "role": role, "episodes": len(res),
                          "seeds": len({r.get("train_seed") for r in eps[eps.policy == p].to_dict("records")}),
                          "score_iqm": st.iqm, "score_iqm_lo": st.iqm_ci[0], "score_iqm_hi": st.iqm_ci[1],
                          "score_mean": st.mean, "score_mean_lo": st.mean_ci[0], "score_mean_hi": st.mean_ci[1],
@@ -1034,22 +1096,22 @@ def write_leaderboard(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Seq
                       budget: str, out_dir: Path) -> dict[str, Path]:
     """leaderboard.md/.csv/.json and the plots (performance profiles, score IQMs) in ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"leaderboard_{budget}" if budget in ("smoke", "stress") else "leaderboard"
+    stem = f"leaderboard_{budget}" if budget == "smoke" else "leaderboard"
     files = {"csv": out_dir / f"{stem}.csv", "json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md"}
     write_frame(res.leaderboard, files["csv"])
     write_text(files["json"], json.dumps(res.records, indent=2) + "\n")
     scores_by_env: dict[str, dict[str, np.ndarray]] = {}
     for e in entries:
-        mine = [o for o in outs if o["env_id"] == e.env_id]
+        mine = [o for o in outs if section_of(o) == e.section]
         board = env_board(e.env_id, pd.DataFrame([r for o in mine for r in o["rows"]]), e.env_kwargs)
-        scores_by_env[e.env_id] = {p: board.scores(p) for p in board.by_policy}
+        scores_by_env[e.section] = {p: board.scores(p) for p in board.by_policy}
     files["profiles"] = _plot_profiles(scores_by_env, out_dir / f"{stem}_profiles.png")
     write_text(files["md"], _markdown(res, entries, outs, budget, files))
     return files
 
 
 def _plot_profiles(scores_by_env: dict[str, dict[str, np.ndarray]], path: Path) -> Path:
-    """One performance-profile panel per env id (rliable's plot)."""
+    """One performance-profile panel per section (an env id, or ``<id>@<track>``; rliable's plot)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -1129,12 +1191,13 @@ def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[di
              "and tolerance, the return difference; beats strongest: yes, or the outcome (tie, worse, slo, return) "
              f"and for agents how many training seeds beat on their own. {protocol.BEATS_RULE}. "
              "Agents: each seed's checkpoint chosen on the validation split only. " + tts.LEADERBOARD_NOTE + " Generated by "
-             f"`servegym benchmark --suite --budget {budget}` (one `--envs` run per id; each section states its "
-             "wall time).", ""]
+             f"`servegym benchmark --suite --budget {budget}` (one `--envs` run per section; each section states its "
+             "wall time). A section is an env id, or an id on a stress track (`--envs ID@track`, `servegym.splits."
+             "FAMILY_TRACKS`), whose yardsticks are the track's own.", ""]
     if budget == "full":
         lines += [budget_cost("full") + ".", ""]
     for e in entries:
-        sub = b[b.env == e.env_id]
+        sub = b[(b.env == e.env_id) & (b.track == (e.track or ""))]
         y = protocol.yardsticks(e.env_id, e.env_kwargs)
         roles = ", ".join(f"{k} = `{v}`" for k, v in y.roles().items())
         scale = sub["scale"].iloc[0] if len(sub) else protocol.scale_name(e.env_id)
@@ -1144,10 +1207,11 @@ def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[di
                 f"[{_f(strong.headroom_lo.iloc[0])}, {_f(strong.headroom_hi.iloc[0])}]." if len(strong)
                 else "Headroom: undefined (no oracle in these runs).")
         head += _kpi_headroom(sub)
-        lines += [f"## {e.env_id}", "",
+        title = e.env_id if e.track is None else f"{e.env_id}, stress track {e.track}"
+        lines += [f"## {title}", "",
                   f"{e.note}; `gym.make` kwargs `{json.dumps(e.env_kwargs)}`; agent {e.algo}, {e.timesteps:,} steps x "
                   f"{e.seeds} seeds, checkpoint on {e.val_episodes} validation episodes x {e.evals} evaluations; "
-                  f"{e.episodes} test episodes; {roles}. {_run_text(res.entry_runs.get(e.env_id))}", "",
+                  f"{e.episodes} test episodes; {roles}. {_run_text(res.entry_runs.get(e.section))}", "",
                   f"Scale: {scale}." + (f" Missing: {notes}." if notes else "") + f" {head}{_above_strongest(sub)}", "",
                   *([f"Effect sizes (the KPI differences in %) beside the {me.text()}.", ""]
                     if (me := protocol.model_error(e.env_id)) else [])]
@@ -1174,8 +1238,8 @@ def _markdown(res: SuiteResult, entries: Sequence[SuiteEntry], outs: Sequence[di
                          f"{r.get('time_to_strongest') or '-'} |")
         lines.append("")
     lines += [f"![performance profiles]({files['profiles'].name})", "",
-              f"Files: `{files['csv'].name}` (every column), `{files['json'].name}` (one object per env id x "
-              "policy: env, policy, split, episodes, score_mean, score_iqm, score_ci, kpis, role, scale, "
+              f"Files: `{files['csv'].name}` (every column), `{files['json'].name}` (one object per section x "
+              "policy: env, track (null without one), policy, split, episodes, score_mean, score_iqm, score_ci, kpis, role, scale, "
               "slo_violation_pct, vs_strongest (the paired verdict), gap_closed; the strongest baseline's "
               "also headroom).", ""]
     return "\n".join(lines)

@@ -165,10 +165,12 @@ def add_commands(subparsers: Any) -> None:
     bm.add_argument("--env-kwargs", metavar="JSON", help="gym.make keyword arguments as a JSON object")
     bm.add_argument("--json", action="store_true", help="print the result as one JSON object")
     bm.add_argument("--suite", action="store_true", help="train and test every env id, write the leaderboard")
-    bm.add_argument("--budget", default="quick", choices=("quick", "full", "stress", "smoke"),
-                    help="suite budget: quick (about 30 min per env id on 2 cores), full, stress (the geo stress "
-                         "tracks at the quick budget: leaderboard_stress.*), smoke (CI check)")
-    bm.add_argument("--envs", default=None, help="suite: a comma list of env ids (default: all)")
+    bm.add_argument("--budget", default="quick", choices=("quick", "full", "smoke"),
+                    help="suite budget: quick (about 30 min per section on 2 cores; the stress tracks' sections "
+                         "included), full, smoke (CI check)")
+    bm.add_argument("--envs", default=None,
+                    help="suite: a comma list of sections, each an env id or ID@TRACK for the id on a stress track "
+                         "(e.g. servegym/GeoRoute-v0@stress-load; default: all)")
     bm.add_argument("--rescore", action="store_true",
                     help="suite: rebuild the leaderboard from the stored runs (suite_runs/<budget>/) without training")
     bm.add_argument("--fill-baselines", action="store_true",
@@ -369,7 +371,7 @@ def _replay(args: argparse.Namespace) -> int:
                             ("--suite", args.suite), ("--rescore", args.rescore)) if v]
     if extra or not args.out_dir:
         raise ConfigError(f"--replay takes --out-dir DIR{' and not ' + ', '.join(extra) if extra else ''}; allowed: "
-                          "--replay --out-dir DIR [--envs IDS] [--budget quick|full|smoke] [--workers N]")
+                          "--replay --out-dir DIR [--envs ID[@TRACK],...] [--budget quick|full|smoke] [--workers N]")
     envs = [e.strip() for e in args.envs.split(",")] if args.envs else None
     res, checks = replay(args.budget, envs, args.out_dir, workers=args.workers, progress=not args.json,
                          force=args.force)

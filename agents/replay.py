@@ -1,13 +1,15 @@
 """The leaderboard's trained agents, shipped in the repo and replayable from it alone.
 
 **Shipping.** Each training seed of a suite run keeps the checkpoint chosen on validation. The suite copies it
-into ``benchmarks/models/<budget>/<Id>/s<seed>/`` (:func:`shipped_folder`): ``model.zip`` (SB3's archive,
+into ``benchmarks/models/<budget>/<Id>/s<seed>/`` (``<Id>@<track>`` for a stress track's section; :func:`shipped_folder`): ``model.zip`` (SB3's archive,
 loaded without unpickling by :mod:`servegym.agents.model_io`), ``model_vecnormalize.npz`` where the run
 normalized observations, and a ``run.json`` with the fields a loader reads (env id, env kwargs, algorithm,
 seed, hyperparameters) and its provenance (the commit, the package versions), no machine path. The stored
-run (``suite_runs/<budget>/<Id>.json``) names that repo-relative folder as ``chosen``.
+run (``suite_runs/<budget>/<Id>.json``, a track's section under its ``tracks``) names that repo-relative folder as
+``chosen``.
 
-**Replay** (``servegym benchmark --replay --envs ID --out-dir DIR``, :func:`replay`). For every selected id,
+**Replay** (``servegym benchmark --replay --envs ID[@track] --out-dir DIR``, :func:`replay`). For every selected
+section (an id, or an id on a stress track),
 each shipped seed plays the stored run's test episodes again (the same reset seeds), and the replayed agent
 rows replace the stored ones in a copy of the stored run under ``DIR/suite_runs/<budget>/``; the baselines'
 stored rows are kept (they are not models). The leaderboard of ``DIR`` is rebuilt from it (``DIR/leaderboard.
@@ -41,9 +43,11 @@ KEPT_FIELDS = ("env_id", "algo", "env_kwargs", "timesteps", "timesteps_trained",
 PACKAGES = ("servegym", "stable-baselines3", "sb3-contrib", "torch", "gymnasium", "numpy")
 
 
-def shipped_folder(budget: str, env_id: str, seed: int, models_dir: Path = MODELS_DIR) -> Path:
-    """``<models_dir>/<budget>/<Id>/s<seed>``: where one training seed's chosen model is shipped."""
-    return Path(models_dir) / budget / env_id.split("/")[-1] / f"s{int(seed)}"
+def shipped_folder(budget: str, env_id: str, seed: int, models_dir: Path = MODELS_DIR, track: str | None = None) -> Path:
+    """``<models_dir>/<budget>/<Id>/s<seed>`` (``<Id>@<track>`` on a stress track): where one training seed's chosen
+    model is shipped."""
+    name = env_id.split("/")[-1] + ("" if track is None else f"@{track}")
+    return Path(models_dir) / budget / name / f"s{int(seed)}"
 
 
 def provenance() -> dict[str, Any]:
@@ -122,7 +126,8 @@ def replay_task(task: dict[str, Any]) -> dict[str, Any]:
             rows.append({**r.row(), "train_seed": int(task["seed"])})
     finally:
         env.close()
-    return {"env_id": task["env_id"], "seed": int(task["seed"]), "rows": rows, "wall_s": time.perf_counter() - t0}
+    return {"env_id": task["env_id"], "section": task.get("section", task["env_id"]), "seed": int(task["seed"]),
+            "rows": rows, "wall_s": time.perf_counter() - t0}
 
 
 #: Relative tolerance of a replayed value against the stored one. The same actions on the same episode give the
@@ -187,7 +192,8 @@ def compare_rows(env_id: str, stored: list[dict[str, Any]], replayed: list[dict[
 def replay(budget: str, env_ids: list[str] | None, out_dir: str | Path, stored_dir: str | Path | None = None,
            models_dir: str | Path | None = None, workers: int | None = None, progress: bool = True,
            force: bool = False) -> tuple[Any, list[RowCheck]]:
-    """Rebuild the agent rows of ``env_ids`` (default: every id with a stored run) from the shipped models and
+    """Rebuild the agent rows of the sections ``env_ids`` (env ids, or ``<id>@<track>``; default: every section
+    with a stored run) from the shipped models and
     write ``out_dir``'s leaderboard (module docstring). A folder that already holds stored runs is refused
     unless ``force``. Returns the leaderboard result and the row checks."""
     from servegym.agents import benchmark as bm
@@ -209,36 +215,36 @@ def replay(budget: str, env_ids: list[str] | None, out_dir: str | Path, stored_d
     if not entries:
         raise ConfigError(f"--replay: no stored {budget} runs in {stored}; allowed: a budget with stored runs there")
     if env_ids is not None:
-        unknown = [i for i in env_ids if i not in {e.env_id for e in entries}]
+        unknown = [i for i in env_ids if i not in {e.section for e in entries}]
         if unknown:
             raise ConfigError(f"--envs: no stored {budget} run of {', '.join(unknown)} in {stored}; allowed: "
-                              f"{', '.join(e.env_id for e in entries)}")
-        entries = [e for e in entries if e.env_id in env_ids]
-    tasks, where = [], {}  # where: (env id, training seed) -> index of its stored output
+                              f"{', '.join(e.section for e in entries)}")
+        entries = [e for e in entries if e.section in env_ids]
+    tasks, where = [], {}  # where: (section, training seed) -> index of its stored output
     for e in entries:
         for i, o in enumerate(outs):
-            if o["env_id"] != e.env_id or o["kind"] != "train":
+            if bm.section_of(o) != e.section or o["kind"] != "train":
                 continue
-            model = shipped_folder(budget, e.env_id, o["seed"], Path(models_dir)) / "model.zip"
+            model = shipped_folder(budget, e.env_id, o["seed"], Path(models_dir), track=e.track) / "model.zip"
             if not model.is_file():
-                raise ConfigError(f"{e.env_id} seed {o['seed']}: no shipped model at {model}; the stored run was "
+                raise ConfigError(f"{e.section} seed {o['seed']}: no shipped model at {model}; the stored run was "
                                   f"made before models were shipped: run `servegym benchmark --suite --budget "
-                                  f"{budget} --envs {e.env_id} --force` to train and ship them")
+                                  f"{budget} --envs {e.section} --force` to train and ship them")
             seeds = [int(r["seed"]) for r in o["rows"]]
             policy = o["rows"][0]["policy"] if o["rows"] else f"agent:{e.algo}"
-            tasks.append({"env_id": e.env_id, "env_kwargs": e.env_kwargs, "seed": int(o["seed"]), "seeds": seeds,
-                          "model": str(model), "policy": policy})
-            where[(e.env_id, int(o["seed"]))] = i
+            tasks.append({"env_id": e.env_id, "section": e.section, "env_kwargs": e.env_kwargs, "seed": int(o["seed"]),
+                          "seeds": seeds, "model": str(model), "policy": policy})
+            where[(e.section, int(o["seed"]))] = i
     results = run_local(tasks, workers=workers, progress=progress, fn=replay_task, tidy=False,
                         desc=f"replay ({budget})", what=f"{len(tasks)} shipped models on their stored test episodes")
     new_outs = [dict(o) for o in outs]
-    checks = {e.env_id: RowCheck(e.env_id) for e in entries}
-    for res in results:  # in the order they finished: matched by (env id, training seed)
-        k = where[(res["env_id"], res["seed"])]
+    checks = {e.section: RowCheck(e.section) for e in entries}
+    for res in results:  # in the order they finished: matched by (section, training seed)
+        k = where[(res["section"], res["seed"])]
         o = new_outs[k]
-        checks[o["env_id"]].add(compare_rows(o["env_id"], o["rows"], res["rows"]))
+        checks[res["section"]].add(compare_rows(res["section"], o["rows"], res["rows"]))
         new_outs[k] = {**o, "rows": res["rows"], "replay_wall_s": res["wall_s"]}
     for e in entries:
-        run = runs.get(e.env_id) or {"wall_s": 0.0, "env_ids": [e.env_id], "workers": None}
-        bm.save_entry_outputs(e, [o for o in new_outs if o["env_id"] == e.env_id], budget, out, run)
-    return bm.rebuild_leaderboard(budget, out), [checks[e.env_id] for e in entries]
+        run = runs.get(e.section) or {"wall_s": 0.0, "env_ids": [e.section], "workers": None}
+        bm.save_entry_outputs(e, [o for o in new_outs if bm.section_of(o) == e.section], budget, out, run)
+    return bm.rebuild_leaderboard(budget, out), [checks[e.section] for e in entries]

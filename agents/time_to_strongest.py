@@ -209,13 +209,13 @@ def stored_references(path: Path, entries: Sequence[Any]) -> dict[str, Reference
     ids = json.loads(path.read_text()).get("ids", {})
     out = {}
     for e in entries:
-        d = ids.get(e.env_id)
+        d = ids.get(getattr(e, "section", e.env_id))  # keyed by section: an id on a stress track is its own entry
         if not isinstance(d, dict) or not _same_entry(d.get("entry", {}), e.__dict__):
             continue
         cm = d.get("cpu_model")
         model = CpuModel(tuple(cm["steps"]), tuple(cm["cpu_s"])) if cm else None
         target = d.get("target_score")
-        out[e.env_id] = Reference(float(target) if target is not None else None, model)
+        out[getattr(e, "section", e.env_id)] = Reference(float(target) if target is not None else None, model)
     return out
 
 

@@ -104,7 +104,7 @@ def test_dead_reckoning_is_deterministic_and_changes_the_plan() -> None:
     assert a["carbon_g"] != plain["carbon_g"]
 
 
-@pytest.mark.parametrize("entry", bm.SUITE["stress"], ids=lambda e: e.env_id)
+@pytest.mark.parametrize("entry", [e for e in bm.SUITE["quick"] if e.track], ids=lambda e: e.section)
 def test_stress_entries_play_their_tracks_yardsticks(entry: bm.SuiteEntry) -> None:
     track = protocol.track_of(entry.env_kwargs)
     y = protocol.yardsticks(entry.env_id, entry.env_kwargs)
