@@ -43,7 +43,7 @@ from servegym.outputs import write_text
 from servegym.splits import FAMILY_SPLITS
 
 RESULTS = Path(__file__).resolve().parent / "results"
-_QUICK = {e.env_id: e.env_kwargs for e in bm.SUITE["quick"]}
+_QUICK = {e.env_id: e.env_kwargs for e in bm.SUITE["quick"] if e.track is None}  # the ids' own sections, no track
 #: track -> (env id, family). The ids of a family that share their model config share their baselines' rows.
 TRACKS = {"pd": ("servegym/PDProvision-v0", "pd"), "geo-route": ("servegym/GeoRoute-v0", "geo"),
           "geo-window": ("servegym/GeoRouteWindow-v0", "geo"), "npu": ("servegym/NPUAutoscale-v0", "npu")}

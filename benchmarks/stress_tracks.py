@@ -52,7 +52,7 @@ RULES = ("rr", "ll", *(f"greedy:{a:g}" for a in ALPHAS), "moer", "ilp", "iter-il
 
 def track_kwargs(env_id: str, track: str) -> dict[str, Any]:
     """The id's quick-suite env kwargs on ``track`` (the track sets the poll period itself)."""
-    base = {e.env_id: e.env_kwargs for e in bm.SUITE["quick"]}[env_id]
+    base = {e.env_id: e.env_kwargs for e in bm.SUITE["quick"] if e.track is None}[env_id]  # the id's own section
     cfg = dict(base.get("config", {}))
     geo = {k: v for k, v in cfg.get("geo", {}).items() if k != "poll_interval_s"}
     cfg = {**{k: v for k, v in cfg.items() if k != "geo"}, **({"geo": geo} if geo else {}), "track": track}

@@ -41,7 +41,7 @@ from servegym.outputs import write_text
 RESULTS = Path(__file__).resolve().parent / "results"
 RHO_GRID = (0.80, 0.85, 0.90, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0)
 ALPHA_GRID = tuple(round(0.1 * i, 1) for i in range(11))
-_QUICK = {e.env_id: e.env_kwargs for e in bm.SUITE["quick"]}
+_QUICK = {e.env_id: e.env_kwargs for e in bm.SUITE["quick"] if e.track is None}  # the ids' own sections, no track
 #: Measured id -> (the ids it stands for, its candidates).
 TRACKS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "pd": ("servegym/PDProvision-v0",
