@@ -72,8 +72,7 @@ class PDEnvConfig:
     # allocates per-request arrays): set it higher explicitly for a larger run.
     max_expected_requests: int = MAX_EXPECTED_REQUESTS
     split: str | None = "train"  # benchmark split reset() draws the day from (module docstring); None: fixed
-    # a stress track laid over a base split (servegym.envs.pd.tracks: the fields it sets, here, at construction)
-    track: str | None = None
+    track: str | None = None  # stress track over a base split or None (servegym.envs.pd.tracks sets its fields)
 
     def __post_init__(self) -> None:
         check_field_types(self)

@@ -106,10 +106,11 @@ FAMILY_TRACKS: dict[str, dict[str, tuple[str, str]]] = {
         "stress-delay": ("the split's days at twice the default peak rate (28 req/s), the plotted per-minute band at "
                          "full amplitude (burstiness 1), a 300-s instance start-up delay, a 12-GPU budget and a "
                          "persistence forecast in the observation (shift-forecast's) instead of the exact rates",
-                         "an instance ordered now serves in 5 min, so a rule must size for the next 6 periods from a "
-                         "forecast that carries the last minute's i.i.d. spread: the persistence rules buy their SLO "
-                         "with a low utilization target that the budget caps, while the day's expected rate (its "
-                         "smooth shape and band, estimable from history) is a better causal forecast"),
+                         "an instance ordered now serves in 5 min, so a rule must provision ahead, and the "
+                         "persistence forecast carries the last minute's i.i.d. draw into the next 6: the "
+                         "persistence rules need a low utilization target, the reactive HPA (target tuned to 0.8) "
+                         "is the strongest and reaches the budget on a few days, while the day's expected rate (its "
+                         "smooth shape and band, estimable from history) is the best causal forecast"),
     },
 }
 
