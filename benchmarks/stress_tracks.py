@@ -1,4 +1,4 @@
-"""The geo stress tracks' headroom: the hindsight oracle, the causal reference and the tuned rules against the
+"""The stress tracks' headroom (geo and pd): the hindsight oracle, the causal reference and the tuned rules against the
 strongest rule, on each track's own splits.
 
 A stress track (:data:`servegym.splits.FAMILY_TRACKS`, the ``track`` config key) lays a condition over the base
@@ -9,14 +9,17 @@ splits. Per track, with the id's quick-suite env kwargs (its poll period replace
    verdict (:func:`servegym.agents.verdict.verdict_ranking`): the first is the track's **strongest**. The causal
    candidates (:mod:`servegym.baselines.geo.causal`: a rule fed a dead-reckoned snapshot ``+dr:<k>`` and/or
    bias-corrected OSL estimates ``+bc``, over a grid of the lifetime knob ``k``) are ranked the same way among
-   themselves: the first is the track's **causal reference** (its knob tuned on validation only).
+   themselves: the first is the track's **causal reference** (its knob tuned on validation only). pd: every shipped
+   rule with min-power+forecast and threshold-hpa over utilization-target grids; the causal candidates are
+   ``min-power+expected:<rho>`` (the day's expected rates, :class:`servegym.baselines.pd.MinPowerExpectedForecast`),
+   and ``min-power+perfect:1`` (the realized rates) is an extra row labelled as not causal.
 2. **test** (reset seeds from 0, 30 episodes): the oracle, every rule and every causal candidate on the same
    episodes; each minus the strongest, paired (:func:`servegym.agents.verdict.paired_verdict`: KPI difference
    with its 95 % CI, in % of the strongest's KPI, SLO difference in pp with its CI, return difference and the
    verdict's outcome). Learnable headroom = causal reference - strongest; oracle - causal is what only
    hindsight knows (true lengths, fresh state, the next arrivals, the best of its plans per episode).
 
-    python benchmarks/stress_tracks.py [--tracks geo-route/stress-load,geo-window/stress-osl] [--episodes 30]
+    python benchmarks/stress_tracks.py [--tracks geo-route/stress-load,pd/stress-delay] [--episodes 30]
 
 Each track's cells go to ``runs/stress_tracks/<track>.json`` (atomically, a rerun skips a stored track with the
 same episodes and candidates) and the section between the stress-track markers of
