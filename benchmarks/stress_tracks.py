@@ -206,10 +206,31 @@ def markdown(cells: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _section_heading(c: dict[str, Any]) -> str:
+    return f"### {c['env_id']}, track `{c['name']}` ("
+
+
 def render(out: Path, state: Path) -> None:
+    """Rewrite the stress block from the stored cells, keeping the shipped sections of tracks with no stored cell
+    (a checkout that measured one track keeps the others' sections as shipped), in :data:`TRACKS` order."""
     cells = [json.loads(p.read_text()) for p in sorted(state.glob("*.json"))]
-    if cells:
-        write_text(out, splice_stress(out.read_text() if out.exists() else "# Headroom\n\n", markdown(cells)))
+    if not cells:
+        return
+    text = out.read_text() if out.exists() else "# Headroom\n\n"
+    new = markdown(cells)
+    old = text[text.index(STRESS_BEGIN):text.index(STRESS_END)] if STRESS_BEGIN in text and STRESS_END in text else ""
+    kept: dict[str, str] = {}
+    for part in old.split("\n### ")[1:]:
+        if not any(("### " + part).startswith(_section_heading(c)) for c in cells):
+            kept[part.split(" (", 1)[0]] = "### " + part.rstrip("\n") + "\n"
+    fresh = {("### " + part).split(" (", 1)[0][4:]: "### " + part.rstrip("\n") + "\n"
+             for part in new[:new.index(STRESS_END)].split("\n### ")[1:]}
+    order = [f"{env_id}, track `{name}`" for env_id, name, _ in TRACKS.values()]
+    sections = {**kept, **fresh}
+    keys = sorted(sections, key=lambda k: order.index(k) if k in order else len(order))
+    intro = new[:new.index("\n### ")]
+    block = intro + "\n" + "\n".join(sections[k] for k in keys) + "\n" + STRESS_END
+    write_text(out, splice_stress(text, block))
 
 
 def main(argv: list[str] | None = None) -> int:

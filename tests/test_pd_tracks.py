@@ -101,3 +101,37 @@ def test_tuned_rule_names_parse() -> None:
     assert _pd_policy("threshold-hpa:0.8").target == 0.8 and _pd_policy("threshold-hpa:0.8").name == "threshold-hpa:0.8"
     assert _pd_policy("threshold-hpa").name == "threshold-hpa"
     assert _pd_policy("min-power+expected:0.9").name == "min-power+expected:0.9"
+
+
+def test_stress_render_keeps_the_sections_of_tracks_not_measured_here(tmp_path, monkeypatch) -> None:
+    """benchmarks/stress_tracks.py rewrites its block from the stored cells; a track without a stored cell keeps its
+    shipped section (a checkout that measured pd alone must not drop the geo sections)."""
+    import json
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(bench))
+    sys.modules.pop("stress_tracks", None)
+    import stress_tracks as st
+
+    cell = {"track": "pd/stress-delay", "env_id": "servegym/PDProvision-v0", "name": "stress-delay", "episodes": 2,
+            "cpu_s": 1.0, "env_kwargs": {}, "kpi": "energy_kwh", "strongest": "a", "causal_reference": "c",
+            "strongest_kpi": 10.0, "strongest_slo_pct": 0.0, "strongest_return": -10.0,
+            "validation_rules": [], "validation_causal": [],
+            "rows": [{"policy": p, "role": r, "kpi_diff": -1.0, "kpi_diff_ci": [-1.1, -0.9], "kpi_diff_pct": -10.0,
+                      "slo_diff_pp": 0.0, "slo_diff_ci": [0.0, 0.0], "slo_tolerance_pp": 0.01, "return_diff": 1.0,
+                      "return_diff_ci": [0.9, 1.1], "outcome": "beats"} for p, r in (("o", "oracle"),
+                                                                                       ("c", "causal reference"))]}
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "pd__stress-delay.json").write_text(json.dumps(cell))
+    out = tmp_path / "headroom.md"
+    geo = "### servegym/GeoRoute-v0, track `stress-load` (30 validation + 30 test episodes, 1 CPU-s)\n\ngeo body\n"
+    out.write_text(f"# Headroom\n\nintro\n\n{st.STRESS_BEGIN}\nold intro\n\n{geo}\n{st.STRESS_END}\n\nrest\n")
+    st.render(out, state)
+    text = out.read_text()
+    assert "geo body" in text and "### servegym/PDProvision-v0, track `stress-delay`" in text and "rest" in text
+    assert text.index("geo body") < text.index("track `stress-delay`") < text.index(st.STRESS_END)
+    st.render(out, state)
+    assert out.read_text() == text  # idempotent
