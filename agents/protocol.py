@@ -336,6 +336,11 @@ TRACK_YARDSTICKS.update({(pd_id, "stress-delay"): replace(
         "the realized arrival counts of the coming period and the start-up horizon (the episode's own per-minute "
         "draws): the forecast rule with a perfect short forecast, not a causal reference on this track"))
     for pd_id in ("servegym/PDProvision-v0", "servegym/PDProvisionResidual-v0", "servegym/PDProvisionFront-v0")})
+#: stress-long-delay (600 s): the same choices on its own 30 validation episodes (threshold-hpa:0.8 first of the rules,
+#: return -65.56; min-power+expected:0.875 first of the causal candidates, -62.96).
+TRACK_YARDSTICKS.update({(pd_id, "stress-long-delay"): TRACK_YARDSTICKS[(pd_id, "stress-delay")]
+                         for pd_id in ("servegym/PDProvision-v0", "servegym/PDProvisionResidual-v0",
+                                       "servegym/PDProvisionFront-v0")})
 
 
 def track_of(env_kwargs: Mapping[str, Any] | None) -> str | None:

@@ -62,7 +62,8 @@ PD_RULES = ("min-power", "min-power+lookahead", "static-peak", "threshold-hpa",
 FAMILY_RULES: dict[str, tuple[str, ...]] = {"geo": RULES, "pd": PD_RULES}
 #: Rows beside the causal candidates that a causal policy cannot reach, labelled as such: pd's rule given the
 #: realized rates of the start-up horizon (the episode's own per-minute draws and Poisson counts).
-EXTRA_ROWS: dict[str, tuple[str, ...]] = {"pd/stress-delay": ("min-power+perfect:1",)}
+EXTRA_ROWS: dict[str, tuple[str, ...]] = {"pd/stress-delay": ("min-power+perfect:1",),
+                                          "pd/stress-long-delay": ("min-power+perfect:1",)}
 EXTRA_ROLE = "realized-rate forecast (not causal)"
 
 
@@ -93,6 +94,9 @@ TRACKS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     # the rule sized for the day's expected rates (servegym.baselines.pd.MinPowerExpectedForecast), target grid
     "pd/stress-delay": ("servegym/PDProvision-v0", "stress-delay",
                         tuple(f"min-power+expected:{r:g}" for r in (0.7, 0.75, 0.8, 0.825, 0.85, 0.875, 0.9, 0.95))),
+    "pd/stress-long-delay": ("servegym/PDProvision-v0", "stress-long-delay",
+                             tuple(f"min-power+expected:{r:g}" for r in (0.7, 0.75, 0.8, 0.825, 0.85, 0.875, 0.9,
+                                                                          0.95))),
 }
 
 

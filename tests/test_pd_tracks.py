@@ -26,7 +26,7 @@ def _env(split: str | None, track: str | None = "stress-delay", **cfg: object) -
 
 
 def test_track_is_documented_with_its_reason() -> None:
-    assert splits.tracks_of("pd") == ("stress-delay",) == tuple(tracks.TRACK_FIELDS)
+    assert splits.tracks_of("pd") == ("stress-delay", "stress-long-delay") == tuple(tracks.TRACK_FIELDS)
     doc = " ".join(tracks.__doc__.split())
     for name, (desc, why) in splits.FAMILY_TRACKS["pd"].items():
         assert f"``{name}``: {' '.join(desc.split())}. Why: {' '.join(why.split())}" in doc
@@ -53,6 +53,14 @@ def test_track_sets_its_fields_on_the_splits_own_days() -> None:
     assert not days["test"] & (days["train"] | days["validation"]) and not days["train"] & days["validation"]
 
 
+def test_long_delay_track_is_stress_delay_at_600_s() -> None:
+    env, short = _env("test", "stress-long-delay"), _env("test")
+    assert replace(env.config, startup_delay_s=300.0, track="stress-delay") == short.config
+    assert env._lookahead == 11  # the oracle's exact state holds up to 11 periods of lead
+    _, info = env.reset(seed=1)
+    assert info["scenario"]["forecast"] == "persistence" and info["scenario"]["track"] == "stress-long-delay"
+
+
 def test_track_forecast_is_persistence_and_deterministic() -> None:
     env = _env("validation")
     _, info = env.reset(seed=2)
@@ -71,7 +79,7 @@ def test_track_forecast_is_persistence_and_deterministic() -> None:
 
 def test_track_errors_are_one_line_config_errors() -> None:
     cases = [({"split": "shift-burst", "track": "stress-delay"}, r"track = 'stress-delay' with split = 'shift-burst'"),
-             ({"track": "stress-load"}, r"track = 'stress-load' is not allowed; allowed: None, stress-delay"),
+             ({"track": "stress-load"}, r"track = 'stress-load' is not allowed; allowed: None, stress-delay, stress-long-delay"),
              ({"track": "stress-delay", "startup_delay_s": 120}, r"startup_delay_s = 120 is set by track"),
              ({"track": "stress-delay", "gpu_budget": 8}, r"gpu_budget = 8 is set by track"),
              ({"track": "stress-delay", "scenario": {"burstiness": 0.5}}, r"scenario.burstiness = 0.5 is set by track")]

@@ -144,7 +144,7 @@ for old results only). A named split draws ``ci_start_utc``, ``start_hour``, ``p
 and ``mix_knots`` itself (setting them too is a ConfigError) and scales the configured ``peak_rate_rps``
 (observations stay scaled by the configured peak, so the draw is visible). The draw is ``env.scenario`` and
 ``info["scenario"]`` at reset; ``env.day`` is the episode's exact :class:`~servegym.envs.pd.sim.scenario.DayScenario`.
-**Stress tracks** (``track``; :mod:`servegym.envs.pd.tracks`): ``stress-delay`` (x2 load, 300-s start-up, 12 GPUs).
+**Stress tracks** (``track``; :mod:`servegym.envs.pd.tracks`): ``stress-delay`` / ``stress-long-delay`` (x2 load, 300 / 600-s start-up, 12 GPUs).
 
 Configuration: :class:`PDEnvConfig` (frozen dataclass); ``PDProvisionEnv(config=dict)`` takes highway-env
 style overrides of :meth:`PDProvisionEnv.default_config` (nested ``"scenario"`` dict allowed).

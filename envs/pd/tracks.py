@@ -14,6 +14,10 @@ else is a one-line ConfigError. Units in the field names.
   the next 6: the persistence rules need a low utilization target, the reactive HPA (target tuned to 0.8) is
   the strongest and reaches the budget on a few days, while the day's expected rate (its smooth shape and
   band, estimable from history) is the best causal forecast
+- ``stress-long-delay``: stress-delay with a 600-s instance start-up delay (a model pulled from remote
+  storage). Why: 10 periods of lead make the carried per-minute draw and the reactive rules' lag costlier than
+  at 300 s (a 10-episode validation scout put the expected-rate rule 4-7 % below the tuned HPA at about equal
+  SLO; 30 validation and 30 test episodes measure less)
 
 ``stress-delay`` (why: :data:`~servegym.splits.FAMILY_TRACKS`): the base splits' draws at ``peak_rate_rps`` 28
 (twice the default 14; the splits' x U[0.85, 1.15] draw still applies), ``burstiness`` 1 (each minute uniform in
@@ -23,7 +27,8 @@ up to 11), ``gpu_budget`` 12 and the persistence forecast of ``shift-forecast``
 and budget, 30 to check): at x 2.5 the demand-response caps (5.5 kW, 6.5 kW) push every causal rule to ~2 % SLO
 violation while the oracle keeps 0 %; at x 2 every rule plays a full day (none terminated) and the 12-GPU budget
 binds only at the reactive rules' peaks (the strongest, ``threshold-hpa:0.8``, reaches 12 GPUs in 4 of 30
-validation episodes, 20 periods; the oracle needs at most 9). Measured headroom: benchmarks/results/headroom.md.
+validation episodes, 20 periods; the oracle needs at most 9). ``stress-long-delay`` is the same at 600 s (10
+periods of lead; the oracle is still exact). Measured headroom: benchmarks/results/headroom.md.
 """
 
 from __future__ import annotations
@@ -37,9 +42,11 @@ from servegym.errors import ConfigError
 TRACK_FIELDS: dict[str, dict[str, Any]] = {
     "stress-delay": {"scenario.peak_rate_rps": 28.0, "scenario.burstiness": 1.0, "startup_delay_s": 300.0,
                      "gpu_budget": 12},
+    "stress-long-delay": {"scenario.peak_rate_rps": 28.0, "scenario.burstiness": 1.0, "startup_delay_s": 600.0,
+                          "gpu_budget": 12},
 }
 #: Tracks whose forecast (observation, info, reference, baselines) is the persistence forecast.
-PERSISTENCE_FORECAST_TRACKS: tuple[str, ...] = ("stress-delay",)
+PERSISTENCE_FORECAST_TRACKS: tuple[str, ...] = ("stress-delay", "stress-long-delay")
 
 
 def _get(obj: Any, name: str) -> Any:

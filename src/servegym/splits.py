@@ -111,6 +111,10 @@ FAMILY_TRACKS: dict[str, dict[str, tuple[str, str]]] = {
                          "persistence rules need a low utilization target, the reactive HPA (target tuned to 0.8) "
                          "is the strongest and reaches the budget on a few days, while the day's expected rate (its "
                          "smooth shape and band, estimable from history) is the best causal forecast"),
+        "stress-long-delay": ("stress-delay with a 600-s instance start-up delay (a model pulled from remote storage)",
+                              "10 periods of lead make the carried per-minute draw and the reactive rules' lag costlier "
+                              "than at 300 s (a 10-episode validation scout put the expected-rate rule 4-7 % below the "
+                              "tuned HPA at about equal SLO; 30 validation and 30 test episodes measure less)"),
     },
 }
 
