@@ -124,18 +124,22 @@ def _unknown(family: str, name: str, allowed: tuple[str, ...]) -> ConfigError:
                        f"allowed: {', '.join(allowed)}")
 
 
-#: ``min-power+forecast`` takes a utilization target: ``min-power+forecast:0.95``; ``oracle`` is the
+#: ``min-power+forecast`` takes a utilization target: ``min-power+forecast:0.95`` (``threshold-hpa`` too: its
+#: per-pool utilization target, ``threshold-hpa:0.8``; default 0.7); ``oracle`` is the
 #: hindsight DP (servegym.baselines.pd_oracle), the pd ids' 100.
 PD_BASELINES = ("min-power", "min-power+lookahead", "static-peak", "threshold-hpa", "min-power+forecast", "oracle")
 
 
 #: The pd causal reference (servegym.baselines.pd.MinPowerPerfectForecast): min-power+forecast given the true
 #: arrivals of the next periods; ``min-power+perfect:<rho>`` takes a utilization target like the forecast rule.
-PD_CAUSAL_REFERENCES = ("min-power+perfect",)
+#: ``min-power+expected[:<rho>]`` (MinPowerExpectedForecast) is the stress tracks' causal reference: the day's
+#: expected rates, none of the episode's per-minute draws.
+PD_CAUSAL_REFERENCES = ("min-power+perfect", "min-power+expected")
 
 
 def _pd_policy(name: str) -> Any:
     from servegym.baselines.pd import (
+        MinPowerExpectedForecast,
         MinPowerForecast,
         MinPowerPareto,
         MinPowerPerfectForecast,
@@ -145,7 +149,9 @@ def _pd_policy(name: str) -> Any:
     from servegym.baselines.pd_oracle import HindsightOracle
 
     head, _, arg = name.partition(":")
-    targeted = {"min-power+forecast": MinPowerForecast, "min-power+perfect": MinPowerPerfectForecast}
+    targeted = {"min-power+forecast": MinPowerForecast, "min-power+perfect": MinPowerPerfectForecast,
+                "min-power+expected": MinPowerExpectedForecast,
+                "threshold-hpa": lambda rho_bar: ThresholdAutoscaler(target=rho_bar)}
     if head in targeted and arg:
         try:
             rho = float(arg)
@@ -154,7 +160,8 @@ def _pd_policy(name: str) -> Any:
         return targeted[head](rho_bar=rho)
     makers = {"min-power": lambda: MinPowerPareto(lookahead=0), "min-power+lookahead": lambda: MinPowerPareto(lookahead=1),
               "static-peak": StaticPeak, "threshold-hpa": ThresholdAutoscaler, "min-power+forecast": MinPowerForecast,
-              "min-power+perfect": MinPowerPerfectForecast, "oracle": HindsightOracle}
+              "min-power+perfect": MinPowerPerfectForecast, "min-power+expected": MinPowerExpectedForecast,
+              "oracle": HindsightOracle}
     if name not in makers:
         raise _unknown("pd", name, (*PD_BASELINES, *PD_CAUSAL_REFERENCES))
     return makers[name]()

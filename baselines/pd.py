@@ -48,8 +48,8 @@ from servegym.envs.pd.sim.provisioning import MinPowerRule, check_rule
 
 from servegym.errors import ConfigError, check_range
 
-__all__ = ["MinPowerForecast", "MinPowerPareto", "MinPowerPerfectForecast", "Policy", "PolicyResult", "StaticPeak", "ThresholdAutoscaler", "compare_policies",
-           "default_policies", "plot_deployments", "run_policy"]
+__all__ = ["MinPowerExpectedForecast", "MinPowerForecast", "MinPowerPareto", "MinPowerPerfectForecast", "Policy", "PolicyResult", "StaticPeak", "ThresholdAutoscaler", "compare_policies",
+           "default_policies", "expected_rates", "plot_deployments", "run_policy"]
 
 
 @runtime_checkable
@@ -148,6 +148,58 @@ class MinPowerPerfectForecast(MinPowerPareto):
         return _action(sel.n_p, sel.n_d)
 
 
+class MinPowerExpectedForecast(MinPowerPareto):
+    """A causal reference for forecast-free conditions (the pd stress tracks): :class:`MinPowerForecast` sized
+    for the day's **expected** rates instead of a forecast of the realized ones.
+
+    Each period it sizes for the highest expected mean rate over the start-up horizon (the coming period and the
+    ``ceil(startup_delay / period)`` after it) / rho_bar, plus the backlog to drain, and ignores the last
+    observed rate. The expected rate of a minute is the smooth median plus ``burstiness`` x (the band's midpoint
+    - the median): the mean of the i.i.d. uniform per-minute draw (:mod:`servegym.envs.pd.sim.scenario`,
+    "Per-minute spread"), i.e. the conditional expectation of the coming rates given everything observed, since
+    the draws are independent of the past. It knows the day's shape and band (what a policy estimates from the
+    day's history, and the persistence forecast's smooth shape shows) and none of the episode's draws, unlike
+    :class:`MinPowerPerfectForecast`. A reference row, never a candidate for the strongest baseline.
+    """
+
+    def __init__(self, rho_bar: float = DEFAULT_RHO_BAR, drain_s: float | None = 300.0,
+                 respect_cap: bool = True) -> None:
+        super().__init__(rho_bar=rho_bar, lookahead=1, drain_s=drain_s, respect_cap=respect_cap)
+        self.name = "min-power+expected" + ("" if rho_bar == DEFAULT_RHO_BAR else f":{rho_bar:g}")
+        self._expected: NDArray[np.float64] = np.zeros(0)
+        self._env: PDProvisionEnv | None = None
+        self._horizon = 1
+
+    def reset(self, env: PDProvisionEnv, info: dict[str, Any]) -> None:
+        super().reset(env, info)
+        self._expected = expected_rates(env)
+        self._horizon = math.ceil(env.config.startup_delay_s / env.config.scenario.period_s) + 1
+        self._env = env
+
+    def act(self, obs: NDArray[np.float32], info: dict[str, Any]) -> NDArray[np.int64]:
+        if self._rule is None or self._env is None:
+            raise ConfigError("MinPowerExpectedForecast.act before reset(env, info)")
+        k = self._env.step_index
+        ahead = self._expected[k: k + self._horizon]
+        rate = float(ahead.max()) if ahead.size else 0.0
+        sel, _ = self._rule.suggest(rate, rate, float(info["backlog"]), int(info["mix_index"]), float(info["next_cap_w"]))
+        return _action(sel.n_p, sel.n_d)
+
+
+def expected_rates(env: PDProvisionEnv) -> NDArray[np.float64]:
+    """The expected mean rate (req/s) of every period of ``env``'s day: the per-minute rates with each uniform
+    draw at its mean 0.5 (the rate is linear in it), averaged per period; the smooth rate on the legacy day."""
+    from servegym.envs.pd.sim.day_shape import horizon_minutes, minute_rates, period_means
+
+    day, sig = env.day, env.signals
+    n = sig.base_rate_rps.size
+    if sig.band.size == 0:
+        return np.asarray(sig.base_rate_rps, dtype=float)
+    m0, n_min, first_s = horizon_minutes(day.start_hour, day.period_s, n)
+    u = np.full((sig.band.shape[0], n_min), 0.5)
+    return period_means(minute_rates(sig.band, m0, n_min, float(day.burstiness), u), first_s, day.period_s, n)
+
+
 class StaticPeak:
     """One deployment for the whole day, sized for the day's peak demand (module docstring)."""
 
@@ -190,6 +242,7 @@ class ThresholdAutoscaler:
         check_range("tolerance", tolerance, 0.0, 1.0)
         check_range("scale_down_window_s", scale_down_window_s, 0.0, None)
         self.target, self.tolerance, self.window_s = target, tolerance, scale_down_window_s
+        self.name = "threshold-hpa" + ("" if target == 0.7 else f":{target:g}")
         self._recs: deque[tuple[int, int]] = deque()
         self._budget = 2
         self._max = (1, 1)

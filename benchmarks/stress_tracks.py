@@ -1,4 +1,4 @@
-"""The geo stress tracks' headroom: the hindsight oracle, the causal reference and the tuned rules against the
+"""The stress tracks' headroom (geo and pd): the hindsight oracle, the causal reference and the tuned rules against the
 strongest rule, on each track's own splits.
 
 A stress track (:data:`servegym.splits.FAMILY_TRACKS`, the ``track`` config key) lays a condition over the base
@@ -9,14 +9,17 @@ splits. Per track, with the id's quick-suite env kwargs (its poll period replace
    verdict (:func:`servegym.agents.verdict.verdict_ranking`): the first is the track's **strongest**. The causal
    candidates (:mod:`servegym.baselines.geo.causal`: a rule fed a dead-reckoned snapshot ``+dr:<k>`` and/or
    bias-corrected OSL estimates ``+bc``, over a grid of the lifetime knob ``k``) are ranked the same way among
-   themselves: the first is the track's **causal reference** (its knob tuned on validation only).
+   themselves: the first is the track's **causal reference** (its knob tuned on validation only). pd: every shipped
+   rule with min-power+forecast and threshold-hpa over utilization-target grids; the causal candidates are
+   ``min-power+expected:<rho>`` (the day's expected rates, :class:`servegym.baselines.pd.MinPowerExpectedForecast`),
+   and ``min-power+perfect:1`` (the realized rates) is an extra row labelled as not causal.
 2. **test** (reset seeds from 0, 30 episodes): the oracle, every rule and every causal candidate on the same
    episodes; each minus the strongest, paired (:func:`servegym.agents.verdict.paired_verdict`: KPI difference
    with its 95 % CI, in % of the strongest's KPI, SLO difference in pp with its CI, return difference and the
    verdict's outcome). Learnable headroom = causal reference - strongest; oracle - causal is what only
    hindsight knows (true lengths, fresh state, the next arrivals, the best of its plans per episode).
 
-    python benchmarks/stress_tracks.py [--tracks geo-route/stress-load,geo-window/stress-osl] [--episodes 30]
+    python benchmarks/stress_tracks.py [--tracks geo-route/stress-load,pd/stress-delay] [--episodes 30]
 
 Each track's cells go to ``runs/stress_tracks/<track>.json`` (atomically, a rerun skips a stored track with the
 same episodes and candidates) and the section between the stress-track markers of
@@ -50,8 +53,28 @@ ALPHAS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 RULES = ("rr", "ll", *(f"greedy:{a:g}" for a in ALPHAS), "moer", "ilp", "iter-ilp", "milp", "green-llm")
 
 
+#: pd: every shipped rule, min-power+forecast and threshold-hpa over utilization-target grids reaching down to where
+#: the persistence forecast's rules keep their violations low under a 300-s start-up delay.
+PD_RHOS = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.97)
+PD_HPA_TARGETS = (0.6, 0.65, 0.75, 0.8, 0.85)  # threshold-hpa's utilization target (0.7 is plain threshold-hpa)
+PD_RULES = ("min-power", "min-power+lookahead", "static-peak", "threshold-hpa",
+            *(f"threshold-hpa:{t:g}" for t in PD_HPA_TARGETS), *(f"min-power+forecast:{r:g}" for r in PD_RHOS))
+FAMILY_RULES: dict[str, tuple[str, ...]] = {"geo": RULES, "pd": PD_RULES}
+#: Rows beside the causal candidates that a causal policy cannot reach, labelled as such: pd's rule given the
+#: realized rates of the start-up horizon (the episode's own per-minute draws and Poisson counts).
+EXTRA_ROWS: dict[str, tuple[str, ...]] = {"pd/stress-delay": ("min-power+perfect:1",),
+                                          "pd/stress-long-delay": ("min-power+perfect:1",)}
+EXTRA_ROLE = "realized-rate forecast (not causal)"
+
+
+def rules_of(env_id: str) -> tuple[str, ...]:
+    from servegym.splits import ENV_FAMILY
+
+    return FAMILY_RULES[ENV_FAMILY[env_id]]
+
+
 def track_kwargs(env_id: str, track: str) -> dict[str, Any]:
-    """The id's quick-suite env kwargs on ``track`` (the track sets the poll period itself)."""
+    """The id's quick-suite env kwargs on ``track`` (the track sets the poll period, or pd's fields, itself)."""
     base = {e.env_id: e.env_kwargs for e in bm.SUITE["quick"] if e.track is None}[env_id]  # the id's own section
     cfg = dict(base.get("config", {}))
     geo = {k: v for k, v in cfg.get("geo", {}).items() if k != "poll_interval_s"}
@@ -68,6 +91,12 @@ TRACKS: dict[str, tuple[str, str, tuple[str, ...]]] = {
                               ("green-llm+bc", "ilp+bc", "iter-ilp+bc", "milp+bc",
                                *(f"iter-ilp+dr:{k:g}+bc" for k in (1.0, 1.5, 2.0)),
                                *(f"milp+dr:{k:g}+bc" for k in (1.0, 1.5)), "ilp+dr:1.5+bc")),
+    # the rule sized for the day's expected rates (servegym.baselines.pd.MinPowerExpectedForecast), target grid
+    "pd/stress-delay": ("servegym/PDProvision-v0", "stress-delay",
+                        tuple(f"min-power+expected:{r:g}" for r in (0.7, 0.75, 0.8, 0.825, 0.85, 0.875, 0.9, 0.95))),
+    "pd/stress-long-delay": ("servegym/PDProvision-v0", "stress-long-delay",
+                             tuple(f"min-power+expected:{r:g}" for r in (0.7, 0.75, 0.8, 0.825, 0.85, 0.875, 0.9,
+                                                                          0.95))),
 }
 
 
@@ -80,26 +109,28 @@ def _rank(runs: dict[str, list[EpisodeResult]], kpi: str) -> list[dict[str, Any]
 def measure(key: str, episodes: int) -> dict[str, Any]:
     """One track (module docstring)."""
     env_id, track, causal = TRACKS[key]
+    rules, extra = rules_of(env_id), EXTRA_ROWS.get(key, ())
     kwargs = track_kwargs(env_id, track)
     oracle = protocol.yardsticks(env_id).oracle
     assert oracle is not None
     t0 = time.process_time()
-    val, kpi = _play(env_id, "validation", kwargs, [*RULES, *causal], seeds_from(bm.VALIDATION_SEED, episodes))
-    rules_rank = _rank({p: val[p] for p in RULES}, kpi)
+    val, kpi = _play(env_id, "validation", kwargs, [*rules, *causal], seeds_from(bm.VALIDATION_SEED, episodes))
+    rules_rank = _rank({p: val[p] for p in rules}, kpi)
     causal_rank = _rank({p: val[p] for p in causal}, kpi)
     strongest, ref = rules_rank[0]["policy"], causal_rank[0]["policy"]
-    test, _ = _play(env_id, "test", kwargs, [oracle, *RULES, *causal], seeds_from(bm.TEST_SEED, episodes))
+    test, _ = _play(env_id, "test", kwargs, [oracle, *rules, *causal, *extra], seeds_from(bm.TEST_SEED, episodes))
     strong = test[strongest]
     rows = []
-    for p in [oracle, ref, *(c["policy"] for c in rules_rank), *(c["policy"] for c in causal_rank)]:
+    for p in [oracle, ref, *extra, *(c["policy"] for c in rules_rank), *(c["policy"] for c in causal_rank)]:
         if p == strongest or any(r["policy"] == p for r in rows):
             continue
-        role = "oracle" if p == oracle else "causal reference" if p == ref else "causal" if p in causal else "rule"
+        role = ("oracle" if p == oracle else "causal reference" if p == ref else EXTRA_ROLE if p in extra
+                else "causal" if p in causal else "rule")
         v = paired_verdict(test[p], strong, kpi, strongest)
         rows.append({"policy": p, "role": role, "kpi_mean": protocol.mean_metric(test[p], kpi),
                      "slo_pct": protocol.mean_metric(test[p], protocol.SLO_METRIC), **v.as_dict()})
     return {"track": key, "env_id": env_id, "name": track, "env_kwargs": kwargs, "episodes": episodes,
-            "rules": list(RULES), "causal_candidates": list(causal), "kpi": kpi, "strongest": strongest,
+            "rules": list(rules), "causal_candidates": list(causal), "extra_rows": list(extra), "kpi": kpi, "strongest": strongest,
             "causal_reference": ref, "validation_rules": rules_rank, "validation_causal": causal_rank,
             "strongest_kpi": protocol.mean_metric(strong, kpi),
             "strongest_slo_pct": protocol.mean_metric(strong, protocol.SLO_METRIC),
@@ -121,7 +152,8 @@ def _summary(c: dict[str, Any]) -> str:
     rows = {r["policy"]: r for r in c["rows"]}
     ref, orc = rows[c["causal_reference"]], next(r for r in c["rows"] if r["role"] == "oracle")
     ok = ref["outcome"] == "beats" and ref["kpi_diff_pct"] <= -TARGET_PCT
-    within = [r for r in c["rows"] if r["role"] != "oracle" and r["slo_diff_ci"][1] <= r["slo_tolerance_pp"]]
+    within = [r for r in c["rows"] if r["role"] not in ("oracle", EXTRA_ROLE)
+              and r["slo_diff_ci"][1] <= r["slo_tolerance_pp"]]
     best = min(within, key=lambda r: r["kpi_diff"], default=None)
     text = (f"**Learnable headroom** (causal reference - strongest): {ref['kpi_diff_pct']:+.2f} % {c['kpi']} "
             f"[{100 * ref['kpi_diff_ci'][0] / c['strongest_kpi']:+.2f}, {100 * ref['kpi_diff_ci'][1] / c['strongest_kpi']:+.2f}] "
@@ -137,19 +169,21 @@ def _summary(c: dict[str, Any]) -> str:
 
 def markdown(cells: list[dict[str, Any]]) -> str:
     """The stress-track section of headroom.md (between the markers)."""
-    from servegym.splits import FAMILY_TRACKS
+    from servegym.splits import ENV_FAMILY, FAMILY_TRACKS
 
     lines = [STRESS_BEGIN, "## Stress tracks (`python benchmarks/stress_tracks.py`)", "",
              "A stress track lays a condition over the base splits (`track` config key; train, validation and test "
-             "days stay disjoint). Per track: the strongest shipped rule and the causal reference (a rule fed a "
+             "days stay disjoint). Per track: the strongest shipped rule and the causal reference (geo: a rule fed a "
              "dead-reckoned snapshot `+dr:<k>` and/or bias-corrected OSL estimates `+bc`, "
-             "`servegym.baselines.geo.causal`; knob tuned on validation) are each the first of the verdict's "
+             "`servegym.baselines.geo.causal`; pd: the forecast rule sized for the day's expected rates "
+             "`min-power+expected:<rho>`, `servegym.baselines.pd.MinPowerExpectedForecast`; knob tuned on "
+             "validation) are each the first of the verdict's "
              "ranking on the validation episodes; the rows are paired differences to the strongest on the test "
              "episodes, mean [95 % CI]. Learnable headroom = causal reference - strongest: a causal policy reaches it "
              "from what it observes; oracle - causal reference is what only hindsight knows. Outcome: the verdict "
              f"of the row against the strongest ({protocol.BEATS_RULE}).", ""]
     for c in cells:
-        fam_tracks = FAMILY_TRACKS["geo"]
+        fam_tracks = FAMILY_TRACKS[ENV_FAMILY[c["env_id"]]]
         desc, why = fam_tracks[c["name"]]
         lines += [f"### {c['env_id']}, track `{c['name']}` ({c['episodes']} validation + {c['episodes']} test "
                   f"episodes, {c['cpu_s']:.0f} CPU-s)", "",
@@ -176,10 +210,31 @@ def markdown(cells: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _section_heading(c: dict[str, Any]) -> str:
+    return f"### {c['env_id']}, track `{c['name']}` ("
+
+
 def render(out: Path, state: Path) -> None:
+    """Rewrite the stress block from the stored cells, keeping the shipped sections of tracks with no stored cell
+    (a checkout that measured one track keeps the others' sections as shipped), in :data:`TRACKS` order."""
     cells = [json.loads(p.read_text()) for p in sorted(state.glob("*.json"))]
-    if cells:
-        write_text(out, splice_stress(out.read_text() if out.exists() else "# Headroom\n\n", markdown(cells)))
+    if not cells:
+        return
+    text = out.read_text() if out.exists() else "# Headroom\n\n"
+    new = markdown(cells)
+    old = text[text.index(STRESS_BEGIN):text.index(STRESS_END)] if STRESS_BEGIN in text and STRESS_END in text else ""
+    kept: dict[str, str] = {}
+    for part in old.split("\n### ")[1:]:
+        if not any(("### " + part).startswith(_section_heading(c)) for c in cells):
+            kept[part.split(" (", 1)[0]] = "### " + part.rstrip("\n") + "\n"
+    fresh = {("### " + part).split(" (", 1)[0][4:]: "### " + part.rstrip("\n") + "\n"
+             for part in new[:new.index(STRESS_END)].split("\n### ")[1:]}
+    order = [f"{env_id}, track `{name}`" for env_id, name, _ in TRACKS.values()]
+    sections = {**kept, **fresh}
+    keys = sorted(sections, key=lambda k: order.index(k) if k in order else len(order))
+    intro = new[:new.index("\n### ")]
+    block = intro + "\n" + "\n".join(sections[k] for k in keys) + "\n" + STRESS_END
+    write_text(out, splice_stress(text, block))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         path = state / (t.replace("/", "__") + ".json")
         old = json.loads(path.read_text()) if path.exists() else None
         if old and old["episodes"] == args.episodes and old["causal_candidates"] == list(TRACKS[t][2]) \
-                and old["rules"] == list(RULES):
+                and old["rules"] == list(rules_of(TRACKS[t][0])) and old.get("extra_rows", []) == list(EXTRA_ROWS.get(t, ())):
             continue
         print(f"{t}: {args.episodes} validation + test episodes", file=sys.stderr, flush=True)
         write_text(path, json.dumps(measure(t, args.episodes), indent=1, default=float) + "\n")

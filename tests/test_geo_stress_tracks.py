@@ -29,7 +29,7 @@ def _make(env_id: str, split: str | None, track: str | None, **cfg: object) -> g
 
 def test_tracks_are_documented_with_their_reasons() -> None:
     assert splits.tracks_of("geo") == ("stress-load", "stress-osl")
-    assert splits.tracks_of("pd") == ()
+    assert splits.tracks_of("pd") == ("stress-delay", "stress-long-delay")
     doc = " ".join(env_common.__doc__.split())
     for name, (desc, why) in splits.FAMILY_TRACKS["geo"].items():
         assert f"``{name}``: {' '.join(desc.split())}. Why: {' '.join(why.split())}" in doc

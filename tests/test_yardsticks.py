@@ -99,12 +99,18 @@ def test_pd_ids_draw_the_same_scenarios(twin: str) -> None:
 
 
 # ------------------------------------------------------------------------------------- leaderboard.json
-def _board() -> dict[str, list[dict[str, Any]]]:
+def _sections() -> dict[tuple[str, str | None], list[dict[str, Any]]]:
+    """The leaderboard's rows per section: (env id, stress track or None)."""
     rows = json.loads(LEADERBOARD.read_text())
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
     for r in rows:
-        out.setdefault(r["env"], []).append(r)
+        out.setdefault((r["env"], r.get("track") or None), []).append(r)
     return out
+
+
+def _board() -> dict[str, list[dict[str, Any]]]:
+    """The rows of each id's own section (no stress track)."""
+    return {env: rows for (env, track), rows in _sections().items() if track is None}
 
 
 def test_leaderboard_has_a_section_for_every_env_id() -> None:
@@ -117,8 +123,26 @@ def test_leaderboard_carries_every_yardstick_with_score_kpis_slo_and_verdict(env
     least one agent, named as the registry names them; each row with a finite score, its KPIs, its SLO
     violation and (all but the strongest's own row) the paired verdict against the strongest baseline;
     naive 0 and the oracle 100 on every episode; the strongest's row carries the headroom, 100 - its score."""
-    rows = _board()[env_id]
-    y = protocol.yardsticks(env_id)
+    _check_section(env_id, _board()[env_id], protocol.yardsticks(env_id))
+
+
+_TRACK_SECTIONS = sorted(k for k in _sections() if k[1] is not None) if LEADERBOARD.exists() else []
+
+
+@pytest.mark.parametrize("section", _TRACK_SECTIONS, ids=[f"{e}@{t}" for e, t in _TRACK_SECTIONS])
+def test_every_stress_track_section_carries_its_tracks_yardsticks(section: tuple[str, str]) -> None:
+    """A stress-track section (``<id>@<track>``) holds the track's own yardsticks
+    (:data:`~servegym.agents.protocol.TRACK_YARDSTICKS`: its strongest, causal reference and oracle), with the
+    same row checks as an id's own section, and only rows of that track."""
+    env_id, track = section
+    rows = _sections()[section]
+    assert all(r.get("track") == track for r in rows)
+    y = protocol.TRACK_YARDSTICKS[(env_id, track)]
+    assert y.causal, f"{env_id}@{track}: a track section needs its causal reference"
+    _check_section(f"{env_id}@{track}", rows, y)
+
+
+def _check_section(env_id: str, rows: list[dict[str, Any]], y: Any) -> None:
     by_policy = {r["policy"]: r for r in rows}
     roles = y.roles()
     for role, name in roles.items():

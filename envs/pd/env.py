@@ -138,13 +138,13 @@ trace's distribution per split. The per-minute spread and the Poisson counts com
 - ``shift-weekend``: as test, on a 2024 weekend day (coding Sat 11 / Sun 12, conversation Sun 12 / Sat 18 May)
   at its trace's test-day peak (``level_scale`` x 3.3 / x 1.5: its own level fits 1p1d all day, oracle = naive)
 
-``split=None`` runs the configured day as is (the illustrative three-trace mix, both 2024 traces' Monday
-13 May, ``ci_start_utc`` and hour 0; ``scenario.pattern_trace = "legacy-azure-2023"`` is the former tiled
-2023 hour, kept for old results only). A named split draws ``ci_start_utc``, ``start_hour``,
-``pattern_trace``, ``pattern_day`` and ``mix_knots`` itself (setting them too is a ConfigError) and
-scales the configured ``peak_rate_rps`` (observations stay scaled by the configured peak, so the draw is
-visible). The draw is ``env.scenario`` and ``info["scenario"]`` at reset; ``env.day`` is the episode's exact
-:class:`~servegym.envs.pd.sim.scenario.DayScenario`.
+``split=None`` runs the configured day as is (the illustrative three-trace mix, both 2024 traces' Monday 13 May,
+``ci_start_utc`` and hour 0; ``scenario.pattern_trace = "legacy-azure-2023"`` is the former tiled 2023 hour, kept
+for old results only). A named split draws ``ci_start_utc``, ``start_hour``, ``pattern_trace``, ``pattern_day``
+and ``mix_knots`` itself (setting them too is a ConfigError) and scales the configured ``peak_rate_rps``
+(observations stay scaled by the configured peak, so the draw is visible). The draw is ``env.scenario`` and
+``info["scenario"]`` at reset; ``env.day`` is the episode's exact :class:`~servegym.envs.pd.sim.scenario.DayScenario`.
+**Stress tracks** (``track``; :mod:`servegym.envs.pd.tracks`): ``stress-delay`` / ``stress-long-delay`` (x2 load, 300 / 600-s start-up, 12 GPUs).
 
 Configuration: :class:`PDEnvConfig` (frozen dataclass); ``PDProvisionEnv(config=dict)`` takes highway-env
 style overrides of :meth:`PDProvisionEnv.default_config` (nested ``"scenario"`` dict allowed).
@@ -179,7 +179,6 @@ from servegym.envs.pd.sim.fluid import steady_slo
 from servegym.envs.pd.sim.pareto import DEFAULT_RHO_BAR, max_capacity_under_power, min_power_deployment
 from servegym.envs.pd.sim.provisioning import MinPowerRule, Suggestion, parse_reference
 from servegym.envs.pd.sim.scenario import (
-    PERSISTENCE_FORECAST_SPLITS,
     DayScenario,
     DaySignals,
     build_signals,
@@ -188,6 +187,7 @@ from servegym.envs.pd.sim.scenario import (
     persistence_forecast,
 )
 from servegym.envs.pd.sim.tables import MixTables, mix_tables
+from servegym.envs.pd.tracks import forecast_kind, persistence
 
 from servegym.errors import ActionError, ConfigError, check_keywords, resolve_config
 from servegym.splits import scenario_rng, scenario_seed
@@ -294,7 +294,7 @@ class PDProvisionEnv(gym.Env):
     def _reset_state(self, rates: NDArray[np.float64]) -> None:
         self._k = 0
         self._rates = rates
-        self._persistence = False  # whether the forecast is by persistence (PERSISTENCE_FORECAST_SPLITS)
+        self._persistence = False  # whether the forecast is by persistence (shift-forecast, pd/tracks.py)
         self._active = [1, 1]
         self._pending: list[list[float]] = [[], []]  # ready times (s) per pool, ascending
         self._target = [1, 1]
@@ -336,14 +336,14 @@ class PDProvisionEnv(gym.Env):
                                         self.split_capacity_scale())
             if day != self.day:
                 self._bind_day(day)
-            self.scenario = {**record, "seed": s}
+            self.scenario = {**record, "seed": s, "track": cfg.track, "forecast": forecast_kind(cfg.split, cfg.track)}
             # the per-minute spread and the arrival counts come from a stream of their own per split
             self.np_random = np.random.default_rng(scenario_seed(cfg.split, s) ^ 0x5EED)
         else:
             self.scenario = {"split": None, "seed": s}
         rates, drawn = episode_rates(self.day, self.signals, self.np_random)
         self._reset_state(rates)
-        self._persistence = cfg.split in PERSISTENCE_FORECAST_SPLITS
+        self._persistence = persistence(cfg.split, cfg.track)  # shift-forecast, or a track (pd/tracks.py)
         self._was_reset = True
         self.scenario.update(drawn)
         n = self.signals.base_rate_rps.size

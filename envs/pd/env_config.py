@@ -23,7 +23,7 @@ from servegym.errors import (
     check_request_count,
     known_overrides,
 )
-from servegym.splits import check_split, splits_of
+from servegym.splits import check_split, check_track, splits_of, tracks_of
 
 OBJECTIVES = ("energy", "carbon", "cost")
 MODES = ("fluid", "request")
@@ -40,7 +40,7 @@ class PDEnvConfig:
     FIELD_CHOICES: ClassVar[dict[str, Any]] = {
         "mode": MODES, "arrivals": ARRIVALS, "objective": OBJECTIVES, "action_mode": ACTION_MODES,
         "reference": (REFERENCE_PAPER, REFERENCE_FORECAST, f"{REFERENCE_FORECAST}:RHO"),
-        "split": lambda: splits_of("pd")}
+        "split": lambda: splits_of("pd"), "track": lambda: tracks_of("pd")}
 
     scenario: DayScenario = field(default_factory=DayScenario)
     mode: str = "fluid"  # "fluid" (analytical) or "request" (PDSimulator)
@@ -72,10 +72,17 @@ class PDEnvConfig:
     # allocates per-request arrays): set it higher explicitly for a larger run.
     max_expected_requests: int = MAX_EXPECTED_REQUESTS
     split: str | None = "train"  # benchmark split reset() draws the day from (module docstring); None: fixed
+    track: str | None = None  # stress track over a base split or None (servegym.envs.pd.tracks sets its fields)
 
     def __post_init__(self) -> None:
         check_field_types(self)
         check_split("pd", self.split)
+        check_track("pd", self.track, self.split)
+        if self.track is not None:
+            from servegym.envs.pd.tracks import with_track
+
+            for name, value in with_track(self, _DEFAULTS).items():
+                object.__setattr__(self, name, value)  # frozen: the track's values are part of the config
         check_split_fields(self.scenario, self.split)
         check_choice("mode", self.mode, MODES)
         check_choice("arrivals", self.arrivals, ARRIVALS)
@@ -145,6 +152,9 @@ class PDEnvConfig:
                 raise ConfigError(f"curriculum = {cur!r}; allowed: a list of (episode_steps, episodes) pairs")
             overrides["curriculum"] = tuple(tuple(stage) for stage in cur)
         return cls(**overrides)
+
+
+_DEFAULTS = PDEnvConfig()  # the values a track field may keep besides the track's own (tracks.with_track)
 
 
 def with_id_action_mode(config: PDEnvConfig | dict[str, Any] | None, cfg: PDEnvConfig, action_mode: str | None
