@@ -83,7 +83,8 @@ _NONE = np.zeros(NB, dtype=bool)  # no group kept (fluid_books.orphans)
 
 class FluidCluster(NPUCluster):
     """The fluid simulator (module docstring). Same constructor and decision-point API as :class:`NPUCluster`;
-    ``seed`` drives creation times only (routing is in expectation)."""
+    ``seed`` drives creation times only (routing is in expectation); they come from the same boot-time streams
+    as the request level's (:meth:`NPUCluster.boot_stream`), so a creation boots in the same time in both."""
 
     fidelity = "fluid"
 
