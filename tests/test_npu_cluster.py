@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from servegym.baselines.npu import NeuScalePolicy, run_policy
@@ -411,7 +413,7 @@ def test_replayed_decisions_reproduce_the_run_and_its_fleet(cfg: ClusterConfig, 
     sim = NPUCluster(cfg, wl, seed=3, catalog=cat)
     log = record_decisions(sim)
     ref = run_policy(sim, NeuScalePolicy(), hours=0.5)
-    assert log and any(instant for instant, _ in log[0]) and len(log) == 6  # warm start and each epoch
+    assert any(instant for instant, _ in log.decisions[0]) and len(log.decisions) == 6  # warm start, each epoch
     again = NPUCluster(cfg, wl, seed=3, catalog=cat)
     assert replay_decisions(again, log, hours=0.5) == ref
     assert again.v_ready.tolist() == sim.v_ready.tolist()
@@ -419,6 +421,6 @@ def test_replayed_decisions_reproduce_the_run_and_its_fleet(cfg: ClusterConfig, 
     replay_decisions(fluid, log, hours=0.5)
     assert fluid.v_ready.tolist() == sim.v_ready.tolist() and fluid.v_cfg.tolist() == sim.v_cfg.tolist()
     assert first_split_min(log, log, cfg.check_s) is None
-    other = dict(log)
-    other[7] = [(False, ScalingDecision({}))]
+    other = copy.deepcopy(log)
+    other.targets[7] = {**other.targets[5], 999: {0: 1}}  # another fleet asked for at the 7th decision point
     assert first_split_min(log, other, cfg.check_s) == 7 * cfg.check_s / 60.0

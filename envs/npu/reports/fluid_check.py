@@ -13,6 +13,7 @@ test split's models and workloads; a slow test checks a subset. Tolerances: ener
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from servegym.baselines.npu import make_policy, run_policy
@@ -27,20 +28,27 @@ SLO_TOL_PP = 1.0
 POLICIES: tuple[str, ...] = ("base", "neuscale")
 
 
-DecisionLog = dict[int, list[tuple[bool, ScalingDecision]]]
-"""Decisions per decision point (index = time / ``check_s``), in order: (at t = 0 before the replay, the decision)."""
+@dataclass
+class DecisionLog:
+    """What :func:`record_decisions` saw, per decision point (index = time / ``check_s``): the decisions applied, in
+    order, as (at t = 0 before the replay, the decision), and the targets they left (group -> {configuration: count},
+    the simulator's ``targets``, positive counts only), the fleet the loop asked for."""
+
+    decisions: dict[int, list[tuple[bool, ScalingDecision]]] = field(default_factory=dict)
+    targets: dict[int, dict[int, dict[int, int]]] = field(default_factory=dict)
 
 
 def record_decisions(sim: NPUCluster) -> DecisionLog:
     """Log every decision applied to ``sim`` from now on (its :meth:`~NPUCluster.apply`, which
     :meth:`~NPUCluster.provision` calls, wrapped on the instance); the log fills as the run goes."""
-    log: DecisionLog = {}
+    log = DecisionLog()
     inner = sim.apply
 
     def apply(decision: ScalingDecision) -> None:
-        log.setdefault(round(sim.now / sim.config.check_s), []).append((bool(getattr(sim, "_instant", False)),
-                                                                        decision))
+        i = round(sim.now / sim.config.check_s)
+        log.decisions.setdefault(i, []).append((bool(getattr(sim, "_instant", False)), decision))
         inner(decision)
+        log.targets[i] = {g: dict(t) for g, t in sim.targets.items() if t}
 
     sim.apply = apply  # type: ignore[method-assign]
     return log
@@ -54,7 +62,7 @@ def replay_decisions(sim: NPUCluster, log: DecisionLog, hours: float | None = No
     horizon = sim.workload.duration_s if hours is None else hours * 3600.0
     points = int(horizon // c.epoch_s) * round(c.epoch_s / c.check_s)
     for i in range(points):
-        todo = log.get(i)
+        todo = log.decisions.get(i)
         if todo is None:
             sim.skip_observation()
         else:
@@ -66,9 +74,14 @@ def replay_decisions(sim: NPUCluster, log: DecisionLog, hours: float | None = No
 
 
 def first_split_min(a: DecisionLog, b: DecisionLog, check_s: float) -> float | None:
-    """Minutes into the run of the first decision point at which two logs decided differently (None: never)."""
-    for i in sorted(set(a) | set(b)):
-        if a.get(i) != b.get(i):
+    """Minutes into the run of the first decision point after which two logged runs asked for different fleets
+    (targets), None if they never did; a point only one of them acted on compares with the other's last targets."""
+    last_a: dict[int, dict[int, int]] = {}
+    last_b: dict[int, dict[int, int]] = {}
+    for i in sorted(set(a.targets) | set(b.targets)):
+        last_a = a.targets.get(i, last_a)
+        last_b = b.targets.get(i, last_b)
+        if last_a != last_b:
             return i * check_s / 60.0
     return None
 
@@ -78,7 +91,7 @@ def crosscheck(config: ClusterConfig, workload: NPUWorkload, seed: int = 0, hour
     """One row per policy: ``energy_j``, ``usd``, ``slo_violation_pct`` of the request-level (``*_request``)
     and fluid (``*_fluid``) runs, ``energy_rel`` / ``usd_rel`` (fluid / request - 1), ``slo_pp`` (fluid -
     request), ``within`` (all three within tolerance) and the CPU seconds of each run; ``split_min``, the first
-    decision point (minutes) at which the two runs decided differently (None: never); and the same figures for the
+    decision point (minutes) after which the two runs asked for different fleets (None: never); and the same figures for the
     fluid under the request level's decisions (``*_replay``, ``energy_rel_replay``, ``usd_rel_replay``,
     ``slo_pp_replay``, ``within_replay``)."""
     cat = catalog if catalog is not None else ConfigCatalog(config)

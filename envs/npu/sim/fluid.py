@@ -104,7 +104,8 @@ class FluidCluster(NPUCluster):
         self.targets_version = 0  # bumped whenever the targets' content changes
         self._tkey: tuple = ()
         self._fleet_cache: tuple | None = None
-        self._route_state: tuple | None = None  # ((targets_version, ready key), act0, act1, gp, ready): _routes
+        # ((targets_version, ready key), act0, act1, gp, ready, (positive-target groups, ready groups)): _routes
+        self._route_state: tuple | None = None
         self._counts_cache: tuple | None = None  # (ready key, ready / alive vPods and slots per group): observe
         self._held_cache: tuple | None = None  # ((fleet_version, vPods held), chips held per version)
         self._alive_cache: tuple | None = None  # (fleet_version, alive vPods per group)
@@ -259,11 +260,18 @@ class FluidCluster(NPUCluster):
         key = (self.targets_version, self._ready_cache[0])
         hit = self._route_state
         if hit is None or hit[0] != key:
-            act0, act1 = self._active_groups(0, ready), self._active_groups(1, ready)
-            is_ready = np.zeros(2 * NB, dtype=bool)
-            is_ready[groups] = True
-            hit = self._route_state = (key, act0, act1, self._route(0, _AR, act0), is_ready)
-            self._d_live[act1] = True
+            # what the routes are made of: the groups with a positive target and the ready ones. New targets with the
+            # same positive groups (a count changed) or a vPod created or deleted with the same groups ready (the
+            # usual reconcile) leave them as they are: the same arrays, so the decode split's cache keeps hitting
+            content = (frozenset(g for g, t in self.targets.items() if sum(t.values()) > 0), groups.tobytes())
+            if hit is not None and hit[5] == content:
+                hit = self._route_state = (key, *hit[1:])
+            else:
+                act0, act1 = self._active_groups(0, ready), self._active_groups(1, ready)
+                is_ready = np.zeros(2 * NB, dtype=bool)
+                is_ready[groups] = True
+                hit = self._route_state = (key, act0, act1, self._route(0, _AR, act0), is_ready, content)
+            self._d_live[hit[2]] = True
         return hit[1], hit[2], hit[3], hit[4]
 
     def _reroute_orphans(self) -> None:
