@@ -431,6 +431,16 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
                 np.bincount(self.v_group[live], minlength=G).astype(float),
                 np.bincount(self.v_group[ready], weights=self.cfg_maxb[self.v_cfg[ready]], minlength=G))
 
+    def _alive_by_config(self, live: np.ndarray) -> dict[tuple[str, int], dict[int, int]]:
+        """Alive vPods per (phase, edge) and configuration (``live``: the alive mask), counted at C level (keys in
+        order of first appearance in index order, as a pass over the vPods would insert them); a new dict."""
+        cnt: dict[tuple[str, int], dict[int, int]] = {}
+        ncfg = len(self.configs)
+        for k, n in Counter((self.v_group[live] * ncfg + self.v_cfg[live]).tolist()).items():
+            g, cid = divmod(k, ncfg)
+            cnt.setdefault((PHASES[g // NB], int(self.edges[g % NB])), {})[cid] = n
+        return cnt
+
     def observe(self) -> Observation:
         c = self.config
         nb_epoch = round(c.epoch_s / c.rate_bin_s)
@@ -441,13 +451,7 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
         G = 2 * NB
         n_ready, n_alive, slots = self._fleet_counts()
         queue = self._queue()
-        # alive vPods per group and configuration, counted at C level (keys in order of first appearance in index
-        # order, as a pass over the vPods would insert them)
-        cnt: dict[tuple[str, int], dict[int, int]] = {}
-        ncfg = len(self.configs)
-        for k, n in Counter((self.v_group[live] * ncfg + self.v_cfg[live]).tolist()).items():
-            g, cid = divmod(k, ncfg)
-            cnt.setdefault((PHASES[g // NB], int(self.edges[g % NB])), {})[cid] = n
+        cnt = self._alive_by_config(live)
         held = self.held_chips()
         ctx = Observation(
             time_s=self.now, epoch=int(self.now // c.epoch_s),

@@ -110,6 +110,7 @@ class FluidCluster(NPUCluster):
         self._held_cache: tuple | None = None  # ((fleet_version, vPods held), chips held per version)
         self._alive_cache: tuple | None = None  # (fleet_version, alive vPods per group)
         self._split_last: tuple | None = None  # (the active decode groups array, its _decode_split)
+        self._by_config_cache: tuple | None = None  # (fleet_version, alive vPods per group and configuration)
         self._ready_cache: tuple | None = None  # ((fleet_version, ready count), ready count, ready groups, their set)
         self._dom_tables: tuple | None = None  # (dominant configurations, their tps_best and latd): fluid_fleet.py
         self._dom_cache: tuple | None = None  # (targets_version, _dom_targets)
@@ -222,6 +223,14 @@ class FluidCluster(NPUCluster):
         if hit is None or hit[0] != self.fleet_version:
             hit = self._alive_cache = (self.fleet_version, super()._alive_counts())
         return hit[1].copy()
+
+    def _alive_by_config(self, live: NDArray[np.bool_]) -> dict[tuple[str, int], dict[int, int]]:
+        """:meth:`NPUCluster._alive_by_config`, kept per ``fleet_version`` (the alive vPods change only with the vPod
+        arrays; a copy each call, keys in the same order)."""
+        hit = self._by_config_cache
+        if hit is None or hit[0] != self.fleet_version:
+            hit = self._by_config_cache = (self.fleet_version, super()._alive_by_config(live))
+        return {k: dict(v) for k, v in hit[1].items()}
 
     def _fleet_counts(self) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
         """:meth:`NPUCluster._fleet_counts`, kept while the vPods and the ready ones (:meth:`_ready_now`'s key) stay
