@@ -5,8 +5,9 @@ decision loop) on one workload with both fidelities and returns, per policy, ene
 violation of each and their differences; and the fluid once more under the request level's own decisions
 (:func:`replay_decisions`: the same targets at the same decision points, so the same vPods with the same boot
 times), which separates the fluid model's serving error from the decision loop's divergence (two runs of a
-feedback loop part once one decision flips on a queue a job apart, and differ from then on). ``benchmarks/npu_fluid_crosscheck.py`` tabulates it over the
-test split's models and workloads; a slow test checks a subset. Tolerances: energy and cost within
+feedback loop part once one decision flips on a queue a job apart, and differ from then on).
+``benchmarks/npu_fluid_crosscheck.py`` tabulates it over the test split's models and workloads; a slow test checks
+a subset. Tolerances: energy and cost within
 :data:`ENERGY_COST_TOL` (relative), SLO violation within :data:`SLO_TOL_PP` percentage points.
 """
 
