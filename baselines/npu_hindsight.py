@@ -58,7 +58,6 @@ SLO (TTFT waits, misprediction, migration) is not the planning model's capacity 
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -505,7 +504,7 @@ class HindsightPolicy:
         epochs = max(sim.workload.duration_s / c.epoch_s, 1.0)
         ideal_epoch = (ideal["energy_j"] if c.objective == "energy" else ideal["usd"]) / epochs
         hours = sim.workload.duration_s / 3600.0
-        rng0 = copy.deepcopy(sim.rng)  # the episode's creation-time draws: each copy replays them
+        rng0 = sim.random_state()  # the episode's routing and creation-time draws: each copy replays them
         played: dict[tuple, tuple[float, HindsightPlan, NDArray[np.float64], dict[str, Any]]] = {}
         self.candidates = []
         best: list[Any] = [math.inf, None, None]
@@ -515,7 +514,7 @@ class HindsightPolicy:
             sig = tuple((g.key, g.config, g.counts.tobytes()) for g in plan.groups)
             if sig not in played:
                 twin = make_cluster(c, sim.workload, seed=0, catalog=sim.catalog, fidelity=sim.fidelity)
-                twin.rng = copy.deepcopy(rng0)
+                twin.set_random_state(rng0)
                 summary = run_policy(twin, _PlanPolicy(plan), hours=hours)
                 per = interval_costs(twin, ideal_epoch, self.slo_penalty)
                 row = {"structure": list(st), "utilization": [rp, rd], "cost": float(per.sum()),

@@ -7,8 +7,13 @@ OpenThoughts lengths on the same timestamps), one scenario drawn as the env draw
 hour, rate, workload and simulator seeds; the model and Azure trace set), runs Base and NeuScale with both
 fidelities (:func:`servegym.envs.npu.reports.fluid_check.crosscheck`) for ``--hours`` from the drawn start hour.
 ``--days 2024`` replays the env's own episodes instead: the 2024 trace's test day (within the day) for the
-same drawn start hour, rate and seeds. Tolerances: energy and cost within 3 %, SLO violation within 1 pp. Run:
-    nice -n 15 .venv/bin/python benchmarks/npu_fluid_crosscheck.py [--hours 6] [--seed 0] [--days 2023|2024] [--write]
+same drawn start hour, rate and seeds. Tolerances: energy and cost within 3 %, SLO violation within 1 pp. Beside
+the two runs, each with its own decision loop, the table has the fluid under the request level's decisions
+(``replay_decisions``: the same fleet, so the serving model's own error) and the first minute at which the two
+loops decided differently; for every row outside, both fidelities are rerun at ``--spread`` other simulator seeds
+(routing and boot-time draws only), the spread of the request level against itself. Run:
+    nice -n 15 .venv/bin/python benchmarks/npu_fluid_crosscheck.py [--hours 6] [--seed 0] [--days 2023|2024]
+        [--spread 2] [--write]
 ``--write`` writes ``benchmarks/results/npu_fluid_crosscheck.md`` (``--days 2024``: ``npu_fluid_crosscheck_2024.md``;
 temp file + rename).
 """
@@ -21,12 +26,14 @@ import os
 import platform
 import time
 
+from servegym.baselines.npu import make_policy, run_policy
 from servegym.envs.npu.env import NPUEnvConfig, draw_scenario
 from servegym.envs.npu.reports.fluid_check import ENERGY_COST_TOL, SLO_TOL_PP, crosscheck
 from servegym.envs.npu.scenarios import SPLIT_DAY_SET, segment_scenario
 from servegym.envs.npu.sim import azure2024
 from servegym.envs.npu.sim.catalog import MODELS
 from servegym.envs.npu.sim.cluster import ConfigCatalog
+from servegym.envs.npu.sim.fluid import make_cluster
 from servegym.envs.npu.sim.workloads import AZURE2024_TRACE, make_workload
 
 from servegym.outputs import atomic_path
@@ -44,8 +51,11 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--days", choices=("2023", "2024"), default="2023",
                     help="2023: the tiled 2023 hour's test segment (OUT); 2024: the env's test days (OUT_2024)")
+    ap.add_argument("--spread", type=int, default=2, help="other simulator seeds rerun for each row outside")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
+    if args.spread < 0:
+        ap.error(f"--spread = {args.spread} must be >= 0")
     rows = []
     t0 = time.process_time()
     for m in args.models.split(","):
@@ -61,9 +71,15 @@ def main() -> None:
                                    azure_trace=azure, start_hour=sc["start_hour"], day=day, within_day=True)
             else:  # the tiled 2023 hour on the split's segment of the trace hour (the earlier scenarios)
                 sc, wl = segment_scenario(split, azure, args.hours, args.seed)
-            for r in crosscheck(cc, wl, seed=sc["simulation_seed"], catalog=cat):
+            for r in crosscheck(cc, wl, seed=sc["simulation_seed"], catalog=cat, hours=args.hours):
                 r.update(model=m, split=split, workload=sc["trace"] if sc["trace"] != "azure" else azure,
                          start_hour=sc["start_hour"], rate_rpm=sc["rate_rpm"], requests=len(wl.requests))
+                if not r["within"]:  # the run-to-run spread of each fidelity at other routing and boot draws
+                    for fid in ("request", "fluid"):
+                        r[f"spread_{fid}"] = [
+                            float(run_policy(make_cluster(cc, wl, seed=sc["simulation_seed"] + 1 + k, catalog=cat,
+                                                          fidelity=fid), make_policy(r["policy"]),
+                                             hours=args.hours)["slo_violation_pct"]) for k in range(args.spread)]
                 rows.append(r)
                 print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
     total = time.process_time() - t0
@@ -90,13 +106,16 @@ def render(rows: list[dict], args: argparse.Namespace, total_cpu_s: float) -> st
            "day; within the day") + "); Base and NeuScale run their own 60-s decision loop "
         "(`run_policy`) on the request-level simulator (`NPUCluster`) and on the fluid one (`FluidCluster`). "
         f"Tolerances: energy and cost within {100 * ENERGY_COST_TOL:g} %, SLO violation within {SLO_TOL_PP:g} pp. "
-        f"**{n_in} of {len(rows)} rows within all three.** CPU: request level {cpu_req:.1f} s, fluid "
+        f"**{n_in} of {len(rows)} rows within all three.** The fluid under the request level's own decisions (same "
+        f"targets at the same decision points, so the same vPods and boot times: the serving model's error alone): "
+        f"**{sum(r['within_replay'] for r in rows)} of {len(rows)}**. CPU: request level {cpu_req:.1f} s, fluid "
         f"{cpu_fl:.1f} s ({cpu_req / max(cpu_fl, 1e-9):.1f}x) for the policy runs; {total_cpu_s:.0f} s in all "
         f"(catalogs and workloads included). Load average at the end: {os.getloadavg()[0]:.1f}.",
         "",
         "| model | workload | requests | policy | energy MJ req / fluid | Δ energy | cost USD req / fluid | Δ cost | "
-        "SLO viol. % req / fluid | Δ SLO pp | TTFT / TPOT viol. % req | within |",
-        "|---|---|---:|---|---|---:|---|---:|---|---:|---|---|",
+        "SLO viol. % req / fluid | Δ SLO pp | TTFT / TPOT viol. % req | within | loops split at min | "
+        "same decisions: Δ energy / Δ SLO pp | within |",
+        "|---|---|---:|---|---|---:|---|---:|---|---:|---|---|---:|---|---|",
     ]
     for r in rows:
         lines.append(
@@ -105,7 +124,10 @@ def render(rows: list[dict], args: argparse.Namespace, total_cpu_s: float) -> st
             f"{r['usd_request']:,.1f} / {r['usd_fluid']:,.1f} | {100 * r['usd_rel']:+.2f} % | "
             f"{r['slo_violation_pct_request']:.2f} / {r['slo_violation_pct_fluid']:.2f} | {r['slo_pp']:+.2f} | "
             f"{r['ttft_violation_pct_request']:.2f} / {r['tpot_violation_pct_request']:.2f} | "
-            f"{'yes' if r['within'] else '**no**'} |")
+            f"{'yes' if r['within'] else '**no**'} | "
+            f"{'-' if r['split_min'] is None else format(r['split_min'], 'g')} | "
+            f"{100 * r['energy_rel_replay']:+.2f} % / {r['slo_pp_replay']:+.2f} | "
+            f"{'yes' if r['within_replay'] else '**no**'} |")
     worst = {k: max(rows, key=lambda r, k=k: abs(r[k])) for k in ("energy_rel", "usd_rel", "slo_pp")}
     lines += ["", "Largest differences: "
               f"energy {100 * worst['energy_rel']['energy_rel']:+.2f} % ({worst['energy_rel']['model']}, "
@@ -114,6 +136,17 @@ def render(rows: list[dict], args: argparse.Namespace, total_cpu_s: float) -> st
               f"{worst['usd_rel']['workload']}, {worst['usd_rel']['policy']}); "
               f"SLO {worst['slo_pp']['slo_pp']:+.2f} pp ({worst['slo_pp']['model']}, {worst['slo_pp']['workload']}, "
               f"{worst['slo_pp']['policy']})."]
+    out = [r for r in rows if not r["within"]]
+    if out and "spread_request" in out[0]:
+        lines += ["", f"Rows outside, rerun at {args.spread} other simulator seeds (seed + 1, + 2, ...: other routing "
+                  "and boot-time draws, the same workload): SLO violation % of each fidelity, against the row's.", "",
+                  "| model | workload | policy | request level: row / other seeds | fluid: row / other seeds |",
+                  "|---|---|---|---|---|"]
+        for r in out:
+            lines.append(
+                f"| {r['model']} | {r['workload']} | {r['policy']} | {r['slo_violation_pct_request']:.2f} / "
+                + ", ".join(f"{v:.2f}" for v in r["spread_request"]) + f" | {r['slo_violation_pct_fluid']:.2f} / "
+                + ", ".join(f"{v:.2f}" for v in r["spread_fluid"]) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from servegym.baselines.npu import NeuScalePolicy, run_policy
 from servegym.envs.npu.sim.cluster import (
+    BOOT_STREAM,
     CREATE_S,
     DELETE_S,
     ENGINE_START_S,
@@ -16,6 +19,7 @@ from servegym.envs.npu.sim.cluster import (
     ScalingDecision,
 )
 from servegym.envs.npu.sim.config import NB
+from servegym.envs.npu.sim.fluid import FluidCluster
 from servegym.envs.npu.sim.workloads import NPUWorkload, make_workload
 from servegym.envs.workload import Requests
 
@@ -88,26 +92,75 @@ def test_quota_never_exceeded(cat: ConfigCatalog, wl: NPUWorkload) -> None:
     assert sim.max_held[sim.configs[pre].version] > 0
 
 
+def _boot_stream(seed: int, group: int, cid: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(BOOT_STREAM, group, cid)))
+
+
 def test_boot_times_are_drawn_per_vpod_in_target_order(cfg: ClusterConfig, cat: ConfigCatalog,
                                                         wl: NPUWorkload) -> None:
-    # a reconcile draws every new vPod's creation time from the simulator's stream, one after another in the order of
-    # the targets and their configurations (drawn per configuration at once: the same values as one by one), and
-    # deletes the newest of a configuration first, creating ones before ready ones
+    # a reconcile draws every new vPod's creation time from its (group, configuration)'s boot-time stream, in the
+    # order of the targets and their configurations (drawn per configuration at once: the same values as one by
+    # one), and deletes the newest of a configuration first, creating ones before ready ones
     sim = NPUCluster(cfg, wl, seed=11, catalog=cat)
     a, b = sim.candidates("prefill", 2048)[0], sim.candidates("decode", 4096)[0]
+    ga, gb = sim.group_index("prefill", 2048), sim.group_index("decode", 4096)
     sim.apply(ScalingDecision({("prefill", 2048): {a: 3}, ("decode", 4096): {b: 2}}))
-    rng = np.random.default_rng(11)
-    want = [float(rng.uniform(*CREATE_S) + sim.cfg_boot_s[c]) for c in (a, a, a, b, b)]
+    ra, rb = _boot_stream(11, ga, a), _boot_stream(11, gb, b)
+    want = ([float(ra.uniform(*CREATE_S) + sim.cfg_boot_s[a]) for _ in range(3)]
+            + [float(rb.uniform(*CREATE_S) + sim.cfg_boot_s[b]) for _ in range(2)])
     assert sim.v_ready.tolist() == want
-    assert sim.v_group.tolist() == [sim.group_index("prefill", 2048)] * 3 + [sim.group_index("decode", 4096)] * 2
-    sim.apply(ScalingDecision({("prefill", 2048): {a: 5}}))  # two more, drawn next
-    want += [float(rng.uniform(*CREATE_S) + sim.cfg_boot_s[a]) for _ in range(2)]
+    assert sim.v_group.tolist() == [ga] * 3 + [gb] * 2
+    sim.apply(ScalingDecision({("prefill", 2048): {a: 5}}))  # two more, drawn next from the group's stream
+    want += [float(ra.uniform(*CREATE_S) + sim.cfg_boot_s[a]) for _ in range(2)]
     assert sim.v_ready.tolist() == want
     sim.apply(ScalingDecision({("prefill", 2048): {a: 1}}))  # four go, all still creating: the latest ready first
     pre = np.array([0, 1, 2, 5, 6])
     kept = pre[np.argmin(sim.v_ready[pre])]
     assert np.flatnonzero(np.isfinite(sim.v_gone)).tolist() == sorted(set(pre.tolist()) - {int(kept)})
     assert np.all(sim.v_gone[np.isfinite(sim.v_gone)] == sim.now + DELETE_S)
+
+
+def _created(sim: NPUCluster, group: int) -> list[float]:
+    """Ready times of ``group``'s vPods, in creation order (all created at t = 0 here: their boot durations)."""
+    return [float(r) for r in sim.v_ready[sim.v_group == group]]
+
+
+def test_boot_times_are_shared_between_fidelities(cfg: ClusterConfig, cat: ConfigCatalog, wl: NPUWorkload) -> None:
+    # the same creations boot in the same times at the request level and in the fluid (same seed), also after
+    # serving (the request level draws its routing in between, the fluid draws nothing)
+    sims = [NPUCluster(cfg, wl, seed=7, catalog=cat), FluidCluster(cfg, wl, seed=7, catalog=cat)]
+    p, d = sims[0].candidates("prefill", 2048)[0], sims[0].candidates("decode", 4096)[0]
+    for sim in sims:
+        sim.apply(ScalingDecision({("prefill", 2048): {p: 2}, ("decode", 4096): {d: 3}}))
+        sim.advance(300.0)
+        sim.apply(ScalingDecision({("prefill", 2048): {p: 4}, ("decode", 4096): {d: 5}}))
+    assert sims[0].route_rng.bit_generator.state != NPUCluster(cfg, wl, seed=7, catalog=cat).route_rng \
+        .bit_generator.state  # the request level did draw routing
+    assert sims[0].v_ready.tolist() == sims[1].v_ready.tolist()
+    assert sims[0].v_group.tolist() == sims[1].v_group.tolist() and len(sims[0].v_ready) == 9
+
+
+def test_boot_times_are_independent_of_routing_draws_and_other_groups(cfg: ClusterConfig, cat: ConfigCatalog,
+                                                                     wl: NPUWorkload) -> None:
+    # a group's n-th creation on a configuration takes its stream's n-th draw, whatever the routing stream drew
+    # before or which other groups created vPods first; another seed draws other times
+    def created(seed: int, route_draws: int, others_first: bool) -> list[float]:
+        sim = NPUCluster(cfg, wl, seed=seed, catalog=cat)
+        sim.route_rng.random(route_draws)
+        if others_first:
+            sim.apply(ScalingDecision({("prefill", e): {sim.candidates("prefill", e)[0]: 3} for e in (512, 8192)}))
+        sim.apply(ScalingDecision({("decode", 4096): {sim.candidates("decode", 4096)[0]: 4}}))
+        return _created(sim, sim.group_index("decode", 4096))
+
+    ref = created(3, 0, False)
+    assert len(ref) == 4 and len(set(ref)) == 4
+    assert created(3, 10_000, False) == ref
+    assert created(3, 17, True) == ref
+    assert created(4, 0, False) != ref
+    # and routing does not depend on boot draws: the routing stream is the same after any number of creations
+    sim = NPUCluster(cfg, wl, seed=3, catalog=cat)
+    sim.apply(ScalingDecision({("decode", 4096): {sim.candidates("decode", 4096)[0]: 9}}))
+    assert sim.route_rng.random(5).tolist() == NPUCluster(cfg, wl, seed=3, catalog=cat).route_rng.random(5).tolist()
 
 
 def test_observed_counts_are_the_alive_vpods_in_index_order(cfg: ClusterConfig, cat: ConfigCatalog,
@@ -348,3 +401,26 @@ def test_group_index_of_an_int_edge_equals_the_searchsorted_form(cfg: ClusterCon
         sim.group_index("prefill", int(sim.edges[0]) + 1)
     with pytest.raises(ActionError):
         sim.group_index("prefill", float(sim.edges[3]) + 0.5)
+
+
+def test_replayed_decisions_reproduce_the_run_and_its_fleet(cfg: ClusterConfig, cat: ConfigCatalog,
+                                                            wl: NPUWorkload) -> None:
+    # the cross-check's replay column: the request level's logged decisions replayed on a fresh request-level
+    # simulator give the same run bit for bit, and on the fluid the same vPods with the same boot times (the
+    # boot-time streams are shared), so what differs is the serving model alone
+    from servegym.envs.npu.reports.fluid_check import first_split_min, record_decisions, replay_decisions
+
+    sim = NPUCluster(cfg, wl, seed=3, catalog=cat)
+    log = record_decisions(sim)
+    ref = run_policy(sim, NeuScalePolicy(), hours=0.5)
+    assert any(instant for instant, _ in log.decisions[0]) and len(log.decisions) == 6  # warm start, each epoch
+    again = NPUCluster(cfg, wl, seed=3, catalog=cat)
+    assert replay_decisions(again, log, hours=0.5) == ref
+    assert again.v_ready.tolist() == sim.v_ready.tolist()
+    fluid = FluidCluster(cfg, wl, seed=3, catalog=cat)
+    replay_decisions(fluid, log, hours=0.5)
+    assert fluid.v_ready.tolist() == sim.v_ready.tolist() and fluid.v_cfg.tolist() == sim.v_cfg.tolist()
+    assert first_split_min(log, log, cfg.check_s) is None
+    other = copy.deepcopy(log)
+    other.targets[7] = {**other.targets[5], 999: {0: 1}}  # another fleet asked for at the 7th decision point
+    assert first_split_min(log, other, cfg.check_s) == 7 * cfg.check_s / 60.0

@@ -119,7 +119,8 @@ def _state(env: NPUAutoscaleEnv) -> tuple:
     sim = env.sim
     assert sim is not None
     return (sim.now, sim.next_req, repr(sim.targets), sim.v_cfg.tobytes(), sim.v_ready.tobytes(), env._t,
-            sim.rng.bit_generator.state["state"]["state"])
+            sim.route_rng.bit_generator.state["state"]["state"],
+            sorted((k, r.bit_generator.state["state"]["state"]) for k, r in sim.boot_rngs.items()))
 
 
 @pytest.mark.parametrize("bad", [

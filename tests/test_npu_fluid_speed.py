@@ -67,11 +67,16 @@ from servegym.envs.npu.sim.fluid_profile import (
 # 40.829084 %, return -239.652251 -> -239.652235) when the stationary TTFT tail of a group whose capacity depends on
 # the level became the one given a sub-step's work rather than the bin's (ttft_misses: the request level re-sizes its
 # server every sub-step); the absolute episode is unchanged.
+# All four moved when vPod boot times came from streams of their own per (group, configuration), shared with the
+# request level (NPUCluster.boot_stream; before, one stream of the seed drew them in creation order): the same
+# random actions create the same vPods with other boot times (absolute energy 1.261168 -> 1.261212 GJ, SLO
+# 89.209 -> 88.957 %, return -1075.864 -> -1075.561; residual energy 62.982 -> 63.126 MJ, SLO 40.829 -> 41.569 %,
+# return -239.652 -> -244.098).
 NUMPY_FIGURES = {
-    "absolute": (0, {"energy_j": 1261167884.6636958, "tokens": 164704845.79374808, "requests_finished": 66706.0,
-                     "slo_violation_pct": 89.20916129447878, "return": -1075.8639481532907}),
-    "residual": (3, {"energy_j": 62981886.38225547, "tokens": 166599349.50778764, "requests_finished": 66706.0,
-                     "slo_violation_pct": 40.82908358046431, "return": -239.65223516971065}),
+    "absolute": (0, {"energy_j": 1261212158.0406168, "tokens": 164655039.74492064, "requests_finished": 66706.0,
+                     "slo_violation_pct": 88.95730187725135, "return": -1075.560770828829}),
+    "residual": (3, {"energy_j": 63125696.06413871, "tokens": 166599349.50778767, "requests_finished": 66706.0,
+                     "slo_violation_pct": 41.56945978481454, "return": -244.09821674084213}),
 }
 
 

@@ -82,7 +82,7 @@ class ActionsMixin:
         if offsets is None or offsets[0] is not n:  # where each dimension's values start in the masks
             offsets = self._mask_offsets = (n, np.concatenate([[0], np.cumsum(n)[:-1]]))
         ok = self.action_masks()[offsets[1] + a]
-        if ok.all():
+        if np.count_nonzero(ok) == ok.size:  # ok.all() without its Python wrapper (~3 us a step)
             return a, False
         if self.config.strict_masks:
             i = int(np.flatnonzero(~ok)[0])

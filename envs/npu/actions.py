@@ -142,7 +142,7 @@ class ResidualAction:
     def apply(self, env: NPUAutoscaleEnv, sim: NPUCluster, a: NDArray[np.int64]) -> None:
         pol = env._ref_policy
         assert pol is not None
-        if env._pending is None and not a.any():
+        if env._pending is None and not np.count_nonzero(a):
             pass  # the warm start stands, as in run_policy's first epoch
         else:
             base = env._pending.targets if env._pending is not None else dict(pol.targets)

@@ -68,6 +68,7 @@ energy and cost are reported beside the whole-pool figures.
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 
 import numpy as np
@@ -98,15 +99,22 @@ from servegym.envs.npu.sim.workloads import NPUWorkload
 
 from servegym.errors import ActionError, ConfigError, check_range
 
-__all__ = ["CHIPS", "CREATE_S", "DELETE_S", "ENGINE_START_S", "FIT_AT", "LEVELS", "LOAD_GBPS_PER_CHIP",
-           "MAX_QUOTA_CHIPS", "MODELS", "NB", "PHASES", "SEQ_BUCKETS", "STEP_MODELS", "VERSIONS", "BestFit",
+__all__ = ["BOOT_STREAM", "CHIPS", "CREATE_S", "DELETE_S", "ENGINE_START_S", "FIT_AT", "LEVELS",
+           "LOAD_GBPS_PER_CHIP", "MAX_QUOTA_CHIPS", "MODELS", "NB", "PHASES", "ROUTE_STREAM", "SEQ_BUCKETS",
+           "STEP_MODELS", "VERSIONS", "BestFit",
            "BestFitTable", "ClusterConfig", "ConfigCatalog", "EpochMetrics", "NPUCluster", "NPUWorkload",
            "Observation", "RooflineParams", "ScalingDecision", "VPodConfig", "_group_sum", "check_versions",
            "evaluate", "model", "run_dse", "space_for", "weight_bytes_per_chip"]
 
+ROUTE_STREAM = 0
+"""Spawn key of the request level's routing stream (``SeedSequence(seed, spawn_key=(ROUTE_STREAM,))``)."""
+BOOT_STREAM = 1
+"""First spawn key of the boot-time streams (``SeedSequence(seed, spawn_key=(BOOT_STREAM, group, cid))``)."""
+
 
 class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
-    """The simulator. ``seed`` drives routing, creation times and nothing else (the workload is given)."""
+    """The simulator. ``seed`` drives routing and creation times and nothing else (the workload is given), from
+    separate streams (:meth:`boot_stream`)."""
 
     def __init__(self, config: ClusterConfig, workload: NPUWorkload, seed: int = 0,
                  catalog: ConfigCatalog | None = None) -> None:
@@ -164,7 +172,13 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
             raise ConfigError("workload must be an NPUWorkload (servegym.envs.npu.sim.workloads.make_workload)")
         self.config = c = config
         self.workload = workload
-        self.rng = np.random.default_rng(seed)
+        self.seed = seed
+        # Random streams of the scenario seed, one per purpose (SeedSequence spawn keys, independent of each other):
+        # the request level's routing draws, and vPod boot times, one stream per (group, configuration) (boot_stream).
+        # Boot times used to come from the routing stream, so the request level and the fluid (which routes in
+        # expectation) drew different boot times for the same creation and their fleets diverged near saturation.
+        self.route_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ROUTE_STREAM,)))
+        self.boot_rngs: dict[tuple[int, int], np.random.Generator] = {}
         self.model = model(c.model)
         cat = catalog if catalog is not None else ConfigCatalog(c)
         if cat.key != ConfigCatalog.key_of(c):
@@ -212,6 +226,25 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
         # of batch x tokens (realized batch = batch_tok / tokens) and the static energy of the chips held (J)
         self.group_acc = {k: np.zeros(G) for k in ("tokens", "energy_j", "usd", "chip_s", "energy_busy_j",
                                                    "batch_tok", "static_j")}
+
+    # ------------------------------------------------------------------ random streams
+    def boot_stream(self, group: int, cid: int) -> np.random.Generator:
+        """The creation times (Table 3's uniform 73-108 s) of the vPods ``group`` creates on configuration ``cid``,
+        in creation order: the n-th such vPod takes the stream's n-th draw at either fidelity, whatever the
+        routing drew or other groups created (seeded by the scenario seed, group and configuration)."""
+        rng = self.boot_rngs.get((group, cid))
+        if rng is None:
+            rng = self.boot_rngs[(group, cid)] = np.random.default_rng(
+                np.random.SeedSequence(self.seed, spawn_key=(BOOT_STREAM, group, cid)))
+        return rng
+
+    def random_state(self) -> tuple[np.random.Generator, dict[tuple[int, int], np.random.Generator]]:
+        """A copy of every random stream's state (routing, boot times), for :meth:`set_random_state`."""
+        return copy.deepcopy((self.route_rng, self.boot_rngs))
+
+    def set_random_state(self, state: tuple[np.random.Generator, dict[tuple[int, int], np.random.Generator]]) -> None:
+        """Continue from ``state`` (:meth:`random_state`; copied, so one state can seed several simulators)."""
+        self.route_rng, self.boot_rngs = copy.deepcopy(state)
 
     # ------------------------------------------------------------------ public helpers
     def group_index(self, phase: str, edge: int) -> int:
@@ -360,7 +393,7 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
                 new_c += [cid] * k
                 made[(g, cid)] = made.get((g, cid), 0) + k
                 # their boot times in one draw: the same values, in the same order, as k draws of one
-                boot = self.rng.uniform(*CREATE_S, size=k) + self.cfg_boot_s[cid]
+                boot = self.boot_stream(g, cid).uniform(*CREATE_S, size=k) + self.cfg_boot_s[cid]
                 new_r += [now] * k if getattr(self, "_instant", False) else (now + boot).tolist()
         if new_g:
             self.v_group = np.concatenate([self.v_group, new_g]).astype(np.int64)
@@ -398,6 +431,16 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
                 np.bincount(self.v_group[live], minlength=G).astype(float),
                 np.bincount(self.v_group[ready], weights=self.cfg_maxb[self.v_cfg[ready]], minlength=G))
 
+    def _alive_by_config(self, live: np.ndarray) -> dict[tuple[str, int], dict[int, int]]:
+        """Alive vPods per (phase, edge) and configuration (``live``: the alive mask), counted at C level (keys in
+        order of first appearance in index order, as a pass over the vPods would insert them); a new dict."""
+        cnt: dict[tuple[str, int], dict[int, int]] = {}
+        ncfg = len(self.configs)
+        for k, n in Counter((self.v_group[live] * ncfg + self.v_cfg[live]).tolist()).items():
+            g, cid = divmod(k, ncfg)
+            cnt.setdefault((PHASES[g // NB], int(self.edges[g % NB])), {})[cid] = n
+        return cnt
+
     def observe(self) -> Observation:
         c = self.config
         nb_epoch = round(c.epoch_s / c.rate_bin_s)
@@ -408,13 +451,7 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
         G = 2 * NB
         n_ready, n_alive, slots = self._fleet_counts()
         queue = self._queue()
-        # alive vPods per group and configuration, counted at C level (keys in order of first appearance in index
-        # order, as a pass over the vPods would insert them)
-        cnt: dict[tuple[str, int], dict[int, int]] = {}
-        ncfg = len(self.configs)
-        for k, n in Counter((self.v_group[live] * ncfg + self.v_cfg[live]).tolist()).items():
-            g, cid = divmod(k, ncfg)
-            cnt.setdefault((PHASES[g // NB], int(self.edges[g % NB])), {})[cid] = n
+        cnt = self._alive_by_config(live)
         held = self.held_chips()
         ctx = Observation(
             time_s=self.now, epoch=int(self.now // c.epoch_s),

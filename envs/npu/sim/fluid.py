@@ -83,7 +83,8 @@ _NONE = np.zeros(NB, dtype=bool)  # no group kept (fluid_books.orphans)
 
 class FluidCluster(NPUCluster):
     """The fluid simulator (module docstring). Same constructor and decision-point API as :class:`NPUCluster`;
-    ``seed`` drives creation times only (routing is in expectation)."""
+    ``seed`` drives creation times only (routing is in expectation); they come from the same boot-time streams
+    as the request level's (:meth:`NPUCluster.boot_stream`), so a creation boots in the same time in both."""
 
     fidelity = "fluid"
 
@@ -103,11 +104,13 @@ class FluidCluster(NPUCluster):
         self.targets_version = 0  # bumped whenever the targets' content changes
         self._tkey: tuple = ()
         self._fleet_cache: tuple | None = None
-        self._route_state: tuple | None = None  # ((targets_version, ready key), act0, act1, gp, ready): _routes
+        # ((targets_version, ready key), act0, act1, gp, ready, (positive-target groups, ready groups)): _routes
+        self._route_state: tuple | None = None
         self._counts_cache: tuple | None = None  # (ready key, ready / alive vPods and slots per group): observe
         self._held_cache: tuple | None = None  # ((fleet_version, vPods held), chips held per version)
         self._alive_cache: tuple | None = None  # (fleet_version, alive vPods per group)
         self._split_last: tuple | None = None  # (the active decode groups array, its _decode_split)
+        self._by_config_cache: tuple | None = None  # (fleet_version, alive vPods per group and configuration)
         self._ready_cache: tuple | None = None  # ((fleet_version, ready count), ready count, ready groups, their set)
         self._dom_tables: tuple | None = None  # (dominant configurations, their tps_best and latd): fluid_fleet.py
         self._dom_cache: tuple | None = None  # (targets_version, _dom_targets)
@@ -221,6 +224,14 @@ class FluidCluster(NPUCluster):
             hit = self._alive_cache = (self.fleet_version, super()._alive_counts())
         return hit[1].copy()
 
+    def _alive_by_config(self, live: NDArray[np.bool_]) -> dict[tuple[str, int], dict[int, int]]:
+        """:meth:`NPUCluster._alive_by_config`, kept per ``fleet_version`` (the alive vPods change only with the vPod
+        arrays; a copy each call, keys in the same order)."""
+        hit = self._by_config_cache
+        if hit is None or hit[0] != self.fleet_version:
+            hit = self._by_config_cache = (self.fleet_version, super()._alive_by_config(live))
+        return {k: dict(v) for k, v in hit[1].items()}
+
     def _fleet_counts(self) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
         """:meth:`NPUCluster._fleet_counts`, kept while the vPods and the ready ones (:meth:`_ready_now`'s key) stay
         the same (copies each call)."""
@@ -258,11 +269,18 @@ class FluidCluster(NPUCluster):
         key = (self.targets_version, self._ready_cache[0])
         hit = self._route_state
         if hit is None or hit[0] != key:
-            act0, act1 = self._active_groups(0, ready), self._active_groups(1, ready)
-            is_ready = np.zeros(2 * NB, dtype=bool)
-            is_ready[groups] = True
-            hit = self._route_state = (key, act0, act1, self._route(0, _AR, act0), is_ready)
-            self._d_live[act1] = True
+            # what the routes are made of: the groups with a positive target and the ready ones. New targets with the
+            # same positive groups (a count changed) or a vPod created or deleted with the same groups ready (the
+            # usual reconcile) leave them as they are: the same arrays, so the decode split's cache keeps hitting
+            content = (frozenset(g for g, t in self.targets.items() if sum(t.values()) > 0), groups.tobytes())
+            if hit is not None and hit[5] == content:
+                hit = self._route_state = (key, *hit[1:])
+            else:
+                act0, act1 = self._active_groups(0, ready), self._active_groups(1, ready)
+                is_ready = np.zeros(2 * NB, dtype=bool)
+                is_ready[groups] = True
+                hit = self._route_state = (key, act0, act1, self._route(0, _AR, act0), is_ready, content)
+            self._d_live[hit[2]] = True
         return hit[1], hit[2], hit[3], hit[4]
 
     def _reroute_orphans(self) -> None:

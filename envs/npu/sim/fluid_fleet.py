@@ -91,7 +91,7 @@ def _compute(sim: FluidCluster, live: NDArray[np.bool_], t0: float, t1: float, s
     (vg, vc, vr, serving, tps_v, n_ready, psr, psa, usd_s, usd_ready, slots, chip_s, unavail, dom, cap,
      pbusy) = fleet_sums(live, sim.v_group, sim.v_cfg, sim.v_ready, sim.v_gone, t0, t1, sim.cfg_static_w,
                          sim.cfg_usd_s, sim.cfg_maxb, sim.cfg_chips, sim.tps, sim.pow, 2 * NB)
-    if (dom < 0).any():  # groups without a vPod: their target's configuration, else the bucket's best fit
+    if np.count_nonzero(dom < 0):  # groups without a vPod: their target's configuration, else the bucket's best fit
         dom = np.where(dom >= 0, dom, sim._dom_targets())
         dom = np.where(dom >= 0, dom, sim._fallback)
     # the dominant configurations' step tables, reused while they stay the same (read only)

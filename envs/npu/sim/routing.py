@@ -111,9 +111,9 @@ class RoutingMixin:
         if act.size:
             edges_act = self.edges[act]
             lo = np.minimum(np.searchsorted(edges_act, isl + 1, side="left"), act.size - 1)
-            pick = lo + np.floor(self.rng.random(ids.size) * (act.size - lo)).astype(np.int64)
+            pick = lo + np.floor(self.route_rng.random(ids.size) * (act.size - lo)).astype(np.int64)
             g_rand = NB + act[np.minimum(pick, act.size - 1)]
-            right = self.rng.random(ids.size) < acc
+            right = self.route_rng.random(ids.size) < acc
             g1 = np.where(right, g_true, g_rand)
         else:
             g1 = g_true
@@ -121,7 +121,7 @@ class RoutingMixin:
         edge1 = self.edges[g1 - NB]
         short = (edge1 < tot) & (g1 != g_true)
         # migration point: next bucket boundary after the input if the re-estimate is right, else 2x edge
-        reest = self.rng.random(ids.size) < acc
+        reest = self.route_rng.random(ids.size) < acc
         nxt = self.edges[np.minimum(np.searchsorted(self.edges, isl, side="right"), NB - 1)]
         mig_at = np.where(reest & (tot > 2 * edge1), np.minimum(nxt, 2 * edge1), 2 * edge1)
         migrate = short & (tot > mig_at)
