@@ -381,7 +381,7 @@ def layer_of(module: str) -> str | None:
     if head == "envs":
         if len(parts) == 2 or parts[2] in SHARED_MODEL:
             return "model"
-        if parts[2] == "vector_base":
+        if parts[2] in ("vector_base", "action_type"):
             return "env"
         if parts[2] in LAYOUTS:
             if len(parts) == 3 or parts[3] == "sim":
