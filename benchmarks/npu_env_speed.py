@@ -58,7 +58,7 @@ class MaskedSampler:
 
 def run(env: NPUAutoscaleEnv, driver: str, seed: int) -> dict:
     rng = np.random.default_rng(seed)
-    env._base_key = None  # time Base's rerun in every residual reset (it is cached per episode)
+    env.state.base_key = None  # time Base's rerun in every residual reset (it is cached per episode)
     t_r, c_r = time.perf_counter(), time.process_time()
     env.reset(seed=seed)
     reset_s, reset_cpu_s = time.perf_counter() - t_r, time.process_time() - c_r

@@ -49,7 +49,7 @@ def constant_act(prefill: int, decode: int) -> Callable[[Any, Any, gym.Env], np.
         u = env.unwrapped
         half = len(u.groups) // 2  # env groups: prefill's first, then decode's (groups_per_phase each)
         a = np.zeros(u.action_space.shape, dtype=np.int64)
-        live = np.flatnonzero(u._ref_counts > 0)
+        live = np.flatnonzero(u.state.ref_counts > 0)
         a[live] = np.where(live < half, vp, vd)
         return a
     return act

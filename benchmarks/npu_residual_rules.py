@@ -52,7 +52,7 @@ def group_act(g: int, step: int) -> Act:
     def act(obs: Any, info: Any, env: gym.Env) -> np.ndarray:
         u = env.unwrapped
         a = np.zeros(u.action_space.shape, dtype=np.int64)
-        if g < len(u.groups) and u._ref_counts[g] > 0:
+        if g < len(u.groups) and u.state.ref_counts[g] > 0:
             a[g] = v
         return a
     return act
@@ -68,7 +68,7 @@ def gated_act(phase: str, kind: str, thr: float) -> Act:
         a = np.zeros(u.action_space.shape, dtype=np.int64)
         levels = u.levels.astype(float)
         for g, (ph, edge) in enumerate(u.groups):
-            if ph != phase or u._ref_counts[g] <= 0:
+            if ph != phase or u.state.ref_counts[g] <= 0:
                 continue
             key = f"{ph}[{edge}]"
             if kind == "util":

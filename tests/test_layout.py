@@ -174,10 +174,13 @@ def test_no_module_stands_in_for_another() -> None:
 
 
 def test_moved_names_are_imported_from_their_modules() -> None:
-    """npu's env helper mixin is only in ``action_decoding`` (``actions`` holds the action modes)."""
+    """npu's decoding helpers are functions of the state in ``action_decoding`` (``actions`` holds the action
+    types); the env has no helper mixins left."""
     from servegym.envs.npu import action_decoding, actions
+    from servegym.envs.npu.env import NPUAutoscaleEnv
 
-    assert action_decoding.ActionsMixin and not hasattr(actions, "ActionsMixin")
+    assert actions.residual_targets is action_decoding.residual_targets and not hasattr(action_decoding, "ActionsMixin")
+    assert [c.__name__ for c in NPUAutoscaleEnv.__mro__[:2]] == ["NPUAutoscaleEnv", "Env"]
 
 
 def test_pd_saturation_is_imported_from_its_module() -> None:
@@ -283,7 +286,8 @@ def test_pd_env_does_not_branch_on_the_action_mode_or_the_dynamics() -> None:
 
 
 def test_npu_env_does_not_branch_on_the_action_mode() -> None:
-    """The action mode is a class (envs/npu/actions.py) chosen from the config; reset and step only call it."""
+    """The action mode is a registered action type (envs/npu/actions.py) chosen from the config; reset and step
+    only call it."""
     from servegym.envs.npu.actions import AbsoluteAction, ResidualAction
     from servegym.envs.npu.env import NPUAutoscaleEnv
 

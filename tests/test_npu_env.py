@@ -11,6 +11,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from servegym.envs.npu.action_decoding import demand_action
 from servegym.envs.npu.env import NPUAutoscaleEnv, NPUEnvConfig
 from servegym.envs.npu.sim.catalog import VERSIONS
 
@@ -118,7 +119,7 @@ def test_quota_masks_options_that_cannot_fit_one_vpod(quota: dict[str, int]) -> 
 def _state(env: NPUAutoscaleEnv) -> tuple:
     sim = env.sim
     assert sim is not None
-    return (sim.now, sim.next_req, repr(sim.targets), sim.v_cfg.tobytes(), sim.v_ready.tobytes(), env._t,
+    return (sim.now, sim.next_req, repr(sim.targets), sim.v_cfg.tobytes(), sim.v_ready.tobytes(), env.state.t,
             sim.route_rng.bit_generator.state["state"]["state"],
             sorted((k, r.bit_generator.state["state"]["state"]) for k, r in sim.boot_rngs.items()))
 
@@ -337,8 +338,8 @@ def test_demand_action_and_count_index_equal_their_numpy_form() -> None:
         rate = rng.random((2, 48)) * 10.0 * (rng.random((2, 48)) < 0.6)
         tpr = rng.random((2, 48)) * 4000.0
         want = np.zeros(2 * len(env.groups), dtype=np.int64)
-        for g, (p, lo, hi) in enumerate(env._ranges):
-            opt = int(np.flatnonzero(env._opt_ok[g])[0])
+        for g, (p, lo, hi) in enumerate(env.state.layout.ranges):
+            opt = int(np.flatnonzero(env.state.layout.opt_ok[g])[0])
             cid = env.options[g][opt]
             need = 0.0
             for b in range(lo, hi):
@@ -348,7 +349,7 @@ def test_demand_action_and_count_index_equal_their_numpy_form() -> None:
             n = max(math.ceil(need - 1e-9), 1 if g in env.top_group else 0)
             want[2 * g] = int(min(np.searchsorted(env.levels, math.ceil(n - 1e-9), side="left"), env.levels.size - 1))
             want[2 * g + 1] = opt
-        assert np.array_equal(env._demand_action(rate, tpr), want)
+        assert np.array_equal(demand_action(env.state, rate, tpr), want)
     for n in [0, 0.5, 1, 1.0000000001, 3, 7.2, 63.9, 64, 65, 1e9, *rng.random(20) * 80.0]:
         assert env.count_index(n) == int(min(np.searchsorted(env.levels, math.ceil(n - 1e-9), side="left"),
                                              env.levels.size - 1))

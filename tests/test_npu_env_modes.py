@@ -12,6 +12,7 @@ from gymnasium.utils.env_checker import check_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from servegym.envs.npu import env as npu_env
+from servegym.envs.npu.action_decoding import residual_targets
 from servegym.envs.npu.env import RESIDUAL_STEPS, NPUAutoscaleEnv
 
 from servegym.errors import ActionError, ConfigError
@@ -94,9 +95,10 @@ def test_reference_is_validated() -> None:
 def test_residual_changes_move_counts_along_the_ladder() -> None:
     env = make(action_mode="residual")
     env.reset(seed=1)
-    base = env._pending.targets if env._pending is not None else env._ref_policy.targets  # type: ignore[union-attr]
+    st = env.state
+    base = st.pending.targets if st.pending is not None else st.reference.targets  # type: ignore[union-attr]
     for v, step in enumerate(RESIDUAL_STEPS):
-        out = env._residual_targets(np.full(env.action_space.shape, v), base)
+        out = residual_targets(st, np.full(env.action_space.shape, v), base, False, env.config.max_group_vpods)
         assert list(out) == list(base)  # the reference's priority order is kept
         for key, tgt in base.items():
             n, m = sum(tgt.values()), sum(out[key].values())
@@ -125,8 +127,8 @@ def test_safety_layer_is_the_baselines_emergency_function(monkeypatch: pytest.Mo
     env = make(action_mode="residual")
 
     def spy(sim: Any, targets: dict) -> Any:
-        pol = env._ref_policy
-        calls.append(sim is env.sim and pol is not None and targets is pol.targets and targets is env._targets)
+        pol = env.state.reference
+        calls.append(sim is env.sim and pol is not None and targets is pol.targets and targets is env.state.targets)
         return real(sim, targets)
 
     # the emergency layer's gate (emergency_decision runs, on a full observation, where it says so)
@@ -269,8 +271,8 @@ def test_residual_masks_and_adjustment() -> None:
     for e in (strict, loose, ref):
         e.reset(seed=0)
         # a group where the reference has no vPods: only "no change" is allowed there
-        e._ref_counts = e._ref_counts.copy()
-        e._ref_counts[0] = 0.0
+        e.state.ref_counts = e.state.ref_counts.copy()
+        e.state.ref_counts[0] = 0.0
     m = np.split(strict.action_masks(), len(strict.groups))
     assert m[0].tolist() == [True, False, False, False, False]
     a = zero(strict)
@@ -288,12 +290,12 @@ def test_observation_carries_the_reference_and_vpod_rates() -> None:
     obs, _ = env.reset(seed=0)
     obs, *_ = env.step(zero(env))
     f = env.obs_fields
-    pend = env._pending
+    pend = env.state.pending
     assert pend is not None
     want = np.zeros(len(env.groups))
     for (ph, edge), tgt in pend.targets.items():
         p = 0 if ph == "prefill" else 1
-        want[env._env_group[p, int(np.searchsorted(env.edges, edge))]] += sum(tgt.values())
+        want[env.state.layout.env_group[p, int(np.searchsorted(env.edges, edge))]] += sum(tgt.values())
     got = np.array([obs[f.index(f"{ph}[{e}].reference_target/max_level")] for ph, e in env.groups])
     assert np.allclose(got, np.minimum(want / env.levels[-1], 10.0), atol=1e-6) and want.sum() > 0
     rates = np.array([obs[f.index(f"{ph}[{e}].vpod_rate/mean_rate")] for ph, e in env.groups])
@@ -350,7 +352,7 @@ def test_group_state_readings_are_classes_chosen_by_the_config() -> None:
 
     assert tuple(observations.GROUP_STATE_READERS) == GROUP_STATE_OBS
     assert all(issubclass(c, observations.GroupStateReader) for c in observations.GROUP_STATE_READERS.values())
-    src = inspect.getsource(observations.ObservationsMixin._obs)
+    src = inspect.getsource(observations.observation)
     assert '"range"' not in src and '"bucket"' not in src
 
 

@@ -193,13 +193,16 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 from servegym.baselines.npu import (
-    BasePolicy,
-    NeuScalePolicy,
     emergency_decision,
     emergency_possible,
 )
-from servegym.envs.npu.action_decoding import ActionsMixin
-from servegym.envs.npu.actions import make_action_mode
+from servegym.envs.npu.action_decoding import (
+    action_from_decision,
+    count_index,
+    heuristic_action,
+    residual_ladder,
+)
+from servegym.envs.npu.actions import make_action_type
 from servegym.envs.npu.env_config import (
     ACTION_MODES,
     BASELINES,
@@ -210,8 +213,15 @@ from servegym.envs.npu.env_config import (
     WARM_WINDOW_S,
     NPUEnvConfig,
 )
-from servegym.envs.npu.observations import ObservationsMixin
-from servegym.envs.npu.rewards import RewardsMixin
+from servegym.envs.npu.observations import obs_fields, observation, render_rgb, render_text, state_info
+from servegym.envs.npu.rewards import (
+    EpisodeInputs,
+    baseline_episode,
+    objective_bounds,
+    raw_flows,
+    reward,
+    reward_scale,
+)
 from servegym.envs.npu.scenarios import (
     _CATALOGS,
     _LRU,
@@ -231,21 +241,17 @@ from servegym.envs.npu.scenarios import (
     split_groups,
 )
 from servegym.envs.npu.sim.cluster import (
-    NB,
-    NPUCluster,
     Observation,
     ScalingDecision,
 )
 from servegym.envs.npu.sim.fluid import make_cluster
-from servegym.envs.npu.sim.roofline import PHASES
-from servegym.envs.npu.sim.workloads import (
-    NPUWorkload,
-)
+from servegym.envs.npu.sim.state import GroupLayout, NPUState, apply_decision, build_layout, capped
 
 from servegym.errors import (
     ActionError,
     ConfigError,
     check_keywords,
+    choice_error,
     resolve_config,
 )
 from servegym.memory import release_freed_memory
@@ -268,10 +274,15 @@ class _Replay:
     rng_state: dict[str, Any]
     actions: list[NDArray[Any]] = field(default_factory=list)
 
-class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
-    """Per-epoch autoscaling of NPU vPod groups (see the module docstring)."""
+class NPUAutoscaleEnv(gym.Env):
+    """Per-epoch autoscaling of NPU vPod groups (see the module docstring).
+
+    The episode's dynamic state is :attr:`state` (an :class:`~servegym.envs.npu.sim.state.NPUState`); the
+    action type (:attr:`action_type`, :mod:`~servegym.envs.npu.actions`) reads it and decodes each action
+    into an :class:`~servegym.envs.npu.sim.state.NPUDecision` that the env applies."""
 
     metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}  # noqa: RUF012 (gymnasium API)
+    _compiled_obs = True  # False: the observation from its numpy parts alone (observations.fill_obs's reference)
 
     def __init__(self, config: NPUEnvConfig | Mapping[str, Any] | None = None, render_mode: str | None = None,
                  **overrides: Any) -> None:
@@ -283,40 +294,47 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
             raise ConfigError(f"render_mode = {render_mode!r}; allowed: None, 'ansi', 'rgb_array'")
         self.render_mode = render_mode
         cfg = self.config
-        self.levels = np.array(cfg.count_levels, dtype=np.int64)
+        levels = np.array(cfg.count_levels, dtype=np.int64)
         self.horizon = cfg.horizon_epochs
         if cfg.split is None:
             self.scenario: dict[str, Any] = {"split": None, "model": cfg.model}
             self._bind_model(cfg.model)
             wl0 = _workload(cfg, 0 if cfg.workload_seed is None else cfg.workload_seed)
-            self.workload = wl0
-            self._build_groups(wl0)
+            layout = self._layout(choose_groups(wl0, self.edges, cfg.groups_per_phase))
         else:  # the spaces are the same for every episode and split: fixed groups, padded options
             self.scenario = draw_scenario(cfg.split, 0, tuple(cfg.split_models))
             self._bind_model(self.scenario["model"])
-            self.workload = _split_workload(self.scenario, cfg.hours)
-            self._build_groups(None, split_groups(self.edges, cfg.groups_per_phase, cfg.hours),
-                               n_options=cfg.n_candidates + len(cfg.versions))
+            wl0 = _split_workload(self.scenario, cfg.hours)
+            layout = self._layout(split_groups(self.edges, cfg.groups_per_phase, cfg.hours),
+                                  n_options=cfg.n_candidates + len(cfg.versions))
+        #: the episode's dynamic state (the model layer's NPUState): what the action type, observation and reward read
+        self.state = NPUState(layout=layout, levels=levels, level_list=levels.tolist(),
+                              ladder=residual_ladder(cfg.count_levels, cfg.max_group_vpods), horizon=self.horizon,
+                              workload=wl0, ref_counts=np.zeros(len(layout.groups)))
         # the action mode (actions.py): its space, masks, reset provisioning and decoding into decisions
-        self.action_type = make_action_mode(cfg.action_mode, cfg.residual_options)
+        self.action_type = make_action_type(cfg, len(layout.groups), layout.n_options)
         self.residual = self.action_type.residual
-        self.ladder = self._residual_ladder()
-        self.action_space = spaces.MultiDiscrete(np.array(self.action_type.nvec(self), dtype=np.int64))
-        self._masks = self._static_masks()
-        self._bounds_static()
-        self.obs_fields = self._obs_fields()
+        self.action_space = self.action_type.space()
+        self.objective_floor, self.objective_cap = objective_bounds(self.catalog, self.cluster_config, cfg)
+        self.obs_fields = obs_fields(layout.groups)
         self.observation_space = spaces.Box(-1.0, 10.0, shape=(len(self.obs_fields),), dtype=np.float32)
-        self.sim: NPUCluster | None = None
         self.simulation_seed: int | None = None  # NPUCluster seed of the current episode (set by reset)
-        self.last_ctx: Observation | None = None
-        self._t = 0
-        self._ref_policy: NeuScalePolicy | BasePolicy | None = None  # residual mode: the reference on the env's sim
-        self._pending: ScalingDecision | None = None  # its decision for the next epoch (None: keep the warm start)
-        self._targets: dict[tuple[str, int], dict[int, int]] = {}  # the agent's current targets
-        self._ref_counts = np.zeros(len(self.groups))  # reference's target vPods per env group
-        self._base_flows: dict[str, NDArray[np.float64]] | None = None  # reward_mode "base": Base per epoch
-        self._base_key: tuple | None = None
         self._replay: _Replay | None = None  # how to rebuild the current episode (see __getstate__)
+
+    # ------------------------------------------------------------------------------------------ state
+    # the state's fields under the names the env has always had (read-only: the state is what changes)
+    sim = property(lambda self: self.state.sim, doc="The episode's simulator (None before ``reset``).")
+    last_ctx = property(lambda self: self.state.last_ctx, doc="The simulator's last observation (None before reset).")
+    workload = property(lambda self: self.state.workload, doc="The episode's workload.")
+    levels = property(lambda self: self.state.levels, doc="The count levels (vPods) of the absolute mode.")
+    ladder = property(lambda self: self.state.ladder, doc="The count levels a residual change moves along (vPods).")
+    groups = property(lambda self: self.state.layout.groups, doc="The env's groups, ``(phase, bucket_edge)``.")
+    group_bucket = property(lambda self: self.state.layout.group_bucket, doc="Each group's top bucket index.")
+    group_lo = property(lambda self: self.state.layout.group_lo, doc="Each group's first bucket index.")
+    group_phase = property(lambda self: self.state.layout.group_phase, doc="Each group's phase index (0 prefill).")
+    options = property(lambda self: self.state.layout.options, doc="Each group's configuration ids.")
+    n_options = property(lambda self: self.state.layout.n_options, doc="The longest option list (padded).")
+    top_group = property(lambda self: self.state.layout.top_group, doc="The largest group of each phase.")
 
     # ------------------------------------------------------------------------------------------ config
     @classmethod
@@ -335,65 +353,10 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
         self.catalog = _catalog(self.cluster_config)
         self.edges = self.catalog.edges
 
-    def _build_groups(self, wl: NPUWorkload | None, picks_per_phase: list[list[int]] | None = None,
-                      n_options: int | None = None) -> None:
-        """Groups (from ``wl``'s lengths, or the given bucket picks), their options under the current
-        catalog, and the option masks; ``n_options`` pads every option list to that length."""
-        cat = self.catalog
-        quota = self.cluster_config.quota_chips or {}
-        if picks_per_phase is None:
-            assert wl is not None
-            picks_per_phase = choose_groups(wl, self.edges, self.config.groups_per_phase)
-        self._picks = picks_per_phase
-        self.groups: list[tuple[str, int]] = []
-        self.group_bucket: list[int] = []
-        self.group_lo: list[int] = []  # first bucket index of the group's length range
-        self.options: list[list[int]] = []
-        for p, picks in enumerate(picks_per_phase):
-            ph = PHASES[p]
-            lo = 0
-            for b in picks:
-                edge = int(self.edges[b])
-                cands = list(cat.cand[(ph, edge)])
-                opts = cands + [c for c in cat.failover[(ph, edge)] if c not in cands]
-                if not opts:  # nothing fits this length at all: the group cannot exist
-                    continue
-                self.groups.append((ph, edge))
-                self.group_bucket.append(b)
-                self.group_lo.append(lo)
-                self.options.append(opts)
-                lo = b + 1
-            if not any(g[0] == ph for g in self.groups):
-                raise ConfigError(f"no {ph} configuration of {self.cluster_config.model} fits the trace's lengths")
-        self.group_phase = np.array([PHASES.index(g[0]) for g in self.groups], dtype=np.int64)
-        self.n_options = max(len(o) for o in self.options) if n_options is None else int(n_options)
-        if any(len(o) > self.n_options for o in self.options):  # pragma: no cover - bound by construction
-            raise ConfigError(f"a group has more than n_options = {self.n_options} configurations")
-        top = {}
-        for i, g in enumerate(self.groups):
-            top[g[0]] = i
-        self.top_group = set(top.values())
-        self._opt_ok = []
-        for i, opts in enumerate(self.options):
-            ok = np.zeros(self.n_options, dtype=bool)
-            for j, cid in enumerate(opts):
-                cf = cat.configs[cid]
-                q = quota.get(cf.version)
-                ok[j] = q is None or cf.chips <= q
-            if not ok.any():
-                raise ConfigError(f"quota_chips = {dict(quota)!r} leaves group {self.groups[i]} no configuration "
-                                  f"(needs at least {min(cat.configs[c].chips for c in opts)} chips of one of "
-                                  f"{sorted({cat.configs[c].version for c in opts})})")
-            self._opt_ok.append(ok)
-        # length ranges of the groups, as bucket-index slices for the observation
-        self._ranges = [(self.group_phase[i], self.group_lo[i], self.group_bucket[i] + 1) for i in range(len(self.groups))]
-        self._range_arrays = tuple(np.array([r[k] for r in self._ranges], dtype=np.int64) for k in range(3))
-        # env group of every (phase, bucket): the first of the phase whose edge is >= the bucket's, else its top
-        self._env_group = np.zeros((2, NB), dtype=np.int64)
-        for p in (0, 1):
-            mine = [g for g in range(len(self.groups)) if self.group_phase[g] == p]
-            for b in range(NB):
-                self._env_group[p, b] = next((g for g in mine if self.group_bucket[g] >= b), mine[-1])
+    def _layout(self, picks_per_phase: list[list[int]], n_options: int | None = None) -> GroupLayout:
+        """The groups of the bucket picks under the current catalog and quota (``n_options`` pads the options)."""
+        return build_layout(self.catalog, self.cluster_config.quota_chips or {}, picks_per_phase,
+                            self.cluster_config.model, n_options)
 
     # ------------------------------------------------------------------------------------------ episode
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -407,13 +370,14 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
                        ) -> tuple[NDArray[np.float32], dict[str, Any]]:
         """The body of :meth:`reset` after its generator is seeded (unpickling replays it)."""
         cfg = self.config
+        st = self.state
         # the previous episode's simulator and arrays go first, and their pages back to the system: without it the
         # allocator kept them and a long run's resident memory doubled while its live heap stayed flat
-        self.sim = None
+        st.sim = None
         release_freed_memory()
         if cfg.split is None:
             if cfg.workload_seed is None:
-                self.workload = _workload(cfg, int(self.np_random.integers(2**31 - 1)))
+                st.workload = _workload(cfg, int(self.np_random.integers(2**31 - 1)))
             sim_seed = int(self.np_random.integers(2**31 - 1))
             self.scenario = {"split": None, "seed": seed, "model": cfg.model, "trace": cfg.trace,
                              "simulation_seed": sim_seed}
@@ -422,39 +386,40 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
             sc = draw_scenario(cfg.split, s, tuple(cfg.split_models))
             if sc["model"] != self.cluster_config.model:
                 self._bind_model(sc["model"])
-                n_groups = len(self.groups)
-                self._build_groups(None, self._picks, n_options=self.n_options)
-                if len(self.groups) != n_groups:  # pragma: no cover - checked by tests
+                n_groups = len(st.layout.groups)
+                st.layout = self._layout(st.layout.picks, n_options=st.layout.n_options)
+                if len(st.layout.groups) != n_groups:  # pragma: no cover - checked by tests
                     raise ConfigError(f"model {sc['model']} has no configuration for a group of the split; "
                                       f"allowed split_models: models that fit every group")
-                self._masks = self._static_masks()
-                self._bounds_static()  # the reward bound's power/rental extremes are the model's
-            self.workload = _split_workload(sc, cfg.hours)
+                # the reward bound's power/rental extremes are the model's
+                self.objective_floor, self.objective_cap = objective_bounds(self.catalog, self.cluster_config, cfg)
+            st.workload = _split_workload(sc, cfg.hours)
             self.scenario = sc
             sim_seed = sc["simulation_seed"]
         self.simulation_seed = sim_seed
-        self.sim = sim = make_cluster(self.cluster_config, self.workload, seed=sim_seed, catalog=self.catalog,
-                                      fidelity=self.config.fidelity)
-        w = self.workload
+        sim = make_cluster(self.cluster_config, st.workload, seed=sim_seed, catalog=self.catalog,
+                           fidelity=self.config.fidelity)
+        w = st.workload
         dur = max(w.duration_s, 1.0)
-        self._mean_rate = max(len(w.requests) / dur, 1e-9)
-        self._set_reward_scale()
-        self._t = 0
-        self._adjusted_actions = 0  # this episode's actions the env changed before applying them
-        self._late_prev = 0
-        self._last = {"slo_satisfaction": 1.0, "slo_miss_share": 0.0}
-        self._option = np.zeros(len(self.groups), dtype=np.int64)
-        self._count = np.zeros(len(self.groups), dtype=np.int64)
-        self._targets = {}
-        self._pending = None
-        self._ref_policy = None
-        self.action_type.start(self, sim)  # the mode's initial deployment (warm start or the reference's)
-        self.last_ctx = sim.observe()
+        st.begin_episode(sim, max(len(w.requests) / dur, 1e-9),
+                         float(self.scenario.get("start_hour", cfg.start_hour)))
+        sc_r = reward_scale(st, self._episode(), self.objective_floor, self.objective_cap)
+        self.requests_in_horizon, self.reward_scale, self.reward_bound = sc_r.requests_in_horizon, sc_r.scale, sc_r.bound
+        # the mode's initial deployment (warm start or the reference's)
+        st.reference = self.action_type.new_reference()
+        apply_decision(st, self.action_type.start(st), provision=True)
+        st.last_ctx = sim.observe()
         self._update_reference()
-        info = self._state_info()
+        info = state_info(st)
         info["scenario"] = dict(self.scenario)
         info["fidelity"] = self.config.fidelity  # which simulator produced this episode's figures
-        return self._obs(self.last_ctx), info
+        return self._obs(st.last_ctx), info
+
+    def _episode(self) -> EpisodeInputs:
+        """The current episode as a baseline replays it (after ``reset``)."""
+        assert self.simulation_seed is not None
+        return EpisodeInputs(self.config, self.cluster_config, self.catalog, self.state.workload,
+                             self.simulation_seed, self.horizon)
 
     # ------------------------------------------------------------------------------------------ step
     def step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
@@ -489,44 +454,130 @@ class NPUAutoscaleEnv(ActionsMixin, ObservationsMixin, RewardsMixin, gym.Env):
             self.step(a)
 
     def _step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
-        sim = self.sim
+        st = self.state
+        sim = st.sim
         if sim is None:
             raise ActionError("step() called before reset()")
-        if self._t >= self.horizon:
+        if st.t >= self.horizon:
             raise ActionError("step() called after the episode was truncated; call reset() first")
-        a, adjusted = self._check_action(action)
-        self._adjusted_actions += int(adjusted)
+        dec = self.action_type.decode(st, action)
+        st.adjusted_actions += int(dec.adjusted)
         n0 = sim.next_req
         cc = self.cluster_config
-        self.action_type.apply(self, sim, a)
+        apply_decision(st, dec)
         n_emergency = 0
         if self.config.uses_safety_layer:
             # the agent decides once per epoch; at the other 60-s decision points the emergency scale-out
             # of Base and NeuScale (the same function) acts on the agent's targets, as run_policy does
             spans = [sim.advance(cc.check_s)]
+            cap = int(self.config.max_group_vpods)
             for _ in range(round(cc.epoch_s / cc.check_s) - 1):
-                if emergency_possible(sim, self._targets):
-                    em = emergency_decision(sim, sim.observe(), self._targets)
+                if emergency_possible(sim, st.targets):
+                    em = emergency_decision(sim, sim.observe(), st.targets)
                     n_emergency += len(em.targets)
-                    capped = self._capped(dict(em.targets))
-                    self._targets.update(capped)
+                    capped_em = capped(dict(em.targets), cap)
+                    st.targets.update(capped_em)
                 else:  # nothing the emergency layer could act on: no observation needed
                     sim.skip_observation()
-                    capped = {}
-                if capped:  # an empty decision only reconciles, which the advance does first at the same instant
-                    sim.apply(ScalingDecision(capped))
+                    capped_em = {}
+                if capped_em:  # an empty decision only reconciles, which the advance does first at the same instant
+                    sim.apply(ScalingDecision(capped_em))
                 spans.append(sim.advance(cc.check_s))
         else:
             spans = [sim.advance_epoch()]
-        flows, self._late_prev = self._raw_flows(sim, spans, int(sim.next_req - n0), self._late_prev)
-        reward = self._reward(flows, self._t)
-        self._t += 1
-        self._last = {"slo_satisfaction": 1.0 - flows["slo_violation_pct"] / 100.0,
-                      "slo_miss_share": flows["slo_misses"] / max(flows["arrived"], 1)}
-        self.last_ctx = sim.observe()
-        truncated = self._t >= self.horizon
-        self.action_type.observed(self, truncated)
+        flows, st.late_prev = raw_flows(sim, spans, int(sim.next_req - n0), st.late_prev)
+        r = reward(self.config, self.reward_scale, st.base_flows, flows, st.t)
+        st.t += 1
+        st.slo_satisfaction = 1.0 - flows["slo_violation_pct"] / 100.0
+        st.slo_miss_share = flows["slo_misses"] / max(flows["arrived"], 1)
+        st.last_ctx = sim.observe()
+        truncated = st.t >= self.horizon
+        st.pending = self.action_type.observed(st, truncated)
         self._update_reference()
-        info = self._state_info()
-        info.update(flows, action_adjusted=adjusted, emergency_scaleouts=n_emergency)
-        return self._obs(self.last_ctx), float(reward), False, truncated, info
+        info = state_info(st)
+        info.update(flows, action_adjusted=dec.adjusted, emergency_scaleouts=n_emergency)
+        return self._obs(st.last_ctx), float(r), False, truncated, info
+
+    # ------------------------------------------------------------------------------------------ actions
+    def action_masks(self) -> NDArray[np.bool_]:
+        """Valid values per action dimension, concatenated in ``action_space`` order (sb3-contrib's
+        MultiDiscrete layout); never all-false per dimension. Residual mode: a group whose reference
+        target is 0 vPods (no NeuScale group in its length range) only allows 0 (no change)."""
+        return self.action_type.mask(self.state)
+
+    def _check_action(self, action: Any) -> tuple[NDArray[np.int64], bool]:
+        """``action`` validated (ActionError) and adjusted where masked: (int64 action, whether adjusted)."""
+        return self.action_type.check(self.state, action)
+
+    def _update_reference(self) -> None:
+        """Reference target vPods per env group: NeuScale's decision for the next epoch (residual mode;
+        its warm start before the first decision), or the heuristic's counts (absolute mode)."""
+        self.state.ref_counts = self.action_type.reference_counts(self.state)
+
+    def count_index(self, n: float) -> int:
+        """Index of the smallest count level >= n (the largest level when n exceeds them all)."""
+        return count_index(self.state, n)
+
+    def heuristic_action(self) -> NDArray[np.int64]:
+        """A reference action from the last observation: best fit per group, N_pod = ceil(R_peak / T_pod)
+        on the window's peak rate (NeuScale's count rule without its x2 / ÷2 limits or coalescing); at t = 0
+        the warm-start sizing on the first 10 minutes of arrivals."""
+        if self.state.last_ctx is None:
+            raise ActionError("heuristic_action() needs reset() first")
+        self.action_type.require_absolute("heuristic_action", "the all-zero action follows the reference (NeuScale)")
+        return heuristic_action(self.state)
+
+    def action_from_decision(self, decision: ScalingDecision) -> NDArray[np.int64]:
+        """Project a per-bucket :class:`ScalingDecision` (e.g. from ``NeuScalePolicy.decide``) onto the
+        env's groups: each group gets the summed vPod count of the decision's groups in its length range
+        (rounded up to a count level) on its best fit; unlisted groups keep their current target.
+        Absolute mode only (in residual mode the all-zero action is NeuScale's own decision)."""
+        self.action_type.require_absolute("action_from_decision", "the all-zero action follows NeuScale's decision")
+        return action_from_decision(self.state, decision)
+
+    # ------------------------------------------------------------------------------------------ observation
+    def _obs(self, ctx: Observation) -> NDArray[np.float32]:
+        return observation(self.state, ctx, self.config.group_state_obs, len(self.obs_fields),
+                           self.action_type.option_indices(self.state), self._compiled_obs)
+
+    def render(self) -> str | NDArray[np.uint8] | None:
+        if self.render_mode == "rgb_array":
+            if self.state.last_ctx is None:
+                return None
+            return render_rgb(self.state, self._obs(self.state.last_ctx), self.obs_fields)
+        if self.render_mode != "ansi":
+            return None
+        return render_text(self.state, self.cluster_config.model, self.action_type.option_indices(self.state))
+
+    # ------------------------------------------------------------------------------------------ rewards
+    def per_step_reward_bound(self) -> float:
+        """B such that -B <= reward <= B on every step of the current episode (module docstring, **Bounds**);
+        the same accessor as the geo and pd envs'. Needs ``reset()``: B depends on the drawn scenario."""
+        bound = getattr(self, "reward_bound", None)
+        if bound is None:
+            raise ActionError("per_step_reward_bound() needs an episode: call reset() first")
+        return float(bound)
+
+    def run_baseline(self, policy: str, seed: int | None = None) -> dict[str, Any]:
+        """Run a :mod:`servegym.baselines.npu` policy on exactly the episode ``reset(seed=seed)`` produces.
+
+        ``policy``: one of ``BASELINES`` (``base``, ``neuscale``: their own decision loop every
+        ``check_s`` = 60 s with their own warm start, :func:`~servegym.baselines.npu.run_policy`;
+        ``ideal``: the §5.1 oracle, :func:`~servegym.baselines.npu.ideal_metrics`, which uses true
+        lengths; ``hindsight``: the hindsight provisioning plan, :mod:`servegym.baselines.npu_hindsight`, which knows
+        the episode's future demand and drives the same decision loop). The env is reset with ``seed`` (so the workload and :attr:`simulation_seed` are the
+        agent's) and the policy drives a fresh :class:`NPUCluster` with that seed and workload for the
+        env's horizon; the env's own simulator is left at the start of that episode.
+
+        Returns ``{"policy", "seed", "simulation_seed", "reward", "length", "infos", "summary"}``: one
+        info per epoch with the same flow keys and formulas as :meth:`step`'s (``energy_j``,
+        ``cost_usd``, ``tokens``, ``slo_violation_pct``, ``slo_misses``, ``power_w``, ``arrived``, ``finished``, ...,
+        plus the state keys ``time_s``, ``epoch``, ``vpods``, ``chips``), ``reward`` their summed
+        reward, and ``summary`` the simulator's :meth:`NPUCluster.summary`. The oracle has no vPods
+        and no per-epoch schedule: one info with the episode's totals (no ``chips``), no misses, and
+        ``length`` the horizon.
+        """
+        if policy not in BASELINES:
+            raise choice_error("policy", policy, BASELINES)
+        self.reset(seed=seed)
+        return baseline_episode(self._episode(), policy, seed, self.reward_scale, self.state.base_flows)

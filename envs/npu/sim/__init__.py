@@ -11,4 +11,6 @@ Nothing here imports from the Gymnasium envs, the reports or the CLI (``tests/te
 * :mod:`~servegym.envs.npu.sim.cluster`: the simulator with decision points (:class:`NPUCluster`), built
   from :mod:`~.config` (settings, Table 3), :mod:`~.records` (decision, observation, metrics),
   :mod:`~.vpods` (configurations and step tables), :mod:`~.routing`, :mod:`~.serving` and :mod:`~.accounting`.
+* :mod:`~servegym.envs.npu.sim.state`: the env's episode state (:class:`~.state.NPUState`, its group layout) and the
+  decision an action type decodes (:class:`~.state.NPUDecision`), applied by :func:`~.state.apply_decision`.
 """
