@@ -25,9 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 PD = REPO / "envs" / "pd"
 
 #: the modules that may not reach into an env: the model (every module under sim/), the action types, the
-#: observations, the rewards and the vector env
+#: observations, the rewards, the period dynamics and the vector envs
 CHECKED = sorted([*(PD / "sim").glob("*.py"), PD / "actions.py", PD / "observations.py", PD / "rewards.py",
-                  PD / "vector.py"])
+                  PD / "dynamics.py", PD / "vector.py", PD / "sb3_vector.py"])
 
 #: an identifier that names an env object: ``e``, ``env``, ``envs``, ``twin`` or any name ending in ``env``
 #: or ``envs`` (``venv``, ``base_env``, ``sub_envs``)
