@@ -173,7 +173,7 @@ def _solve_target_dp(env: PDProvisionEnv) -> OraclePlan:
     idle_w = cfg.system.hardware.loaded_idle_power_w
     pue = cfg.pue
     # state: the target in force before the first step (the env's initial deployment, all active)
-    start = row[int(env._target[0]), int(env._target[1])]
+    start = row[int(env.state.target[0]), int(env.state.target[1])]
     value = np.full(size, np.inf)
     value[start] = 0.0
     choice = np.zeros((n_steps, size), dtype=np.int64)
@@ -464,7 +464,7 @@ def solve_delayed(env: PDProvisionEnv) -> DelayedOraclePlan:
     n_p, n_d = g0.n_p.astype(np.int64), g0.n_d.astype(np.int64)
     row = np.full((cfg.max_prefill + 1, cfg.max_decode + 1), -1, dtype=np.int64)
     row[n_p, n_d] = np.arange(n_p.size)
-    start = int(row[int(env._target[0]), int(env._target[1])])
+    start = int(row[int(env.state.target[0]), int(env.state.target[1])])
     st = _stage_costs(env, arrivals, n_p, n_d)
     # one pending instance for a whole period i costs e_i; one serving from period j has waited in periods
     # j - lead .. j - 1 and for frac of period j

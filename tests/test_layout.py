@@ -259,8 +259,8 @@ def test_pd_env_does_not_branch_on_the_action_mode_or_the_dynamics() -> None:
     from servegym.envs.pd.env_config import ACTION_MODES, MODES
     from servegym.envs.pd.vector import PDVectorEnv
 
-    fns = [PDProvisionEnv.__init__, PDProvisionEnv.reset, PDProvisionEnv.step, PDProvisionEnv._decode,
-           PDProvisionEnv._begin_period, PDProvisionEnv._finish_step, PDProvisionEnv.action_masks,
+    fns = [PDProvisionEnv.__init__, PDProvisionEnv.reset, PDProvisionEnv.step, PDProvisionEnv.decode_action,
+           PDProvisionEnv.begin_period, PDProvisionEnv.finish_step, PDProvisionEnv.action_masks,
            PDProvisionEnv._check_action, PDProvisionEnv.follow_action, PDProvisionEnv.reference_action,
            PDProvisionEnv.absolute_twin, PDProvisionEnv._obs, PDProvisionEnv.hindsight_arrivals,
            PDVectorEnv._step_envs]

@@ -95,10 +95,10 @@ def test_masked_actions_are_adjusted_as_documented() -> None:
 def test_bad_actions_raise_action_error(bad: object) -> None:
     e = PDProvisionEnv(SHORT)
     e.reset(seed=0)
-    before = (e.step_index, list(e._active), e._backlog)
+    before = (e.step_index, list(e.state.active), e.state.backlog)
     with pytest.raises(ActionError, match="allowed"):
         e.step(bad)
-    assert (e.step_index, list(e._active), e._backlog) == before  # no state corrupted
+    assert (e.step_index, list(e.state.active), e.state.backlog) == before  # no state corrupted
 
 
 def test_step_after_truncation_raises() -> None:
@@ -268,7 +268,7 @@ def test_request_mode_deterministic_and_conserves() -> None:
         e.reset(seed=5)
         infos = [e.step(np.array(a))[-1] for a in ((2, 1), (3, 2), (1, 1), (2, 2))]
         runs.append([(i["energy_kwh"], i["served_total"], i["backlog"], i["slo_violation_pct"]) for i in infos])
-        sim = e._sim.counters()
+        sim = e.state.sim.counters()
         assert sim["arrived"] == sim["finished"] + sim["in_prefill_queue"] + sim["in_decode"]
         assert infos[-1]["arrived_total"] == sim["arrived"]
     assert runs[0] == runs[1]

@@ -139,7 +139,7 @@ def test_action_masks_given_is_exactly_the_pairs_applied_as_sent(cfg: dict) -> N
     rng = np.random.default_rng(5)
     looser = 0
     for _ in range(12):
-        as_sent = np.array([[not e.action_type.decode(e, np.array([i, j]))[2] for j in range(nvec[1])]
+        as_sent = np.array([[not e.action_type.decode(e.state, np.array([i, j]))[2] for j in range(nvec[1])]
                             for i in range(nvec[0])])
         first = e.action_masks_given()
         np.testing.assert_array_equal(first, as_sent.any(axis=1))

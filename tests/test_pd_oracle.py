@@ -79,7 +79,7 @@ def test_serving_state_dp_replays_exactly_at_every_delay(delay: float) -> None:
     assert plan.infeasible_periods == 0 and backlog == 0.0 and plan.exact_state
     assert got == pytest.approx(plan.predicted_return, rel=1e-9)
     assert plan.bound == pytest.approx(got, rel=1e-9) and plan.relaxed_return >= got - 1e-9
-    assert env._last_info["episode_adjusted_actions"] == 0
+    assert env.state.last_info["episode_adjusted_actions"] == 0
     if delay in (0.0, 60.0):
         env.reset(seed=1)
         assert solve_oracle(env).predicted_return == pytest.approx(got, rel=1e-9)

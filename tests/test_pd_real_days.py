@@ -33,7 +33,7 @@ def test_no_split_tiles_a_segment_shorter_than_a_day(split: str) -> None:
     env = PDProvisionEnv({"split": split})
     for seed in (0, 1):
         env.reset(seed=seed)
-        factor = env._rates / env.signals.base_rate_rps
+        factor = env.state.rates / env.signals.base_rate_rps
         assert _shortest_repeat(factor) is None, (split, seed)
         assert env.day.pattern_trace != LEGACY_PATTERN
 
@@ -42,7 +42,7 @@ def test_the_legacy_tiling_is_named_fixed_and_still_tiles() -> None:
     """``legacy-azure-2023`` replays the former day (its 57-min pattern tiled), with split None only."""
     env = PDProvisionEnv({"split": None, "scenario": {"pattern_trace": LEGACY_PATTERN}})
     _, info = env.reset(seed=0)
-    lag = _shortest_repeat(env._rates / env.signals.base_rate_rps)
+    lag = _shortest_repeat(env.state.rates / env.signals.base_rate_rps)
     assert lag == env.signals.pattern.size < 60 and "phase" in info["scenario"]
     with pytest.raises(ConfigError, match=r"legacy-azure-2023.* split = None only"):
         PDProvisionEnv({"split": "train", "scenario": {"pattern_trace": LEGACY_PATTERN}})
@@ -84,9 +84,9 @@ def test_same_seed_and_split_same_rates() -> None:
         _, ia = a.reset(seed=11)
         _, ib = b.reset(seed=11)
         assert ia["scenario"] == ib["scenario"]
-        np.testing.assert_array_equal(a._rates, b._rates)
+        np.testing.assert_array_equal(a.state.rates, b.state.rates)
         a.reset(seed=12)
-        assert not np.array_equal(a._rates, b._rates)
+        assert not np.array_equal(a.state.rates, b.state.rates)
 
 
 def test_the_day_is_the_2024_series_scaled_to_the_peak_rate() -> None:
@@ -107,7 +107,7 @@ def test_the_day_is_the_2024_series_scaled_to_the_peak_rate() -> None:
     h = int(env.day.start_hour) * 60
     b = env.signals.band.sum(axis=0)
     idx = (h + np.arange(1440)) % 1440
-    assert np.all(env._rates >= b[0, idx] - 1e-9) and np.all(env._rates <= b[2, idx] + 1e-9)
+    assert np.all(env.state.rates >= b[0, idx] - 1e-9) and np.all(env.state.rates <= b[2, idx] + 1e-9)
 
 
 @pytest.mark.parametrize(("scenario", "match"), [

@@ -70,9 +70,9 @@ def test_front_reference_action_is_the_covering_front_point() -> None:
     for _ in range(60):
         a = int(e.reference_action())
         assert e.action_masks()[a]
-        ref = e._ref
+        ref = e.state.ref
         grid = e.reference.mix_cache(ref.mix).grid
-        rows = e._front_rows(ref.mix)
+        rows = e.state.front_rows(ref.mix, e.front_slots)
         mu = grid.mu[rows]
         assert mu[a] >= ref.capacity_rps or a == rows.size - 1
         assert a == 0 or mu[a - 1] < ref.capacity_rps

@@ -26,7 +26,7 @@ def test_burst_shift_keeps_the_band_at_full_amplitude() -> None:
         assert rec["forecast"] == ("persistence" if split == "shift-forecast" else "exact")
         env = PDProvisionEnv({"split": split, **SHORT})
         env.reset(seed=4)
-        spread[split] = float(np.std(env._rates / env.signals.base_rate_rps))
+        spread[split] = float(np.std(env.state.rates / env.signals.base_rate_rps))
     assert spread["shift-burst"] > 3.0 * spread["test"] > 0
     with pytest.raises(ConfigError, match=r"scenario.burstiness = 0.5 is set by split = 'shift-burst'"):
         PDProvisionEnv({"split": "shift-burst", "scenario": {"burstiness": 0.5}})
@@ -39,22 +39,22 @@ def test_forecast_shift_sees_a_persistence_forecast_of_the_realized_trace() -> N
     exact = PDProvisionEnv({"split": "shift-burst", **SHORT})
     _, info = exact.reset(seed=2)
     for _ in range(30):
-        assert info["forecast_rate_rps"] == pytest.approx(exact._rates[exact.step_index])
+        assert info["forecast_rate_rps"] == pytest.approx(exact.state.rates[exact.step_index])
         _, _, _, _, info = exact.step(np.array([info["reference_p"], info["reference_d"]]))
     env = PDProvisionEnv({"split": "shift-forecast", **SHORT})
     _, info = env.reset(seed=2)
-    base, rates = env.signals.base_rate_rps, env._rates
+    base, rates = env.signals.base_rate_rps, env.state.rates
     errors = []
     for _ in range(60):
         k = env.step_index
         want = base[k] * rates[k - 1] / base[k - 1]  # k = 0: the day's last period (the day wraps)
         assert info["forecast_rate_rps"] == pytest.approx(want)
-        fc = env.forecast_rates(env._lookahead)
+        fc = env.forecast_rates(env.params.lookahead)
         assert info["forecast_max_rps"] == pytest.approx(fc.max())
         np.testing.assert_allclose(fc, persistence_forecast(base, rates, k, k + fc.size))
-        errors.append(env._rates[k] - want)
+        errors.append(env.state.rates[k] - want)
         _, _, _, _, info = env.step(np.array([info["reference_p"], info["reference_d"]]))
-    assert np.std(errors) > 0.02 * np.mean(env._rates[:60])  # the forecast really errs
+    assert np.std(errors) > 0.02 * np.mean(env.state.rates[:60])  # the forecast really errs
     again = PDProvisionEnv({"split": "shift-forecast", **SHORT})
     _, info2 = again.reset(seed=2)
     assert info2["forecast_rate_rps"] == env.reset(seed=2)[1]["forecast_rate_rps"]  # deterministic by seed

@@ -56,7 +56,7 @@ def test_track_sets_its_fields_on_the_splits_own_days() -> None:
 def test_long_delay_track_is_stress_delay_at_600_s() -> None:
     env, short = _env("test", "stress-long-delay"), _env("test")
     assert replace(env.config, startup_delay_s=300.0, track="stress-delay") == short.config
-    assert env._lookahead == 11  # the oracle's exact state holds up to 11 periods of lead
+    assert env.params.lookahead == 11  # the oracle's exact state holds up to 11 periods of lead
     _, info = env.reset(seed=1)
     assert info["scenario"]["forecast"] == "persistence" and info["scenario"]["track"] == "stress-long-delay"
 
@@ -64,11 +64,11 @@ def test_long_delay_track_is_stress_delay_at_600_s() -> None:
 def test_track_forecast_is_persistence_and_deterministic() -> None:
     env = _env("validation")
     _, info = env.reset(seed=2)
-    base, rates = env.signals.base_rate_rps, env._rates
+    base, rates = env.signals.base_rate_rps, env.state.rates
     for _ in range(12):
         k = env.step_index
-        fc = env.forecast_rates(env._lookahead)
-        assert env._lookahead == 6  # 300-s start-up: the coming period and the 5 before an instance serves
+        fc = env.forecast_rates(env.params.lookahead)
+        assert env.params.lookahead == 6  # 300-s start-up: the coming period and the 5 before an instance serves
         np.testing.assert_allclose(fc, persistence_forecast(base, rates, k, k + fc.size))
         assert info["forecast_max_rps"] == pytest.approx(fc.max())
         _, _, _, _, info = env.step(np.array([info["reference_p"], info["reference_d"]]))
@@ -97,7 +97,7 @@ def test_expected_rates_are_the_mean_of_the_per_minute_draws() -> None:
     draws = []
     for s in range(300):
         env.reset(seed=s)
-        draws.append(env._rates.copy())
+        draws.append(env.state.rates.copy())
     exp = expected_rates(env)
     np.testing.assert_allclose(np.mean(draws, axis=0), exp, rtol=0.02)
     flat = _env(None, None, scenario={"horizon_steps": 90, "burstiness": 0.0})

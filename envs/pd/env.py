@@ -66,8 +66,8 @@ that miss the TTFT or TPOT target (16 arrival instants per piece).
 
 **Request-level dynamics** (``mode="request"``) run :class:`servegym.envs.pd.sim.simulator.PDSimulator` (individual
 requests, KV reservations, continuous batching, ramp power per instance; the simulator handles start-up
-delays and removals itself); see :meth:`PDProvisionEnv._request_step` for how its window metrics map to
-``info``. It is orders of magnitude slower than fluid mode.
+delays and removals itself); see :func:`~servegym.envs.pd.dynamics.request_step` for how its window metrics
+map to ``info``. It is orders of magnitude slower than fluid mode.
 
 **Observation** ``Box(-1, 10, (37,), float32)`` (values clipped): see :data:`OBS_FIELDS` for the order and
 scale of each entry (rates / peak_rate_rps, counts / pool maxima, log1p backlog / 10, ...). Entries 24-36
@@ -161,8 +161,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
-from servegym.envs.pd.actions import pd_action_type
-from servegym.envs.pd.dynamics import DYNAMICS, request_step, start_simulator
+from servegym.envs.pd.actions import AbsoluteAction, pd_action_type
+from servegym.envs.pd.dynamics import DYNAMICS
 from servegym.envs.pd.env_config import (  # the config's names are re-exported: their old home
     ACTION_MODES,
     ARRIVALS,
@@ -177,15 +177,9 @@ from servegym.envs.pd.observations import OBS_FIELDS, observe, render, state_inf
 from servegym.envs.pd.rewards import period_reward, step_bound
 from servegym.envs.pd.sim.fluid import steady_slo
 from servegym.envs.pd.sim.pareto import DEFAULT_RHO_BAR, max_capacity_under_power, min_power_deployment
-from servegym.envs.pd.sim.provisioning import MinPowerRule, Suggestion, parse_reference
-from servegym.envs.pd.sim.scenario import (
-    DayScenario,
-    DaySignals,
-    build_signals,
-    draw_scenario,
-    episode_rates,
-    persistence_forecast,
-)
+from servegym.envs.pd.sim.provisioning import MinPowerRule, parse_reference
+from servegym.envs.pd.sim.scenario import DayScenario, DaySignals, build_signals, draw_scenario, episode_rates
+from servegym.envs.pd.sim.state import RATE_HISTORY, PDParams, PDState, draw_arrivals
 from servegym.envs.pd.sim.tables import MixTables, mix_tables
 from servegym.envs.pd.tracks import forecast_kind, persistence
 
@@ -194,11 +188,13 @@ from servegym.splits import scenario_rng, scenario_seed
 
 __all__ = ["ACTION_MODES", "ARRIVALS", "MODES", "OBJECTIVES", "OBS_FIELDS", "PDEnvConfig", "PDProvisionEnv"]
 
-RATE_HISTORY = 4
-
 
 class PDProvisionEnv(gym.Env):
-    """Provisioning of prefill/decode instances over a day (see the module docstring)."""
+    """Provisioning of prefill/decode instances over a day (see the module docstring).
+
+    The episode's state is the model's :class:`~servegym.envs.pd.sim.state.PDState` (``self.state``, a new one
+    per reset) under the config's constants ``self.params``; the action type, the period dynamics, the
+    observation and the reward read and update it, and the env only sequences them."""
 
     metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}  # noqa: RUF012 (gymnasium API)
 
@@ -217,44 +213,68 @@ class PDProvisionEnv(gym.Env):
         # until the first reset: the configured day (split None) or the split's draw for seed 0
         if cfg.split is None:
             self.scenario: dict[str, Any] = {"split": None, "seed": None}
-            self._bind_day(cfg.scenario)
+            day = cfg.scenario
         else:
             day, self.scenario = draw_scenario(cfg.scenario, cfg.split, scenario_rng(cfg.split, 0),
                                                self.split_capacity_scale())
-            self._bind_day(day)
+        self.state = self._day_state(day)
         self.front_slots = self._front_slots()
+        cal = cfg.system.calibration
+        self.params = PDParams(
+            period_s=cfg.scenario.period_s, pue=cfg.pue, startup_delay_s=cfg.startup_delay_s,
+            ttft_slo_s=cfg.ttft_slo_s, tpot_slo_s=cfg.tpot_slo_s,
+            ramp_p=(cal.prefill_ramp.p0_w, cal.prefill_ramp.slope_w, cal.prefill_ramp.p_sat_w),
+            ramp_d=(cal.decode_ramp.p0_w, cal.decode_ramp.slope_w, cal.decode_ramp.p_sat_w),
+            idle_w=cfg.system.hardware.loaded_idle_power_w, poisson_arrivals=cfg.arrivals == "poisson",
+            lookahead=math.ceil(cfg.startup_delay_s / cfg.scenario.period_s) + 1,
+            ref_horizon=parse_reference(cfg.reference)[0],
+            budget_power_w=cfg.gpu_budget * max(cal.prefill_ramp.p_sat_w, cal.decode_ramp.p_sat_w) * cfg.pue,
+            backlog_limit=cfg.backlog_limit_s * cfg.scenario.peak_rate_rps, front_slots=self.front_slots)
         # the action mode is a class (actions.py): its space, mask, decoding and reference action
         self.action_type = pd_action_type(cfg, self.front_slots)
         self.action_space = self.action_type.space()
-        self.dynamics = DYNAMICS[cfg.mode]()  # fluid or request-level periods (dynamics.py)
+        self.dynamics = DYNAMICS[cfg.mode](cfg, self.params)  # fluid or request-level periods (dynamics.py)
         self.observation_space = spaces.Box(-1.0, 10.0, shape=(len(OBS_FIELDS),), dtype=np.float32)
-        cal = cfg.system.calibration
-        self._ramp_p = (cal.prefill_ramp.p0_w, cal.prefill_ramp.slope_w, cal.prefill_ramp.p_sat_w)
-        self._ramp_d = (cal.decode_ramp.p0_w, cal.decode_ramp.slope_w, cal.decode_ramp.p_sat_w)
-        self._idle_w = cfg.system.hardware.loaded_idle_power_w
-        self._budget_power_w = cfg.gpu_budget * max(cal.prefill_ramp.p_sat_w, cal.decode_ramp.p_sat_w) * cfg.pue
-        self._lookahead = math.ceil(cfg.startup_delay_s / cfg.scenario.period_s) + 1
-        self._sim: Any = None
         self._episodes = 0  # resets of this instance (the curriculum stage follows it)
-        self._reset_state(np.zeros(self.signals.base_rate_rps.size))
         self._set_episode(0, self.signals.base_rate_rps.size, 0)
         self._was_reset = False  # step() before the first reset() is refused (the state above is a placeholder)
-        self._step_bound = self.per_step_reward_bound()
-        self._update_reference()
+        self.state.step_bound = self.per_step_reward_bound()
+        self.state.update_reference(self.params)
 
-    def _bind_day(self, day: DayScenario) -> None:
-        """Make ``day`` the scenario of the coming episode: its signals, mix tables and price scale."""
+    def _day_state(self, day: DayScenario) -> PDState:
+        """A state on ``day`` (its signals, mix tables, price scale and reference rule) at its first period."""
         cfg = self.config
-        self.day: DayScenario = day  # the exact day of the current episode (baselines replay it)
-        self.signals: DaySignals = build_signals(day)
-        self.tables: MixTables = mix_tables(self.signals.mix_weights, cfg.system, cfg.max_prefill, cfg.max_decode)
-        self._max_price = max(float(np.max(self.signals.price_usd_per_kwh)), 1e-9)
-        self._mu_list = self.tables.mu.tolist()  # nested lists: fast scalar lookups in the step loop
+        signals = build_signals(day)
+        tables = mix_tables(signals.mix_weights, cfg.system, cfg.max_prefill, cfg.max_decode)
         # The reference every driver and the observation read: min-power with one period of lookahead, or
         # sized for the forecast maximum over the start-up horizon (config ``reference``).
-        self._ref_horizon, rho = parse_reference(cfg.reference)
-        self.reference = MinPowerRule(self.tables, cfg.gpu_budget, cfg.pue, rho_bar=rho, lookahead=1,
-                                      eps=cfg.front_eps)
+        rho = parse_reference(cfg.reference)[1]
+        rule = MinPowerRule(tables, cfg.gpu_budget, cfg.pue, rho_bar=rho, lookahead=1, eps=cfg.front_eps)
+        return PDState(day=day, signals=signals, tables=tables, rule=rule,
+                       mu_list=tables.mu.tolist(),  # nested lists: fast scalar lookups in the step loop
+                       max_price=max(float(np.max(signals.price_usd_per_kwh)), 1e-9),
+                       rates=np.zeros(signals.base_rate_rps.size))
+
+    # the episode's day, as the baselines and reports read it (the state owns it)
+    @property
+    def day(self) -> DayScenario:
+        """The exact day of the current episode (baselines replay it)."""
+        return self.state.day
+
+    @property
+    def signals(self) -> DaySignals:
+        """The per-period signals of the current episode's day."""
+        return self.state.signals
+
+    @property
+    def tables(self) -> MixTables:
+        """The mix tables of the current episode's day."""
+        return self.state.tables
+
+    @property
+    def reference(self) -> MinPowerRule:
+        """The reference rule every action mode's suggestion comes from (config ``reference``)."""
+        return self.state.rule
 
     def split_capacity_scale(self) -> float:
         """The peak-rate factor of this env's split: for :data:`~servegym.envs.pd.sim.scenario.CAPACITY_SCALED_SPLITS`
@@ -291,36 +311,19 @@ class PDProvisionEnv(gym.Env):
         return d
 
     # --------------------------------------------------------------------------------------------- state
-    def _reset_state(self, rates: NDArray[np.float64]) -> None:
-        self._k = 0
-        self._rates = rates
-        self._persistence = False  # whether the forecast is by persistence (shift-forecast, pd/tracks.py)
-        self._active = [1, 1]
-        self._pending: list[list[float]] = [[], []]  # ready times (s) per pool, ascending
-        self._target = [1, 1]
-        self._backlog = 0.0
-        self._arrived = 0.0
-        self._served = 0.0
-        self._hist = [0.0] * RATE_HISTORY
-        self._last_power_w = 0.0
-        self._last_viol = 0.0
-        self._last_util = (0.0, 0.0, 0.0)
-        self._last_info: dict[str, Any] = {}
-        self._done = False
-        self._adjusted_actions = 0  # this episode's actions the env changed before applying them
-
     def _set_episode(self, start: int, steps: int, stage: int) -> None:
-        self._start, self._end, self._stage = int(start), int(start) + int(steps), int(stage)
-        self._k = self._start
+        st = self.state
+        st.start, st.end, st.stage = int(start), int(start) + int(steps), int(stage)
+        st.k = st.start
 
     @property
     def backlog_limit(self) -> float:
         """Backlog (requests) above which an episode terminates: ``backlog_limit_s`` x ``peak_rate_rps``."""
-        return self.config.backlog_limit_s * self.config.scenario.peak_rate_rps
+        return self.params.backlog_limit
 
     def per_step_reward_bound(self) -> float:
         """B such that -B <= reward <= 0 on every non-terminal step of this scenario (module docstring)."""
-        return step_bound(self.config, self.signals, self._idle_w)
+        return step_bound(self.config, self.signals, self.params.idle_w)
 
     def curriculum_stage(self, episode: int) -> int:
         """The curriculum stage of the ``episode``-th reset (0-based) of an instance."""
@@ -335,15 +338,15 @@ class PDProvisionEnv(gym.Env):
             day, record = draw_scenario(cfg.scenario, cfg.split, scenario_rng(cfg.split, s),
                                         self.split_capacity_scale())
             if day != self.day:
-                self._bind_day(day)
+                self.state = self._day_state(day)
             self.scenario = {**record, "seed": s, "track": cfg.track, "forecast": forecast_kind(cfg.split, cfg.track)}
             # the per-minute spread and the arrival counts come from a stream of their own per split
             self.np_random = np.random.default_rng(scenario_seed(cfg.split, s) ^ 0x5EED)
         else:
             self.scenario = {"split": None, "seed": s}
         rates, drawn = episode_rates(self.day, self.signals, self.np_random)
-        self._reset_state(rates)
-        self._persistence = persistence(cfg.split, cfg.track)  # shift-forecast, or a track (pd/tracks.py)
+        self.state = st = self.state.next_episode(rates)
+        st.persistence = persistence(cfg.split, cfg.track)  # shift-forecast, or a track (pd/tracks.py)
         self._was_reset = True
         self.scenario.update(drawn)
         n = self.signals.base_rate_rps.size
@@ -355,18 +358,18 @@ class PDProvisionEnv(gym.Env):
         start = int(self.np_random.integers(n - steps + 1)) if steps < n and self.config.random_start else 0
         self._set_episode(start, steps, stage)
         r0 = float(rates[start])
-        self._hist = [r0] * RATE_HISTORY  # the episode starts in steady state at its first mean rate
+        st.hist = [r0] * RATE_HISTORY  # the episode starts in steady state at its first mean rate
         n_p, n_d = self.config.initial_deployment or self._initial_deployment(r0, start)
-        self._active = [int(n_p), int(n_d)]
-        self._target = [int(n_p), int(n_d)]
-        self._step_bound = self.per_step_reward_bound()
-        self.dynamics.start(self)
-        self._update_reference()
+        st.active = [int(n_p), int(n_d)]
+        st.target = [int(n_p), int(n_d)]
+        st.step_bound = self.per_step_reward_bound()
+        self.dynamics.start(st, self.np_random)
+        st.update_reference(self.params)
         info = self._state_info()
         info.update(episode_steps=steps, start_step=start, curriculum_stage=stage,
-                    per_step_reward_bound=self._step_bound, backlog_limit=self.backlog_limit)
+                    per_step_reward_bound=st.step_bound, backlog_limit=self.backlog_limit)
         info["scenario"] = dict(self.scenario)
-        self._last_info = info
+        st.last_info = info
         return self._obs(), info
 
     def _initial_deployment(self, rate: float, start: int = 0) -> tuple[int, int]:
@@ -386,127 +389,77 @@ class PDProvisionEnv(gym.Env):
         [dP mask, dD mask], the changes that keep each pool in [1, min(pool max, gpu_budget - 1)];
         ``front``: the slots holding a point of the coming mix's front (:mod:`servegym.envs.pd.actions`).
         """
-        return self.action_type.mask(self)
+        return self.action_type.mask(self.state)
 
     def action_masks_given(self, chosen: Sequence[int] = ()) -> NDArray[np.bool_]:
         """The exact mask of action dimension ``len(chosen)`` given the earlier ones (n_P from
         ``action_masks_given()``, then n_D from ``action_masks_given([n_P])``): unlike :meth:`action_masks`, it
         keeps the pair within the GPU budget, so an action drawn so is applied as sent."""
-        return self.action_type.mask_given(self, chosen)
+        return self.action_type.mask_given(self.state, chosen)
 
     def _check_action(self, action: Any) -> tuple[int, int, bool]:
         """Decode an action of the configured ``action_mode`` into the target (n_P, n_D, adjusted)."""
-        return self.action_type.decode(self, action)
-
-
-    def _front_rows(self, mix: int) -> NDArray[np.int64]:
-        """Grid rows of ``mix``'s eps-Pareto front, capacity ascending (evenly thinned to ``front_slots``)."""
-        f = self.reference.mix_cache(mix).front
-        if f.size > self.front_slots:  # only if the tables changed after construction
-            f = f[np.round(np.linspace(0, f.size - 1, self.front_slots)).astype(np.int64)]
-        return f
-
-    def _apply_target(self, n_p: int, n_d: int, now_s: float) -> None:
-        ready = now_s + self.config.startup_delay_s
-        for pool, target in ((0, n_p), (1, n_d)):
-            total = self._active[pool] + len(self._pending[pool])
-            if target > total:
-                self._pending[pool].extend([ready] * (target - total))
-            else:
-                drop = total - target
-                cancel = min(drop, len(self._pending[pool]))
-                if cancel:
-                    del self._pending[pool][len(self._pending[pool]) - cancel:]
-                self._active[pool] -= drop - cancel
-        self._target = [n_p, n_d]
-        if self.config.startup_delay_s <= 0:
-            self._activate(now_s)
-
-    def _activate(self, t: float) -> None:
-        for pool in (0, 1):
-            pend = self._pending[pool]
-            n = 0
-            while n < len(pend) and pend[n] <= t + 1e-9:
-                n += 1
-            if n:
-                self._active[pool] += n
-                del pend[:n]
+        return self.action_type.decode(self.state, action)
 
     # ----------------------------------------------------------------------------------------------- step
     def step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
-        n_p, n_d, adjusted = self._decode(action)
-        arrived = self._begin_period(n_p, n_d)
-        m = self.dynamics.run([self], [arrived])[0]
-        return self._finish_step(n_p, n_d, adjusted, arrived, m)
+        n_p, n_d, adjusted = self.decode_action(action)
+        arrived = self.begin_period(n_p, n_d)
+        m = self.dynamics.run([self.state], [arrived], [self.np_random])[0]
+        return self.finish_step(n_p, n_d, adjusted, arrived, m)
 
     # A step in three parts (the vector env runs the same ones, its fluid periods in one batch): decode the
     # action, apply it and draw the arrivals; run the period; reward, reference, info and observation.
-    def _decode(self, action: Any) -> tuple[int, int, bool]:
-        """The action's target (n_P, n_D, adjusted); ActionError before reset, after the end or if invalid."""
+    def decode_action(self, action: Any) -> tuple[int, int, bool]:
+        """The action's target (n_P, n_D, adjusted); ActionError before reset, after the end or if invalid.
+        Changes nothing (the first part of :meth:`step`)."""
         if not self._was_reset:
             raise ActionError("step() called before reset(); call reset() first")
-        if self._done or self._k >= self._end:
+        if self.state.done or self.state.k >= self.state.end:
             raise ActionError("step() called after the episode ended (terminated or truncated); call reset() first")
         return self._check_action(action)
 
-    def _begin_period(self, n_p: int, n_d: int) -> float:
-        """Apply the target (n_P, n_D) and draw the period's arrivals (returned, requests)."""
-        k = self._k
-        self.dynamics.begin(self, n_p, n_d, k)
-        return self._draw_arrivals(self.np_random, k)
+    def begin_period(self, n_p: int, n_d: int) -> float:
+        """Apply the target (n_P, n_D) and draw the period's arrivals (returned, requests): the second part of
+        :meth:`step`, before the period dynamics run."""
+        self.dynamics.begin(self.state, n_p, n_d)
+        return draw_arrivals(self.params, self.state.rates, self.np_random, self.state.k)
 
-    def _request_period(self, arrived: float) -> dict[str, Any]:
-        k = self._k
-        return self._request_step(k, float(self.signals.time_s[k]), self.config.scenario.period_s, arrived)
-
-    def _finish_step(self, n_p: int, n_d: int, adjusted: bool, arrived: float, m: dict[str, Any]
-                     ) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
-        """Reward, termination, the next reference, info and observation of the period ``m`` just run."""
+    def finish_step(self, n_p: int, n_d: int, adjusted: bool, arrived: float, m: dict[str, Any]
+                    ) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
+        """Reward, termination, the next reference, info and observation of the period ``m`` just run (the
+        last part of :meth:`step`; returns what it returns)."""
         cfg = self.config
+        st = self.state
         period = cfg.scenario.period_s
-        k = self._k
-        limit = self.backlog_limit
-        r = period_reward(cfg, self.signals, k, m, self._backlog, limit)  # pops m["slo_violation"]
+        k = st.k
+        limit = self.params.backlog_limit
+        r = period_reward(cfg, st, m, limit)  # pops m["slo_violation"]
         reward, viol_share = r.reward, r.viol_share
-        self._hist = [arrived / period, *self._hist[:-1]]
-        self._last_power_w = m["power_w"]
-        self._last_viol = viol_share
-        self._last_util = (m["prefill_util"], m["decode_util"], m["demand_util"])
-        self._k = k + 1
-        self._adjusted_actions += int(adjusted)
-        terminated = self._backlog > limit
-        truncated = self._k >= self._end and not terminated
+        st.hist = [arrived / period, *st.hist[:-1]]
+        st.last_power_w = m["power_w"]
+        st.last_viol = viol_share
+        st.last_util = (m["prefill_util"], m["decode_util"], m["demand_util"])
+        st.k = k + 1
+        st.adjusted_actions += int(adjusted)
+        terminated = st.backlog > limit
+        truncated = st.k >= st.end and not terminated
         penalty = 0.0
         if terminated:
             penalty = (float(cfg.termination_penalty) if cfg.termination_penalty is not None
-                       else (self._end - self._k) * self._step_bound)
+                       else (st.end - st.k) * st.step_bound)
             reward -= penalty
-        self._done = terminated or truncated
-        self._update_reference()
+        st.done = terminated or truncated
+        st.update_reference(self.params)
         info = self._state_info()
         info.update(m)
         info.update(energy_kwh=r.energy_kwh, carbon_g=r.carbon_g, cost_usd=r.cost, cap_w=r.cap_w,
                     ci_g_per_kwh=r.ci, price_usd_per_kwh=r.price, arrived=arrived, action_adjusted=adjusted,
-                    episode_adjusted_actions=self._adjusted_actions,
+                    episode_adjusted_actions=st.adjusted_actions,
                     reward_objective=r.objective, slo_violation_pct=100.0 * viol_share,
                     backlog_frac=r.backlog_frac, termination_penalty=penalty, applied_p=n_p, applied_d=n_d)
-        self._last_info = info
+        st.last_info = info
         return self._obs(), float(reward), terminated, truncated, info
-
-    def _update_reference(self) -> None:
-        """The reference suggestion for the coming period: what MinPowerPareto(lookahead=1) would choose, or
-        with ``reference = "min-power+forecast[:RHO]"`` what MinPowerForecast(RHO) would (the forecast maximum
-        over the start-up horizon, ``info["forecast_max_rps"]``)."""
-        k = min(self._k, self.signals.base_rate_rps.size - 1)
-        if self._ref_horizon:
-            fc = self.forecast_rates(self._lookahead)
-            forecast = float(fc.max()) if fc.size else 0.0
-        else:
-            fc = self.forecast_rates(1)  # as info has it
-            forecast = float(fc[0]) if fc.size else 0.0
-        self._ref: Suggestion
-        self._ref, self._ref_power = self.reference.suggest(
-            self._hist[0], forecast, self._backlog, int(self.signals.mix_index[k]), float(self.signals.cap_w[k]))
 
     def slo_steady(self, lam: float, n_p: NDArray[np.int64], n_d: NDArray[np.int64], mix: int
                    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
@@ -518,35 +471,18 @@ class PDProvisionEnv(gym.Env):
                           float(tab.b_d[mix]), float(tab.decode_tokens[mix]), tab.t_p_quantiles_s[mix],
                           float(tab.t_p_mean_s[mix]), self.config.ttft_slo_s, self.config.tpot_slo_s)
 
-    # ------------------------------------------------------------------------------------ request mode
-    def _start_simulator(self) -> None:
-        """A fresh request-level simulator at the reset deployment (:func:`~servegym.envs.pd.dynamics.start_simulator`)."""
-        start_simulator(self)
-
-    def _request_step(self, k: int, t0: float, period: float, arrived: float) -> dict[str, Any]:
-        """One period of the request-level simulator (:func:`~servegym.envs.pd.dynamics.request_step`)."""
-        return request_step(self, k, t0, period, arrived)
-
-
     # ------------------------------------------------------------------------------------------ helpers
     def absolute_twin(self) -> PDProvisionEnv:
         """This env's config under ``action_mode="absolute"``: the same model, scenario, seeds and reward
-        driven by (n_P, n_D) targets, for policies that decide absolute targets (the baselines). Created once
-        and kept, so its curriculum count advances with its own resets as this env's would."""
-        return self.action_type.absolute_twin(self)
-
-    def _absolute_twin(self) -> PDProvisionEnv:
+        driven by (n_P, n_D) targets, for policies that decide absolute targets (the baselines). An absolute
+        env is its own twin; any other is created once and kept, so its curriculum count advances with its
+        own resets as this env's would."""
+        if isinstance(self.action_type, AbsoluteAction):
+            return self
         twin = self.__dict__.get("_twin")
         if twin is None:
-            twin = self._twin = PDProvisionEnv(replace(self.config, action_mode="absolute"))
+            twin = self._twin = PDProvisionEnv(replace(self.config, action_mode=AbsoluteAction.mode))
         return twin
-
-
-    def _draw_arrivals(self, rng: np.random.Generator, k: int) -> float:
-        """Requests arriving in period ``k``: a Poisson count of the scenario's mean rate x period
-        (``arrivals="poisson"``) or the mean itself."""
-        mean = float(self._rates[k]) * self.config.scenario.period_s
-        return float(rng.poisson(mean)) if self.config.arrivals == "poisson" else mean
 
     def hindsight_arrivals(self) -> NDArray[np.float64]:
         """The arrival counts of every period left in the episode, exactly as :meth:`step` will draw them
@@ -556,7 +492,9 @@ class PDProvisionEnv(gym.Env):
 
         self.dynamics.check_hindsight()
         rng = copy.deepcopy(self.np_random)
-        return np.array([self._draw_arrivals(rng, k) for k in range(self._k, self._end)], dtype=np.float64)
+        st = self.state
+        return np.array([draw_arrivals(self.params, st.rates, rng, k) for k in range(st.k, st.end)],
+                        dtype=np.float64)
 
     def follow_action(self) -> NDArray[np.int64]:
         """The residual mode's zero action [L, L]: no change to the reference's suggestion (what the
@@ -568,33 +506,28 @@ class PDProvisionEnv(gym.Env):
         teacher for behaviour cloning): ``residual`` the zero action [L, L]; ``absolute`` the suggested
         (n_P, n_D); ``front`` the first slot whose front point has at least the suggestion's capacity (the
         observation's ``front_index_suggested``; the front holds the suggestion only up to ``front_eps``)."""
-        return self.action_type.reference_action(self)
-
+        return self.action_type.reference_action(self.state)
 
     def mix_index(self, step: int | None = None) -> int:
         """Index into :attr:`tables` of the length mix of period ``step`` (default: the coming period)."""
-        k = min(self._k if step is None else int(step), self.signals.mix_index.size - 1)
-        return int(self.signals.mix_index[k])
+        return self.state.mix_index(step)
 
     def forecast_rates(self, steps: int) -> NDArray[np.float64]:
         """Forecast mean rates (req/s) of the next ``steps`` periods from the coming one (fewer at the episode end):
         the scenario's exact mean rates, or on a persistence-forecast split (``shift-forecast``) the smooth
         mean times the last completed period's realized / smooth ratio
         (:func:`~servegym.envs.pd.sim.scenario.persistence_forecast`)."""
-        stop = min(self._k + int(steps), self._end)
-        if self._persistence:
-            return persistence_forecast(self.signals.base_rate_rps, self._rates, self._k, stop)
-        return np.asarray(self._rates[self._k: stop], dtype=float)
+        return self.state.forecast_rates(steps)
 
     @property
     def step_index(self) -> int:
-        return self._k
+        return self.state.k
 
     def _state_info(self) -> dict[str, Any]:
-        return state_info(self)
+        return state_info(self.config, self.params, self.state)
 
     def _obs(self) -> NDArray[np.float32]:
-        return observe(self)
+        return observe(self.config, self.params, self.state)
 
     def render(self) -> str | NDArray[np.uint8] | None:
-        return render(self)
+        return render(self.config, self.params, self.state, self.render_mode)

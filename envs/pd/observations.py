@@ -1,6 +1,7 @@
 """What the pd env shows: the observation vector (:data:`OBS_FIELDS`, one type for every action mode) and the
-``ansi`` / ``rgb_array`` renderings, computed from the env's state (the env's ``_obs`` and ``render`` call
-these)."""
+``ansi`` / ``rgb_array`` renderings, computed from the config, the model's constants and the episode's state
+(:class:`~servegym.envs.pd.sim.state.PDParams`, :class:`~servegym.envs.pd.sim.state.PDState`), never the env
+(the env's ``_obs``, ``_state_info`` and ``render`` call these)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from numpy.typing import NDArray
 from servegym.render import BLUE, GREEN, GREY, LIGHT_BLUE, LIGHT_ORANGE, ORANGE, PURPLE, RED, Bar, render_bars
 
 if TYPE_CHECKING:
-    from servegym.envs.pd.env import PDProvisionEnv
+    from servegym.envs.pd.env_config import PDEnvConfig
+    from servegym.envs.pd.sim.state import PDParams, PDState
 
 #: Observation entries in order, with their scaling.
 OBS_FIELDS: tuple[str, ...] = (
@@ -46,108 +48,109 @@ OBS_FIELDS: tuple[str, ...] = (
 )
 
 
-def observe(env: PDProvisionEnv) -> NDArray[np.float32]:
+def observe(cfg: PDEnvConfig, params: PDParams, state: PDState) -> NDArray[np.float32]:
     """The observation vector (:data:`OBS_FIELDS`, clipped to [-1, 10])."""
-    cfg = env.config
-    k = min(env._k, env.signals.base_rate_rps.size - 1)
-    mix = int(env.signals.mix_index[k])
+    k = min(state.k, state.signals.base_rate_rps.size - 1)
+    mix = int(state.signals.mix_index[k])
     peak = cfg.scenario.peak_rate_rps
-    fc = env.forecast_rates(env._lookahead)
-    n_p, n_d = env._active
-    cap = float(env.signals.cap_w[k])
-    hour = float(env.signals.hour[k])
+    fc = state.forecast_rates(params.lookahead)
+    n_p, n_d = state.active
+    cap = float(state.signals.cap_w[k])
+    hour = float(state.signals.hour[k])
     ang = 2.0 * math.pi * hour / 24.0
-    w = env.tables.weights[mix]
+    w = state.tables.weights[mix]
     obs = np.array([
-        *(h / peak for h in env._hist),
+        *(h / peak for h in state.hist),
         (float(fc[0]) if fc.size else 0.0) / peak, (float(fc.max()) if fc.size else 0.0) / peak,
         w[0], w[1], w[2],
-        env.tables.in_mean[mix] / 1e4, env.tables.out_mean[mix] / 1e3,
+        state.tables.in_mean[mix] / 1e4, state.tables.out_mean[mix] / 1e3,
         n_p / cfg.max_prefill, n_d / cfg.max_decode,
-        len(env._pending[0]) / cfg.max_prefill, len(env._pending[1]) / cfg.max_decode,
-        env._mu_list[mix][n_p][n_d] / peak,
-        math.log1p(env._backlog) / 10.0,
-        cap / env._budget_power_w, env._last_power_w / max(cap, 1e-9),
-        float(env.signals.ci_g_per_kwh[k]) / 1000.0,
-        float(env.signals.price_usd_per_kwh[k]) / env._max_price,
-        math.sin(ang), math.cos(ang), env._last_viol,
-        *reference_obs(env, mix, n_p, n_d, peak),
+        len(state.pending[0]) / cfg.max_prefill, len(state.pending[1]) / cfg.max_decode,
+        state.mu_list[mix][n_p][n_d] / peak,
+        math.log1p(state.backlog) / 10.0,
+        cap / params.budget_power_w, state.last_power_w / max(cap, 1e-9),
+        float(state.signals.ci_g_per_kwh[k]) / 1000.0,
+        float(state.signals.price_usd_per_kwh[k]) / state.max_price,
+        math.sin(ang), math.cos(ang), state.last_viol,
+        *reference_obs(cfg, params, state, mix, n_p, n_d, peak),
     ], dtype=np.float32)
     return np.clip(obs, -1.0, 10.0)
 
-def reference_obs(env: PDProvisionEnv, mix: int, n_p: int, n_d: int, peak: float) -> tuple[float, ...]:
+def reference_obs(cfg: PDEnvConfig, params: PDParams, state: PDState, mix: int, n_p: int, n_d: int, peak: float
+                  ) -> tuple[float, ...]:
     """The OBS_FIELDS entries after ``slo_violation_last`` (what the baselines read)."""
-    cfg = env.config
-    ref = env._ref
-    cache = env.reference.mix_cache(ref.mix)
+    ref = state.ref
+    cache = state.rule.mix_cache(ref.mix)
     row = int(cache.row[min(max(n_p, 1), cfg.max_prefill), min(max(n_d, 1), cfg.max_decode)])
-    p_active = float(env._ref_power[row]) if row >= 0 else float(
+    p_active = float(state.ref_power[row]) if row >= 0 else float(
         cache.model.power_w(n_p, n_d, ref.demand_rps))
-    budget_it = env._budget_power_w / cfg.pue
-    front = env._front_rows(ref.mix)
+    budget_it = params.budget_power_w / cfg.pue
+    front = state.front_rows(ref.mix, params.front_slots)
     pos = min(int(np.searchsorted(cache.grid.mu[front], ref.capacity_rps)), front.size - 1)
-    slots = max(env.front_slots - 1, 1)
-    mu = env._mu_list[mix][max(n_p, 1)][max(n_d, 1)]
-    rate = env._hist[0]
+    slots = max(params.front_slots - 1, 1)
+    mu = state.mu_list[mix][max(n_p, 1)][max(n_d, 1)]
+    rate = state.hist[0]
     return (ref.n_p / cfg.max_prefill, ref.n_d / cfg.max_decode, ref.capacity_rps / peak,
             p_active / budget_it, ref.power_w / budget_it, mu / rate if rate * 10.0 > mu else 10.0,
-            *env._last_util, env._backlog / env.backlog_limit, pos / slots, front.size / env.front_slots,
-            (env._end - env._k) / max(env._end - env._start, 1))
+            *state.last_util, state.backlog / params.backlog_limit, pos / slots,
+            front.size / params.front_slots,
+            (state.end - state.k) / max(state.end - state.start, 1))
 
 
-def state_info(env: PDProvisionEnv) -> dict[str, Any]:
+def state_info(cfg: PDEnvConfig, params: PDParams, state: PDState) -> dict[str, Any]:
     """The state keys of ``info`` (every step and the reset): deployment, backlog, rates, mix, reference."""
-    k = min(env._k, env.signals.base_rate_rps.size - 1)
-    mix = int(env.signals.mix_index[k])
-    n_p, n_d = env._active
-    fc = env.forecast_rates(env._lookahead)
+    k = min(state.k, state.signals.base_rate_rps.size - 1)
+    mix = int(state.signals.mix_index[k])
+    n_p, n_d = state.active
+    fc = state.forecast_rates(params.lookahead)
     return {
-        "step": env._k, "time_s": float(env._k * env.config.scenario.period_s),
-        "hour": float(env.signals.hour[k]), "n_p": n_p, "n_d": n_d,
-        "pending_p": len(env._pending[0]), "pending_d": len(env._pending[1]),
-        "target_p": env._target[0], "target_d": env._target[1],
-        "backlog": env._backlog, "arrived_total": env._arrived, "served_total": env._served,
-        "rate_rps": env._hist[0], "forecast_rate_rps": float(fc[0]) if fc.size else 0.0,
+        "step": state.k, "time_s": float(state.k * cfg.scenario.period_s),
+        "hour": float(state.signals.hour[k]), "n_p": n_p, "n_d": n_d,
+        "pending_p": len(state.pending[0]), "pending_d": len(state.pending[1]),
+        "target_p": state.target[0], "target_d": state.target[1],
+        "backlog": state.backlog, "arrived_total": state.arrived, "served_total": state.served,
+        "rate_rps": state.hist[0], "forecast_rate_rps": float(fc[0]) if fc.size else 0.0,
         "forecast_max_rps": float(fc.max()) if fc.size else 0.0, "mix_index": mix,
-        "mix_weights": env.tables.weights[mix].copy(), "capacity_rps": float(env._mu_list[mix][n_p][n_d]),
-        "next_cap_w": float(env.signals.cap_w[k]), "gpu_budget": env.config.gpu_budget,
-        "reference_p": env._ref.n_p, "reference_d": env._ref.n_d,
-        "reference_capacity_rps": env._ref.capacity_rps, "steps_left": env._end - env._k,
+        "mix_weights": state.tables.weights[mix].copy(), "capacity_rps": float(state.mu_list[mix][n_p][n_d]),
+        "next_cap_w": float(state.signals.cap_w[k]), "gpu_budget": cfg.gpu_budget,
+        "reference_p": state.ref.n_p, "reference_d": state.ref.n_d,
+        "reference_capacity_rps": state.ref.capacity_rps, "steps_left": state.end - state.k,
     }
 
 
-def render(env: PDProvisionEnv) -> str | NDArray[np.uint8] | None:
-    """The env's ``render()``: a line of text (``ansi``), a picture (``rgb_array``) or None."""
-    if env.render_mode == "rgb_array":
-        return render_rgb(env)
-    if env.render_mode != "ansi":
+def render(cfg: PDEnvConfig, params: PDParams, state: PDState, render_mode: str | None
+           ) -> str | NDArray[np.uint8] | None:
+    """The env's ``render()`` in ``render_mode``: a line of text (``ansi``), a picture (``rgb_array``) or
+    None."""
+    if render_mode == "rgb_array":
+        return render_rgb(cfg, params, state)
+    if render_mode != "ansi":
         return None
-    i = env._last_info
-    line = (f"t={i.get('hour', 0.0):05.2f}h step={env._k} {env._active[0]}p{env._active[1]}d "
-            f"(+{len(env._pending[0])}p+{len(env._pending[1])}d starting) "
-            f"rate={i.get('rate_rps', 0.0):.2f} req/s backlog={env._backlog:.1f} "
+    i = state.last_info
+    line = (f"t={i.get('hour', 0.0):05.2f}h step={state.k} {state.active[0]}p{state.active[1]}d "
+            f"(+{len(state.pending[0])}p+{len(state.pending[1])}d starting) "
+            f"rate={i.get('rate_rps', 0.0):.2f} req/s backlog={state.backlog:.1f} "
             f"power={i.get('power_w', 0.0):.0f} W cap={i.get('cap_w', i.get('next_cap_w', 0.0)):.0f} W "
             f"slo_viol={i.get('slo_violation_pct', 0.0):.2f}%")
     return line
 
-def render_rgb(env: PDProvisionEnv) -> NDArray[np.uint8]:
+def render_rgb(cfg: PDEnvConfig, params: PDParams, state: PDState) -> NDArray[np.uint8]:
     """A 96 x 132 RGB picture: prefill and decode instances (active, starting stacked on top, the reference's
     count as a tick), arrival rate / peak (capacity as a tick), backlog / limit, facility power / the
     budget's (power cap as a tick), grid CI / 1000 g/kWh, price / the day's max and last SLO violation share."""
-    cfg = env.config
-    k = min(env._k, env.signals.base_rate_rps.size - 1)
-    mix = int(env.signals.mix_index[k])
-    n_p, n_d = env._active
+    k = min(state.k, state.signals.base_rate_rps.size - 1)
+    mix = int(state.signals.mix_index[k])
+    n_p, n_d = state.active
     peak = cfg.scenario.peak_rate_rps
     mp, md = cfg.max_prefill, cfg.max_decode
     return render_bars([
-        Bar(n_p / mp, BLUE, len(env._pending[0]) / mp, LIGHT_BLUE, env._ref.n_p / mp),
-        Bar(n_d / md, ORANGE, len(env._pending[1]) / md, LIGHT_ORANGE, env._ref.n_d / md),
-        Bar(env._hist[0] / peak, GREEN, marker=env._mu_list[mix][n_p][n_d] / peak),
-        Bar(env._backlog / env.backlog_limit, RED),
-        Bar(env._last_power_w / env._budget_power_w, PURPLE,
-            marker=float(env.signals.cap_w[k]) / env._budget_power_w),
-        Bar(float(env.signals.ci_g_per_kwh[k]) / 1000.0, GREY),
-        Bar(float(env.signals.price_usd_per_kwh[k]) / env._max_price, GREY),
-        Bar(env._last_viol, RED),
+        Bar(n_p / mp, BLUE, len(state.pending[0]) / mp, LIGHT_BLUE, state.ref.n_p / mp),
+        Bar(n_d / md, ORANGE, len(state.pending[1]) / md, LIGHT_ORANGE, state.ref.n_d / md),
+        Bar(state.hist[0] / peak, GREEN, marker=state.mu_list[mix][n_p][n_d] / peak),
+        Bar(state.backlog / params.backlog_limit, RED),
+        Bar(state.last_power_w / params.budget_power_w, PURPLE,
+            marker=float(state.signals.cap_w[k]) / params.budget_power_w),
+        Bar(float(state.signals.ci_g_per_kwh[k]) / 1000.0, GREY),
+        Bar(float(state.signals.price_usd_per_kwh[k]) / state.max_price, GREY),
+        Bar(state.last_viol, RED),
     ])

@@ -14,6 +14,7 @@ import numpy as np
 if TYPE_CHECKING:
     from servegym.envs.pd.env_config import PDEnvConfig
     from servegym.envs.pd.sim.scenario import DaySignals
+    from servegym.envs.pd.sim.state import PDState
 
 
 @dataclass(frozen=True)
@@ -32,10 +33,11 @@ class PeriodReward:
     price: float  # USD/kWh
 
 
-def period_reward(cfg: PDEnvConfig, signals: DaySignals, k: int, m: dict[str, Any], backlog: float,
-                  limit: float) -> PeriodReward:
-    """The reward of period ``k`` whose metrics ``m`` (the fluid or request period's) were just run; pops
+def period_reward(cfg: PDEnvConfig, state: PDState, m: dict[str, Any], limit: float) -> PeriodReward:
+    """The reward of the period ``state.k`` whose metrics ``m`` (the fluid or request period's) were just run,
+    ``state`` at the period's end (its backlog; ``limit``: the backlog limit, requests); pops
     ``m["slo_violation"]`` (info carries it as ``slo_violation_pct``)."""
+    signals, k, backlog = state.signals, state.k, state.backlog
     energy_kwh = m["energy_j"] / 3.6e6
     cap_w = float(signals.cap_w[k])
     ci = float(signals.ci_g_per_kwh[k])

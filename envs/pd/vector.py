@@ -3,12 +3,13 @@
 ``gymnasium.make_vec("servegym/PDProvision-v0", num_envs=N, vectorization_mode="vector_entry_point")``
 (and the Residual / Front ids) builds :class:`PDVectorEnv`. It holds N
 :class:`~servegym.envs.pd.env.PDProvisionEnv` instances (each its own drawn day, generator and state) and
-runs a step as the single env does, in three parts: each env decodes its action and draws its arrivals,
-then the fluid periods of all N run as one array program (:func:`servegym.envs.pd.sim.fluid.fluid_periods`, the
-same function the single env calls with itself alone), then each env computes its reward, reference,
-info and observation. Results equal N separate envs with the same seeds (tested, bit for bit), including
-Gymnasium 1.x's default next-step autoreset: the step after an episode ends resets that env (reward 0,
-not terminated, not truncated, the reset's observation and info) and ignores its action, as
+runs a step as the single env does, in three parts: each env decodes its action and draws its arrivals
+(``decode_action``, ``begin_period``), then the fluid periods of all N states run as one array program
+(:func:`servegym.envs.pd.sim.fluid.fluid_periods`, the same function the single env calls with its own state
+alone), then each env computes its reward, reference, info and observation (``finish_step``). Results
+equal N separate envs with the same seeds (tested, bit for bit), including Gymnasium 1.x's default
+next-step autoreset: the step after an episode ends resets that env (reward 0, not terminated, not
+truncated, the reset's observation and info) and ignores its action, as
 :class:`gymnasium.vector.SyncVectorEnv` does. ``reset(seed=s)`` seeds env i with s + i; a list gives one
 seed per env; ``options={"reset_mask": mask}`` resets only the masked envs. ``max_episode_steps`` (passed
 by ``make_vec`` from the id's spec) truncates as :class:`gymnasium.wrappers.TimeLimit` would.
@@ -40,9 +41,11 @@ class PDVectorEnv(EnvBatch):
     def _step_envs(self, stepping: list[int], acts: list[Any]) -> dict[int, StepResult]:
         """Decode every action first (an invalid one leaves every env as it was), begin each period, run the
         fluid periods of all as one array program, then finish each env's step."""
-        decoded = {i: self.envs[i]._decode(acts[i]) for i in stepping}
-        begun = {i: self.envs[i]._begin_period(*decoded[i][:2]) for i in stepping}
-        dynamics = self.envs[0].dynamics  # one config for all: the fluid periods run as one array program
-        periods = dict(zip(stepping, dynamics.run([self.envs[i] for i in stepping], [begun[i] for i in stepping]),
-                           strict=True))
-        return {i: self.envs[i]._finish_step(*decoded[i], begun[i], periods[i]) for i in stepping}
+        envs = self.envs
+        decoded = {i: envs[i].decode_action(acts[i]) for i in stepping}
+        begun = {i: envs[i].begin_period(*decoded[i][:2]) for i in stepping}
+        dynamics = envs[0].dynamics  # one config for all: the fluid periods run as one array program
+        runs = dynamics.run([envs[i].state for i in stepping], [begun[i] for i in stepping],
+                            [envs[i].np_random for i in stepping])
+        periods = dict(zip(stepping, runs, strict=True))
+        return {i: envs[i].finish_step(*decoded[i], begun[i], periods[i]) for i in stepping}

@@ -1,13 +1,14 @@
 """The pd fluid period, written once for one environment or many.
 
 :func:`fluid_periods` advances the fluid model of :mod:`servegym.envs.pd.env` (module docstring, "Fluid
-dynamics") over one period for a sequence of :class:`~servegym.envs.pd.env.PDProvisionEnv` instances at
-once: the single env calls it with its own instance, :class:`servegym.envs.pd.vector.PDVectorEnv` with
-all of its scenarios, as gymnax and EnvPool step many copies of an environment in one array program. A
-period is split at the instants starting instances become ready; piece j of every env that has one is
-computed in one numpy evaluation (most periods have a single piece). With one env the formulas take
+dynamics") over one period for a sequence of episode states (:class:`~servegym.envs.pd.sim.state.PDState`)
+at once: the single env calls it with its own state, :class:`servegym.envs.pd.vector.PDVectorEnv` with the
+states of all of its scenarios, as gymnax and EnvPool step many copies of an environment in one array
+program. It reads and updates the states in place (instances, backlog, totals) and never sees an env. A
+period is split at the instants starting instances become ready; piece j of every state that has one is
+computed in one numpy evaluation (most periods have a single piece). With one state the formulas take
 Python floats (``min``/``max``/conditionals, the fast path of a single step); with several, arrays of one
-entry per env. Both evaluate the same IEEE operations in the same order, so a scenario's results do not
+entry per state. Both evaluate the same IEEE operations in the same order, so a scenario's results do not
 depend on how many others are stepped beside it (tested bit for bit).
 
 Units: rates req/s, times s, power W, energy J.
@@ -16,31 +17,11 @@ Units: rates req/s, times s, power W, energy J.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-
-
-class FluidState(Protocol):
-    """What a fluid period reads and updates: the state of one provisioning env
-    (:class:`~servegym.envs.pd.env.PDProvisionEnv`; the model names the attributes, the env holds them)."""
-
-    config: Any  # PDEnvConfig: scenario.period_s, pue
-    signals: Any  # DaySignals of the episode: mix_index, time_s, cap_w
-    tables: Any  # MixTables of the day's mixes
-    _k: int  # the period being run
-    _active: list[int]  # serving instances (n_P, n_D)
-    _pending: list[list[float]]  # ready times (s) of starting instances per pool
-    _backlog: float
-    _arrived: float
-    _served: float
-    _mu_list: list[Any]  # capacity mu[mix][n_P][n_D] as nested lists
-    _ramp_p: tuple[float, float, float]  # prefill power ramp (p0, slope, p_sat), W
-    _ramp_d: tuple[float, float, float]
-    _idle_w: float  # loaded-idle power of a starting instance, W
-
-    def _activate(self, t: float) -> None: ...
+from servegym.envs.pd.sim.state import PDParams, PDState
 
 N_SLO_POINTS = 16
 RHO_K_MAX = 0.9
@@ -128,33 +109,34 @@ def _col(values: list[Any], vec: bool) -> Any:
     return np.array(values) if vec else values[0]
 
 
-def fluid_periods(envs: Sequence[FluidState], arrived: Sequence[float]) -> list[dict[str, Any]]:
-    """Advance each env's fluid model over its current period (``env.step_index``) with ``arrived[i]``
-    requests; updates each env's instances, backlog and totals and returns its period metrics (the keys
-    :meth:`PDProvisionEnv.step <servegym.envs.pd.env.PDProvisionEnv.step>` reads). All envs share one config (the vector env's)."""
-    n = len(envs)
+def fluid_periods(params: PDParams, states: Sequence[PDState], arrived: Sequence[float]
+                  ) -> list[dict[str, Any]]:
+    """Advance each state's fluid model over its current period (``state.k``) with ``arrived[i]`` requests;
+    updates each state's instances, backlog and totals in place and returns its period metrics (the keys
+    :meth:`PDProvisionEnv.step <servegym.envs.pd.env.PDProvisionEnv.step>` reads). All states share the
+    constants ``params`` (one config: the vector env's)."""
+    n = len(states)
     if n == 1:
-        return [_one_period(envs[0], arrived[0])]
+        return [_one_period(params, states[0], arrived[0])]
     vec = True
-    cfg = envs[0].config
-    period = cfg.scenario.period_s
-    pue = cfg.pue
-    rp, rd = envs[0]._ramp_p, envs[0]._ramp_d
-    idle_w = envs[0]._idle_w
-    ks = [e._k for e in envs]
-    mixes = [int(e.signals.mix_index[k]) for e, k in zip(envs, ks, strict=True)]
-    tabs = [e.tables for e in envs]
+    period = params.period_s
+    pue = params.pue
+    rp, rd = params.ramp_p, params.ramp_d
+    idle_w = params.idle_w
+    ks = [st.k for st in states]
+    mixes = [int(st.signals.mix_index[k]) for st, k in zip(states, ks, strict=True)]
+    tabs = [st.tables for st in states]
     mu_p = [float(t.mu_p[m]) for t, m in zip(tabs, mixes, strict=True)]
     mu_dmax = [float(t.mu_d_max[m]) for t, m in zip(tabs, mixes, strict=True)]
     lam = [a / period for a in arrived]
-    t0 = [float(e.signals.time_s[k]) for e, k in zip(envs, ks, strict=True)]
-    cap = [float(e.signals.cap_w[k]) for e, k in zip(envs, ks, strict=True)]
+    t0 = [float(st.signals.time_s[k]) for st, k in zip(states, ks, strict=True)]
+    cap = [float(st.signals.cap_w[k]) for st, k in zip(states, ks, strict=True)]
     bounds = []
-    for e, s in zip(envs, t0, strict=True):
+    for st, s in zip(states, t0, strict=True):
         t1 = s + period
-        events = sorted({t for pool in e._pending for t in pool if s < t < t1})
+        events = sorted({t for pool in st.pending for t in pool if s < t < t1})
         bounds.append([s, *events, t1])
-    q = [e._backlog for e in envs]
+    q = [st.backlog for st in states]
     served = [0.0] * n
     energy = [0.0] * n
     excess = [0.0] * n
@@ -164,26 +146,26 @@ def fluid_periods(envs: Sequence[FluidState], arrived: Sequence[float]) -> list[
     w_sum = [0.0] * n
     for j in range(max(len(b) for b in bounds) - 1):
         rows = []
-        for i, e in enumerate(envs):
+        for i, st in enumerate(states):
             b = bounds[i]
             if j + 1 < len(b):
-                e._activate(b[j])
+                st.activate(b[j])
                 if b[j + 1] - b[j] > 0:
                     rows.append(i)
         if not rows:
             continue
         v = vec and len(rows) > 1
         tau = [bounds[i][j + 1] - bounds[i][j] for i in rows]
-        npd = [envs[i]._active for i in rows]
-        mu = [envs[i]._mu_list[mixes[i]][p][d] for i, (p, d) in zip(rows, npd, strict=True)]
-        idle = [(len(envs[i]._pending[0]) + len(envs[i]._pending[1])) * idle_w for i in rows]
+        npd = [states[i].active for i in rows]
+        mu = [states[i].mu_list[mixes[i]][p][d] for i, (p, d) in zip(rows, npd, strict=True)]
+        idle = [(len(states[i].pending[0]) + len(states[i].pending[1])) * idle_w for i in rows]
         cols = {name: _col([src[i] for i in rows], v) for name, src in
                 (("q", q), ("lam", lam), ("mu_p", mu_p), ("mu_dmax", mu_dmax), ("cap", cap))}
         n_p, n_d = _col([p for p, _ in npd], v), _col([d for _, d in npd], v)
         mu_c, tau_c, idle_c = _col(mu, v), _col(tau, v), _col(idle, v)
         q_end, en, ex, srv = _piece(cols["q"], cols["lam"], mu_c, tau_c, n_p, n_d, idle_c, cols["mu_p"],
                                     cols["mu_dmax"], rp, rd, pue, cols["cap"], v)
-        slo = _slo(envs, rows, mixes, cols, mu_c, tau_c, n_p, n_d, v)
+        slo = _slo(params, states, rows, mixes, cols, mu_c, tau_c, n_p, n_d, v)
         for r, i in enumerate(rows):
             pick = (lambda x, r=r: float(x[r])) if v else float
             energy[i] += pick(en)
@@ -197,24 +179,23 @@ def fluid_periods(envs: Sequence[FluidState], arrived: Sequence[float]) -> list[
                 w_sum[i] += w
             q[i] = pick(q_end)
     out = []
-    for i, e in enumerate(envs):
-        e._activate(bounds[i][-1])
-        out.append(_close_period(e, mixes[i], arrived[i], q[i], energy[i], excess[i], served[i], viol_sum[i],
-                                 ttft_sum[i], tpot_sum[i], w_sum[i], mu_p[i], mu_dmax[i]))
+    for i, st in enumerate(states):
+        st.activate(bounds[i][-1])
+        out.append(_close_period(params, st, mixes[i], arrived[i], q[i], energy[i], excess[i], served[i],
+                                 viol_sum[i], ttft_sum[i], tpot_sum[i], w_sum[i], mu_p[i], mu_dmax[i]))
     return out
 
 
-def _close_period(e: FluidState, mix: int, arrived: float, q: float, energy: float, excess: float,
-                  served: float, viol_sum: float, ttft_sum: float, tpot_sum: float, w_sum: float, mu_p: float,
-                  mu_dmax: float) -> dict[str, Any]:
-    """Store the period's end state in ``e`` and return its metrics (arrival-weighted SLO means)."""
-    cfg = e.config
-    period, pue = cfg.scenario.period_s, cfg.pue
-    e._backlog = q
-    e._arrived += arrived
-    e._served += served
-    tab = e.tables
-    p, d = e._active
+def _close_period(params: PDParams, st: PDState, mix: int, arrived: float, q: float, energy: float,
+                  excess: float, served: float, viol_sum: float, ttft_sum: float, tpot_sum: float,
+                  w_sum: float, mu_p: float, mu_dmax: float) -> dict[str, Any]:
+    """Store the period's end state in ``st`` and return its metrics (arrival-weighted SLO means)."""
+    period, pue = params.period_s, params.pue
+    st.backlog = q
+    st.arrived += arrived
+    st.served += served
+    tab = st.tables
+    p, d = st.active
     return {
         "power_w": energy / period,
         "it_power_w": energy / period / pue,
@@ -226,61 +207,59 @@ def _close_period(e: FluidState, mix: int, arrived: float, q: float, energy: flo
         "tpot_s": tpot_sum / w_sum if w_sum > 0 else float(tab.a_d[mix]),
         "prefill_util": min(served / period / (p * mu_p), 10.0),
         "decode_util": min(served / period / (d * mu_dmax), 10.0),
-        "demand_util": min((arrived / period + q / period) / max(e._mu_list[mix][p][d], 1e-9), 10.0),
+        "demand_util": min((arrived / period + q / period) / max(st.mu_list[mix][p][d], 1e-9), 10.0),
     }
 
 
-def _one_period(e: FluidState, arrived: float) -> dict[str, Any]:
-    """:func:`fluid_periods` of one env on Python scalars, without the per-env lists (the single step's path;
-    the same piece and SLO formulas)."""
-    cfg = e.config
-    period, pue = cfg.scenario.period_s, cfg.pue
-    k = e._k
-    mix = int(e.signals.mix_index[k])
-    tab = e.tables
+def _one_period(params: PDParams, st: PDState, arrived: float) -> dict[str, Any]:
+    """:func:`fluid_periods` of one state on Python scalars, without the per-env lists (the single step's
+    path; the same piece and SLO formulas)."""
+    period, pue = params.period_s, params.pue
+    k = st.k
+    mix = int(st.signals.mix_index[k])
+    tab = st.tables
     mu_p, mu_dmax = float(tab.mu_p[mix]), float(tab.mu_d_max[mix])
     lam = arrived / period
-    t0 = float(e.signals.time_s[k])
+    t0 = float(st.signals.time_s[k])
     t1 = t0 + period
-    cap = float(e.signals.cap_w[k])
-    events = sorted({t for pool in e._pending for t in pool if t0 < t < t1})
+    cap = float(st.signals.cap_w[k])
+    events = sorted({t for pool in st.pending for t in pool if t0 < t < t1})
     bounds = [t0, *events, t1]
-    q = e._backlog
+    q = st.backlog
     served = energy = excess = viol_sum = ttft_sum = tpot_sum = w_sum = 0.0
     for j in range(len(bounds) - 1):
-        e._activate(bounds[j])
+        st.activate(bounds[j])
         tau = bounds[j + 1] - bounds[j]
         if tau <= 0:
             continue
-        n_p, n_d = e._active
-        mu = e._mu_list[mix][n_p][n_d]
-        idle = (len(e._pending[0]) + len(e._pending[1])) * e._idle_w
-        q_end, en, ex, srv = _piece(q, lam, mu, tau, n_p, n_d, idle, mu_p, mu_dmax, e._ramp_p, e._ramp_d, pue,
-                                    cap, False)
+        n_p, n_d = st.active
+        mu = st.mu_list[mix][n_p][n_d]
+        idle = (len(st.pending[0]) + len(st.pending[1])) * params.idle_w
+        q_end, en, ex, srv = _piece(q, lam, mu, tau, n_p, n_d, idle, mu_p, mu_dmax, params.ramp_p,
+                                    params.ramp_d, pue, cap, False)
         energy += en
         excess += ex
         served += srv
         w = lam * tau  # arrivals in this piece
         if w > 0:
-            v, ttft, tpot = _slo([e], [0], [mix], {"q": q, "lam": lam}, mu, tau, n_p, n_d, False)
+            v, ttft, tpot = _slo(params, [st], [0], [mix], {"q": q, "lam": lam}, mu, tau, n_p, n_d, False)
             viol_sum += w * v[0]
             ttft_sum += w * ttft[0]
             tpot_sum += w * tpot[0]
             w_sum += w
         q = q_end
-    e._activate(t1)
-    return _close_period(e, mix, arrived, q, energy, excess, served, viol_sum, ttft_sum, tpot_sum, w_sum, mu_p,
-                         mu_dmax)
+    st.activate(t1)
+    return _close_period(params, st, mix, arrived, q, energy, excess, served, viol_sum, ttft_sum, tpot_sum,
+                         w_sum, mu_p, mu_dmax)
 
 
-def _slo(envs: Sequence[FluidState], rows: list[int], mixes: list[int], cols: dict[str, Any], mu: Any,
-         tau: Any, n_p: Any, n_d: Any, vec: bool) -> tuple[list[float], list[float], list[float]]:
+def _slo(params: PDParams, states: Sequence[PDState], rows: list[int], mixes: list[int], cols: dict[str, Any],
+         mu: Any, tau: Any, n_p: Any, n_d: Any, vec: bool) -> tuple[list[float], list[float], list[float]]:
     """Per row: (violation share, mean TTFT, mean TPOT) of the piece's arrivals; the steady formula where
     the piece holds no backlog, else the N_SLO_POINTS one (rows with no arrivals get values never read)."""
-    cfg = envs[0].config
-    slos = (cfg.ttft_slo_s, cfg.tpot_slo_s)
+    slos = (params.ttft_slo_s, params.tpot_slo_s)
     if not vec:  # one row of Python scalars: the single env's step, without the per-row bookkeeping below
-        tab, mx = envs[rows[0]].tables, mixes[rows[0]]
+        tab, mx = states[rows[0]].tables, mixes[rows[0]]
         args = (float(tab.mu_p[mx]), float(tab.cv_s2[mx]), float(tab.a_d[mx]), float(tab.b_d[mx]),
                 float(tab.decode_tokens[mx]))
         tpq, t_p_mean = tab.t_p_quantiles_s[mx], float(tab.t_p_mean_s[mx])
@@ -291,7 +270,7 @@ def _slo(envs: Sequence[FluidState], rows: list[int], mixes: list[int], cols: di
                                  float(tab.batch[mx, n_p, n_d]), *slos)
         return [float(res[0])], [float(res[1])], [float(res[2])]
     m = len(rows)
-    tabs = [envs[i].tables for i in rows]
+    tabs = [states[i].tables for i in rows]
     mix = [mixes[i] for i in rows]
     per_row = {"q": cols["q"], "lam": cols["lam"], "mu": mu, "tau": tau, "n_p": n_p, "n_d": n_d}
     if not vec:
