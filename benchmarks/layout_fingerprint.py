@@ -148,12 +148,19 @@ def play_parallel(env: Any, seed: int, rng_seed: int) -> dict[str, Any]:
     return out
 
 
+#: the one stderr line that depends on the user cache, not the code: the npu table cache's note when it builds
+#: tables a cold cache lacks (``envs/npu/sim/table_cache.py``); a warm cache prints nothing
+CACHE_NOTE = "servegym: building the npu best-fit tables of "
+
+
 def run_cli(args: list[str], cwd: str) -> tuple[int, str, str]:
-    """``servegym <args>`` in a subprocess: (exit status, stdout, stderr)."""
+    """``servegym <args>`` in a subprocess: (exit status, stdout, stderr without the cache's build note, so a
+    digest is the same whether the user cache was warm or cold)."""
     exe = Path(sys.executable).with_name("servegym")
     p = subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True,
                        env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False)
-    return p.returncode, p.stdout, p.stderr
+    err = "".join(line for line in p.stderr.splitlines(keepends=True) if not line.startswith(CACHE_NOTE))
+    return p.returncode, p.stdout, err
 
 
 # ------------------------------------------------------------------------------------------------- geo
