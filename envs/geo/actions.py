@@ -53,6 +53,8 @@ class GeoActionType(ActionType[GeoDecisionState, DecisionT]):
     family = "geo"
     #: whether the mode acts around a reference scheduler
     residual: ClassVar[bool] = False
+    #: the error of :meth:`follow_action` in a mode without a reference
+    no_follow: ClassVar[str] = "follow_action() needs a residual action mode"
 
     def __init__(self, n_dcs: int) -> None:
         self.n_dcs = int(n_dcs)
@@ -63,9 +65,6 @@ class GeoActionType(ActionType[GeoDecisionState, DecisionT]):
     def follow_action(self) -> Any:
         """The residual mode's "do what the reference does" action (the benchmark's ``follow`` policy)."""
         raise ConfigError(self.no_follow)
-
-    #: the error of :meth:`follow_action` in a mode without a reference
-    no_follow: ClassVar[str] = "follow_action() needs a residual action mode"
 
 
 # ------------------------------------------------------------------------------------- GeoRoute-v0

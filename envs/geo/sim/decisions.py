@@ -171,7 +171,8 @@ def validate_actions(ctx: DecisionContext, dc_indices: Any) -> NDArray[np.int64]
     return a
 
 
-def _empty(dtype: type) -> Any:
+def _empty(dtype: type[np.generic]) -> NDArray[Any]:
+    """A fresh empty array (a field's default before the first context)."""
     return np.zeros(0, dtype=dtype)
 
 
