@@ -87,6 +87,8 @@ class RouteActionType(GeoActionType[int]):
     def check(self, action: Any) -> int:
         """``action`` as an int in the space, or :class:`ActionError` (nothing changes)."""
         d = self.n_actions
+        if type(action) is int and 0 <= action < d:
+            return action  # a plain in-range int, checked cheaply: what the multi-agent env passes again
         if isinstance(action, (int, np.integer)) and not isinstance(action, (bool, np.bool_)):
             a = int(action)
         elif isinstance(action, np.ndarray) and action.size == 1 and action.ndim <= 1 and action.dtype.kind in "iu":
