@@ -264,14 +264,14 @@ def test_window_env_is_the_simulator_loop() -> None:
 def test_window_shares_limit_admission() -> None:
     env = GeoRouteWindowEnv(config=SMALL)
     env.reset(seed=0)
-    ctx = env._ctx
+    ctx = env.state.ctx
     est = ctx.estimates
     zero = env.placements(-np.ones(env.n_dcs))
     # all shares 0: every request overflows to its lowest-carbon candidate (the MOER choice)
     np.testing.assert_array_equal(zero, np.argmin(np.where(est.mask, est.carbon_g, np.inf), axis=1))
     only = np.full(env.n_dcs, -1.0)
     only[2] = 1.0
-    cap = np.floor(env._headroom(ctx)).astype(int)
+    cap = np.floor(env.state.own_headroom()).astype(int)
     placed = env.placements(only)
     assert np.count_nonzero(placed == 2) >= min(cap[2], int(est.mask[:, 2].sum()))
 
@@ -370,10 +370,10 @@ def test_dense_reward_is_the_estimators_cost_between_polls() -> None:
     env = GeoRouteEnv(config={**MINI, "w_slo": 2.0, "geo": {"duration_s": 4.0, "poll_interval_s": 2.0}})
     env.reset(seed=1)
     for k in range(20):
-        i, est = env._i, env._ctx.estimates
+        i, est = env.state.i, env.state.ctx.estimates
         a = k % env.n_dcs
         _, r, _, _, _ = env.step(a)
-        assert env._i == i + 1  # still inside the poll interval: no settlement on this step
+        assert env.state.i == i + 1  # still inside the poll interval: no settlement on this step
         assert r == pytest.approx(-(est.carbon_g[i, a] + 2.0 * (not est.feasible[i, a])), rel=1e-12)
 
 

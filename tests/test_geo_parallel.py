@@ -80,7 +80,7 @@ def test_parallel_observation_is_the_agents_own_request() -> None:
         assert infos[agent]["region"] in ("US-East", "South-America")
         assert o[names.index(f"origin[{r}]")] == 1.0
         if o[-1] == 1.0:  # has a request: it is its own region's
-            assert env.core._sched[env._pending(r)] == r
+            assert env.core.state.scheduler[env._pending(r)] == r
 
 
 def test_parallel_bad_actions_change_nothing() -> None:

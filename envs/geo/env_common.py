@@ -143,6 +143,7 @@ from servegym.envs.geo.observations import (  # noqa: F401 (re-exported)
 from servegym.envs.geo.rewards import EpisodeTracker
 from servegym.envs.geo.sim.cluster import GeoSimulation
 from servegym.envs.geo.sim.config import GeoConfig
+from servegym.envs.geo.sim.decisions import GeoDecisionState
 from servegym.envs.geo.sim.osl import osl_predictor_for
 from servegym.envs.geo.sim.provisioner import Snapshot
 
@@ -187,6 +188,8 @@ class GeoEnvBase(gym.Env):
         self._res_n = 2 * self.n_dcs if self.config.observe_residuals else 0  # residuals, after the forecast
         GridClock(self.geo_config)  # a ci_start outside the topology's CI series fails here, not at reset
         self.sim: GeoSimulation | None = None
+        #: the outstanding decision and what this env decided of it: what the action type reads
+        self.state = GeoDecisionState()
         self.episode_config: GeoConfig = self.geo_config  # the exact scenario of the current episode
         self.scenario: dict[str, Any] = {}  # what reset drew (module docstring, "Splits")
         self._tracker: EpisodeTracker | None = None

@@ -72,10 +72,7 @@ from servegym.envs.geo.env_common import (
     forecast_names,
     safe_ratio_squash,
 )
-from servegym.envs.geo.sim.decisions import DecisionContext
 from servegym.envs.geo.sim.provisioner import Snapshot
-
-from servegym.errors import ActionError
 
 #: Per-DC features of the current request, in observation order (the comments are the env cards' descriptions).
 REQUEST_DC_FEATURES: tuple[str, ...] = (
@@ -123,11 +120,10 @@ class GeoRouteEnv(GeoEnvBase):
         self._res_lo = 14 * d + r + 7 + self._fc_n
         self.obs_dim = self._base_dim + self.action_type.extra_dims
         self.observation_space = spaces.Box(-1.0, 1.0, shape=(self.obs_dim,), dtype=np.float32)
-        self.action_space = self.action_type.space(d)
+        self.action_space = self.action_type.space()
         self._disp_lo, self._disp_hi = 8 * d, 9 * d
         self._time_lo = 14 * d + r + 2
         self._dense = self.config.reward == "dense"
-        self._ctx: DecisionContext | None = None
 
     def simulator_mode(self) -> str:
         """``"window"`` with ``decide_at = "window"`` (the simulator hands out the reference's windows), else
@@ -152,41 +148,44 @@ class GeoRouteEnv(GeoEnvBase):
         info = dict(self._tracker.info)
         info["steps"] = 0
         info["scenario"] = dict(self.scenario)
-        if self._ctx is None:  # an empty run
+        if self.state.ctx is None:  # an empty run
             self._episode_over = True
             return self._end_observation(), info
         return self._observation(), info
 
     def step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
         self._require_running()
-        i = self._i
-        reward = self._decide(i, self._check_action(action))
-        self._i = i + 1
-        if self._i == self._n:
+        st = self.state
+        reward = self._decide(action)
+        st.i += 1
+        if st.i == st.n:
             reward += self._close_interval()
-        run_over = self._ctx is None
+        run_over = st.ctx is None
         truncated, info = self._finish_step(run_over)
         obs = self._end_observation() if run_over else self._observation()
         return obs, reward, False, truncated, info
 
-    def _decide(self, i: int, a: int) -> float:
-        """Place row ``i`` of the interval on the DC action ``a`` means in the action mode; its dense reward."""
-        a = self.action_type.decide(i, a, self._disp)
-        self._actions[i] = a
-        self._disp[self._sched[i], a] += 1.0
+    def _decide(self, action: Any) -> float:
+        """Place the current row (``state.i``) on the DC ``action`` means in the action mode (ActionError if it is
+        not one, and nothing changes); its dense reward."""
+        st = self.state
+        i = st.i
+        a = self.action_type.decode(st, action)
+        st.record(i, a)
         return -float(self._cost[i, a]) if self._dense else 0.0
 
     def _close_interval(self) -> float:
         """Every request of the interval is decided: apply them, advance the simulator to the next
         decision, and return the settlement (dense) or the measured cost (poll)."""
-        assert self.sim is not None and self._tracker is not None and self._ctx is not None
-        ctx, rows = self._ctx, np.arange(self._n)
+        st = self.state
+        assert self.sim is not None and self._tracker is not None and st.ctx is not None
+        ctx, rows, placed = st.ctx, np.arange(st.n), st.placed
         # decide_at = "window": the window leaves after the reference's modelled solve delay, as in its own run
-        self.sim.apply(ctx, self._actions, self.action_type.delay_s())
+        self.sim.apply(ctx, placed, self.action_type.delay_s(st))
         if self._dense or self._res_n:
             est = ctx.estimates
-            self._tracker.record(ctx.request_id, self._cost[rows, self._actions] if self._dense else rows[:0],
-                                 est.ttft_s[rows, self._actions], est.tpot_s[rows, self._actions])
+            self._tracker.record(ctx.request_id, self._cost[rows, placed] if self._dense else rows[:0],
+                                 est.ttft_s[rows, placed], est.tpot_s[rows, placed])
         self._load_interval()
         reward = self._tracker.update()
         self._write_residuals()
@@ -195,36 +194,24 @@ class GeoRouteEnv(GeoEnvBase):
     def action_masks(self) -> NDArray[np.bool_]:
         """(D,) DCs the estimator deems SLO-feasible for the current request; all DCs when none is
         (or when no request is pending). A fresh array."""
-        if self._ctx is None or self._episode_over:
+        if self.state.ctx is None or self._episode_over:
             return np.ones(self.action_space.n, dtype=bool)
-        return self.action_type.mask(self._mask[self._i])
+        return self.action_type.mask(self.state)
 
     def follow_action(self) -> int:
         """The residual mode's "do what the reference does" action, ``D`` (the benchmark's ``follow``
         policy); the direct mode has none (ConfigError)."""
-        return self.action_type.follow_action(self.n_dcs)
+        return self.action_type.follow_action()
 
     # -- internals ------------------------------------------------------------------------------
-    def _check_action(self, action: Any) -> int:
-        d = int(self.action_space.n)
-        if isinstance(action, (int, np.integer)) and not isinstance(action, (bool, np.bool_)):
-            a = int(action)
-        elif isinstance(action, np.ndarray) and action.size == 1 and action.ndim <= 1 and action.dtype.kind in "iu":
-            a = int(action.reshape(-1)[0])
-        else:
-            raise ActionError(f"action = {action!r} is not a DC index; allowed: an integer in [0, {d - 1}]")
-        if not 0 <= a < d:
-            raise ActionError(f"action = {a} is out of range; allowed: an integer in [0, {d - 1}]")
-        return a
-
     def _load_interval(self) -> None:
         """Take the next poll interval's arrivals and precompute their observation rows and masks."""
         sim = self.sim
         assert sim is not None
         ctx = sim.next_batch()
-        self._ctx = ctx
+        st = self.state
+        st.begin_interval(ctx)
         if ctx is None:
-            self._n = 0
             return
         n, d, r = ctx.n_requests, self.n_dcs, self.n_regions
         snap = ctx.snapshot
@@ -249,42 +236,39 @@ class GeoRouteEnv(GeoEnvBase):
         if self._fc_n:
             g[:, o + 7 + r:o + 7 + r + self._fc_n] = self._clock.forecast(t)
         self._rows = g
-        self.action_type.load(ctx, g, self._base_dim)
-        self._mask = np.array(est.mask, dtype=bool)
+        self.action_type.load(st, g, self._base_dim)
         if self._dense:
             assert self._tracker is not None
             self._cost = self._tracker.dense_costs(est.carbon_g, est.feasible)
-        self._sched = sched.tolist()
-        self._disp = np.asarray(ctx.dispatched, dtype=np.float64).copy()
-        self._actions = np.empty(n, dtype=np.int64)
-        self._n = n
-        self._i = 0
 
     def _write_residuals(self) -> None:
         """The residual block of the interval's rows, once the tracker has seen its polls."""
-        if self._res_n and self._ctx is not None and self._tracker is not None:
+        if self._res_n and self.state.ctx is not None and self._tracker is not None:
             self._rows[:, self._res_lo:self._res_lo + self._res_n] = self._tracker.residual_features()
 
     def _observation(self) -> NDArray[np.float32]:
-        return self._row_observation(self._i)
+        return self._row_observation(self.state.i)
 
     def _row_observation(self, i: int) -> NDArray[np.float32]:
         """Row ``i``'s observation (a view of the interval's table, current own-dispatch counts)."""
+        st = self.state
         row = self._rows[i]
-        x = self._disp[self._sched[i]] * self._inv_e
+        x = st.dispatched[st.scheduler[i]] * self._inv_e
         row[self._disp_lo:self._disp_hi] = x / (1.0 + x)
-        self.action_type.write(row, self._base_dim, i, self._disp)
+        self.action_type.write(st, row, self._base_dim, i)
         return row
 
     def _current_snapshot(self) -> Snapshot | None:
-        return self._ctx.snapshot if self._ctx is not None else None
+        ctx = self.state.ctx
+        return ctx.snapshot if ctx is not None else None
 
     def _render_extra(self) -> str:
-        if self._ctx is None:
+        st = self.state
+        if st.ctx is None:
             return "end"
-        i = min(self._i, self._n - 1)
-        return (f"req={int(self._ctx.request_id[i])} sched={self._sched[i]} "
-                f"ISL={int(self._ctx.input_tokens[i])}")
+        i = min(st.i, st.n - 1)
+        return (f"req={int(st.ctx.request_id[i])} sched={st.scheduler[i]} "
+                f"ISL={int(st.ctx.input_tokens[i])}")
 
     def _render_mask(self) -> NDArray[np.bool_] | None:
         return self.action_masks()

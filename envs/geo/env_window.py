@@ -85,7 +85,7 @@ from servegym.envs.geo.sim.decisions import DecisionContext
 from servegym.envs.geo.sim.provisioner import Snapshot
 from servegym.envs.geo.window_kernels import assign_within_caps_into, window_dc_block_into
 
-from servegym.errors import ActionError, ConfigError
+from servegym.errors import ConfigError
 
 #: Per-DC features of the window, in observation order (the comments are the env cards' descriptions).
 WINDOW_DC_FEATURES: tuple[str, ...] = (
@@ -185,14 +185,13 @@ class GeoRouteWindowEnv(GeoEnvBase):
         if self.config.decide_at != "arrival":
             raise ConfigError(f"decide_at = {self.config.decide_at!r} is for GeoRoute-v0; allowed for "
                               "GeoRouteWindow-v0: 'arrival' (the default: it decides per window anyway)")
-        self.action_type = window_action_type(self.config)
+        self.action_type = window_action_type(self.config, d)
         self.residual = self.action_type.residual
         k = 15 + self.action_type.extra_blocks
         self.obs_dim = k * d + r + 8 + self._fc_n + self._res_n
         self._time_lo = k * d + r + 3
         self.observation_space = spaces.Box(-1.0, 1.0, shape=(self.obs_dim,), dtype=np.float32)
-        self.action_space = spaces.Box(-1.0, 1.0, shape=(d,), dtype=np.float32)
-        self._ctx: DecisionContext | None = None
+        self.action_space = self.action_type.space()
         self._overflow = 0
 
     @property
@@ -208,7 +207,7 @@ class GeoRouteWindowEnv(GeoEnvBase):
         # the scales of the window means: TTFT SLO, TPOT SLO (s), reference carbon (g)
         self._scales = np.array([sim.config.ttft_slo_s, sim.config.tpot_slo_s, self._c_ref])
         self.action_type.reset(sim)
-        self._ctx = sim.next_decision()
+        self._begin_window(sim.next_decision())
         self._overflow = 0
         assert self._tracker is not None
         self._tracker.update()
@@ -216,19 +215,20 @@ class GeoRouteWindowEnv(GeoEnvBase):
         info["steps"] = 0
         info["scenario"] = dict(self.scenario)
         info["overflow"] = 0
-        if self._ctx is None:
+        if self.state.ctx is None:
             self._episode_over = True
             return self._end_observation(), info
         return self._observation(), info
 
     def step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
         self._require_running()
-        share = self._check_action(action)
-        sim, ctx = self.sim, self._ctx
+        st = self.state
+        placement = self.action_type.decode(st, action)
+        sim, ctx = self.sim, st.ctx
         assert sim is not None and ctx is not None and self._tracker is not None
         est = ctx.estimates
-        dc, overflow, delay_s = self.action_type.place(self, ctx, share)
-        sim.apply(ctx, dc, delay_s)
+        dc, overflow = placement.dc, placement.overflow
+        sim.apply(ctx, dc, placement.sched_delay_s)
         reward = 0.0
         rows = np.arange(dc.size)
         if self.config.reward == "dense":
@@ -238,9 +238,9 @@ class GeoRouteWindowEnv(GeoEnvBase):
             cost = rows[:0].astype(np.float64)
         self._tracker.record(ctx.request_id, cost, est.ttft_s[rows, dc], est.tpot_s[rows, dc])
         self._overflow = overflow
-        self._ctx = sim.next_decision()
+        self._begin_window(sim.next_decision())
         reward += self._tracker.update()
-        run_over = self._ctx is None
+        run_over = st.ctx is None
         truncated, info = self._finish_step(run_over)
         info["overflow"] = overflow
         obs = self._end_observation() if run_over else self._observation()
@@ -250,37 +250,17 @@ class GeoRouteWindowEnv(GeoEnvBase):
         """The DC each request of the current window would get under ``action`` (nothing changes;
         direct mode only: the residual mode's solve advances its scheduler's state)."""
         self._require_running()
-        assert self._ctx is not None
-        return self.action_type.placements(self, self._ctx, action)
+        assert self.state.ctx is not None
+        return self.action_type.placements(self.state, action)
 
     # -- internals ------------------------------------------------------------------------------
-    def _check_action(self, action: Any) -> NDArray[np.float64]:
-        d = self.n_dcs
-        # Real numbers only: numpy would parse strings and drop imaginary parts if asked for float64.
-        raw = np.asarray(action) if not isinstance(action, np.ndarray) else action
-        if raw.dtype.kind not in "iuf":
-            raise ActionError(f"action = {str(action)[:80]} has dtype {raw.dtype}; allowed: {d} real values in "
-                              "[-1, 1]")
-        a = raw.astype(np.float64)
-        if a.shape != (d,):
-            raise ActionError(f"action has shape {a.shape}; allowed: ({d},), one value in [-1, 1] per DC")
-        if not np.all(np.isfinite(a)):
-            raise ActionError(f"action = {a.tolist()} has non-finite values; allowed: finite values in [-1, 1]")
-        if a.min() < -1.0 or a.max() > 1.0:
-            raise ActionError(f"action = {a.tolist()} is out of range; allowed: values in [-1, 1] "
-                              "(share of headroom = (a + 1) / 2)")
-        return 0.5 * (a + 1.0)
-
-    def _headroom(self, ctx: DecisionContext) -> NDArray[np.float64]:
-        """``H'_d``: the estimator's headroom less this scheduler's dispatches since d's poll."""
-        h = self._snapshot_features(ctx.snapshot)[1]
-        return np.maximum(0.0, h - ctx.dispatched[int(ctx.scheduler[0])])
-
-    def _caps(self, ctx: DecisionContext, share: NDArray[np.float64]) -> NDArray[np.int64]:
-        return np.floor(share * self._headroom(ctx)).astype(np.int64)
+    def _begin_window(self, ctx: DecisionContext | None) -> None:
+        """The next window (``None``: the run is over) and the estimator's headroom of its snapshot."""
+        self.state.begin_window(ctx, None if ctx is None else self._snapshot_features(ctx.snapshot)[1])
 
     def _observation(self) -> NDArray[np.float32]:
-        sim, ctx = self.sim, self._ctx
+        st = self.state
+        sim, ctx = self.sim, st.ctx
         assert sim is not None and ctx is not None
         d, r = self.n_dcs, self.n_regions
         cfg = sim.config
@@ -290,7 +270,7 @@ class GeoRouteWindowEnv(GeoEnvBase):
         obs = np.empty(self.obs_dim, dtype=np.float32)
         obs[:7 * d] = self._snapshot_features(snap)[0]
         self._window_block(obs)
-        o = self.action_type.write(obs, 15 * d, ctx, sim)
+        o = self.action_type.write(st, obs, 15 * d)
         obs[o] = min(n / cfg.window_max_requests, 1.0)
         obs[o + 1] = min(float(np.log1p(ctx.input_tokens).mean()) / self._ln_cap, 1.0)
         obs[o + 2] = min(float(np.log1p(ctx.osl_estimate).mean()) / self._ln_cap, 1.0)
@@ -306,7 +286,7 @@ class GeoRouteWindowEnv(GeoEnvBase):
         """The observation's values ``age`` to ``capacity`` (``obs[7 D:15 D]``), compiled
         (:func:`~servegym.envs.geo.window_kernels.window_dc_block_into`), bit-identical to
         :meth:`_window_block_numpy` (tested, on float64 buffers too)."""
-        ctx = self._ctx
+        ctx = self.state.ctx
         assert ctx is not None and self.sim is not None
         d = self.n_dcs
         if d < 2:  # one DC: numpy sums a single column pairwise, which the compiled row-order sum is not
@@ -317,12 +297,12 @@ class GeoRouteWindowEnv(GeoEnvBase):
         s = int(ctx.scheduler[0])
         window_dc_block_into(obs, 7 * d, ctx.time_s, snap.polled_at_s, self.sim.config.poll_interval_s,
                              ctx.dispatched[s], self._inv_e, est.ttft_s, est.tpot_s, est.carbon_g, est.feasible,
-                             self._scales, snap.rtt_s[s], self._snapshot_features(snap)[1])
+                             self._scales, snap.rtt_s[s], self.state.headroom)
 
     def _window_block_numpy(self, obs: NDArray[np.floating]) -> None:
         """The observation's values ``age`` to ``capacity`` (``obs[7 D:15 D]``) as numpy expressions: the
         reference :func:`~servegym.envs.geo.window_kernels.window_dc_block_into` is tested against."""
-        sim, ctx = self.sim, self._ctx
+        sim, ctx = self.sim, self.state.ctx
         assert sim is not None and ctx is not None
         d = self.n_dcs
         cfg = sim.config
@@ -338,17 +318,20 @@ class GeoRouteWindowEnv(GeoEnvBase):
         means = np.stack((est.ttft_s.sum(axis=0), est.tpot_s.sum(axis=0), est.carbon_g.sum(axis=0))) * inv_n
         obs[o + d:o + 4 * d] = safe_ratio_squash(means, self._scales[:, None]).ravel()
         obs[o + 4 * d:o + 5 * d] = snap.rtt_s[s] == 0.0
-        obs[o + 5 * d:o + 6 * d] = squash(self._headroom(ctx) / max(n, 1))
+        obs[o + 5 * d:o + 6 * d] = squash(self.state.own_headroom() / max(n, 1))
 
     def _current_snapshot(self) -> Snapshot | None:
-        return self._ctx.snapshot if self._ctx is not None else None
+        ctx = self.state.ctx
+        return ctx.snapshot if ctx is not None else None
 
     def _render_extra(self) -> str:
-        if self._ctx is None:
+        ctx = self.state.ctx
+        if ctx is None:
             return "end"
-        return f"window sched={int(self._ctx.scheduler[0])} n={self._ctx.n_requests} overflow={self._overflow}"
+        return f"window sched={int(ctx.scheduler[0])} n={ctx.n_requests} overflow={self._overflow}"
 
     def _render_mask(self) -> NDArray[np.bool_] | None:
-        if self._ctx is None:
+        ctx = self.state.ctx
+        if ctx is None:
             return None
-        return self._ctx.action_mask().any(axis=0)
+        return ctx.action_mask().any(axis=0)

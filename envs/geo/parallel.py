@@ -97,7 +97,7 @@ class GeoRouteParallelEnv(ParallelEnv):
         self.agents = list(self.possible_agents)
         self._steps = 0
         self._info = info
-        if core._ctx is None:  # an empty run: nothing to decide
+        if core.state.ctx is None:  # an empty run: nothing to decide
             self._rows_of = [np.zeros(0, dtype=np.int64) for _ in self.possible_agents]
             self._next = [0] * len(self.possible_agents)
             obs = {a: self._idle_observation(r) for r, a in enumerate(self.agents)}
@@ -122,22 +122,26 @@ class GeoRouteParallelEnv(ParallelEnv):
             if agent not in actions:
                 raise ActionError(f"actions has no entry for {agent!r}, which has a request to place; "
                                   f"allowed: a dict with every agent of {self.agents}")
-            decided.append((r, core._check_action(actions[agent])))
+            decided.append((r, core.action_type.check(actions[agent])))
         rewards = {a: 0.0 for a in self.agents}
+        st = core.state
+        cursor = st.i  # the single-agent env's row, which these rows are decided around
         for r, a in decided:  # checked all first: a bad action changes nothing
             row = self._pending(r)
             assert row is not None
-            rewards[self.possible_agents[r]] += core._decide(row, a)
+            st.i = row
+            rewards[self.possible_agents[r]] += core._decide(a)
             self._next[r] += 1
             self._left -= 1
+        st.i = cursor
         if self._left == 0:
             shared = core._close_interval() / len(self.agents)
             for a in rewards:
                 rewards[a] += shared
-            if core._ctx is not None:
+            if st.ctx is not None:
                 self._queue_interval()
         self._steps += 1
-        run_over = core._ctx is None
+        run_over = st.ctx is None
         truncated, info = core._finish_step(run_over)  # also max_steps, counted in parallel steps
         self._info = info
         if run_over:
@@ -165,13 +169,13 @@ class GeoRouteParallelEnv(ParallelEnv):
         n = int(self.core.action_space.n)
         if row is None:
             return np.ones(n, dtype=bool)
-        mask = self.core._mask[row]
+        mask = self.core.state.feasible[row]
         return np.append(mask, True) if n > self.core.n_dcs else mask.copy()
 
     # -- internals ------------------------------------------------------------------------------
     def _queue_interval(self) -> None:
         """Per scheduler, the rows of the newly loaded interval in arrival order."""
-        sched = np.asarray(self.core._sched, dtype=np.int64)
+        sched = np.asarray(self.core.state.scheduler, dtype=np.int64)
         self._rows_of = [np.flatnonzero(sched == r) for r in range(len(self.possible_agents))]
         self._next = [0] * len(self.possible_agents)
         self._left = int(sched.size)

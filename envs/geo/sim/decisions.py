@@ -12,6 +12,10 @@ exposes its scheduling decisions as :class:`DecisionContext` objects:
 
 ``sim.apply(ctx, dc_indices, sched_delay_s)`` places them. A policy loop (``sim.run(policy)``)
 and a Gymnasium env drive the same loop; a policy implements :class:`GeoPolicy`.
+
+A driver that decides a context row by row (GeoRoute-v0) or window by window (GeoRouteWindow-v0) keeps what it
+has decided so far in a :class:`GeoDecisionState`, the state its action types read (never the env's own
+attributes); a window's decision is a :class:`WindowPlacement`.
 """
 
 from __future__ import annotations
@@ -165,3 +169,86 @@ def validate_actions(ctx: DecisionContext, dc_indices: Any) -> NDArray[np.int64]
         bad = a[(a < 0) | (a >= d)][0]
         raise ActionError(f"dc index {int(bad)} is out of range; allowed: [0, {d - 1}]")
     return a
+
+
+def _empty(dtype: type[np.generic]) -> NDArray[Any]:
+    """A fresh empty array (a field's default before the first context)."""
+    return np.zeros(0, dtype=dtype)
+
+
+@dataclass(slots=True, eq=False)
+class GeoDecisionState:
+    """What a driver of the decision API has decided so far in the outstanding context: the state a geo env's
+    action type reads (never the env's own attributes). The env holds one and updates it as its agent decides;
+    :meth:`begin_interval` / :meth:`begin_window` load the next context.
+
+    Fields:
+        ctx: the outstanding :class:`DecisionContext`; ``None`` when the run has no decision left.
+        i: the row of ``ctx`` being decided (a request driver's cursor; 0 for a window).
+        n: rows of ``ctx`` (0 without one).
+        dispatched: (regions, D) requests each scheduler placed on each DC since that DC's last poll, the rows
+            of ``ctx`` decided so far included (float64, as the observation scales them); a request driver's.
+        scheduler: the scheduler (region index) of each row of ``ctx``, as Python ints (read once per step).
+        feasible: (n, D) the estimator's action mask of ``ctx``'s rows (``Estimates.mask``: all DCs where none
+            is SLO-feasible); a request driver's.
+        placed: (n,) the DC of each decided row (rows ``>= i`` not decided yet); a request driver's.
+        headroom: (D,) the estimator's batch-slot headroom ``H_d`` of ``ctx``'s snapshot (requests, whole DC;
+            ``Estimator.headroom_requests``); a window driver's.
+    """
+
+    ctx: DecisionContext | None = None
+    i: int = 0
+    n: int = 0
+    dispatched: NDArray[np.float64] = field(default_factory=lambda: _empty(np.float64))
+    scheduler: list[int] = field(default_factory=list)
+    feasible: NDArray[np.bool_] = field(default_factory=lambda: _empty(np.bool_))
+    placed: NDArray[np.int64] = field(default_factory=lambda: _empty(np.int64))
+    headroom: NDArray[np.float64] = field(default_factory=lambda: _empty(np.float64))
+
+    def begin_interval(self, ctx: DecisionContext | None) -> None:
+        """A request driver's next context (a poll interval's arrivals, ``sim.next_batch()``): nothing decided."""
+        self.ctx = ctx
+        if ctx is None:
+            self.n = 0
+            return
+        n = ctx.n_requests
+        self.feasible = np.array(ctx.estimates.mask, dtype=bool)
+        self.scheduler = np.asarray(ctx.scheduler, dtype=np.int64).tolist()
+        self.dispatched = np.asarray(ctx.dispatched, dtype=np.float64).copy()
+        self.placed = np.empty(n, dtype=np.int64)
+        self.n = n
+        self.i = 0
+
+    def record(self, i: int, dc: int) -> None:
+        """Row ``i`` goes to DC ``dc``: its scheduler's own-dispatch count at ``dc`` grows by one."""
+        self.placed[i] = dc
+        self.dispatched[self.scheduler[i], dc] += 1.0
+
+    def begin_window(self, ctx: DecisionContext | None, headroom: NDArray[np.float64] | None) -> None:
+        """A window driver's next context (``sim.next_decision()``) and ``H_d`` of its snapshot."""
+        self.ctx = ctx
+        self.i = 0
+        self.n = 0 if ctx is None else ctx.n_requests
+        if headroom is not None:
+            self.headroom = headroom
+
+    def own_headroom(self) -> NDArray[np.float64]:
+        """``H'_d``: the headroom less what the window's scheduler dispatched to d since d's poll (requests)."""
+        ctx = self.ctx
+        assert ctx is not None
+        return np.maximum(0.0, self.headroom - ctx.dispatched[int(ctx.scheduler[0])])
+
+
+@dataclass(frozen=True, eq=False)
+class WindowPlacement:
+    """A window's decision, what ``sim.apply(ctx, dc, sched_delay_s)`` takes.
+
+    Fields:
+        dc: (n,) the DC of each request of the window.
+        sched_delay_s: the modelled scheduling delay (s) before the requests leave the scheduler.
+        overflow: requests placed beyond the window's admission caps (a capped placement's fallback; else 0).
+    """
+
+    dc: NDArray[np.int64]
+    sched_delay_s: float = 0.0
+    overflow: int = 0
