@@ -212,7 +212,7 @@ _NPU = Yardsticks(naive="base", paper="neuscale", oracle="ideal", oracle_kind="r
                   strongest_note="the verdict's ranking of the shipped non-oracle baselines on 30 validation "
                                  "episodes (seeds 1000-1029) of NPUAutoscale-v0 at the quick suite's 2-h horizon "
                                  "(benchmarks/results/strongest_by_verdict.md): base beats neuscale (3.99e8 J "
-                                 "against 4.12e8 J, SLO violation 4.38 % against 6.91 %); in the paper's validated "
+                                 "against 4.12e8 J, SLO violation 4.35 % against 6.89 %); in the paper's validated "
                                  "load regime (serving efficiency fitted to Figure 16, chip power counted once, "
                                  "picks on the scoring model) with the fluid TTFT tail taken over a sub-step")
 
