@@ -392,22 +392,15 @@ SUITE: dict[str, tuple[SuiteEntry, ...]] = {
         # pd stress-delay: the quick entries on the track; the reference (every mode's teacher and the residual
         # zero action) is the best persistence-forecast rule on the track's validation episodes, since the strongest
         # (threshold-hpa:0.8) is no reference rule
-        # (the residual id's policy improvement may also add an instance, held through the start-up:
-        # PDProvisionResidual-v0.stress-delay.quick.yml says why)
         *(SuiteEntry(pd_id, "maskable-ppo", {"config": {"reference": "min-power+forecast:0.8", "track": "stress-delay"}},
-                     4_096, 5, 30, 3, hyperparams=hp,
+                     4_096, 5, 30, 3, hyperparams=f"{pd_id.split('/')[1]}.quick.yml",
                      baselines=("min-power", "min-power+lookahead", "threshold-hpa", "min-power+forecast:0.8",
                                 "min-power+perfect:1"),
                      note=f"track stress-delay (x2 peak, burstiness 1, 300-s start-up, 12 GPUs, persistence forecast), "
-                          f"{mode} around min-power+forecast:0.8, {how}")
-          for pd_id, mode, hp, how in (
-              ("servegym/PDProvisionResidual-v0", "changes", "PDProvisionResidual-v0.stress-delay.quick.yml",
-               "the quick entry's warm start and budget, 2 rounds of policy improvement with +-1 instance per pool "
-               "held 6 periods"),
-              ("servegym/PDProvisionFront-v0", "a front slot", "PDProvisionFront-v0.quick.yml",
-               "the quick entry's warm start, rounds and budget"),
-              ("servegym/PDProvision-v0", "absolute targets", "PDProvision-v0.quick.yml",
-               "the quick entry's warm start, rounds and budget"))),
+                          f"{mode} around min-power+forecast:0.8, the quick entry's warm start, rounds and budget")
+          for pd_id, mode in (("servegym/PDProvisionResidual-v0", "changes"), ("servegym/PDProvisionFront-v0",
+                                                                               "a front slot"),
+                              ("servegym/PDProvision-v0", "absolute targets"))),
     ),
     # The quick suite's modes on the default presets and whole days, at the hyperparameter files' budgets
     # or more. Its cost is estimated in FULL_COST_S_PER_SEED (printed when a full run starts).
