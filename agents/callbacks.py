@@ -199,6 +199,8 @@ class SeededEvalCallback(BaseCallback):
         # a warm-started policy is a checkpoint candidate before any RL step (RL may only degrade it)
         self.eval_at_start = eval_at_start
         self.references = references
+        #: the references ordered on the evaluation seeds (set once the baselines have played them)
+        self.scale: dict[str, str] | None = None
         self.last_results: list[EpisodeResult] = []
         self.best_score = -math.inf
         self.make_env = make_env
@@ -218,6 +220,7 @@ class SeededEvalCallback(BaseCallback):
         self._env = self.make_env()
         self.baseline_results = run_baseline_episodes(self.family, self._env, self.baseline_names, self.seeds,
                                                       strict=self.strict_baselines)
+        self.scale = self._ordered_references()
         writer = tb_writer(self.logger)
         if writer is not None and self.family.metrics:
             keys = [*self.family.metric_keys(), "mean_reward", *(["normalized_score"] if self.references else [])]
@@ -334,12 +337,25 @@ class SeededEvalCallback(BaseCallback):
         return summary
 
 
-    def _scores(self, results: Sequence[EpisodeResult]) -> np.ndarray | None:
-        """Normalized scores of ``results`` against the references on the same seeds (None without them)."""
+    def _ordered_references(self) -> dict[str, str] | None:
+        """The references as the checkpoint scale's endpoints on the evaluation seeds, the lower mean return at 0
+        (:func:`servegym.agents.protocol.checkpoint_scale`); None without both references' episodes."""
         if not self.references:
             return None
-        naive = self.baseline_results.get(self.references["naive"])
-        best = self.baseline_results.get(self.references["best"])
+        from servegym.agents.protocol import checkpoint_scale
+
+        got = {k: self.baseline_results.get(self.references[k]) for k in ("naive", "best")}
+        if not got["naive"] or not got["best"]:
+            return None
+        return checkpoint_scale(self.references, {self.references[k]: [r.reward for r in got[k]] for k in got})
+
+    def _scores(self, results: Sequence[EpisodeResult]) -> np.ndarray | None:
+        """Normalized scores of ``results`` against the references on the same seeds (None without them)."""
+        refs = self.scale or self.references
+        if not refs:
+            return None
+        naive = self.baseline_results.get(refs["naive"])
+        best = self.baseline_results.get(refs["best"])
         if not naive or not best:
             return None
         from servegym.agents.protocol import episode_scores

@@ -441,6 +441,19 @@ def kpi_metric(env: Any) -> str:
 
 
 # ------------------------------------------------------------------------------------------- scores
+def checkpoint_scale(refs: Mapping[str, str], returns: Mapping[str, Sequence[float]]) -> dict[str, str]:
+    """The checkpoint scale's endpoints ``{"naive": <0>, "best": <100>}`` on a set of evaluation episodes:
+    ``refs`` (:func:`checkpoint_references`) ordered by the two policies' mean returns there (``returns``: name ->
+    the returns of the same episodes), the lower one at 0. Where the paper's method returns less than the naive
+    baseline on those episodes (GeoRoute-v0's ``stress-load`` track: milp below rr), the unordered scale would have
+    no positive gap and every validation score would be undefined; ordered, 100 (R - R_low) / G stays linear in the
+    mean return, so it ranks checkpoints as the mean return does and the strongest's validation score exists."""
+    naive, best = refs["naive"], refs["best"]
+    if float(np.mean(returns[best])) < float(np.mean(returns[naive])):
+        return {**refs, "naive": best, "best": naive}
+    return dict(refs)
+
+
 def reference_gap(naive: Sequence[float], best: Sequence[float]) -> float:
     """The mean reference gap G = mean(R_best - R_naive) over scenario-aligned reference returns, or NaN
     where it is below :data:`REFERENCE_GAP_MIN` of the references' mean magnitude (no scale)."""

@@ -158,22 +158,28 @@ class TimeToStrongest:
 
 def strongest_validation_score(train_outputs: Sequence[Mapping[str, Any]], roles: Mapping[str, str]
                                ) -> float | None:
-    """The strongest's score on the runs' validation scale: 100 where it is the paper's method; else from
-    the runs' ``validation_baselines`` (every seed plays the references on the same episodes; the first run
-    that has all three), or None where the runs predate them. ``roles``: naive, paper and strongest names."""
-    if roles["strongest"] == roles["paper"]:
-        return 100.0
-    from servegym.agents.protocol import reference_gap
+    """The strongest's score on the runs' validation scale (naive and paper ordered on those episodes, as the
+    runs' checkpoint scale is: :func:`servegym.agents.protocol.checkpoint_scale`) from the runs'
+    ``validation_baselines`` (every seed plays the references on the same episodes; the first run that has all
+    three); where the runs predate them, 100 if the strongest is the paper's method, else None. ``roles``: naive,
+    paper and strongest names."""
+    from servegym.agents.protocol import checkpoint_scale, reference_gap
 
     for o in train_outputs:
         got = o.get("validation_baselines") or {}
         if all(got.get(roles[k]) for k in ("naive", "paper", "strongest")):
             by = {k: {int(r["seed"]): float(r["reward"]) for r in got[roles[k]]} for k in ("naive", "paper", "strongest")}
             seeds = sorted(by["strongest"])
+            # the runs' own scale: naive and paper ordered on these episodes (protocol.checkpoint_scale)
+            scale = checkpoint_scale({"naive": "naive", "best": "paper"},
+                                     {k: [by[k][s] for s in seeds] for k in ("naive", "paper")})
+            if roles["strongest"] == roles["paper"] and scale["best"] == "paper":
+                return 100.0
+            by["naive"], by["paper"] = by[scale["naive"]], by[scale["best"]]
             gap = reference_gap([by["naive"][s] for s in seeds], [by["paper"][s] for s in seeds])
             mean = float(np.mean([by["strongest"][s] - by["naive"][s] for s in seeds]))
             return 100.0 * mean / gap if math.isfinite(gap) else None
-    return None
+    return 100.0 if roles["strongest"] == roles["paper"] else None
 
 
 def time_to_strongest(train_outputs: Sequence[Mapping[str, Any]], roles: Mapping[str, str],

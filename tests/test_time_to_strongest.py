@@ -89,6 +89,44 @@ def test_target_from_the_runs_own_validation_baselines_or_100_for_the_paper() ->
     assert tts.time_to_strongest([run(0, [(0, 1.0)])], ROLES) is None
 
 
+def test_an_inverted_scale_is_ordered_as_the_runs_checkpoint_scale_is() -> None:
+    """Where the paper's method returns less than the naive baseline on the validation episodes (GeoRoute-v0's
+    stress-load track), the checkpoint scale puts the paper at 0 and the naive at 100
+    (protocol.checkpoint_scale), and the strongest's target is read on that same scale."""
+    from servegym.agents import protocol
+
+    rows = {"rr": [{"seed": 1000, "reward": -5.0}, {"seed": 1001, "reward": -7.0}],
+            "milp": [{"seed": 1000, "reward": -10.0}, {"seed": 1001, "reward": -12.0}],
+            "ll": [{"seed": 1000, "reward": -4.0}, {"seed": 1001, "reward": -6.0}]}
+    roles = {"naive": "rr", "paper": "milp", "strongest": "ll"}
+    # milp at 0, rr at 100 (gap 5), ll 6 above milp: 120
+    assert tts.strongest_validation_score([run(0, [(0, 1.0)], baselines=rows)], roles) == pytest.approx(120.0)
+    # the paper as the strongest below the naive sits at 0 of the ordered scale, not at 100
+    assert tts.strongest_validation_score([run(0, [(0, 1.0)], baselines=rows)],
+                                          {**roles, "strongest": "milp"}) == pytest.approx(0.0)
+    refs = {"naive": "rr", "best": "milp"}
+    assert protocol.checkpoint_scale(refs, {"rr": [-5.0, -7.0], "milp": [-10.0, -12.0]}) == {"naive": "milp", "best": "rr"}
+    assert protocol.checkpoint_scale(refs, {"rr": [-10.0], "milp": [-5.0]}) == refs  # ordered: unchanged
+
+
+def test_the_evaluator_scores_on_the_ordered_scale() -> None:
+    """SeededEvalCallback's validation scores exist on an inverted pair and are linear in the return: the
+    paper's method (below the naive baseline) at 0, the naive at 100."""
+    from servegym.agents.callbacks import SeededEvalCallback
+    from servegym.agents.families import EpisodeResult
+
+    def res(seed: int, reward: float) -> EpisodeResult:
+        return EpisodeResult(policy="x", seed=seed, reward=reward, length=1, metrics={})
+
+    cb = SeededEvalCallback(lambda: None, None, [1, 2], [], 1, None,  # type: ignore[arg-type]
+                            references={"naive": "rr", "best": "milp"})
+    cb.baseline_results = {"rr": [res(1, -5.0), res(2, -7.0)], "milp": [res(1, -10.0), res(2, -12.0)]}
+    cb.scale = cb._ordered_references()
+    assert cb.scale == {"naive": "milp", "best": "rr"}
+    scores = cb._scores([res(1, -5.0), res(2, -12.0)])
+    assert scores is not None and list(scores) == pytest.approx([100.0, 0.0])
+
+
 def test_stored_references_only_for_the_same_entry(tmp_path) -> None:
     from servegym.agents.benchmark import SUITE
 
