@@ -33,7 +33,6 @@ import numpy as np
 from servegym.baselines.npu import NeuScalePolicy, ideal_metrics, paper_satisfaction, run_policy
 from servegym.envs.npu.sim.catalog import MODELS
 from servegym.envs.npu.sim.cluster import ClusterConfig, ConfigCatalog, NPUCluster
-from servegym.envs.npu.sim.dse import run_dse
 from servegym.envs.npu.sim.workloads import WORKLOADS, make_workload
 from tqdm import tqdm
 
@@ -68,11 +67,16 @@ def best_fit_share(cat: ConfigCatalog, sim: NPUCluster, version: str) -> dict[st
 def run(model: str, traces: list[str], hours: float, start_hour: float, objective: str, seed: int) -> list[dict]:
     """One NeuScale replay per (trace, mix); returns one row per run with its summary and Ideal."""
     t0 = time.perf_counter()
-    # explored over every version so the SLO reference (NPU-C/D) is the same in every mix
-    table = run_dse(model, objective=objective)
+
+    def config(pv: dict[str, tuple[str, ...]]) -> ClusterConfig:
+        return ClusterConfig(model=model, objective=objective, n_candidates=1, phase_versions=pv)
+
+    # the selection and scoring tables (the step models ClusterConfig chooses and judges with), explored over
+    # every version once, so the SLO reference (NPU-C/D) is the same in every mix
+    het = ConfigCatalog(config(MIXES["Het"]))
     print(f"DSE {model} {objective}: {time.perf_counter() - t0:.1f} s", flush=True)
-    cats = {mix: ConfigCatalog(ClusterConfig(model=model, objective=objective, n_candidates=1, phase_versions=pv),
-                               table=table) for mix, pv in MIXES.items()}
+    cats = {mix: ConfigCatalog(config(pv), table=het.table, scoring_table=het.scoring_table)
+            for mix, pv in MIXES.items()}
     rows = []
     bar = tqdm(total=len(traces) * len(MIXES), desc=f"version mix {model}", unit="run")
     for t in traces:
