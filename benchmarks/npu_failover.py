@@ -8,12 +8,12 @@ Base's because requests run on the less efficient v5e/v4 fail-over vPods.
 
 Setup here: the cost objective (Figure 28 plots cost efficiency), the 2024 Azure coding trace's lengths and
 minute shape rescaled so the week's mean is the swept rate, 2 h from 12:00 of the default weekday (the rate at
-that hour is about 1.9x the week's mean), seed 0. Finding (``npu_failover.md``): the quotas never bind -- the
-DSE's Llama3-8B picks need 1-4 NPU-D chips for prefill and 16-48 NPU-B chips for decode (NPU-B is the decode
-best fit once NPU-C is absent) -- so neither policy fails over and the figure's mechanism does not occur here;
-NeuScale's SLO satisfaction stays 94-95 % at 8x-16x where Base's drops to 82-84 % (all TTFT: its per-length
-prefill groups), at 0.73-0.87x Base's tokens/USD. Usage: ``nice .venv/bin/python benchmarks/npu_failover.py``
-(about 1 CPU-min).
+that hour is about 1.9x the week's mean), seed 0. Findings (``npu_failover.md``,
+``npu_failover_operating.md``, rerun on the current model): at the default fit the NPU-B quota binds only for NeuScale at 480 req/min and nothing
+fails over (equal SLO); at the operating-point fit NeuScale spills onto 32 NPU-A chips at 960 req/min, at 0.38x
+Base's tokens/USD. The figure's premise does not hold here: NPU-B (v5e) is the cost best fit for Llama3-8B decode
+over NPU-D (v6e) at the shipped prices, where the paper finds v6e best for both phases.
+Usage: ``nice .venv/bin/python benchmarks/npu_failover.py`` (about 1 CPU-min).
 """
 
 from __future__ import annotations

@@ -93,7 +93,8 @@ def main() -> None:
                      + f" | {res[st][e]['base']['slo_violation_pct']:.2f} | "
                        f"{res[st][e]['neuscale']['slo_violation_pct']:.2f} |")
     lines += ["", "Ratios are NeuScale's tokens/J (tokens/USD) over Base's; *pool* counts every second a vPod holds "
-              "its chips, *busy* only the serving steps. The JSON beside this file has every row."]
+              "its chips, *busy* only the serving steps. The script writes every row to npu_regime_ablation.json "
+              "beside this file; the repository does not keep it (its results folder holds 100 files)."]
     md = write_text(os.path.join(args.out, "npu_regime_ablation.md"), "\n".join(lines) + "\n")
     print(md)
 
