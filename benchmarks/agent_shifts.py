@@ -48,14 +48,14 @@ from servegym.agents.benchmark import (
     RESULTS_DIR,
     TEST_SEED,
     SuiteEntry,
-    _result,
-    _tuple,
     make_split_env,
     run_policy_episodes,
     suite_policies,
 )
 from servegym.agents.families import EpisodeResult, family_for
+from servegym.agents.leaderboard_scores import _result
 from servegym.agents.rollout import agent_act_fn, play_episode, seeds_from
+from servegym.agents.suite_runs import _tuple
 
 from servegym.errors import ConfigError
 from servegym.outputs import write_json, write_text

@@ -32,13 +32,13 @@ from servegym.agents.benchmark import (
     TEST_SEED,
     VALIDATION_SEED,
     SuiteEntry,
-    _tuple,
     leaderboard,
     make_split_env,
     run_policy_episodes,
 )
 from servegym.agents.families import family_for
 from servegym.agents.rollout import agent_act_fn, play_episode, seeds_from
+from servegym.agents.suite_runs import _tuple
 from servegym.agents.train import load_agent
 
 from servegym.outputs import write_text

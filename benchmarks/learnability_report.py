@@ -32,14 +32,16 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _results(rows: pd.DataFrame) -> list[Any]:
-    from servegym.agents.benchmark import _result
+    from servegym.agents.leaderboard_scores import _result
 
     return [_result(r) for r in rows.to_dict("records")]
 
 
 def report(path: Path, out: Path) -> dict[str, Any]:
     from servegym.agents import protocol
-    from servegym.agents.benchmark import SuiteEntry, _entry_kpi, _tuple
+    from servegym.agents.benchmark import SuiteEntry
+    from servegym.agents.leaderboard_scores import _entry_kpi
+    from servegym.agents.suite_runs import _tuple
 
     data = json.loads(path.read_text())
     e = SuiteEntry(**{**data["entry"], "baselines": _tuple(data["entry"].get("baselines"))})

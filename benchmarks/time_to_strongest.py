@@ -48,6 +48,7 @@ import numpy as np
 from servegym.agents import benchmark as bm
 from servegym.agents import protocol
 from servegym.agents import time_to_strongest as tts
+from servegym.agents.suite_runs import _tuple
 
 from servegym.outputs import write_text
 
@@ -66,7 +67,7 @@ def stored_runs(out_dir: Path, budget: str, ids: list[str] | None) -> list[tuple
     runs = []
     for path in sorted((out_dir / "suite_runs" / budget).glob("*.json")):
         data = json.loads(path.read_text())
-        e = bm.SuiteEntry(**{**data["entry"], "baselines": bm._tuple(data["entry"].get("baselines"))})
+        e = bm.SuiteEntry(**{**data["entry"], "baselines": _tuple(data["entry"].get("baselines"))})
         if ids and e.env_id.split("/")[-1] not in ids:
             continue
         runs.append((e, data))

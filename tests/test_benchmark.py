@@ -18,6 +18,7 @@ from servegym.agents import benchmark as bm
 from servegym.agents import protocol
 from servegym.agents.benchmark import evaluate_policy, run_suite
 from servegym.agents.families import EpisodeResult, family_for
+from servegym.agents.leaderboard_files import _above_strongest
 
 import servegym  # noqa: F401  (registers the ids)
 from servegym.cli import main
@@ -541,7 +542,7 @@ def test_leaderboard_names_the_baselines_above_the_strongest() -> None:
                         "role": ["naive", "paper", "strongest", "baseline", "follow", "oracle", "agent"],
                         "score_mean": [0.0, 88.5, 94.4, 98.7, 98.2, 100.0, 99.0],
                         "headroom": [nan, nan, 5.6, nan, nan, nan, nan]})
-    text = bm._above_strongest(sub)
+    text = _above_strongest(sub)
     assert "`moer` 98.7" in text and "follow" not in text and "agent" not in text and "oracle" not in text
-    assert bm._above_strongest(sub[sub.policy != "moer"]) == ""
-    assert bm._above_strongest(sub.drop(columns="headroom")) == ""
+    assert _above_strongest(sub[sub.policy != "moer"]) == ""
+    assert _above_strongest(sub.drop(columns="headroom")) == ""
