@@ -3,7 +3,7 @@
 An action type is a small object built from the env's config. It owns the action space, the mask of the
 actions valid in the model's current state, the decoding of an action into the model's decision, and, where
 the family has a reference policy, the action that plays the reference's suggestion. It reads the model's
-state (a typed object the model layer owns: pd's ``PDState``, npu's ``NPUState``, geo's decision context),
+state (a typed object the model layer owns: pd's ``PDState``, npu's ``NPUState``, geo's ``GeoDecisionState``),
 never the env: an env builds its action type once with its family's factory and calls these four methods,
 so ``step()`` never branches on the mode.
 
