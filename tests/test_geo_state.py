@@ -87,10 +87,11 @@ def _geo_types() -> dict[str, type[ActionType[Any, Any]]]:
 
 
 def checked_files() -> list[Path]:
-    """The geo model's modules, the action types' modules (with the residual's reference planner), and the
-    observation and reward modules."""
+    """The geo model's modules, the action types' modules (with the residual's reference planner), the
+    observation and reward modules, and the multi-agent env (it drives its core env through public methods)."""
     files = set((GEO / "sim").rglob("*.py"))
-    files |= {GEO / "actions.py", GEO / "reference.py", GEO / "observations.py", GEO / "rewards.py"}
+    files |= {GEO / "actions.py", GEO / "reference.py", GEO / "observations.py", GEO / "rewards.py",
+              GEO / "parallel.py"}
     files |= {Path(inspect.getsourcefile(cls) or "") for cls in _geo_types().values()}
     return sorted(files)
 

@@ -233,9 +233,9 @@ def test_geo_envs_do_not_branch_on_the_action_mode() -> None:
     from servegym.envs.geo.env_route import GeoRouteEnv
     from servegym.envs.geo.env_window import GeoRouteWindowEnv
 
-    fns = [GeoRouteEnv.reset, GeoRouteEnv.step, GeoRouteEnv._decide, GeoRouteEnv._close_interval,
+    fns = [GeoRouteEnv.reset, GeoRouteEnv.step, GeoRouteEnv.decide_row, GeoRouteEnv.close_interval,
            GeoRouteEnv.action_masks, GeoRouteEnv.follow_action, GeoRouteEnv._load_interval,
-           GeoRouteEnv._row_observation, GeoRouteEnv.simulator_mode, GeoRouteWindowEnv.reset,
+           GeoRouteEnv.row_observation, GeoRouteEnv.simulator_mode, GeoRouteWindowEnv.reset,
            GeoRouteWindowEnv.step, GeoRouteWindowEnv.placements, GeoRouteWindowEnv._observation]
     for fn in fns:
         src = _code(fn)

@@ -307,8 +307,14 @@ class GeoEnvBase(gym.Env):
 
             raise ActionError("the episode is over (or reset() was never called); call reset() first")
 
-    def _finish_step(self, run_over: bool) -> tuple[bool, dict[str, Any]]:
-        """(truncated, info) after a step; adds the run's full summary when it is complete."""
+    def end_episode(self) -> None:
+        """Mark the episode over (a driver that ends it from outside: the multi-agent env, when it truncates);
+        a later ``step`` raises until ``reset``."""
+        self._episode_over = True
+
+    def finish_step(self, run_over: bool) -> tuple[bool, dict[str, Any]]:
+        """(truncated, info) after a step (public for the multi-agent env, which drives this env's decisions);
+        adds the run's full summary when it is complete."""
         tr = self._tracker
         assert tr is not None and self.sim is not None
         tr.steps += 1
@@ -325,7 +331,7 @@ class GeoEnvBase(gym.Env):
     def observation_names(self) -> list[str]:  # pragma: no cover - overridden
         raise NotImplementedError
 
-    def _end_observation(self) -> NDArray[np.float32]:
+    def end_observation(self) -> NDArray[np.float32]:
         """Observation after the run is complete: the final snapshot, no request (zeros)."""
         sim = self.sim
         assert sim is not None

@@ -150,22 +150,22 @@ class GeoRouteEnv(GeoEnvBase):
         info["scenario"] = dict(self.scenario)
         if self.state.ctx is None:  # an empty run
             self._episode_over = True
-            return self._end_observation(), info
+            return self.end_observation(), info
         return self._observation(), info
 
     def step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
         self._require_running()
         st = self.state
-        reward = self._decide(action)
+        reward = self.decide_row(action)
         st.i += 1
         if st.i == st.n:
-            reward += self._close_interval()
+            reward += self.close_interval()
         run_over = st.ctx is None
-        truncated, info = self._finish_step(run_over)
-        obs = self._end_observation() if run_over else self._observation()
+        truncated, info = self.finish_step(run_over)
+        obs = self.end_observation() if run_over else self._observation()
         return obs, reward, False, truncated, info
 
-    def _decide(self, action: Any) -> float:
+    def decide_row(self, action: Any) -> float:
         """Place the current row (``state.i``) on the DC ``action`` means in the action mode (ActionError if it is
         not one, and nothing changes); its dense reward."""
         st = self.state
@@ -174,7 +174,7 @@ class GeoRouteEnv(GeoEnvBase):
         st.record(i, a)
         return -float(self._cost[i, a]) if self._dense else 0.0
 
-    def _close_interval(self) -> float:
+    def close_interval(self) -> float:
         """Every request of the interval is decided: apply them, advance the simulator to the next
         decision, and return the settlement (dense) or the measured cost (poll)."""
         st = self.state
@@ -247,9 +247,9 @@ class GeoRouteEnv(GeoEnvBase):
             self._rows[:, self._res_lo:self._res_lo + self._res_n] = self._tracker.residual_features()
 
     def _observation(self) -> NDArray[np.float32]:
-        return self._row_observation(self.state.i)
+        return self.row_observation(self.state.i)
 
-    def _row_observation(self, i: int) -> NDArray[np.float32]:
+    def row_observation(self, i: int) -> NDArray[np.float32]:
         """Row ``i``'s observation (a view of the interval's table, current own-dispatch counts)."""
         st = self.state
         row = self._rows[i]

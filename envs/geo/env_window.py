@@ -217,7 +217,7 @@ class GeoRouteWindowEnv(GeoEnvBase):
         info["overflow"] = 0
         if self.state.ctx is None:
             self._episode_over = True
-            return self._end_observation(), info
+            return self.end_observation(), info
         return self._observation(), info
 
     def step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
@@ -241,9 +241,9 @@ class GeoRouteWindowEnv(GeoEnvBase):
         self._begin_window(sim.next_decision())
         reward += self._tracker.update()
         run_over = st.ctx is None
-        truncated, info = self._finish_step(run_over)
+        truncated, info = self.finish_step(run_over)
         info["overflow"] = overflow
-        obs = self._end_observation() if run_over else self._observation()
+        obs = self.end_observation() if run_over else self._observation()
         return obs, reward, False, truncated, info
 
     def placements(self, action: Any) -> NDArray[np.int64]:

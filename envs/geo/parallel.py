@@ -130,19 +130,19 @@ class GeoRouteParallelEnv(ParallelEnv):
             row = self._pending(r)
             assert row is not None
             st.i = row
-            rewards[self.possible_agents[r]] += core._decide(a)
+            rewards[self.possible_agents[r]] += core.decide_row(a)
             self._next[r] += 1
             self._left -= 1
         st.i = cursor
         if self._left == 0:
-            shared = core._close_interval() / len(self.agents)
+            shared = core.close_interval() / len(self.agents)
             for a in rewards:
                 rewards[a] += shared
             if st.ctx is not None:
                 self._queue_interval()
         self._steps += 1
         run_over = st.ctx is None
-        truncated, info = core._finish_step(run_over)  # also max_steps, counted in parallel steps
+        truncated, info = core.finish_step(run_over)  # also max_steps, counted in parallel steps
         self._info = info
         if run_over:
             obs = {a: self._end_observation() for a in self.agents}
@@ -152,7 +152,7 @@ class GeoRouteParallelEnv(ParallelEnv):
         terms = {a: False for a in self.agents}
         truncs = {a: truncated for a in self.agents}
         if truncated:
-            core._episode_over = True
+            core.end_episode()
             self.agents = []
         return obs, rewards, terms, truncs, infos
 
@@ -193,7 +193,7 @@ class GeoRouteParallelEnv(ParallelEnv):
                 out[agent] = self._idle_observation(r)
             else:
                 obs = np.empty(self._dim, dtype=np.float32)
-                obs[:-1] = self.core._row_observation(row)
+                obs[:-1] = self.core.row_observation(row)
                 obs[-1] = 1.0
                 out[agent] = obs
         return out
@@ -206,7 +206,7 @@ class GeoRouteParallelEnv(ParallelEnv):
 
     def _end_observation(self) -> NDArray[np.float32]:
         obs = np.zeros(self._dim, dtype=np.float32)
-        obs[:-1] = self.core._end_observation()
+        obs[:-1] = self.core.end_observation()
         return obs
 
     def _infos(self, info: dict[str, Any]) -> dict[str, dict[str, Any]]:
