@@ -29,7 +29,6 @@ OBJECTIVES = ("energy", "carbon", "cost")
 MODES = ("fluid", "request")
 ACTION_MODES = tuple(ACTION_TYPES)  # "absolute", "residual", "front": one class each in actions.py
 ARRIVALS = ("poisson", "mean")
-RATE_HISTORY = 4
 
 
 @dataclass(frozen=True)
