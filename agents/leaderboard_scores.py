@@ -17,6 +17,7 @@ from servegym.agents.families import EpisodeResult, family_for
 from servegym.agents.split_episodes import make_split_env
 from servegym.agents.suite_entries import SuiteEntry, section_of
 from servegym.agents.suite_tasks import suite_policies
+from servegym.agents.verdict import _json_float
 
 from servegym.errors import ConfigError
 
@@ -103,12 +104,12 @@ def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]],
             mape = me.mape_pct if me is not None and me.mape_pct is not None else math.nan
             inside = bool(verdict is not None and math.isfinite(mape) and abs(verdict.kpi_diff_pct) < mape)
             rec = protocol.benchmark_record(e.env_id, p, "test", res, scores)
-            rec.update(track=e.track, role=role, scale=board.scale.name, slo_violation_pct=protocol._json_float(slo),
+            rec.update(track=e.track, role=role, scale=board.scale.name, slo_violation_pct=_json_float(slo),
                        vs_strongest=None if verdict is None else {**verdict.as_dict(), "model_error_mape_pct":
-                                                                  protocol._json_float(mape),
+                                                                  _json_float(mape),
                                                                   "inside_model_error": inside},
-                       gap_closed=protocol._json_float(closed),
-                       gap_closed_ci=[protocol._json_float(v) for v in closed_ci])
+                       gap_closed=_json_float(closed),
+                       gap_closed_ci=[_json_float(v) for v in closed_ci])
             reach = None
             if agent:
                 ref = (tts_refs or {}).get(e.section, tts.Reference())
@@ -116,7 +117,7 @@ def leaderboard(entries: Sequence[SuiteEntry], outs: Sequence[dict[str, Any]],
                                               {**board.roles, "strongest": strongest}, ref.target, ref.cpu_model)
                 rec.update(time_to_strongest=None if reach is None else reach.as_dict())
             if p == strongest:
-                rec.update(headroom=protocol._json_float(head), headroom_ci=[protocol._json_float(v) for v in head_ci],
+                rec.update(headroom=_json_float(head), headroom_ci=[_json_float(v) for v in head_ci],
                            headroom_kpi={role: {k: v.as_dict()[k] for k in ("kpi", "kpi_diff", "kpi_diff_ci",
                                                                               "kpi_diff_pct", "slo_diff_pp",
                                                                               "slo_diff_ci", "episodes")}

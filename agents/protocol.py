@@ -76,12 +76,8 @@ from servegym.agents.protocol_scale import (  # noqa: F401  (the scales are prot
     oracle_scores,
     reference_gap,
 )
-from servegym.agents.protocol_stats import (  # noqa: F401  (the statistics; benchmarks/ scripts use the private ones)
+from servegym.agents.protocol_stats import (  # noqa: F401  (the statistics are protocol names)
     ScoreStats,
-    _iqm_along,
-    _mean_along,
-    _paired_ci,
-    _poi_along,
     benchmark_record,
     gap_closed,
     headroom,
@@ -122,7 +118,6 @@ from servegym.agents.verdict import (  # noqa: F401  (the verdict is part of the
     SLO_METRIC,
     SLO_TOL_REL,
     Verdict,
-    _json_float,
     beats,
     crossed_ci,
     crossed_iqm_ci,

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 from servegym.agents import benchmark as bm
-from servegym.agents import protocol
+from servegym.agents import protocol, protocol_stats
 from servegym.agents.rollout import seeds_from
 
 import servegym  # noqa: F401  (registers the ids)
@@ -72,7 +72,7 @@ def measure(env_id: str, kwargs: dict[str, Any], changes: dict[str, Any], polici
             d = np.array([get(y) - get(x) for x, y in zip(a, b, strict=True)])
             base = np.array([get(x) for x in a])
             out[name] = {"plain_mean": float(base.mean()), "diff_mean": float(d.mean()),
-                         "diff_ci": list(protocol._paired_ci([d], protocol._mean_along)),
+                         "diff_ci": list(protocol_stats._paired_ci([d], protocol_stats._mean_along)),
                          "rel_diff_mean": float(np.mean(d / np.where(base != 0, np.abs(base), 1.0)))}
         out["episodes_changed"] = int(sum(x.reward != y.reward or x.metrics != y.metrics for x, y in zip(a, b, strict=True)))
         rows.append(out)

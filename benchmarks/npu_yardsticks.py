@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import split_best  # the sibling module (benchmarks/ is on sys.path when run as a script)
 from servegym.agents import benchmark as bm
-from servegym.agents import protocol
+from servegym.agents import protocol, protocol_stats
 from servegym.agents.rollout import seeds_from
 
 import servegym  # noqa: F401  (registers the ids)
@@ -78,7 +78,7 @@ def split_table(split: str, episodes: int, strongest: str, kwargs: dict[str, Any
     best = split_best.best_baseline({c: protocol.seed_scores(runs[c], scale.scores(runs[c])) for c in CANDIDATES},
                                     strongest)
     margin = np.array([o.reward - n.reward for o, n in zip(runs["ideal"], runs[y.naive], strict=True)])
-    m_ci = protocol._paired_ci([margin], protocol._mean_along)
+    m_ci = protocol_stats._paired_ci([margin], protocol_stats._mean_along)
     table = [("naive", y.naive, runs[y.naive], scale), ("paper", y.paper, runs[y.paper], scale),
              ("strongest", strongest, runs[strongest], scale)]
     if follow:
@@ -97,7 +97,7 @@ def split_table(split: str, episodes: int, strongest: str, kwargs: dict[str, Any
     h_by_seed = protocol.seed_scores(runs[HINDSIGHT], scale.scores(runs[HINDSIGHT]))
     gap_ideal, gap_ideal_ci = protocol.headroom(h_by_seed)
     h_minus_s = np.array([h_by_seed[s] - strong_by_seed[s] for s in sorted(set(h_by_seed) & set(strong_by_seed))])
-    hs_ci = protocol._paired_ci([h_minus_s], protocol._mean_along)
+    hs_ci = protocol_stats._paired_ci([h_minus_s], protocol_stats._mean_along)
     hindsight = {"gap_to_ideal": gap_ideal, "gap_to_ideal_ci": list(gap_ideal_ci),
                  "minus_strongest": float(h_minus_s.mean()), "minus_strongest_ci": list(hs_ci),
                  "vs_strongest": protocol.paired_verdict(runs[HINDSIGHT], runs[strongest], kpi, strongest).as_dict(),

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import split_best  # the sibling module (benchmarks/ is on sys.path when run as a script)
 from servegym.agents import benchmark as bm
-from servegym.agents import protocol
+from servegym.agents import protocol, protocol_stats
 from servegym.agents.rollout import seeds_from
 
 import servegym  # noqa: F401  (registers the ids)
@@ -103,7 +103,7 @@ def split_table(split: str, episodes: int, strongest: str) -> dict[str, Any]:
     best = split_best.best_baseline({c: protocol.seed_scores(runs[c], scale.scores(runs[c])) for c in cands},
                                     strongest)
     margin = np.array([o[s] - n[s] for s in seeds])
-    m_ci = protocol._paired_ci([margin], protocol._mean_along)
+    m_ci = protocol_stats._paired_ci([margin], protocol_stats._mean_along)
     return {"split": split, "episodes": episodes, "kpi": kpi, "scale": scale.name, "rows": rows,
             "headroom": head, "headroom_ci": list(head_ci), "oracle_minus_naive_return": float(margin.mean()),
             "oracle_minus_naive_ci": list(m_ci), "best": best}

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from servegym.agents import protocol
+from servegym.agents import protocol_stats
 
 
 def best_baseline(scores: Mapping[str, Mapping[int, float]], strongest: str) -> dict[str, Any]:
@@ -33,8 +33,8 @@ def best_baseline(scores: Mapping[str, Mapping[int, float]], strongest: str) -> 
     best = ranking[0][0]
     b = np.array([scores[best][s] for s in seeds])
     st = np.array([scores[strongest][s] for s in seeds])
-    diff_ci = protocol._paired_ci([b - st], protocol._mean_along)
-    best_ci = protocol._paired_ci([b], protocol._mean_along)
+    diff_ci = protocol_stats._paired_ci([b - st], protocol_stats._mean_along)
+    best_ci = protocol_stats._paired_ci([b], protocol_stats._mean_along)
     return {"episodes": len(seeds), "ranking": [[n, m] for n, m in ranking], "best": best,
             "best_score": means[best], "best_ci": list(best_ci), "strongest": strongest,
             "strongest_score": means[strongest], "best_minus_strongest": float((b - st).mean()),

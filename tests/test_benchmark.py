@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from servegym.agents import benchmark as bm
-from servegym.agents import protocol
+from servegym.agents import protocol, protocol_stats
 from servegym.agents.benchmark import evaluate_policy, run_suite
 from servegym.agents.families import EpisodeResult, family_for
 from servegym.agents.leaderboard_files import _above_strongest
@@ -156,8 +156,8 @@ def test_score_statistics_and_ties() -> None:
     from rliable import metrics
 
     # the vectorized forms the bootstrap uses are rliable's aggregate functions
-    assert protocol._iqm_along(x) == pytest.approx(metrics.aggregate_iqm(x.reshape(-1, 1)))
-    assert protocol._poi_along(x, y) == pytest.approx(metrics.probability_of_improvement(x.reshape(-1, 1),
+    assert protocol_stats._iqm_along(x) == pytest.approx(metrics.aggregate_iqm(x.reshape(-1, 1)))
+    assert protocol_stats._poi_along(x, y) == pytest.approx(metrics.probability_of_improvement(x.reshape(-1, 1),
                                                                                        y.reshape(-1, 1)))
     p, (lo, hi) = protocol.probability_of_improvement([10.0, 20.0, 30.0], [0.0, 0.0, 0.0])
     assert p == 1.0 and lo == hi == 1.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from servegym.agents import benchmark as bm
-from servegym.agents import protocol
+from servegym.agents import protocol, protocol_stats
 
 import servegym  # noqa: F401  (registers the ids)
 from servegym.splits import splits_of
@@ -56,7 +56,7 @@ def test_every_npu_split_is_well_posed_on_the_suite_horizon(split: str) -> None:
     seeds = [0, 1, 2]
     runs = _runs(ENV, split, ["base", "ideal"], seeds, {"config": {"hours": 2.0}})
     margins = np.array([o.reward - n.reward for o, n in zip(runs["ideal"], runs["base"], strict=True)])
-    lo, _ = protocol._paired_ci([margins], protocol._mean_along)
+    lo, _ = protocol_stats._paired_ci([margins], protocol_stats._mean_along)
     assert lo > 0
 
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from servegym.agents import benchmark as bm
-from servegym.agents import protocol
+from servegym.agents import protocol, protocol_stats
 from servegym.baselines.pd import MinPowerForecast, MinPowerPareto, StaticPeak, run_policy
 from servegym.baselines.pd_oracle import HindsightOracle, solve_delayed, solve_oracle
 from servegym.envs.pd.env import PDProvisionEnv
@@ -160,7 +160,7 @@ def test_every_pd_split_is_well_posed_on_whole_days(split: str) -> None:
         o = run_policy(env, oracle, seed=seed)
         assert oracle.plan is not None and oracle.plan.infeasible_periods == 0
         margins.append(o.reward - run_policy(env, StaticPeak(), seed=seed).reward)
-    lo, _ = protocol._paired_ci([np.array(margins)], protocol._mean_along)
+    lo, _ = protocol_stats._paired_ci([np.array(margins)], protocol_stats._mean_along)
     assert lo > 0
 
 
