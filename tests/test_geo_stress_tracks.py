@@ -88,7 +88,7 @@ def test_osl_feedback_sums_the_finished_requests_and_bias_correction_uses_it() -
     fin = np.concatenate([np.asarray(f.request_id) for f in sim.finished_batches()])
     n, est, true = sim.osl_feedback
     assert n == fin.size == sim.n_finished
-    assert est == pytest.approx(sim._osl_est[fin].sum()) and true == pytest.approx(sim._osl[fin].sum())
+    assert est == pytest.approx(sim.osl_estimates[fin].sum()) and true == pytest.approx(sim._osl[fin].sum())
     # the shipped predictor overestimates this mix several-fold: the correction brings green-llm's plan back
     _, plain = _run("green-llm", env)
     _, fixed = _run("green-llm+bc", env)

@@ -272,7 +272,7 @@ class GeoEnvBase(gym.Env):
         g_max = float(np.sum(fleet_w * g_per_j)) * (cfg.duration_s + cfg.drain_s)
         e = prof.energy
         isl = np.asarray(sim.requests.input_tokens, dtype=np.float64)
-        osl = np.maximum(np.asarray(sim._osl_est, dtype=np.float64), 1.0)
+        osl = np.maximum(np.asarray(sim.osl_estimates, dtype=np.float64), 1.0)
         # Every coefficient taken by magnitude and ceil(isl / chunk) <= isl: an upper bound of the estimate.
         e_req = (abs(e.e_p) + abs(e.e0_pre)) * isl + abs(e.e_a) * isl * isl + osl * (
             abs(e.e0_dec) + abs(e.e_d) + abs(e.e_k) * (isl + 0.5 * osl))

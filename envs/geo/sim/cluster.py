@@ -149,7 +149,8 @@ class GeoSimulation:
             Carbon is charged at ``ci_at`` (the realized CI) either way.
         osl_predictor: required when ``config.osl_mode == "predicted"``: maps the stream's prompt
             lengths (int64 array, tokens) to predicted output lengths (tokens, > 0), called once
-            per run; it must not look at the true output lengths.
+            per run; it must not look at the true output lengths. The run keeps what the estimator
+            uses per request (``osl_mode``: the true, predicted or mean lengths) as ``osl_estimates``.
 
     Raises:
         ConfigError: a request (prompt + output) larger than an engine's KV pool, an origin
@@ -219,17 +220,16 @@ class GeoSimulation:
                 )
         self.isl_mean, self.osl_mean = isl_mean, osl_mean
         if config.osl_mode == "oracle":
-            self._osl_est = self._osl.astype(np.float64)
+            self.osl_estimates = self._osl.astype(np.float64)
         elif config.osl_mode == "predicted":
             if osl_predictor is None:
-                raise ConfigError("osl_mode = 'predicted' needs GeoSimulation(osl_predictor=...); "
-                                  "allowed without one: 'mean', 'oracle'")
+                raise ConfigError("osl_mode = 'predicted' needs GeoSimulation(osl_predictor=...); allowed without one: 'mean', 'oracle'")
             pred = np.asarray(osl_predictor(self._isl.copy()), dtype=np.float64).reshape(-1)
             if pred.shape != (self.n_requests,) or not np.all(np.isfinite(pred)) or (pred.size and pred.min() <= 0):
                 raise ConfigError(f"osl_predictor must return {self.n_requests} finite OSLs > 0 tokens")
-            self._osl_est = pred
+            self.osl_estimates = pred
         else:
-            self._osl_est = np.full(self.n_requests, osl_mean)
+            self.osl_estimates = np.full(self.n_requests, osl_mean)
         self.estimator = Estimator(self.profile, config.ttft_slo_s, config.tpot_slo_s, isl_mean, osl_mean)
 
         self.pool = EnginePool(self.profile, self.n_engines)
@@ -370,7 +370,7 @@ class GeoSimulation:
         """Estimates of a whole group, computed once (all its requests see the same snapshot)."""
         if self._group_est is None or self._group_est[0] is not g:
             r = g.rows
-            self._group_est = (g, self.estimator.estimate(snap, self._isl[r], self._osl_est[r], self._origin[r]))
+            self._group_est = (g, self.estimator.estimate(snap, self._isl[r], self.osl_estimates[r], self._origin[r]))
         return self._group_est[1]
 
     def _group_rows(self, g: _Group, snap: Snapshot, sl: slice) -> Estimates:
@@ -387,7 +387,7 @@ class GeoSimulation:
         ctx = DecisionContext(
             mode=self.config.decision_mode, time_s=time_s, request_id=rows, scheduler=self._origin[idx],
             arrival_s=self._arrival[idx], decision_s=g.decision_s[sl], input_tokens=self._isl[idx],
-            osl_estimate=self._osl_est[idx],
+            osl_estimate=self.osl_estimates[idx],
             output_tokens=self._osl[idx] if self.config.osl_mode == "oracle" else None,
             snapshot=self.snapshot, dispatched=self._dispatched_view(), estimate_fn=functools.partial(self._group_rows, g, snap, sl),
             dc_names=self.dc_names, token=self._token, estimator=self.estimator, osl_feedback=self.osl_feedback,
@@ -588,7 +588,7 @@ class GeoSimulation:
             self.n_finished_violations += int(np.count_nonzero(tm | pm))
             rid = np.asarray(fin.request_id, dtype=np.int64)
             k, est, true = self.osl_feedback
-            self.osl_feedback = (k + n, est + float(self._osl_est[rid].sum()), true + float(self._osl[rid].sum()))
+            self.osl_feedback = (k + n, est + float(self.osl_estimates[rid].sum()), true + float(self._osl[rid].sum()))
 
     @property
     def carbon_g(self) -> float:
