@@ -12,7 +12,7 @@ from gymnasium.utils.env_checker import check_env
 from servegym.baselines.npu import make_policy, run_policy
 from servegym.envs.npu import tracks
 from servegym.envs.npu.env import NPUAutoscaleEnv
-from servegym.envs.npu.sim.catalog import MODELS
+from servegym.envs.npu.sim.catalog import MODELS, VERSIONS
 
 from servegym import splits
 from servegym.errors import ConfigError
@@ -45,7 +45,7 @@ def test_every_models_quota_leaves_every_group_a_configuration() -> None:
 def test_track_sets_versions_and_the_drawn_models_quota_on_the_splits_draws() -> None:
     for split in ("train", "test"):
         env, plain = _env(split, hours=0.5), _env(split, None, hours=0.5)
-        assert env.config.versions == ("NPU-C", "NPU-D") and plain.config.versions == tuple(plain.config.versions)
+        assert env.config.versions == ("NPU-C", "NPU-D") and plain.config.versions == VERSIONS
         for seed in (1000,):
             _, info = env.reset(seed=seed)
             _, base = plain.reset(seed=seed)
