@@ -277,6 +277,18 @@ TRACK_YARDSTICKS.update({(pd_id, "stress-long-delay"): TRACK_YARDSTICKS[(pd_id, 
                                        "servegym/PDProvisionFront-v0")})
 
 
+#: npu stress-quota (servegym.envs.npu.tracks): one measurement on NPUAutoscale-v0 at the quick suite's 2-h horizon,
+#: whose baseline episodes the residual id shares (the baselines drive their own decision loop on the same episode).
+#: npu ships no causal rule (benchmarks/stress_tracks.py NO_CAUSAL); the hindsight plan stays the extra bound.
+TRACK_YARDSTICKS.update({(npu_id, "stress-quota"): replace(
+    YARDSTICKS[npu_id], strongest="neuscale", strongest_note=(
+        "the verdict's ranking of the family's two rules on 30 validation episodes of the track "
+        "(benchmarks/results/headroom.md, Stress tracks): neither is beaten; neuscale has the higher mean return "
+        "(-474.1 against -775.5; 3.02e8 J at 19.6 % SLO violation against 2.47e8 J at 46.6 %): under the quota "
+        "Base keeps its decode group on NPU-D and misses, NeuScale fails decode over to NPU-C"))
+    for npu_id in ("servegym/NPUAutoscale-v0", "servegym/NPUAutoscaleResidual-v0")})
+
+
 def track_of(env_kwargs: Mapping[str, Any] | None) -> str | None:
     """The stress track that ``gym.make`` kwargs select (``track`` as a keyword or in ``config``), or None."""
     if not env_kwargs:

@@ -158,6 +158,14 @@ SUITE: dict[str, tuple[SuiteEntry, ...]] = {
           for pd_id, mode in (("servegym/PDProvisionResidual-v0", "changes"), ("servegym/PDProvisionFront-v0",
                                                                                "a front slot"),
                               ("servegym/PDProvision-v0", "absolute targets"))),
+        # npu stress-quota: the residual entry's agent and budget on the track, around the track's strongest rule
+        # (neuscale, first of the verdict's ranking on the track's validation episodes; Base misses 47 % there)
+        SuiteEntry("servegym/NPUAutoscaleResidual-v0", "maskable-ppo",
+                   {"config": {"hours": 2.0, "reference": "neuscale", "track": "stress-quota"}}, 6_144, 5, 30, 3,
+                   hyperparams="NPUAutoscaleResidual-v0.stress-quota.quick.yml",
+                   note="track stress-quota (NPU-C/D only, per-model chip quotas after Figure 25), 2-h episodes, changes "
+                        "around the track's strongest rule (NeuScale), warm start by cloning it (2,048 steps), reward "
+                        "relative to Base"),
     ),
     # The quick suite's modes on the default presets and whole days, at the hyperparameter files' budgets
     # or more. Its cost is estimated in FULL_COST_S_PER_SEED (printed when a full run starts).

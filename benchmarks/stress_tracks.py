@@ -1,4 +1,4 @@
-"""The stress tracks' headroom (geo and pd): the hindsight oracle, the causal reference and the tuned rules against the
+"""The stress tracks' headroom (geo, pd and npu): the hindsight oracle, the causal reference and the tuned rules against the
 strongest rule, on each track's own splits.
 
 A stress track (:data:`servegym.splits.FAMILY_TRACKS`, the ``track`` config key) lays a condition over the base
@@ -12,7 +12,11 @@ splits. Per track, with the id's quick-suite env kwargs (its poll period replace
    themselves: the first is the track's **causal reference** (its knob tuned on validation only). pd: every shipped
    rule with min-power+forecast and threshold-hpa over utilization-target grids; the causal candidates are
    ``min-power+expected:<rho>`` (the day's expected rates, :class:`servegym.baselines.pd.MinPowerExpectedForecast`),
-   and ``min-power+perfect:1`` (the realized rates) is an extra row labelled as not causal.
+   and ``min-power+perfect:1`` (the realized rates) is an extra row labelled as not causal. npu: the family's two
+   rules (base, neuscale; the measured id is NPUAutoscale-v0 at the quick suite's 2-h horizon, whose baseline
+   episodes NPUAutoscaleResidual-v0 shares); no causal candidate exists (module :data:`NO_CAUSAL`), and the hindsight
+   provisioning plan (``hindsight``, a feasible policy that knows the future demand) is an extra row. Beside the
+   rows, the episodes on which each rule's peak chips held reach the quota (:func:`quota_binding`).
 2. **test** (reset seeds from 0, 30 episodes): the oracle, every rule and every causal candidate on the same
    episodes; each minus the strongest, paired (:func:`servegym.agents.verdict.paired_verdict`: KPI difference
    with its 95 % CI, in % of the strongest's KPI, SLO difference in pp with its CI, return difference and the
@@ -59,12 +63,22 @@ PD_RHOS = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.97)
 PD_HPA_TARGETS = (0.6, 0.65, 0.75, 0.8, 0.85)  # threshold-hpa's utilization target (0.7 is plain threshold-hpa)
 PD_RULES = ("min-power", "min-power+lookahead", "static-peak", "threshold-hpa",
             *(f"threshold-hpa:{t:g}" for t in PD_HPA_TARGETS), *(f"min-power+forecast:{r:g}" for r in PD_RHOS))
-FAMILY_RULES: dict[str, tuple[str, ...]] = {"geo": RULES, "pd": PD_RULES}
+NPU_RULES = ("base", "neuscale")  # the family's shipped rules (benchmarks/strongest_by_verdict.py)
+FAMILY_RULES: dict[str, tuple[str, ...]] = {"geo": RULES, "pd": PD_RULES, "npu": NPU_RULES}
 #: Rows beside the causal candidates that a causal policy cannot reach, labelled as such: pd's rule given the
 #: realized rates of the start-up horizon (the episode's own per-minute draws and Poisson counts).
 EXTRA_ROWS: dict[str, tuple[str, ...]] = {"pd/stress-delay": ("min-power+perfect:1",),
-                                          "pd/stress-long-delay": ("min-power+perfect:1",)}
+                                          "pd/stress-long-delay": ("min-power+perfect:1",),
+                                          "npu/stress-quota": ("hindsight",)}
 EXTRA_ROLE = "realized-rate forecast (not causal)"
+#: Track -> the role of its extra rows where it is not :data:`EXTRA_ROLE`.
+EXTRA_ROLES: dict[str, str] = {"npu/stress-quota": "hindsight plan (not causal)"}
+#: Tracks measured without a causal reference, and why none exists.
+NO_CAUSAL: dict[str, str] = {
+    "npu/stress-quota": "npu ships two rules (Base, NeuScale) and no forecast rule: both size groups by the last "
+                        "epoch's EWMA peak rate, so no rule given the next window's true rates exists to tune, and the "
+                        "only future-knowing policy is the hindsight plan (an extra row, not causal); the learnable "
+                        "headroom is bounded by the hindsight row, not measured by a causal one"}
 
 
 def rules_of(env_id: str) -> tuple[str, ...]:
@@ -97,7 +111,32 @@ TRACKS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "pd/stress-long-delay": ("servegym/PDProvision-v0", "stress-long-delay",
                              tuple(f"min-power+expected:{r:g}" for r in (0.7, 0.75, 0.8, 0.825, 0.85, 0.875, 0.9,
                                                                           0.95))),
+    # npu: the baselines play NPUAutoscale-v0's absolute driver (shared by the residual id); no causal candidate
+    "npu/stress-quota": ("servegym/NPUAutoscale-v0", "stress-quota", ()),
 }
+
+
+def quota_binding(env_id: str, split: str, kwargs: dict[str, Any], names: tuple[str, ...], seeds: list[int]
+                  ) -> dict[str, list[int]]:
+    """npu: per rule, the reset seeds of ``split`` on which its peak chips held reach the quota
+    (:func:`servegym.envs.npu.tracks.quota_binds`; the rule replayed on the episode's own simulator)."""
+    from servegym.baselines.npu import make_policy, run_policy
+    from servegym.envs.npu.tracks import quota_binds
+
+    env = bm.make_split_env(env_id, split, kwargs)
+    out: dict[str, list[int]] = {p: [] for p in names}
+    try:
+        u = env.unwrapped
+        for s in seeds:
+            u.reset(seed=s)
+            for p in names:
+                sim = u._episode().fresh_cluster()
+                run_policy(sim, make_policy(p), hours=u.horizon * u.cluster_config.epoch_s / 3600.0)
+                if quota_binds(sim):
+                    out[p].append(int(s))
+    finally:
+        env.close()
+    return out
 
 
 def _rank(runs: dict[str, list[EpisodeResult]], kpi: str) -> list[dict[str, Any]]:
@@ -117,19 +156,24 @@ def measure(key: str, episodes: int) -> dict[str, Any]:
     val, kpi = _play(env_id, "validation", kwargs, [*rules, *causal], seeds_from(bm.VALIDATION_SEED, episodes))
     rules_rank = _rank({p: val[p] for p in rules}, kpi)
     causal_rank = _rank({p: val[p] for p in causal}, kpi)
-    strongest, ref = rules_rank[0]["policy"], causal_rank[0]["policy"]
+    strongest, ref = rules_rank[0]["policy"], (causal_rank[0]["policy"] if causal_rank else None)
     test, _ = _play(env_id, "test", kwargs, [oracle, *rules, *causal, *extra], seeds_from(bm.TEST_SEED, episodes))
     strong = test[strongest]
     rows = []
-    for p in [oracle, ref, *extra, *(c["policy"] for c in rules_rank), *(c["policy"] for c in causal_rank)]:
+    for p in [oracle, *([ref] if ref else []), *extra, *(c["policy"] for c in rules_rank),
+              *(c["policy"] for c in causal_rank)]:
         if p == strongest or any(r["policy"] == p for r in rows):
             continue
-        role = ("oracle" if p == oracle else "causal reference" if p == ref else EXTRA_ROLE if p in extra
-                else "causal" if p in causal else "rule")
+        role = ("oracle" if p == oracle else "causal reference" if p == ref else EXTRA_ROLES.get(key, EXTRA_ROLE)
+                if p in extra else "causal" if p in causal else "rule")
         v = paired_verdict(test[p], strong, kpi, strongest)
         rows.append({"policy": p, "role": role, "kpi_mean": protocol.mean_metric(test[p], kpi),
                      "slo_pct": protocol.mean_metric(test[p], protocol.SLO_METRIC), **v.as_dict()})
+    binding = ({split: quota_binding(env_id, split, kwargs, rules, seeds_from(seed, episodes))
+                for split, seed in (("validation", bm.VALIDATION_SEED), ("test", bm.TEST_SEED))}
+               if track == "stress-quota" else None)
     return {"track": key, "env_id": env_id, "name": track, "env_kwargs": kwargs, "episodes": episodes,
+            **({"quota_binding": binding} if binding is not None else {}),
             "rules": list(rules), "causal_candidates": list(causal), "extra_rows": list(extra), "kpi": kpi, "strongest": strongest,
             "causal_reference": ref, "validation_rules": rules_rank, "validation_causal": causal_rank,
             "strongest_kpi": protocol.mean_metric(strong, kpi),
@@ -150,11 +194,14 @@ def _summary(c: dict[str, Any]) -> str:
     """One paragraph: the learnable headroom, whether it reaches TARGET_PCT at equal SLO, and the lowest-KPI test
     row whose SLO difference stays within the verdict's tolerance (what "at equal SLO" allows)."""
     rows = {r["policy"]: r for r in c["rows"]}
-    ref, orc = rows[c["causal_reference"]], next(r for r in c["rows"] if r["role"] == "oracle")
-    ok = ref["outcome"] == "beats" and ref["kpi_diff_pct"] <= -TARGET_PCT
-    within = [r for r in c["rows"] if r["role"] not in ("oracle", EXTRA_ROLE)
+    orc = next(r for r in c["rows"] if r["role"] == "oracle")
+    within = [r for r in c["rows"] if r["role"] not in ("oracle", EXTRA_ROLE, *EXTRA_ROLES.values())
               and r["slo_diff_ci"][1] <= r["slo_tolerance_pp"]]
     best = min(within, key=lambda r: r["kpi_diff"], default=None)
+    if c["causal_reference"] is None:
+        return _summary_no_causal(c, orc, best)
+    ref = rows[c["causal_reference"]]
+    ok = ref["outcome"] == "beats" and ref["kpi_diff_pct"] <= -TARGET_PCT
     text = (f"**Learnable headroom** (causal reference - strongest): {ref['kpi_diff_pct']:+.2f} % {c['kpi']} "
             f"[{100 * ref['kpi_diff_ci'][0] / c['strongest_kpi']:+.2f}, {100 * ref['kpi_diff_ci'][1] / c['strongest_kpi']:+.2f}] "
             f"at {ref['slo_diff_pp']:+.4f} pp SLO (tolerance {ref['slo_tolerance_pp']:.4f} pp), verdict `{ref['outcome']}`: "
@@ -164,6 +211,32 @@ def _summary(c: dict[str, Any]) -> str:
         text += (f" Lowest {c['kpi']} of a causal row or rule within the SLO tolerance: `{best['policy']}` "
                  f"{best['kpi_diff_pct']:+.2f} % [{100 * best['kpi_diff_ci'][0] / c['strongest_kpi']:+.2f}, "
                  f"{100 * best['kpi_diff_ci'][1] / c['strongest_kpi']:+.2f}] at {best['slo_diff_pp']:+.4f} pp.")
+    return text
+
+
+def _ci_pct(r: dict[str, Any], c: dict[str, Any]) -> str:
+    return (f"{r['kpi_diff_pct']:+.2f} % [{100 * r['kpi_diff_ci'][0] / c['strongest_kpi']:+.2f}, "
+            f"{100 * r['kpi_diff_ci'][1] / c['strongest_kpi']:+.2f}]")
+
+
+def _summary_no_causal(c: dict[str, Any], orc: dict[str, Any], best: dict[str, Any] | None) -> str:
+    """:func:`_summary` of a track without a causal reference (npu): why none, the future-knowing rows, the other
+    rules, and where the quota bound."""
+    text = f"**No causal reference**: {NO_CAUSAL.get(c['track'], 'none measured')}."
+    for r in c["rows"]:
+        if r["role"] != "rule" and r["role"] != "oracle":
+            text += (f" {r['policy'].capitalize()} ({r['role']}) - strongest: {_ci_pct(r, c)} {c['kpi']} at "
+                     f"{r['slo_diff_pp']:+.4f} pp SLO [{r['slo_diff_ci'][0]:+.4f}, {r['slo_diff_ci'][1]:+.4f}], return "
+                     f"{r['return_diff']:+.3f} [{r['return_diff_ci'][0]:+.3f}, {r['return_diff_ci'][1]:+.3f}] "
+                     f"(`{r['outcome']}`).")
+    text += (f" Oracle - strongest {orc['kpi_diff_pct']:+.2f} % at {orc['slo_diff_pp']:+.4f} pp (`{orc['outcome']}`; a "
+             "relaxation that ignores the quota).")
+    if best is not None:
+        text += (f" Lowest {c['kpi']} of a rule within the SLO tolerance: `{best['policy']}` {_ci_pct(best, c)} at "
+                 f"{best['slo_diff_pp']:+.4f} pp.")
+    for split, per in (c.get("quota_binding") or {}).items():
+        text += (f" Quota binds ({split}, peak chips held reach it): " + ", ".join(
+            f"`{p}` {len(seeds)} of {c['episodes']}" for p, seeds in per.items()) + ".")
     return text
 
 
@@ -177,7 +250,7 @@ def markdown(cells: list[dict[str, Any]]) -> str:
              "dead-reckoned snapshot `+dr:<k>` and/or bias-corrected OSL estimates `+bc`, "
              "`servegym.baselines.geo.causal`; pd: the forecast rule sized for the day's expected rates "
              "`min-power+expected:<rho>`, `servegym.baselines.pd.MinPowerExpectedForecast`; knob tuned on "
-             "validation) are each the first of the verdict's "
+             "validation; npu: none exists, the hindsight plan is an extra row) are each the first of the verdict's "
              "ranking on the validation episodes; the rows are paired differences to the strongest on the test "
              "episodes, mean [95 % CI]. Learnable headroom = causal reference - strongest: a causal policy reaches it "
              "from what it observes; oracle - causal reference is what only hindsight knows. Outcome: the verdict "
@@ -190,7 +263,7 @@ def markdown(cells: list[dict[str, Any]]) -> str:
                   f"{desc}. Why: {why}. Env kwargs `{json.dumps(c['env_kwargs'])}`.", "",
                   f"Strongest on validation: `{c['strongest']}` (test: {c['strongest_kpi']:.4g} {c['kpi']}, SLO "
                   f"violation {c['strongest_slo_pct']:.4f} %, return {c['strongest_return']:.4g}); causal reference: "
-                  f"`{c['causal_reference']}`.", "",
+                  + (f"`{c['causal_reference']}`." if c["causal_reference"] else "none (below)."), "",
                   f"| minus the strongest (test) | role | {c['kpi']} [95 % CI] | % | SLO pp [95 % CI] | return [95 % CI] "
                   "| outcome |", "|---|---|---|---|---|---|---|"]
         for r in c["rows"]:
@@ -203,9 +276,9 @@ def markdown(cells: list[dict[str, Any]]) -> str:
         lines += ["", _summary(c)]
         lines += ["", "Validation ranking (rules): " + ", ".join(
             f"`{v['policy']}` ({_f(v['kpi'], '.3f')} {c['kpi']}, {_f(v['slo_violation_pct'], '.3f')} %, return "
-            f"{_f(v['mean_return'], '.2f')})" for v in c["validation_rules"][:5]) + "; causal candidates: " + ", ".join(
+            f"{_f(v['mean_return'], '.2f')})" for v in c["validation_rules"][:5]) + ("; causal candidates: " + ", ".join(
             f"`{v['policy']}` ({_f(v['kpi'], '.3f')}, {_f(v['slo_violation_pct'], '.3f')} %, {_f(v['mean_return'], '.2f')})"
-            for v in c["validation_causal"]) + ".", ""]
+            for v in c["validation_causal"]) if c["validation_causal"] else "") + ".", ""]
     lines.append(STRESS_END)
     return "\n".join(lines)
 

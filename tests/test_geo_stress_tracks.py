@@ -109,11 +109,12 @@ def test_stress_entries_play_their_tracks_yardsticks(entry: bm.SuiteEntry) -> No
     track = protocol.track_of(entry.env_kwargs)
     y = protocol.yardsticks(entry.env_id, entry.env_kwargs)
     assert (entry.env_id, track) in protocol.TRACK_YARDSTICKS and y is protocol.TRACK_YARDSTICKS[(entry.env_id, track)]
-    assert y.causal is not None and y.strongest is not None
     fam = family_for(entry.env_id)
-    assert family_accepts(fam, y.causal) and family_accepts(fam, y.strongest)
+    # npu ships no causal rule (benchmarks/stress_tracks.py NO_CAUSAL): its tracks have none; every other has one
+    assert y.strongest is not None and (y.causal is not None or fam.name == "npu")
+    assert family_accepts(fam, y.strongest) and (y.causal is None or family_accepts(fam, y.causal))
     played = bm.suite_policies(entry)
-    assert {y.naive, y.paper, y.strongest, y.causal, y.oracle} <= set(played)
+    assert {y.naive, y.paper, y.strongest, y.oracle, *([y.causal] if y.causal else [])} <= set(played)
     assert protocol.yardsticks(entry.env_id) is protocol.YARDSTICKS[entry.env_id]  # no track: the id's own
     env = bm.make_split_env(entry.env_id, "train", entry.env_kwargs)
     assert env.unwrapped.config.track == track

@@ -138,7 +138,8 @@ def test_every_stress_track_section_carries_its_tracks_yardsticks(section: tuple
     rows = _sections()[section]
     assert all(r.get("track") == track for r in rows)
     y = protocol.TRACK_YARDSTICKS[(env_id, track)]
-    assert y.causal, f"{env_id}@{track}: a track section needs its causal reference"
+    # npu ships no causal rule (benchmarks/stress_tracks.py NO_CAUSAL): its track sections have none
+    assert y.causal or env_id.startswith("servegym/NPU"), f"{env_id}@{track}: a track section needs its causal reference"
     _check_section(f"{env_id}@{track}", rows, y)
 
 

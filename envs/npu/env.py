@@ -165,6 +165,8 @@ lists are padded to ``n_candidates + len(versions)`` (padding masked). ``model``
 ``rate_rpm``, ``start_hour`` and ``workload_seed`` are then drawn, not set (setting them is a ConfigError;
 ``split_models`` pins the model pool). ``split=None`` runs the configured scenario as is. The draw is
 ``env.scenario`` and ``info["scenario"]`` at reset; :meth:`NPUAutoscaleEnv.run_baseline` replays it.
+**Stress track** (``track``; :mod:`servegym.envs.npu.tracks`): ``stress-quota`` (NPU-C/D only, no fail-over to
+NPU-A/B, a chip quota per model after Figure 25's C:256/D:512); ``info["scenario"]`` adds ``track`` and ``quota_chips``.
 
 **Info**: ``energy_j``, ``cost_usd``, ``tokens`` (prefill input + decode output tokens served),
 ``slo_violation_pct`` (% of the requests finished in the epoch that missed TTFT or TPOT, 0 when none),
@@ -396,6 +398,8 @@ class NPUAutoscaleEnv(gym.Env):
             st.workload = _split_workload(sc, cfg.hours)
             self.scenario = sc
             sim_seed = sc["simulation_seed"]
+        if cfg.track is not None:  # the track and the quota of the episode's model (servegym.envs.npu.tracks)
+            self.scenario = {**self.scenario, "track": cfg.track, "quota_chips": dict(self.cluster_config.quota_chips)}
         self.simulation_seed = sim_seed
         sim = make_cluster(self.cluster_config, st.workload, seed=sim_seed, catalog=self.catalog,
                            fidelity=self.config.fidelity)

@@ -33,7 +33,7 @@ from servegym.errors import (
     choice_error,
     known_overrides,
 )
-from servegym.splits import check_split, splits_of
+from servegym.splits import check_split, check_track, splits_of, tracks_of
 
 MAX_EPISODE_BYTES = 2 * 2**30
 """The estimated peak memory (:func:`estimated_peak_bytes`) above which a config is refused unless its
@@ -100,7 +100,7 @@ class NPUEnvConfig:
     FIELD_CHOICES: ClassVar[dict[str, Any]] = {
         "model": MODELS, "trace": WORKLOADS, "objective": OBJECTIVES, "split": lambda: splits_of("npu"),
         "action_mode": ACTION_MODES, "reference": RESIDUAL_REFERENCES, "reward_mode": REWARD_MODES,
-        "group_state_obs": GROUP_STATE_OBS, "fidelity": FIDELITIES}
+        "group_state_obs": GROUP_STATE_OBS, "fidelity": FIDELITIES, "track": lambda: tracks_of("npu")}
 
     model: str = "Llama-3-70B"
     trace: str = "azure"  # one of servegym.envs.npu.sim.workloads.WORKLOADS
@@ -125,6 +125,7 @@ class NPUEnvConfig:
     # set it higher explicitly for a larger run.
     max_expected_requests: int = MAX_EXPECTED_REQUESTS
     split: str | None = "train"  # benchmark split reset() draws the scenario from (module docstring); None: fixed
+    track: str | None = None  # stress track over a base split or None (servegym.envs.npu.tracks: versions, quotas)
     split_models: tuple[str, ...] = SPLIT_MODELS  # models a named split draws from (uniformly)
     action_mode: str = "absolute"  # one of ACTION_MODES (see the module docstring)
     residual_options: bool = False  # residual mode: also choose each group's configuration (default: best fit)
@@ -139,6 +140,11 @@ class NPUEnvConfig:
         check_field_types(self)
         object.__setattr__(self, "model", MODELS.resolve(self.model))  # canonical spelling (servegym.names)
         check_split("npu", self.split)
+        check_track("npu", self.track, self.split)
+        if self.track is not None:
+            from servegym.envs.npu.tracks import track_versions
+
+            object.__setattr__(self, "versions", track_versions(self, VERSIONS))  # frozen: part of the config
         if isinstance(self.split_models, str) or not self.split_models:
             raise ConfigError(f"split_models = {self.split_models!r}; allowed: a non-empty sequence of {list(MODELS)}")
         try:  # canonical spellings
@@ -217,10 +223,14 @@ class NPUEnvConfig:
 
     def cluster_config(self, model: str | None = None) -> ClusterConfig:
         """The simulator settings of this env (5-min epochs, 60-s checks, 5-s sub-steps) for ``model``
-        (default: the ``model`` field)."""
-        return ClusterConfig(model=self.model if model is None else model, objective=self.objective, slo_factor=self.slo_factor,
-                             osl_accuracy=self.osl_accuracy,
-                             quota_chips=None if self.quota_chips is None else dict(self.quota_chips),
+        (default: the ``model`` field); on a track, the model's quota (servegym.envs.npu.tracks)."""
+        from servegym.envs.npu.tracks import track_quota
+
+        model = self.model if model is None else model
+        quota = track_quota(self.track, MODELS.resolve(model)) if self.track is not None else (
+            None if self.quota_chips is None else dict(self.quota_chips))
+        return ClusterConfig(model=model, objective=self.objective, slo_factor=self.slo_factor,
+                             osl_accuracy=self.osl_accuracy, quota_chips=quota,
                              versions=tuple(self.versions), n_candidates=int(self.n_candidates),
                              phase_versions=self.phase_versions)
 

@@ -116,6 +116,19 @@ FAMILY_TRACKS: dict[str, dict[str, tuple[str, str]]] = {
                               "than at 300 s (a 10-episode validation scout put the expected-rate rule 4-7 % below the "
                               "tuned HPA at about equal SLO; 30 validation and 30 test episodes measure less)"),
     },
+    "npu": {
+        "stress-quota": ("the split's episodes on NPU-C and NPU-D only (no fail-over to NPU-A/B) under a chip "
+                         "quota per model in the paper's C:D ratio of 1:2 (Figure 25's C:256/D:512), NPU-D at "
+                         "the model's train-median unconstrained peak under Base: Llama-3-8B C:8/D:12, "
+                         "Llama-3-70B C:56/D:112, Llama-3.1-405B C:288/D:576, DeepSeek-V3 C:160/D:320",
+                         "a fixed C:256/D:512 would bind only where a model needs more than 512 NPU-D chips "
+                         "(unconstrained Base: 5 of the 30 test episodes, all Llama-3.1-405B; never Llama-3-8B "
+                         "or -70B); at each model's median the quota binds (peak chips held reach it) on 52 of "
+                         "80 train, 24 of 30 validation and 14 of 30 test episodes under Base, which keeps its "
+                         "decode group on NPU-D and misses up to all requests' SLO there (the paper's "
+                         "collapse), while NeuScale fails decode over to NPU-C; which groups get the scarce "
+                         "chips, on which version, and when, is what a policy can learn"),
+    },
 }
 
 
