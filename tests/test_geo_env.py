@@ -383,6 +383,7 @@ MODES = [
     (GeoRouteEnv, {"action_mode": "residual", "reference": "milp"}),
     (GeoRouteEnv, {"action_mode": "residual", "reference": "greedy:0.5"}),
     (GeoRouteEnv, {"action_mode": "residual", "reference": "iter-ilp", "decide_at": "window"}),
+    (GeoRouteEnv, {"action_mode": "residual", "reference": "iter-ilp+dr:1.5", "decide_at": "window"}),
     (GeoRouteWindowEnv, {"action_mode": "direct"}),
     (GeoRouteWindowEnv, {"action_mode": "residual", "reference": "milp"}),
     (GeoRouteEnv, {"ci_time_scale": 1800.0, "ci_forecast_h": 2, "ci_forecast_noise": 0.2}),

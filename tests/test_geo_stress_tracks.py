@@ -119,3 +119,105 @@ def test_stress_entries_play_their_tracks_yardsticks(entry: bm.SuiteEntry) -> No
     env = bm.make_split_env(entry.env_id, "train", entry.env_kwargs)
     assert env.unwrapped.config.track == track
     env.close()
+
+
+# ------------------------------------------------------------------ GeoRoute-v0's residual mode around a causal rule
+def _follow(env: gym.Env, seed: int, act=None) -> dict:
+    env.reset(seed=seed)
+    while True:
+        _, _, terminated, truncated, info = env.step(env.n_dcs if act is None else act(env))
+        assert not terminated
+        if truncated:
+            return info
+
+
+LOAD12 = {"preset": "mini", "geo": {"duration_s": 12.0}, "split": "validation", "track": "stress-load"}
+
+
+@pytest.mark.parametrize(("ref", "decide_at"), [("iter-ilp+dr:1.5", "window"), ("greedy:1+dr:1.5", "arrival"),
+                                                ("ilp+dr:1.5+bc", "window")])
+def test_residual_around_a_causal_rule_follows_its_own_run_exactly(ref: str, decide_at: str) -> None:
+    """The reference action at every request reproduces the causal rule's own run (placements, metrics): its
+    dead reckoning, fed the placements made, is fed its own when the agent follows."""
+    from servegym.agents.adapters import run_geo_baseline
+
+    env = gym.make(ROUTE, config={**LOAD12, "action_mode": "residual", "reference": ref,
+                                  "decide_at": decide_at}).unwrapped
+    assert env.action_type.planner.dead_reckoned and not env.action_type.planner.policy.count_own
+    for seed in (3, 4):
+        mine = _follow(env, seed)["episode_metrics"]
+        sim, theirs = _run(ref, env, seed)
+        for key in ("carbon_g", "carbon_with_drain_g", "slo_violation_pct", "ttft_p99_s", "finished"):
+            assert mine[key] == theirs[key], key
+        np.testing.assert_array_equal(env.sim.placed_dc, sim.placed_dc)
+        assert run_geo_baseline(env, ref, seed).reward == pytest.approx(_follow_return(env, seed), rel=1e-9)
+
+
+def _follow_return(env: gym.Env, seed: int) -> float:
+    env.reset(seed=seed)
+    total = 0.0
+    while True:
+        _, r, _, truncated, _ = env.step(env.n_dcs)
+        total += r
+        if truncated:
+            return total
+
+
+def test_dead_reckoning_counts_the_agents_placements_not_the_references() -> None:
+    """Every placement the agent makes joins the causal rule's occupancy (1 / E per request on its DC), whatever
+    the reference proposed; an agent that sends everything to one DC changes the later proposals."""
+    env = gym.make(ROUTE, config={**LOAD12, "action_mode": "residual", "reference": "iter-ilp+dr:1.5",
+                                  "decide_at": "window"}).unwrapped
+    planner = env.action_type.planner
+    env.reset(seed=3)
+    e = env.sim.snapshot.engines_per_dc
+    rng = np.random.default_rng(0)
+    checked = deviations = 0
+    while True:
+        st = env.state
+        env.row_observation(st.i)  # the window's plan (and projection) is made at its first request
+        if st.i == 0:
+            n0 = planner.policy._n.copy()
+            ref = np.array([planner.choice_for(j, st.dispatched) for j in range(st.n)])
+        a = int(rng.choice(np.flatnonzero(env.action_masks())))
+        deviations += a not in (env.n_dcs, ref[st.i])
+        last = st.i == st.n - 1
+        if last and st.n > 1:
+            placed = np.asarray(st.placed[:st.i])
+            np.testing.assert_allclose(planner.policy._n, n0 + np.bincount(placed, minlength=env.n_dcs) / e)
+            checked += 1
+        if env.step(a)[3]:
+            break
+    assert checked > 5 and deviations > 5
+    # one DC for every request: the reference's later plans differ from its own run's
+    follow_plans, dumped = [], []
+    for plans, act in ((follow_plans, None), (dumped, lambda en: 0)):
+        env.reset(seed=3)
+        while True:
+            st = env.state
+            plans.append(planner.choice_for(st.i, st.dispatched))
+            if env.step(env.n_dcs if act is None else act(env))[3]:
+                break
+    assert follow_plans != dumped
+
+
+def test_causal_references_are_refused_where_they_cannot_be_driven() -> None:
+    """Bad causal references: one-line ConfigErrors naming the field and the allowed values."""
+    from servegym.envs.geo.reference import REFERENCE_SPECS
+
+    allowed = ", ".join(REFERENCE_SPECS)
+    for bad, why in (("ll+dr:1.5", "'ll' is no reference rule"), ("iter-ilp+dr:100", "out of range"),
+                     ("iter-ilp+dr:x", "must be a number"), ("ilp+dr+dr", "repeats"), ("oracle+dr", "no reference rule"),
+                     ("green-llm+bc", "no reference rule")):
+        with pytest.raises(ConfigError, match="reference = ") as exc:
+            _make(ROUTE, "train", "stress-load", action_mode="residual", reference=bad)
+        assert why in str(exc.value) and str(exc.value).endswith(f"allowed: {allowed}") and "\n" not in str(exc.value)
+    with pytest.raises(ConfigError, match=r"reference = 'ilp\+dr:1\.5' is not a window scheduler"):
+        _make(WINDOW, "train", "stress-load", action_mode="residual", reference="ilp+dr:1.5")
+    with pytest.raises(ConfigError, match="decide_at"):
+        _make(ROUTE, "train", "stress-load", action_mode="residual", reference="greedy:1+dr:1.5", decide_at="window")
+    from servegym.envs.geo import parallel_env
+
+    with pytest.raises(ConfigError, match=r"reference = 'iter-ilp\+dr:1\.5' dead-reckons"):
+        parallel_env(config={**GEO, "action_mode": "residual", "reference": "iter-ilp+dr:1.5"})
+    parallel_env(config={**GEO, "action_mode": "residual", "reference": "iter-ilp+bc"})  # no dead reckoning: fine

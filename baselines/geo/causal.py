@@ -25,6 +25,11 @@ hands it a rewritten :class:`~servegym.envs.geo.sim.decisions.DecisionContext` (
 
 A request-mode base is played one request at a time under ``+dr`` (its own routings inside a poll interval
 count), so a ``batchable`` base loses that property there; window bases decide a window as before.
+
+The routings that join the occupancy are the policy's own decisions by default. A driver whose placements may
+differ from them (GeoRoute-v0's residual mode, :mod:`servegym.envs.geo.reference`) sets
+:attr:`CausalPolicy.count_own` to False and reports each placement actually made with :meth:`CausalPolicy.routed`,
+the same dynamics fed what happened.
 """
 
 from __future__ import annotations
@@ -48,6 +53,9 @@ CAUSAL_SUFFIXES = ("+dr[:<k>]", "+bc")
 class CausalPolicy(BasePolicy):
     """``base`` fed a dead-reckoned snapshot (``lifetime`` not None) and/or bias-corrected OSL estimates
     (``bias_correct``); see the module docstring."""
+
+    #: whether :meth:`decide` adds its own routings to the occupancy (False: the driver reports them, :meth:`routed`)
+    count_own = True
 
     def __init__(self, base: Any, spec: str, lifetime: float | None, bias_correct: bool) -> None:
         if lifetime is not None and not DR_LIFETIME_RANGE[0] <= lifetime <= DR_LIFETIME_RANGE[1]:
@@ -137,9 +145,16 @@ class CausalPolicy(BasePolicy):
         changes["estimate_fn"] = lambda: est.estimate(snap, isl, osl, sched)
         view = dataclasses.replace(ctx, **changes)
         out = np.asarray(self.base.decide(view), dtype=np.int64).reshape(-1)
-        if self.lifetime is not None and out.size:  # the routed requests join their DCs' occupancy
-            self._n = self._n + np.bincount(out, minlength=self._n.size) / float(ctx.snapshot.engines_per_dc)
+        if self.lifetime is not None and self.count_own:  # the routed requests join their DCs' occupancy
+            self.routed(out, ctx.snapshot.engines_per_dc)
         return out
+
+    def routed(self, dcs: ArrayLike, engines_per_dc: int) -> None:
+        """Requests placed on DCs ``dcs`` join the dead-reckoned occupancy (``1 / E`` each), at the time of the
+        latest projection; nothing without dead reckoning or before the first decision."""
+        out = np.asarray(dcs, dtype=np.int64).reshape(-1)
+        if self.lifetime is not None and out.size and self._n.size:
+            self._n = self._n + np.bincount(out, minlength=self._n.size) / float(engines_per_dc)
 
     def sched_delay_s(self, ctx: DecisionContext) -> float:
         # the base keys its delay by the context's token, which the view keeps

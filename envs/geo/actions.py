@@ -29,7 +29,7 @@ from gymnasium import spaces
 from numpy.typing import NDArray
 from servegym.envs.action_type import ActionType, register
 from servegym.envs.geo.observations import squash
-from servegym.envs.geo.reference import ReferencePlanner, make_reference
+from servegym.envs.geo.reference import ReferencePlanner, is_causal, make_reference
 from servegym.envs.geo.sim.decisions import DecisionContext, GeoDecisionState, WindowPlacement
 
 from servegym.errors import ActionError, ConfigError
@@ -155,14 +155,16 @@ class RouteResidual(RouteActionType):
         return out
 
     def decode(self, state: GeoDecisionState, action: Any) -> int:
-        """The DC; a deviation from the reference makes its planner replan the scheduler's later rows."""
+        """The DC; a deviation from the reference makes its planner replan the scheduler's later rows, and a
+        dead-reckoned reference counts the placement made."""
         a = self.check(action)
         i = state.i
         ref = self.planner.choice_for(i, state.dispatched)
         if a == self.n_dcs:
-            return ref
-        if a != ref:
+            a = ref
+        elif a != ref:
             self.planner.deviated(i)
+        self.planner.placed(a)
         return a
 
     def write(self, state: GeoDecisionState, row: NDArray[np.float32], base_dim: int, i: int) -> None:
@@ -274,7 +276,9 @@ class WindowResidual(WindowActionType):
     def __init__(self, reference: str, n_dcs: int) -> None:
         super().__init__(n_dcs)
         self.policy: Any = make_reference(reference)
-        if getattr(self.policy, "decision_mode", "request") != "window":
+        # a causal wrapper would hide the scheduler's capacity hook (and its observed capacities would not be
+        # the ones it solves with): GeoRouteWindow-v0 scales the plain window schedulers only
+        if getattr(self.policy, "decision_mode", "request") != "window" or is_causal(self.policy):
             raise ConfigError(f"reference = {reference!r} is not a window scheduler; allowed "
                               "for GeoRouteWindow-v0's residual mode: ['milp', 'ilp', 'iter-ilp']")
         self.policy.capacity_hook = self.scaled_capacity

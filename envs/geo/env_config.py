@@ -74,8 +74,10 @@ class GeoEnvConfig:
             GeoRouteWindow-v0's action scales the window MILP's per-DC admission capacity, all
             zeros = the MILP exactly). See each env's docstring.
         reference: the baseline of the residual mode (``servegym.envs.geo.reference``):
-            ``"milp"`` (default), ``"ilp"``, ``"iter-ilp"``, ``"moer"`` or ``"greedy:<alpha>"``
-            (GeoRouteWindow-v0: a window scheduler only).
+            ``"milp"`` (default), ``"ilp"``, ``"iter-ilp"``, ``"moer"`` or ``"greedy:<alpha>"``, or
+            GeoRoute-v0 only, one of them as a causal rule (``"iter-ilp+dr:1.5"``: a dead-reckoned snapshot
+            counting the placements made, and/or ``+bc``; :mod:`servegym.baselines.geo.causal`)
+            (GeoRouteWindow-v0: a plain window scheduler only).
         decide_at: when GeoRoute-v0's residual mode places a request: ``"arrival"`` (default: each
             request leaves its scheduler at arrival, on the snapshot of its arrival's poll interval,
             the reference's window plan shown at the window's first request) or ``"window"`` (a
@@ -149,7 +151,7 @@ class GeoEnvConfig:
                                            or getattr(ref, "decision_mode", "request") != "window"):
             raise ConfigError(f"decide_at = 'window' needs action_mode = 'residual' and a window reference (got "
                               f"{self.action_mode!r}, {self.reference!r}); allowed: 'arrival', or 'window' with "
-                              "reference 'milp', 'ilp' or 'iter-ilp'")
+                              "reference 'milp', 'ilp' or 'iter-ilp' (or one of them + '+dr[:<k>]' and/or '+bc')")
         check_choice("reward", self.reward, REWARD_MODES, verb="is not allowed")
         check_choice("preset", self.preset, PRESETS, verb="is not allowed")
         object.__setattr__(self, "model", PAPER_MODELS.resolve(self.model))  # canonical spelling

@@ -29,6 +29,9 @@ interval is decided the interval is applied and the next one loaded.
 - **Episode end**: truncation of every agent when the run is complete (or after ``max_steps``
   parallel steps); never termination.
 
+A dead-reckoned residual reference (``<rule>+dr``) is refused: its occupancy counts every scheduler's
+placements, so the agents' observations would depend on each other's decisions of the same step.
+
 Window decisions (GeoRouteWindow-v0) are not offered per agent here: the window env already decides
 one scheduler's window per step.
 
@@ -71,6 +74,11 @@ class GeoRouteParallelEnv(ParallelEnv):
                  **overrides: Any) -> None:
         self.core = GeoRouteEnv(config, render_mode=render_mode, **overrides)
         self.config = self.core.config
+        planner = getattr(self.core.action_type, "planner", None)
+        if planner is not None and planner.dead_reckoned:
+            raise ConfigError(f"reference = {self.config.reference!r} dead-reckons from every scheduler's placements, "
+                              "which the agents here decide out of arrival order; allowed: a reference without "
+                              "'+dr' (GeoRoute-v0 takes it)")
         self.render_mode = render_mode
         n_regions = self.core.n_regions
         self.possible_agents = [f"scheduler_{r}" for r in range(n_regions)]

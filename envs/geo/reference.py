@@ -27,6 +27,18 @@ baseline policy itself (:mod:`servegym.baselines.geo`, one model, two drivers) o
   wait and the modelled solve delay. GeoRoute-v0's ``decide_at="window"`` removes both: the env then
   steps through the simulator's own windows and applies each one after :attr:`ReferencePlanner.delay_s`,
   the reference's modelled solve delay, so that following is the reference's run exactly.
+- a causal reference (``<rule>+dr[:<k>]``, ``<rule>+bc``, ``<rule>+dr[:<k>]+bc`` with ``<rule>`` one of the
+  above; :mod:`servegym.baselines.geo.causal`): the rule fed a dead-reckoned snapshot and/or bias-corrected OSL
+  estimates. The dead reckoning counts the placements actually made, the agent's, not the reference's
+  proposals: the planner turns the policy's own counting off (``count_own``) and reports every placement
+  (:meth:`ReferencePlanner.placed`) to the causal module's :meth:`~servegym.baselines.geo.causal.CausalPolicy.routed`,
+  so one model of the occupancy serves both drivers. A dead-reckoned request-mode rule plans one request at
+  a time, at its decision time, after the placements before it (its own run plays it so too); a window rule
+  plans a window once, at its first request, and every placement of the window joins the occupancy at the
+  window's decision time, as its own decisions do in its own run. So following reproduces the causal rule's
+  own run exactly with ``decide_at="window"`` (window rules) and for request-mode rules (tested); at arrival
+  a window rule's windows of different schedulers interleave, and a window solved while another one's
+  requests are still being placed counts only those placed so far.
 """
 
 from __future__ import annotations
@@ -43,20 +55,48 @@ from servegym.errors import ConfigError, choice_error
 #: Requests of a scheduler a request-mode reference plans ahead at once (exact for each of them while
 #: the agent follows; a deviation replans from the next one, so short plans keep that cheap).
 GREEDY_HORIZON = 16
-#: Reference specs accepted by the residual mode (``<alpha>`` in [0, 1]).
-REFERENCE_SPECS = ("milp", "ilp", "iter-ilp", "moer", "greedy:<alpha>")
+#: Reference specs accepted by the residual mode (``<alpha>`` in [0, 1]; ``<rule>`` one of the first five,
+#: ``<k>`` the dead-reckoning lifetime knob of :mod:`servegym.baselines.geo.causal`).
+REFERENCE_SPECS = ("milp", "ilp", "iter-ilp", "moer", "greedy:<alpha>", "<rule>+dr[:<k>]", "<rule>+bc",
+                   "<rule>+dr[:<k>]+bc")
+
+
+def _bad_reference(spec: Any, why: str = "") -> ConfigError:
+    if not why:
+        return choice_error("reference", spec, REFERENCE_SPECS, verb="is not allowed")
+    return ConfigError(f"reference = {spec!r} is not allowed ({why}); allowed: {', '.join(REFERENCE_SPECS)}")
 
 
 def make_reference(spec: Any) -> Any:
     """A fresh baseline policy for ``spec`` (one of :data:`REFERENCE_SPECS`)."""
     from servegym.baselines.geo import make_policy
+    from servegym.baselines.geo.causal import parse_causal
 
-    if not isinstance(spec, str) or not (spec in REFERENCE_SPECS[:4] or spec.startswith("greedy:")):
-        raise choice_error("reference", spec, REFERENCE_SPECS, verb="is not allowed")
+    if not isinstance(spec, str):
+        raise _bad_reference(spec)
+    try:
+        causal = parse_causal(spec)
+    except ConfigError as exc:
+        raise _bad_reference(spec, str(exc)) from None
+    rule = spec if causal is None else causal[0]
+    if not (rule in REFERENCE_SPECS[:4] or rule.startswith("greedy:")):
+        raise _bad_reference(spec, f"{rule!r} is no reference rule" if causal is not None else "")
     try:
         return make_policy(spec)
     except ConfigError as exc:
-        raise ConfigError(f"reference = {spec!r} is not allowed ({exc}); allowed: {', '.join(map(str, REFERENCE_SPECS))}") from None
+        raise _bad_reference(spec, str(exc)) from None
+
+
+def is_causal(policy: Any) -> bool:
+    """Whether ``policy`` (a :func:`make_reference` result) is a causal wrapper (``+dr`` and/or ``+bc``)."""
+    from servegym.baselines.geo.causal import CausalPolicy
+
+    return isinstance(policy, CausalPolicy)
+
+
+def dead_reckoned(policy: Any) -> bool:
+    """Whether ``policy`` (a :func:`make_reference` result) dead-reckons the snapshot from the routings made."""
+    return is_causal(policy) and policy.lifetime is not None
 
 
 def sub_context(ctx: DecisionContext, rows: NDArray[np.int64], dispatched: NDArray[np.int64], mode: str,
@@ -107,6 +147,11 @@ class ReferencePlanner:
         self.window = getattr(self.policy, "decision_mode", "request") == "window"
         self.window_s = float(window_s)
         self.window_max_requests = int(window_max_requests)
+        #: a dead-reckoned reference counts the placements made (:meth:`placed`), planned one request at a time
+        self.dead_reckoned = dead_reckoned(self.policy)
+        if self.dead_reckoned:
+            self.policy.count_own = False
+        self.horizon = 1 if self.dead_reckoned else GREEDY_HORIZON
 
     def reset(self, n_dcs: int, n_regions: int, seed: int) -> None:
         self.policy.reset(n_dcs, n_regions, seed)
@@ -138,12 +183,19 @@ class ReferencePlanner:
             rows = rows[rows >= i]
             sub = sub_context(ctx, rows, dispatched, "window", float(ctx.decision_s[rows[-1]]))
         else:
-            # greedy decides each scheduler from its own dispatches only: plan i's scheduler's rows
-            rows = i + np.flatnonzero(self.sched[i:] == self.sched[i])[:GREEDY_HORIZON]
+            # greedy decides each scheduler from its own dispatches only: plan i's scheduler's rows (a
+            # dead-reckoned rule sees every scheduler's placements: one row, after those before it)
+            rows = i + np.flatnonzero(self.sched[i:] == self.sched[i])[:self.horizon]
             sub = sub_context(ctx, rows, dispatched, "request", float(ctx.decision_s[rows[-1]]))
         self.choice[rows] = np.asarray(self.policy.decide(sub), dtype=np.int64)
         self.delay_s = float(self.policy.sched_delay_s(sub))
         return int(self.choice[i])
+
+    def placed(self, dc: int) -> None:
+        """The current row was placed on ``dc`` (the reference's choice or not): a dead-reckoned reference's
+        occupancy counts it."""
+        if self.dead_reckoned:
+            self.policy.routed((dc,), self.ctx.snapshot.engines_per_dc)
 
     def deviated(self, i: int) -> None:
         """The agent did not follow the reference at row ``i``: a request-mode reference plans the
