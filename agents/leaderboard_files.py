@@ -67,7 +67,8 @@ def _plot_profiles(scores_by_env: dict[str, dict[str, np.ndarray]], path: Path) 
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.34), ncol=2, fontsize=7, frameon=False)
     fig.suptitle("test split: 0 = naive, 100 = oracle (or the paper's method where an id has no oracle; "
                  "leaderboard.md names each panel's scale)", fontsize=10)
-    fig.tight_layout()
+    # tight_layout leaves no room for the suptitle: keep ~0.45 in at the top (it overlapped the first row's titles)
+    fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.45 / fig.get_figheight()))
     save_figure(fig, path, dpi=100)
     plt.close(fig)
     return path
