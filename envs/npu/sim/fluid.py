@@ -78,7 +78,6 @@ _AR = np.arange(NB)
 # intervals at the request level, so more are rarely alive at once (a new one merges when all are taken)
 N_COHORTS = 24
 _NO_CAP3 = np.zeros((1, 1, 1))  # the kernel's per-bin capacity when the fleet is steady (unused then)
-_NONE = np.zeros(NB, dtype=bool)  # no group kept (fluid_books.orphans)
 
 
 class FluidCluster(NPUCluster):
@@ -186,9 +185,11 @@ class FluidCluster(NPUCluster):
         sig = (self.targets_version, self.v_group.size, self._ready_now()[0])
         if self._signature == sig and self._unlimited:
             return
-        if self._unlimited and self._signature is not None and self._signature[:2] == sig[:2]:
-            # the same targets and vPods as at the last reconcile, which met every target (no quota), only more of
-            # them ready: nothing to create or delete and the peak chips held cannot rise; only the routes change
+        if self._unlimited and self._signature is not None and self._signature[0] == sig[0]:
+            # the same targets as at the last reconcile, which met every target (no quota): since then only vPods
+            # became ready or, their deletion over, were dropped (only a reconcile creates or deletes vPods), so the
+            # alive ones still meet every target, nothing is to create or delete and the peak chips held cannot rise;
+            # only the routes change
             self._reroute_orphans()  # moves queued work only: the vPods and so the signature stay as they are
         else:
             super()._reconcile()
@@ -286,11 +287,10 @@ class FluidCluster(NPUCluster):
     def _reroute_orphans(self) -> None:
         """Move the queued work of groups that left the length map to their route (as the request level does)."""
         routes = self._routes()
+        found = fb.queue_orphans(self.q_req, routes[0], routes[1])  # both phases in one call (none moves often)
         for p in (0, 1):
             act = routes[p]
-            if act.size == 0:
-                continue
-            orphan, any_orphan = fb.orphans(self.q_req[p], act, _NONE)
+            orphan, any_orphan = found[2 * p], found[2 * p + 1]
             if not any_orphan:
                 continue
             tok = self.q_tok[p][orphan].sum(axis=0)
@@ -320,11 +320,8 @@ class FluidCluster(NPUCluster):
         # the cohorts of a group as one row (a view): any job in service there. Only the groups that may hold jobs
         # are scanned (an all-zero row is no orphan either way); those outside the routable ones are empty once this
         # returns, and stay so until routable again unless decode jobs queued there (q_seg) join them
-        keep = is_ready[NB:] | ~self._d_live
-        orphan, any_orphan = fb.orphans(self.d_req.reshape(NB, -1), act, keep)
-        emptied = ~keep
-        emptied[act] = False
-        self._d_live[emptied & ~self.q_seg.any(axis=1)] = False
+        # (in one compiled call: fluid_books.in_service_orphans)
+        orphan, any_orphan = fb.in_service_orphans(self.d_req.reshape(NB, -1), act, is_ready, self._d_live, self.q_seg)
         if not any_orphan:
             return
         tok = self.d_tok[orphan].sum(axis=0)

@@ -255,8 +255,8 @@ def ready_groups(v_group, v_ready, v_gone, now, G):  # pragma: no cover - compil
 
 @njit(cache=True)
 def orphans(rows, act, keep):  # pragma: no cover - compiled
-    """Groups (rows of ``rows``, groups x buckets) outside the active ones ``act`` and not in ``keep`` (bool per
-    group) whose row sum (numpy's pairwise order) is positive, and whether there is any."""
+    """Groups (rows of ``rows``, groups x buckets, C-contiguous) outside the active ones ``act`` and not in ``keep``
+    (bool per group) whose row sum (numpy's pairwise order) is positive, and whether there is any."""
     nb = rows.shape[0]
     out = np.zeros(nb, dtype=np.bool_)
     for g in range(nb):
@@ -265,19 +265,60 @@ def orphans(rows, act, keep):  # pragma: no cover - compiled
         out[a] = False
     anyone = False
     n = rows.shape[1]
+    # an element is != 0.0 (NaN included, -0.0 not) exactly when its bits less the sign bit are not all zero: an
+    # integer OR over the row, which the compiler vectorizes (a compare per element with an early exit does not)
+    bits = rows.view(np.uint64)
+    one = np.uint64(1)
     for g in range(nb):
         if out[g]:
-            # an all-zero row sums to 0.0: summed only when a block of it holds something (most candidate rows are
-            # groups that never served, and a decode row holds every cohort of every bucket)
-            nz = False
-            j = 0
-            while j < n and not nz:
-                stop = min(j + 64, n)
-                for k in range(j, stop):
-                    nz |= rows[g, k] != 0.0
-                j = stop
-            out[g] = nz and pairwise_sum(rows[g], 0, n) > 0.0
+            # an all-zero row sums to 0.0: summed only when it holds something (most candidate rows are groups that
+            # never served, and a decode row holds every cohort of every bucket)
+            acc = np.uint64(0)
+            for k in range(n):
+                acc |= bits[g, k] << one
+            out[g] = acc != 0 and pairwise_sum(rows[g], 0, n) > 0.0
             anyone = anyone or out[g]
+    return out, anyone
+
+
+@njit(cache=True)
+def queue_orphans(q_req, act0, act1):  # pragma: no cover - compiled
+    """:func:`orphans` of both phases' queued requests (``q_req[p]``, groups x buckets) outside their routable groups
+    ``act0`` / ``act1`` (no group kept), in one call: per phase the mask and whether there is any (none for a phase
+    without a routable group)."""
+    nb = q_req.shape[1]
+    none = np.zeros(nb, dtype=np.bool_)
+    o0, a0 = orphans(q_req[0], act0, none) if act0.size else (none.copy(), False)
+    o1, a1 = orphans(q_req[1], act1, none) if act1.size else (none.copy(), False)
+    return o0, a0, o1, a1
+
+
+@njit(cache=True)
+def in_service_orphans(d_rows, act, is_ready, d_live, q_seg):  # pragma: no cover - compiled
+    """The decode groups (``d_rows``: jobs in service per group, its cohorts as one row) with jobs in service
+    outside the routable ones ``act`` and without a ready vPod (``is_ready``, 96 groups), scanning only the groups
+    ``d_live`` marks (:func:`orphans`; the mask and whether any), and ``d_live`` cleared (in place) for the
+    non-routable groups so scanned or skipped whose queued decode jobs ``q_seg`` are all zero (``q_seg.any(axis=1)``
+    false): what :meth:`~servegym.envs.npu.sim.fluid.FluidCluster._reroute_in_service` read as numpy calls."""
+    nb = d_live.size
+    keep = np.empty(nb, dtype=np.bool_)
+    for g in range(nb):
+        keep[g] = is_ready[nb + g] or not d_live[g]
+    out, anyone = orphans(d_rows, act, keep)
+    emptied = np.empty(nb, dtype=np.bool_)
+    for g in range(nb):
+        emptied[g] = not keep[g]
+    for a in act:
+        emptied[a] = False
+    for g in range(nb):
+        if emptied[g]:
+            nz = False
+            for b in range(q_seg.shape[1]):
+                if q_seg[g, b] != 0.0:
+                    nz = True
+                    break
+            if not nz:
+                d_live[g] = False
     return out, anyone
 
 
