@@ -226,6 +226,35 @@ def fleet_sums(live, v_group, v_cfg, v_ready, v_gone, t0, t1, static_w, usd_s_cf
 
 
 @njit(cache=True)
+def fleet_view_sums(live, v_group, v_cfg, v_ready, v_gone, t0, t1, static_w, usd_s_cfg, maxb, chips, tps, pw, G,
+                    dom_targets, fallback):  # pragma: no cover - compiled
+    """:func:`fleet_sums` with fewer arrays to hand back to Python (each returned array costs a boxing): the eight
+    per-group sums as the rows of one (8, ``G``) array (ready vPod-equivalents, static W of the ready / held vPods,
+    USD/s of the held / ready ones, batch slots, chips held, the wait for the first ready vPod), and the dominant
+    configuration of a group without a vPod taken from ``dom_targets`` (its target's, -1 without one), else from
+    ``fallback`` (the bucket's best fit), as :func:`~servegym.envs.npu.sim.fluid_fleet._compute` did with
+    ``np.where``. Returns the live vPods' group, configuration, ready time, not-deleting flag and per-level tokens/s,
+    the rows, the dominant configurations, and the prefill capacity and busy power per level."""
+    (vg, vc, vr, serving, tps_v, n_ready, psr, psa, usd_s, usd_ready, slots, chip_s, unavail, dom, cap,
+     pbusy) = fleet_sums(live, v_group, v_cfg, v_ready, v_gone, t0, t1, static_w, usd_s_cfg, maxb, chips, tps, pw, G)
+    rows = np.empty((8, G))
+    for g in range(G):
+        rows[0, g] = n_ready[g]
+        rows[1, g] = psr[g]
+        rows[2, g] = psa[g]
+        rows[3, g] = usd_s[g]
+        rows[4, g] = usd_ready[g]
+        rows[5, g] = slots[g]
+        rows[6, g] = chip_s[g]
+        rows[7, g] = unavail[g]
+        if dom[g] < 0:
+            dom[g] = dom_targets[g]
+            if dom[g] < 0:
+                dom[g] = fallback[g]
+    return vg, vc, vr, serving, tps_v, rows, dom, cap, pbusy
+
+
+@njit(cache=True)
 def ready_count(v_ready, now):  # pragma: no cover - compiled
     """``np.count_nonzero(v_ready <= now)``."""
     n = 0
