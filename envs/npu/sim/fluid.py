@@ -139,6 +139,7 @@ class FluidCluster(NPUCluster):
         # TTFT miss rate per input bucket, as of the last interval with arrivals in it (pairs TTFT and TPOT misses)
         self._p_rate = np.zeros(NB)
         self._pair_bufs = (np.empty(NB), np.empty(NB), np.empty(NB))  # serve's per-bucket outputs
+        self._arr_bufs: dict[int, tuple[NDArray[np.float64], ...]] = {}  # _arrivals' arrays per count of profile bins
         # serve's per-group energy, busy energy, tokens, tokens x batch (96 each) and scalar results, read within a chunk
         self._chunk_bufs = (*(np.empty(2 * NB) for _ in range(4)), np.empty(fk.N_RES))
         self._route_cache: dict[tuple[int, ...], tuple[NDArray[np.float64], NDArray[np.float64]]] = {}
@@ -376,10 +377,16 @@ class FluidCluster(NPUCluster):
         if i0 >= i1:
             z = np.zeros((2, NB))
             return z, z.copy(), float(prof.cum_counts[-1]), np.array([t0]), np.array([t1 - t0]), np.zeros((1, 2, NB))
-        cnt, w, arrived, k_start, k_len, k_pre = fb.arrivals(prof.counts, prof.tokens, prof.cum_counts, bs, i0, i1, t0,
-                                                             t1)
+        nk = i1 - i0
+        bufs = self._arr_bufs.get(nk)
+        if bufs is None:  # the chunk's arrays, written in place each interval (read within it only)
+            bufs = self._arr_bufs[nk] = (np.empty((2, NB)), np.empty((1, nk)), np.empty(nk), np.empty(nk),
+                                         np.empty((nk, 2, NB)))
+        cnt, w, k_start, k_len, k_pre = bufs
+        arrived = fb.arrivals_into(prof.counts, prof.tokens, prof.cum_counts, bs, i0, i1, t0, t1, cnt, w[0], k_start,
+                                   k_len, k_pre)
         # np.tensordot(w, tokens, axes=1) without its Python overhead: the same dot on the same (1, k) x (k, 2 NB) layout
-        tok = np.dot(w.reshape(1, -1), prof.tokens[i0:i1].reshape(i1 - i0, -1)).reshape(2, NB)
+        tok = np.dot(w, prof.tokens[i0:i1].reshape(nk, -1)).reshape(2, NB)
         return cnt, tok, arrived, k_start, k_len, k_pre
 
     def _monitor_bins(self, t0: float, t1: float) -> None:

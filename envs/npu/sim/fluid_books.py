@@ -60,16 +60,28 @@ def arrivals(counts, tokens, cum_counts, bs, i0, i1, t0, t1):  # pragma: no cove
     tokens per input bucket (bins, 2, buckets), and the requests arrived by ``t1``."""
     nk = i1 - i0
     nb = counts.shape[2]
+    cnt = np.empty((2, nb))
     w = np.empty(nk)
     k_start = np.empty(nk)
     k_len = np.empty(nk)
+    k_pre = np.empty((nk, 2, nb))
+    arrived = arrivals_into(counts, tokens, cum_counts, bs, i0, i1, t0, t1, cnt, w, k_start, k_len, k_pre)
+    return cnt, w, arrived, k_start, k_len, k_pre
+
+
+@njit(cache=True)
+def arrivals_into(counts, tokens, cum_counts, bs, i0, i1, t0, t1, cnt, w, k_start, k_len,
+                  k_pre):  # pragma: no cover - compiled
+    """:func:`arrivals` written into the caller's arrays (``cnt`` 2 x buckets; ``w``, ``k_start``, ``k_len`` one
+    entry per bin; ``k_pre`` bins x 2 x buckets; every entry written), returning the requests arrived by ``t1``:
+    no array to hand back to Python (each costs a boxing)."""
+    nk = i1 - i0
+    nb = counts.shape[2]
     for k in range(nk):
         lo = float(i0 + k) * bs
         k_start[k] = max(lo, t0)
         k_len[k] = min(lo + bs, t1) - k_start[k]
         w[k] = k_len[k] / bs
-    cnt = np.empty((2, nb))
-    k_pre = np.empty((nk, 2, nb))
     for p in range(2):
         for b in range(nb):
             s = w[0] * counts[i0, p, b]
@@ -85,8 +97,7 @@ def arrivals(counts, tokens, cum_counts, bs, i0, i1, t0, t1):  # pragma: no cove
         for b in range(nb):
             k_pre[k, 1, b] = w[k] * tokens[i0 + k, 0, b]
     last = i1 - 1
-    arrived = float(cum_counts[last]) + w[nk - 1] * float(cum_counts[last + 1] - cum_counts[last])
-    return cnt, w, arrived, k_start, k_len, k_pre
+    return float(cum_counts[last]) + w[nk - 1] * float(cum_counts[last + 1] - cum_counts[last])
 
 
 @njit(cache=True)
