@@ -57,6 +57,7 @@ from servegym.envs.npu.sim import fluid_kernels as fk
 from servegym.envs.npu.sim.cluster import (
     LEVELS,
     NB,
+    PHASES,
     ClusterConfig,
     ConfigCatalog,
     EpochMetrics,
@@ -110,7 +111,8 @@ class FluidCluster(NPUCluster):
         self._alive_cache: tuple | None = None  # (fleet_version, alive vPods per group)
         self._split_last: tuple | None = None  # (the active decode groups array, its _decode_split)
         self._by_config_cache: tuple | None = None  # (fleet_version, alive vPods per group and configuration)
-        self._ready_cache: tuple | None = None  # ((fleet_version, ready count), ready count, ready groups, their set)
+        # ((fleet_version, ready count), ready count, ready groups, their set, (fleet_version, now) of the last count)
+        self._ready_cache: tuple | None = None
         self._dom_tables: tuple | None = None  # (dominant configurations, their tps_best and latd): fluid_fleet.py
         self._dom_cache: tuple | None = None  # (targets_version, _dom_targets)
         # decode groups whose jobs in service (d_req rows) may be non-zero: jobs join a group's cohorts from its decode
@@ -201,13 +203,19 @@ class FluidCluster(NPUCluster):
         """The vPods with ``v_ready <= now`` (deleting ones included) counted, and the groups with a ready, not
         deleting vPod (:meth:`_ready_groups`) as an array and a set; kept while the vPods (``fleet_version``) and the
         count stay the same (for fixed vPod arrays the ready ones are a threshold set of their ready times)."""
+        hit = self._ready_cache
+        at = (self.fleet_version, self.now)
+        if hit is not None and hit[4] == at:  # counted at this instant for these vPods already (a step asks ~13 times)
+            return hit[1], hit[2], hit[3]
         n = fb.ready_count(self.v_ready, self.now)
         key = (self.fleet_version, n)
-        hit = self._ready_cache
         if hit is None or hit[0] != key:
             groups = fb.ready_groups(self.v_group, self.v_ready, self.v_gone, self.now, 2 * NB)
             groups.setflags(write=False)
-            hit = self._ready_cache = (key, n, groups, set(groups.tolist()))
+            hit = (key, n, groups, set(groups.tolist()), at)
+        else:
+            hit = (*hit[:4], at)
+        self._ready_cache = hit
         return hit[1], hit[2], hit[3]
 
     def held_chips(self) -> dict[str, float]:
@@ -228,10 +236,18 @@ class FluidCluster(NPUCluster):
 
     def _alive_by_config(self, live: NDArray[np.bool_]) -> dict[tuple[str, int], dict[int, int]]:
         """:meth:`NPUCluster._alive_by_config`, kept per ``fleet_version`` (the alive vPods change only with the vPod
-        arrays; a copy each call, keys in the same order)."""
+        arrays; a copy each call, keys in the same order). ``live`` is the alive mask the caller has
+        (``v_gone == inf``), which the compiled count reads from ``v_gone`` itself."""
         hit = self._by_config_cache
         if hit is None or hit[0] != self.fleet_version:
-            hit = self._by_config_cache = (self.fleet_version, super()._alive_by_config(live))
+            # the alive vPods counted per (group, configuration) in one compiled pass, keys in order of first appearance
+            ncfg = len(self.configs)
+            keys, cnts = fb.alive_keys(self.v_group, self.v_cfg, self.v_gone, ncfg)
+            cnt: dict[tuple[str, int], dict[int, int]] = {}
+            for k, n in zip(keys.tolist(), cnts.tolist(), strict=True):
+                g, cid = divmod(k, ncfg)
+                cnt.setdefault((PHASES[g // NB], int(self.edges[g % NB])), {})[cid] = n
+            hit = self._by_config_cache = (self.fleet_version, cnt)
         return {k: dict(v) for k, v in hit[1].items()}
 
     def _fleet_counts(self) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:

@@ -363,6 +363,27 @@ def in_service_orphans(d_rows, act, is_ready, d_live, q_seg):  # pragma: no cove
 
 
 @njit(cache=True)
+def alive_keys(v_group, v_cfg, v_gone, ncfg):  # pragma: no cover - compiled
+    """The alive (``v_gone`` inf) vPods counted per key group x ``ncfg`` + configuration: the keys in order of first
+    appearance in index order and their counts (``collections.Counter`` of the keys, as one pass)."""
+    n = v_group.size
+    keys = np.empty(n, dtype=np.int64)
+    cnts = np.zeros(n, dtype=np.int64)
+    m = 0
+    for i in range(n):
+        if v_gone[i] == np.inf:
+            k = v_group[i] * ncfg + v_cfg[i]
+            j = 0
+            while j < m and keys[j] != k:
+                j += 1
+            if j == m:
+                keys[m] = k
+                m += 1
+            cnts[j] += 1
+    return keys[:m], cnts[:m]
+
+
+@njit(cache=True)
 def count_after(x, t):  # pragma: no cover - compiled
     """``np.count_nonzero(x > t)``."""
     n = 0
