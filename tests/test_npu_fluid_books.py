@@ -230,6 +230,17 @@ def test_alive_keys_and_the_packed_fleet_view_sums_equal_their_reference_forms()
         dom = np.where(full[13] >= 0, full[13], dom_t)
         assert np.array_equal(packed[6], np.where(dom >= 0, dom, fallback))
         assert np.array_equal(packed[7], full[14]) and np.array_equal(packed[8], full[15])
+        # the fleet counts and the chips held per version (NPUCluster's numpy forms)
+        maxb, cfg_ver, chips = args[9], rng.integers(0, 3, n_cfg), args[10]
+        live = v_gone == np.inf
+        ready = live & (v_ready <= 640.0)
+        want_c = (np.bincount(v_group[ready], minlength=G).astype(float), np.bincount(v_group[live], minlength=G).astype(float),
+                  np.bincount(v_group[ready], weights=maxb[v_cfg[ready]], minlength=G))
+        for a, b in zip(fb.fleet_counts(v_group, v_cfg, v_ready, v_gone, 640.0, maxb, G), want_c, strict=True):
+            assert np.array_equal(a, b)
+        held = v_cfg[v_gone > 640.0]
+        assert np.array_equal(fb.held_by_version(v_cfg, v_gone, 640.0, cfg_ver, chips, 3),
+                              np.bincount(cfg_ver[held], weights=chips[held], minlength=3))
 
 
 @settings(max_examples=30, deadline=None)

@@ -58,6 +58,7 @@ from servegym.envs.npu.sim.cluster import (
     LEVELS,
     NB,
     PHASES,
+    VERSIONS,
     ClusterConfig,
     ConfigCatalog,
     EpochMetrics,
@@ -219,12 +220,14 @@ class FluidCluster(NPUCluster):
         return hit[1], hit[2], hit[3]
 
     def held_chips(self) -> dict[str, float]:
-        """:meth:`NPUCluster.held_chips`, kept while the vPods (``fleet_version``) and the ones held (a threshold set
-        of their deletion ends, named by its count) stay the same (a new dict each call)."""
+        """:meth:`NPUCluster.held_chips` (its sums in one compiled pass, ``fluid_books.held_by_version``), kept while the
+        vPods (``fleet_version``) and the ones held (a threshold set of their deletion ends, named by its count) stay
+        the same (a new dict each call)."""
         key = (self.fleet_version, fb.count_after(self.v_gone, self.now))
         hit = self._held_cache
         if hit is None or hit[0] != key:
-            hit = self._held_cache = (key, super().held_chips())
+            held = fb.held_by_version(self.v_cfg, self.v_gone, self.now, self.cfg_ver, self.cfg_chips, len(VERSIONS))
+            hit = self._held_cache = (key, {v: float(held[vi]) for vi, v in enumerate(VERSIONS)})
         return dict(hit[1])
 
     def _alive_counts(self) -> NDArray[np.float64]:
@@ -251,13 +254,14 @@ class FluidCluster(NPUCluster):
         return {k: dict(v) for k, v in hit[1].items()}
 
     def _fleet_counts(self) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
-        """:meth:`NPUCluster._fleet_counts`, kept while the vPods and the ready ones (:meth:`_ready_now`'s key) stay
-        the same (copies each call)."""
+        """:meth:`NPUCluster._fleet_counts` (in one compiled pass, ``fluid_books.fleet_counts``), kept while the vPods
+        and the ready ones (:meth:`_ready_now`'s key) stay the same (copies each call)."""
         self._ready_now()
         key = self._ready_cache[0]
         hit = self._counts_cache
         if hit is None or hit[0] != key:
-            hit = self._counts_cache = (key, super()._fleet_counts())
+            hit = self._counts_cache = (key, fb.fleet_counts(self.v_group, self.v_cfg, self.v_ready, self.v_gone, self.now,
+                                                             self.cfg_maxb, 2 * NB))
         return hit[1][0].copy(), hit[1][1].copy(), hit[1][2].copy()
 
     def _drop_gone(self, t: float) -> None:

@@ -384,6 +384,36 @@ def alive_keys(v_group, v_cfg, v_gone, ncfg):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def fleet_counts(v_group, v_cfg, v_ready, v_gone, now, maxb, G):  # pragma: no cover - compiled
+    """Per group (``G``) the ready and the alive (not deleting) vPods and the ready ones' batch slots (``maxb`` per
+    configuration), each added in vPod order from 0.0 as ``np.bincount`` adds (its counts are whole numbers, exact
+    as floats): :meth:`~servegym.envs.npu.sim.cluster.NPUCluster._fleet_counts` in one pass."""
+    ready = np.zeros(G)
+    alive = np.zeros(G)
+    slots = np.zeros(G)
+    for i in range(v_group.size):
+        if v_gone[i] == np.inf:
+            g = v_group[i]
+            alive[g] += 1.0
+            if v_ready[i] <= now:
+                ready[g] += 1.0
+                slots[g] += maxb[v_cfg[i]]
+    return ready, alive, slots
+
+
+@njit(cache=True)
+def held_by_version(v_cfg, v_gone, now, cfg_ver, cfg_chips, nver):  # pragma: no cover - compiled
+    """Chips held (``v_gone > now``) per chip version (``nver``), added in vPod order from 0.0 as ``np.bincount``
+    adds its weights: :meth:`~servegym.envs.npu.sim.cluster.NPUCluster.held_chips`'s sums in one pass."""
+    out = np.zeros(nver)
+    for i in range(v_cfg.size):
+        if v_gone[i] > now:
+            c = v_cfg[i]
+            out[cfg_ver[c]] += cfg_chips[c]
+    return out
+
+
+@njit(cache=True)
 def count_after(x, t):  # pragma: no cover - compiled
     """``np.count_nonzero(x > t)``."""
     n = 0
