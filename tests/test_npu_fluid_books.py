@@ -204,6 +204,45 @@ def test_fleet_sums_and_groups_equal_the_numpy_formulation(seed: int, n: int) ->
     assert np.array_equal(got_o, want_o) and anyone == bool(want_o.any())
 
 
+def test_alive_keys_and_the_packed_fleet_view_sums_equal_their_reference_forms() -> None:
+    from collections import Counter
+
+    rng = np.random.default_rng(5)
+    G, J, n_cfg = 2 * NB, 11, 7
+    for n in (0, 1, 9, 40):
+        v_group = rng.integers(0, 6, n) * 16  # few groups, so keys repeat
+        v_cfg = rng.integers(0, n_cfg, n)
+        v_ready = rng.uniform(500.0, 700.0, n)
+        v_gone = np.where(rng.random(n) < 0.3, rng.uniform(600.0, 700.0, n), np.inf)
+        keys, cnts = fb.alive_keys(v_group, v_cfg, v_gone, n_cfg)
+        want = Counter((v_group[v_gone == np.inf] * n_cfg + v_cfg[v_gone == np.inf]).tolist())
+        assert list(zip(keys.tolist(), cnts.tolist(), strict=True)) == list(want.items())
+        args = (v_gone > 600.0, v_group, v_cfg, v_ready, v_gone, 600.0, 660.0, rng.random(n_cfg), rng.random(n_cfg),
+                rng.integers(1, 64, n_cfg).astype(float), rng.integers(1, 9, n_cfg).astype(float),
+                rng.random((n_cfg, NB, J)), rng.random((n_cfg, NB, J)), G)
+        dom_t = np.where(rng.random(G) < 0.5, rng.integers(0, n_cfg, G), -1)
+        fallback = rng.integers(0, n_cfg, G)
+        full = fb.fleet_sums(*args)
+        packed = fb.fleet_view_sums(*args, dom_t, fallback)
+        for a, b in zip(packed[:5], full[:5], strict=True):
+            assert np.array_equal(a, b)
+        assert np.array_equal(packed[5], np.stack(full[5:13]))
+        dom = np.where(full[13] >= 0, full[13], dom_t)
+        assert np.array_equal(packed[6], np.where(dom >= 0, dom, fallback))
+        assert np.array_equal(packed[7], full[14]) and np.array_equal(packed[8], full[15])
+        # the fleet counts and the chips held per version (NPUCluster's numpy forms)
+        maxb, cfg_ver, chips = args[9], rng.integers(0, 3, n_cfg), args[10]
+        live = v_gone == np.inf
+        ready = live & (v_ready <= 640.0)
+        want_c = (np.bincount(v_group[ready], minlength=G).astype(float), np.bincount(v_group[live], minlength=G).astype(float),
+                  np.bincount(v_group[ready], weights=maxb[v_cfg[ready]], minlength=G))
+        for a, b in zip(fb.fleet_counts(v_group, v_cfg, v_ready, v_gone, 640.0, maxb, G), want_c, strict=True):
+            assert np.array_equal(a, b)
+        held = v_cfg[v_gone > 640.0]
+        assert np.array_equal(fb.held_by_version(v_cfg, v_gone, 640.0, cfg_ver, chips, 3),
+                              np.bincount(cfg_ver[held], weights=chips[held], minlength=3))
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 2**31 - 1), st.integers(0, 1000), st.sampled_from([(180, 30), (30, 30), (12, 30), (60, 1)]))
 def test_window_stats_equal_the_numpy_formulation(seed: int, bin_index: int, sizes: tuple[int, int]) -> None:

@@ -110,6 +110,7 @@ ROUTE_STREAM = 0
 """Spawn key of the request level's routing stream (``SeedSequence(seed, spawn_key=(ROUTE_STREAM,))``)."""
 BOOT_STREAM = 1
 """First spawn key of the boot-time streams (``SeedSequence(seed, spawn_key=(BOOT_STREAM, group, cid))``)."""
+_TOTALS = ("energy_j", "usd", "tokens", "energy_busy_j", "usd_busy")  # the per-phase totals (``totals``' keys)
 
 
 class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
@@ -220,7 +221,9 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
         self.recent_slo = np.ones(2)
         self.history: list[EpochMetrics] = []
         self._epoch_acc: EpochMetrics | None = None
-        self.totals = {k: np.zeros(2) for k in ("energy_j", "usd", "tokens", "energy_busy_j", "usd_busy")}
+        # the totals per phase: rows of one block (in _TOTALS' order), so an advance adds its own in one operation
+        self._totals = np.zeros((len(_TOTALS), 2))
+        self.totals = dict(zip(_TOTALS, self._totals, strict=True))
         # per-group decomposition (index = phase x 48 + bucket of the group): tokens served, energy (J, idle
         # and booting vPods included), USD, chip-seconds held, busy (request-attributed) energy, the sum
         # of batch x tokens (realized batch = batch_tok / tokens) and the static energy of the chips held (J)
@@ -492,8 +495,9 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
             raise ConfigError(f"duration_s = {duration_s:g} must be a multiple of substep_s = {c.substep_s:g}")
         self._reconcile()
         t0 = self.now
-        m = EpochMetrics(t0, t0 + duration_s, np.zeros(2), np.zeros(2), np.zeros(2), 0, np.zeros(3), 0.0,
-                         np.zeros((2, NB)))
+        span = np.zeros((len(_TOTALS), 2))  # the span's totals (_TOTALS' order), added to the run's block at the end
+        m = EpochMetrics(t0, t0 + duration_s, span[0], span[1], span[2], 0, np.zeros(3), 0.0, np.zeros((2, NB)),
+                         span[3], span[4])
         kc = self._chunk_substeps(K)
         done = 0
         while done < K:
@@ -501,7 +505,6 @@ class NPUCluster(RoutingMixin, ServingMixin, AccountingMixin):
             self._chunk(k, m)
             done += k
         m.alive = self._alive_counts()
-        for key in self.totals:
-            self.totals[key] += getattr(m, key)
+        self._totals += span  # every total's own sum, element by element (the rows are the totals' arrays)
         self.history.append(m)
         return m

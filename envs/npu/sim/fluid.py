@@ -57,6 +57,8 @@ from servegym.envs.npu.sim import fluid_kernels as fk
 from servegym.envs.npu.sim.cluster import (
     LEVELS,
     NB,
+    PHASES,
+    VERSIONS,
     ClusterConfig,
     ConfigCatalog,
     EpochMetrics,
@@ -78,7 +80,6 @@ _AR = np.arange(NB)
 # intervals at the request level, so more are rarely alive at once (a new one merges when all are taken)
 N_COHORTS = 24
 _NO_CAP3 = np.zeros((1, 1, 1))  # the kernel's per-bin capacity when the fleet is steady (unused then)
-_NONE = np.zeros(NB, dtype=bool)  # no group kept (fluid_books.orphans)
 
 
 class FluidCluster(NPUCluster):
@@ -111,7 +112,8 @@ class FluidCluster(NPUCluster):
         self._alive_cache: tuple | None = None  # (fleet_version, alive vPods per group)
         self._split_last: tuple | None = None  # (the active decode groups array, its _decode_split)
         self._by_config_cache: tuple | None = None  # (fleet_version, alive vPods per group and configuration)
-        self._ready_cache: tuple | None = None  # ((fleet_version, ready count), ready count, ready groups, their set)
+        # ((fleet_version, ready count), ready count, ready groups, their set, (fleet_version, now) of the last count)
+        self._ready_cache: tuple | None = None
         self._dom_tables: tuple | None = None  # (dominant configurations, their tps_best and latd): fluid_fleet.py
         self._dom_cache: tuple | None = None  # (targets_version, _dom_targets)
         # decode groups whose jobs in service (d_req rows) may be non-zero: jobs join a group's cohorts from its decode
@@ -140,6 +142,7 @@ class FluidCluster(NPUCluster):
         # TTFT miss rate per input bucket, as of the last interval with arrivals in it (pairs TTFT and TPOT misses)
         self._p_rate = np.zeros(NB)
         self._pair_bufs = (np.empty(NB), np.empty(NB), np.empty(NB))  # serve's per-bucket outputs
+        self._arr_bufs: dict[int, tuple[NDArray[np.float64], ...]] = {}  # _arrivals' arrays per count of profile bins
         # serve's per-group energy, busy energy, tokens, tokens x batch (96 each) and scalar results, read within a chunk
         self._chunk_bufs = (*(np.empty(2 * NB) for _ in range(4)), np.empty(fk.N_RES))
         self._route_cache: dict[tuple[int, ...], tuple[NDArray[np.float64], NDArray[np.float64]]] = {}
@@ -186,9 +189,11 @@ class FluidCluster(NPUCluster):
         sig = (self.targets_version, self.v_group.size, self._ready_now()[0])
         if self._signature == sig and self._unlimited:
             return
-        if self._unlimited and self._signature is not None and self._signature[:2] == sig[:2]:
-            # the same targets and vPods as at the last reconcile, which met every target (no quota), only more of
-            # them ready: nothing to create or delete and the peak chips held cannot rise; only the routes change
+        if self._unlimited and self._signature is not None and self._signature[0] == sig[0]:
+            # the same targets as at the last reconcile, which met every target (no quota): since then only vPods
+            # became ready or, their deletion over, were dropped (only a reconcile creates or deletes vPods), so the
+            # alive ones still meet every target, nothing is to create or delete and the peak chips held cannot rise;
+            # only the routes change
             self._reroute_orphans()  # moves queued work only: the vPods and so the signature stay as they are
         else:
             super()._reconcile()
@@ -199,22 +204,30 @@ class FluidCluster(NPUCluster):
         """The vPods with ``v_ready <= now`` (deleting ones included) counted, and the groups with a ready, not
         deleting vPod (:meth:`_ready_groups`) as an array and a set; kept while the vPods (``fleet_version``) and the
         count stay the same (for fixed vPod arrays the ready ones are a threshold set of their ready times)."""
+        hit = self._ready_cache
+        at = (self.fleet_version, self.now)
+        if hit is not None and hit[4] == at:  # counted at this instant for these vPods already (a step asks ~13 times)
+            return hit[1], hit[2], hit[3]
         n = fb.ready_count(self.v_ready, self.now)
         key = (self.fleet_version, n)
-        hit = self._ready_cache
         if hit is None or hit[0] != key:
             groups = fb.ready_groups(self.v_group, self.v_ready, self.v_gone, self.now, 2 * NB)
             groups.setflags(write=False)
-            hit = self._ready_cache = (key, n, groups, set(groups.tolist()))
+            hit = (key, n, groups, set(groups.tolist()), at)
+        else:
+            hit = (*hit[:4], at)
+        self._ready_cache = hit
         return hit[1], hit[2], hit[3]
 
     def held_chips(self) -> dict[str, float]:
-        """:meth:`NPUCluster.held_chips`, kept while the vPods (``fleet_version``) and the ones held (a threshold set
-        of their deletion ends, named by its count) stay the same (a new dict each call)."""
+        """:meth:`NPUCluster.held_chips` (its sums in one compiled pass, ``fluid_books.held_by_version``), kept while the
+        vPods (``fleet_version``) and the ones held (a threshold set of their deletion ends, named by its count) stay
+        the same (a new dict each call)."""
         key = (self.fleet_version, fb.count_after(self.v_gone, self.now))
         hit = self._held_cache
         if hit is None or hit[0] != key:
-            hit = self._held_cache = (key, super().held_chips())
+            held = fb.held_by_version(self.v_cfg, self.v_gone, self.now, self.cfg_ver, self.cfg_chips, len(VERSIONS))
+            hit = self._held_cache = (key, {v: float(held[vi]) for vi, v in enumerate(VERSIONS)})
         return dict(hit[1])
 
     def _alive_counts(self) -> NDArray[np.float64]:
@@ -226,20 +239,29 @@ class FluidCluster(NPUCluster):
 
     def _alive_by_config(self, live: NDArray[np.bool_]) -> dict[tuple[str, int], dict[int, int]]:
         """:meth:`NPUCluster._alive_by_config`, kept per ``fleet_version`` (the alive vPods change only with the vPod
-        arrays; a copy each call, keys in the same order)."""
+        arrays; a copy each call, keys in the same order). ``live`` is the alive mask the caller has
+        (``v_gone == inf``), which the compiled count reads from ``v_gone`` itself."""
         hit = self._by_config_cache
         if hit is None or hit[0] != self.fleet_version:
-            hit = self._by_config_cache = (self.fleet_version, super()._alive_by_config(live))
+            # the alive vPods counted per (group, configuration) in one compiled pass, keys in order of first appearance
+            ncfg = len(self.configs)
+            keys, cnts = fb.alive_keys(self.v_group, self.v_cfg, self.v_gone, ncfg)
+            cnt: dict[tuple[str, int], dict[int, int]] = {}
+            for k, n in zip(keys.tolist(), cnts.tolist(), strict=True):
+                g, cid = divmod(k, ncfg)
+                cnt.setdefault((PHASES[g // NB], int(self.edges[g % NB])), {})[cid] = n
+            hit = self._by_config_cache = (self.fleet_version, cnt)
         return {k: dict(v) for k, v in hit[1].items()}
 
     def _fleet_counts(self) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
-        """:meth:`NPUCluster._fleet_counts`, kept while the vPods and the ready ones (:meth:`_ready_now`'s key) stay
-        the same (copies each call)."""
+        """:meth:`NPUCluster._fleet_counts` (in one compiled pass, ``fluid_books.fleet_counts``), kept while the vPods
+        and the ready ones (:meth:`_ready_now`'s key) stay the same (copies each call)."""
         self._ready_now()
         key = self._ready_cache[0]
         hit = self._counts_cache
         if hit is None or hit[0] != key:
-            hit = self._counts_cache = (key, super()._fleet_counts())
+            hit = self._counts_cache = (key, fb.fleet_counts(self.v_group, self.v_cfg, self.v_ready, self.v_gone, self.now,
+                                                             self.cfg_maxb, 2 * NB))
         return hit[1][0].copy(), hit[1][1].copy(), hit[1][2].copy()
 
     def _drop_gone(self, t: float) -> None:
@@ -286,11 +308,10 @@ class FluidCluster(NPUCluster):
     def _reroute_orphans(self) -> None:
         """Move the queued work of groups that left the length map to their route (as the request level does)."""
         routes = self._routes()
+        found = fb.queue_orphans(self.q_req, routes[0], routes[1])  # both phases in one call (none moves often)
         for p in (0, 1):
             act = routes[p]
-            if act.size == 0:
-                continue
-            orphan, any_orphan = fb.orphans(self.q_req[p], act, _NONE)
+            orphan, any_orphan = found[2 * p], found[2 * p + 1]
             if not any_orphan:
                 continue
             tok = self.q_tok[p][orphan].sum(axis=0)
@@ -320,11 +341,8 @@ class FluidCluster(NPUCluster):
         # the cohorts of a group as one row (a view): any job in service there. Only the groups that may hold jobs
         # are scanned (an all-zero row is no orphan either way); those outside the routable ones are empty once this
         # returns, and stay so until routable again unless decode jobs queued there (q_seg) join them
-        keep = is_ready[NB:] | ~self._d_live
-        orphan, any_orphan = fb.orphans(self.d_req.reshape(NB, -1), act, keep)
-        emptied = ~keep
-        emptied[act] = False
-        self._d_live[emptied & ~self.q_seg.any(axis=1)] = False
+        # (in one compiled call: fluid_books.in_service_orphans)
+        orphan, any_orphan = fb.in_service_orphans(self.d_req.reshape(NB, -1), act, is_ready, self._d_live, self.q_seg)
         if not any_orphan:
             return
         tok = self.d_tok[orphan].sum(axis=0)
@@ -379,10 +397,16 @@ class FluidCluster(NPUCluster):
         if i0 >= i1:
             z = np.zeros((2, NB))
             return z, z.copy(), float(prof.cum_counts[-1]), np.array([t0]), np.array([t1 - t0]), np.zeros((1, 2, NB))
-        cnt, w, arrived, k_start, k_len, k_pre = fb.arrivals(prof.counts, prof.tokens, prof.cum_counts, bs, i0, i1, t0,
-                                                             t1)
+        nk = i1 - i0
+        bufs = self._arr_bufs.get(nk)
+        if bufs is None:  # the chunk's arrays, written in place each interval (read within it only)
+            bufs = self._arr_bufs[nk] = (np.empty((2, NB)), np.empty((1, nk)), np.empty(nk), np.empty(nk),
+                                         np.empty((nk, 2, NB)))
+        cnt, w, k_start, k_len, k_pre = bufs
+        arrived = fb.arrivals_into(prof.counts, prof.tokens, prof.cum_counts, bs, i0, i1, t0, t1, cnt, w[0], k_start,
+                                   k_len, k_pre)
         # np.tensordot(w, tokens, axes=1) without its Python overhead: the same dot on the same (1, k) x (k, 2 NB) layout
-        tok = np.dot(w.reshape(1, -1), prof.tokens[i0:i1].reshape(i1 - i0, -1)).reshape(2, NB)
+        tok = np.dot(w, prof.tokens[i0:i1].reshape(nk, -1)).reshape(2, NB)
         return cnt, tok, arrived, k_start, k_len, k_pre
 
     def _monitor_bins(self, t0: float, t1: float) -> None:

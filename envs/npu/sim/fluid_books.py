@@ -60,16 +60,28 @@ def arrivals(counts, tokens, cum_counts, bs, i0, i1, t0, t1):  # pragma: no cove
     tokens per input bucket (bins, 2, buckets), and the requests arrived by ``t1``."""
     nk = i1 - i0
     nb = counts.shape[2]
+    cnt = np.empty((2, nb))
     w = np.empty(nk)
     k_start = np.empty(nk)
     k_len = np.empty(nk)
+    k_pre = np.empty((nk, 2, nb))
+    arrived = arrivals_into(counts, tokens, cum_counts, bs, i0, i1, t0, t1, cnt, w, k_start, k_len, k_pre)
+    return cnt, w, arrived, k_start, k_len, k_pre
+
+
+@njit(cache=True)
+def arrivals_into(counts, tokens, cum_counts, bs, i0, i1, t0, t1, cnt, w, k_start, k_len,
+                  k_pre):  # pragma: no cover - compiled
+    """:func:`arrivals` written into the caller's arrays (``cnt`` 2 x buckets; ``w``, ``k_start``, ``k_len`` one
+    entry per bin; ``k_pre`` bins x 2 x buckets; every entry written), returning the requests arrived by ``t1``:
+    no array to hand back to Python (each costs a boxing)."""
+    nk = i1 - i0
+    nb = counts.shape[2]
     for k in range(nk):
         lo = float(i0 + k) * bs
         k_start[k] = max(lo, t0)
         k_len[k] = min(lo + bs, t1) - k_start[k]
         w[k] = k_len[k] / bs
-    cnt = np.empty((2, nb))
-    k_pre = np.empty((nk, 2, nb))
     for p in range(2):
         for b in range(nb):
             s = w[0] * counts[i0, p, b]
@@ -85,8 +97,7 @@ def arrivals(counts, tokens, cum_counts, bs, i0, i1, t0, t1):  # pragma: no cove
         for b in range(nb):
             k_pre[k, 1, b] = w[k] * tokens[i0 + k, 0, b]
     last = i1 - 1
-    arrived = float(cum_counts[last]) + w[nk - 1] * float(cum_counts[last + 1] - cum_counts[last])
-    return cnt, w, arrived, k_start, k_len, k_pre
+    return float(cum_counts[last]) + w[nk - 1] * float(cum_counts[last + 1] - cum_counts[last])
 
 
 @njit(cache=True)
@@ -226,6 +237,35 @@ def fleet_sums(live, v_group, v_cfg, v_ready, v_gone, t0, t1, static_w, usd_s_cf
 
 
 @njit(cache=True)
+def fleet_view_sums(live, v_group, v_cfg, v_ready, v_gone, t0, t1, static_w, usd_s_cfg, maxb, chips, tps, pw, G,
+                    dom_targets, fallback):  # pragma: no cover - compiled
+    """:func:`fleet_sums` with fewer arrays to hand back to Python (each returned array costs a boxing): the eight
+    per-group sums as the rows of one (8, ``G``) array (ready vPod-equivalents, static W of the ready / held vPods,
+    USD/s of the held / ready ones, batch slots, chips held, the wait for the first ready vPod), and the dominant
+    configuration of a group without a vPod taken from ``dom_targets`` (its target's, -1 without one), else from
+    ``fallback`` (the bucket's best fit), as :func:`~servegym.envs.npu.sim.fluid_fleet._compute` did with
+    ``np.where``. Returns the live vPods' group, configuration, ready time, not-deleting flag and per-level tokens/s,
+    the rows, the dominant configurations, and the prefill capacity and busy power per level."""
+    (vg, vc, vr, serving, tps_v, n_ready, psr, psa, usd_s, usd_ready, slots, chip_s, unavail, dom, cap,
+     pbusy) = fleet_sums(live, v_group, v_cfg, v_ready, v_gone, t0, t1, static_w, usd_s_cfg, maxb, chips, tps, pw, G)
+    rows = np.empty((8, G))
+    for g in range(G):
+        rows[0, g] = n_ready[g]
+        rows[1, g] = psr[g]
+        rows[2, g] = psa[g]
+        rows[3, g] = usd_s[g]
+        rows[4, g] = usd_ready[g]
+        rows[5, g] = slots[g]
+        rows[6, g] = chip_s[g]
+        rows[7, g] = unavail[g]
+        if dom[g] < 0:
+            dom[g] = dom_targets[g]
+            if dom[g] < 0:
+                dom[g] = fallback[g]
+    return vg, vc, vr, serving, tps_v, rows, dom, cap, pbusy
+
+
+@njit(cache=True)
 def ready_count(v_ready, now):  # pragma: no cover - compiled
     """``np.count_nonzero(v_ready <= now)``."""
     n = 0
@@ -255,8 +295,8 @@ def ready_groups(v_group, v_ready, v_gone, now, G):  # pragma: no cover - compil
 
 @njit(cache=True)
 def orphans(rows, act, keep):  # pragma: no cover - compiled
-    """Groups (rows of ``rows``, groups x buckets) outside the active ones ``act`` and not in ``keep`` (bool per
-    group) whose row sum (numpy's pairwise order) is positive, and whether there is any."""
+    """Groups (rows of ``rows``, groups x buckets, C-contiguous) outside the active ones ``act`` and not in ``keep``
+    (bool per group) whose row sum (numpy's pairwise order) is positive, and whether there is any."""
     nb = rows.shape[0]
     out = np.zeros(nb, dtype=np.bool_)
     for g in range(nb):
@@ -265,20 +305,112 @@ def orphans(rows, act, keep):  # pragma: no cover - compiled
         out[a] = False
     anyone = False
     n = rows.shape[1]
+    # an element is != 0.0 (NaN included, -0.0 not) exactly when its bits less the sign bit are not all zero: an
+    # integer OR over the row, which the compiler vectorizes (a compare per element with an early exit does not)
+    bits = rows.view(np.uint64)
+    one = np.uint64(1)
     for g in range(nb):
         if out[g]:
-            # an all-zero row sums to 0.0: summed only when a block of it holds something (most candidate rows are
-            # groups that never served, and a decode row holds every cohort of every bucket)
-            nz = False
-            j = 0
-            while j < n and not nz:
-                stop = min(j + 64, n)
-                for k in range(j, stop):
-                    nz |= rows[g, k] != 0.0
-                j = stop
-            out[g] = nz and pairwise_sum(rows[g], 0, n) > 0.0
+            # an all-zero row sums to 0.0: summed only when it holds something (most candidate rows are groups that
+            # never served, and a decode row holds every cohort of every bucket)
+            acc = np.uint64(0)
+            for k in range(n):
+                acc |= bits[g, k] << one
+            out[g] = acc != 0 and pairwise_sum(rows[g], 0, n) > 0.0
             anyone = anyone or out[g]
     return out, anyone
+
+
+@njit(cache=True)
+def queue_orphans(q_req, act0, act1):  # pragma: no cover - compiled
+    """:func:`orphans` of both phases' queued requests (``q_req[p]``, groups x buckets) outside their routable groups
+    ``act0`` / ``act1`` (no group kept), in one call: per phase the mask and whether there is any (none for a phase
+    without a routable group)."""
+    nb = q_req.shape[1]
+    none = np.zeros(nb, dtype=np.bool_)
+    o0, a0 = orphans(q_req[0], act0, none) if act0.size else (none.copy(), False)
+    o1, a1 = orphans(q_req[1], act1, none) if act1.size else (none.copy(), False)
+    return o0, a0, o1, a1
+
+
+@njit(cache=True)
+def in_service_orphans(d_rows, act, is_ready, d_live, q_seg):  # pragma: no cover - compiled
+    """The decode groups (``d_rows``: jobs in service per group, its cohorts as one row) with jobs in service
+    outside the routable ones ``act`` and without a ready vPod (``is_ready``, 96 groups), scanning only the groups
+    ``d_live`` marks (:func:`orphans`; the mask and whether any), and ``d_live`` cleared (in place) for the
+    non-routable groups so scanned or skipped whose queued decode jobs ``q_seg`` are all zero (``q_seg.any(axis=1)``
+    false): what :meth:`~servegym.envs.npu.sim.fluid.FluidCluster._reroute_in_service` read as numpy calls."""
+    nb = d_live.size
+    keep = np.empty(nb, dtype=np.bool_)
+    for g in range(nb):
+        keep[g] = is_ready[nb + g] or not d_live[g]
+    out, anyone = orphans(d_rows, act, keep)
+    emptied = np.empty(nb, dtype=np.bool_)
+    for g in range(nb):
+        emptied[g] = not keep[g]
+    for a in act:
+        emptied[a] = False
+    for g in range(nb):
+        if emptied[g]:
+            nz = False
+            for b in range(q_seg.shape[1]):
+                if q_seg[g, b] != 0.0:
+                    nz = True
+                    break
+            if not nz:
+                d_live[g] = False
+    return out, anyone
+
+
+@njit(cache=True)
+def alive_keys(v_group, v_cfg, v_gone, ncfg):  # pragma: no cover - compiled
+    """The alive (``v_gone`` inf) vPods counted per key group x ``ncfg`` + configuration: the keys in order of first
+    appearance in index order and their counts (``collections.Counter`` of the keys, as one pass)."""
+    n = v_group.size
+    keys = np.empty(n, dtype=np.int64)
+    cnts = np.zeros(n, dtype=np.int64)
+    m = 0
+    for i in range(n):
+        if v_gone[i] == np.inf:
+            k = v_group[i] * ncfg + v_cfg[i]
+            j = 0
+            while j < m and keys[j] != k:
+                j += 1
+            if j == m:
+                keys[m] = k
+                m += 1
+            cnts[j] += 1
+    return keys[:m], cnts[:m]
+
+
+@njit(cache=True)
+def fleet_counts(v_group, v_cfg, v_ready, v_gone, now, maxb, G):  # pragma: no cover - compiled
+    """Per group (``G``) the ready and the alive (not deleting) vPods and the ready ones' batch slots (``maxb`` per
+    configuration), each added in vPod order from 0.0 as ``np.bincount`` adds (its counts are whole numbers, exact
+    as floats): :meth:`~servegym.envs.npu.sim.cluster.NPUCluster._fleet_counts` in one pass."""
+    ready = np.zeros(G)
+    alive = np.zeros(G)
+    slots = np.zeros(G)
+    for i in range(v_group.size):
+        if v_gone[i] == np.inf:
+            g = v_group[i]
+            alive[g] += 1.0
+            if v_ready[i] <= now:
+                ready[g] += 1.0
+                slots[g] += maxb[v_cfg[i]]
+    return ready, alive, slots
+
+
+@njit(cache=True)
+def held_by_version(v_cfg, v_gone, now, cfg_ver, cfg_chips, nver):  # pragma: no cover - compiled
+    """Chips held (``v_gone > now``) per chip version (``nver``), added in vPod order from 0.0 as ``np.bincount``
+    adds its weights: :meth:`~servegym.envs.npu.sim.cluster.NPUCluster.held_chips`'s sums in one pass."""
+    out = np.zeros(nver)
+    for i in range(v_cfg.size):
+        if v_gone[i] > now:
+            c = v_cfg[i]
+            out[cfg_ver[c]] += cfg_chips[c]
+    return out
 
 
 @njit(cache=True)

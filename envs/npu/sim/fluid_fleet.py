@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 from servegym.envs.npu.sim.config import NB
-from servegym.envs.npu.sim.fluid_books import fleet_state, fleet_sums
+from servegym.envs.npu.sim.fluid_books import fleet_state, fleet_view_sums
 
 if TYPE_CHECKING:
     from servegym.envs.npu.sim.fluid import FluidCluster
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 _AR = np.arange(NB)
 
 
-@dataclass(frozen=True)
+@dataclass
 class FleetView:
     """Fleet aggregates of one interval of length ``T`` (s). Per group (96): ``n_ready`` ready vPod-equivalents,
     ``psr`` / ``psa`` static power (W) of the ready / held vPods, ``usd_s`` / ``usd_ready`` rental (USD/s) of the
@@ -88,12 +88,11 @@ def fleet_view(sim: FluidCluster, t0: float, t1: float) -> FleetView:
 def _compute(sim: FluidCluster, live: NDArray[np.bool_], t0: float, t1: float, steady: bool) -> FleetView:
     T = t1 - t0
     # each vPod's ready share (serving ones) and held share of the interval, summed per group in one compiled pass
-    (vg, vc, vr, serving, tps_v, n_ready, psr, psa, usd_s, usd_ready, slots, chip_s, unavail, dom, cap,
-     pbusy) = fleet_sums(live, sim.v_group, sim.v_cfg, sim.v_ready, sim.v_gone, t0, t1, sim.cfg_static_w,
-                         sim.cfg_usd_s, sim.cfg_maxb, sim.cfg_chips, sim.tps, sim.pow, 2 * NB)
-    if np.count_nonzero(dom < 0):  # groups without a vPod: their target's configuration, else the bucket's best fit
-        dom = np.where(dom >= 0, dom, sim._dom_targets())
-        dom = np.where(dom >= 0, dom, sim._fallback)
+    # (groups without a vPod: their target's configuration, else the bucket's best fit; the per-group sums as rows)
+    vg, vc, vr, serving, tps_v, rows, dom, cap, pbusy = fleet_view_sums(
+        live, sim.v_group, sim.v_cfg, sim.v_ready, sim.v_gone, t0, t1, sim.cfg_static_w, sim.cfg_usd_s, sim.cfg_maxb,
+        sim.cfg_chips, sim.tps, sim.pow, 2 * NB, sim._dom_targets(), sim._fallback)
+    n_ready, psr, psa, usd_s, usd_ready, slots, chip_s, unavail = rows
     # the dominant configurations' step tables, reused while they stay the same (read only)
     key = dom.tobytes()
     hit = sim._dom_tables
