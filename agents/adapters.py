@@ -135,10 +135,14 @@ PD_BASELINES = ("min-power", "min-power+lookahead", "static-peak", "threshold-hp
 #: ``min-power+expected[:<rho>]`` (MinPowerExpectedForecast) is the stress tracks' causal reference: the day's
 #: expected rates, none of the episode's per-minute draws.
 PD_CAUSAL_REFERENCES = ("min-power+perfect", "min-power+expected")
+#: The pd stress tracks' rule fed the day-level estimate (MinPowerEmaForecast, ``min-power+ema[:<rho>]``): it reads
+#: the observation's level entries, which only an env with ``rate_ema_periods`` (the tracks) has.
+PD_TRACK_BASELINES = ("min-power+ema",)
 
 
 def _pd_policy(name: str) -> Any:
     from servegym.baselines.pd import (
+        MinPowerEmaForecast,
         MinPowerExpectedForecast,
         MinPowerForecast,
         MinPowerPareto,
@@ -150,7 +154,7 @@ def _pd_policy(name: str) -> Any:
 
     head, _, arg = name.partition(":")
     targeted = {"min-power+forecast": MinPowerForecast, "min-power+perfect": MinPowerPerfectForecast,
-                "min-power+expected": MinPowerExpectedForecast,
+                "min-power+expected": MinPowerExpectedForecast, "min-power+ema": MinPowerEmaForecast,
                 "threshold-hpa": lambda rho_bar: ThresholdAutoscaler(target=rho_bar)}
     if head in targeted and arg:
         try:
@@ -161,9 +165,9 @@ def _pd_policy(name: str) -> Any:
     makers = {"min-power": lambda: MinPowerPareto(lookahead=0), "min-power+lookahead": lambda: MinPowerPareto(lookahead=1),
               "static-peak": StaticPeak, "threshold-hpa": ThresholdAutoscaler, "min-power+forecast": MinPowerForecast,
               "min-power+perfect": MinPowerPerfectForecast, "min-power+expected": MinPowerExpectedForecast,
-              "oracle": HindsightOracle}
+              "min-power+ema": MinPowerEmaForecast, "oracle": HindsightOracle}
     if name not in makers:
-        raise _unknown("pd", name, (*PD_BASELINES, *PD_CAUSAL_REFERENCES))
+        raise _unknown("pd", name, (*PD_BASELINES, *PD_CAUSAL_REFERENCES, *PD_TRACK_BASELINES))
     return makers[name]()
 
 
@@ -188,6 +192,7 @@ register_family(Family(name="geo", env_ids=("servegym/GeoRoute-v0", "servegym/Ge
 PD_IDS = ("servegym/PDProvision-v0", "servegym/PDProvisionResidual-v0", "servegym/PDProvisionFront-v0")
 register_family(Family(name="pd", env_ids=PD_IDS, metrics=PD_METRICS,
                        baselines=PD_BASELINES, run_baseline=run_pd_baseline, causal_references=PD_CAUSAL_REFERENCES,
+                       track_baselines=PD_TRACK_BASELINES,
                        recommended_algo=dict.fromkeys(PD_IDS, "maskable-ppo")))
 
 

@@ -85,6 +85,9 @@ class Family:
         causal_references: names of reference rules that know what no policy knows a little ahead (a
             perfect forecast of the next periods): accepted wherever a baseline name is, never in the
             default lists and never a candidate for the strongest baseline.
+        track_baselines: names of rules that read what only a stress track's observation has (the pd tracks'
+            day-level estimate): accepted wherever a baseline name is and candidates for a track's strongest,
+            never in the default lists (they refuse the base splits' envs).
     """
 
     name: str
@@ -96,6 +99,7 @@ class Family:
     saving_metric: str | None = None
     recommended_algo: Mapping[str, str] = field(default_factory=dict)
     causal_references: tuple[str, ...] = ()
+    track_baselines: tuple[str, ...] = ()
 
     def metric_keys(self) -> tuple[str, ...]:
         return tuple(m.key for m in self.metrics)
@@ -231,7 +235,7 @@ def resolve_baselines(family: Family, spec: str | None) -> list[str]:
 def family_accepts(family: Family, name: str) -> bool:
     """A baseline name is accepted when listed, or when it parameterizes a listed one (``greedy:0.3``)."""
     head = name.split(":", 1)[0]
-    known = (*family.baselines, *family.causal_references)
+    known = (*family.baselines, *family.causal_references, *family.track_baselines)
     return name in known or any(b.split(":", 1)[0] == head for b in known)
 
 

@@ -10,7 +10,8 @@ splits. Per track, with the id's quick-suite env kwargs (its poll period replace
    candidates (:mod:`servegym.baselines.geo.causal`: a rule fed a dead-reckoned snapshot ``+dr:<k>`` and/or
    bias-corrected OSL estimates ``+bc``, over a grid of the lifetime knob ``k``) are ranked the same way among
    themselves: the first is the track's **causal reference** (its knob tuned on validation only). pd: every shipped
-   rule with min-power+forecast and threshold-hpa over utilization-target grids; the causal candidates are
+   rule with min-power+forecast, threshold-hpa and min-power+ema (the persistence rule fed the observation's
+   day-level estimate) over utilization-target grids; the causal candidates are
    ``min-power+expected:<rho>`` (the day's expected rates, :class:`servegym.baselines.pd.MinPowerExpectedForecast`),
    and ``min-power+perfect:1`` (the realized rates) is an extra row labelled as not causal. npu: the family's two
    rules (base, neuscale; the measured id is NPUAutoscale-v0 at the quick suite's 2-h horizon, whose baseline
@@ -61,8 +62,12 @@ RULES = ("rr", "ll", *(f"greedy:{a:g}" for a in ALPHAS), "moer", "ilp", "iter-il
 #: the persistence forecast's rules keep their violations low under a 300-s start-up delay.
 PD_RHOS = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.97)
 PD_HPA_TARGETS = (0.6, 0.65, 0.75, 0.8, 0.85)  # threshold-hpa's utilization target (0.7 is plain threshold-hpa)
+#: The tracks' observation also has the day's level (config rate_ema_periods), so the persistence rule fed it
+#: (``min-power+ema:<rho>``, servegym.baselines.pd.MinPowerEmaForecast) competes too, over the expected-rate rule's grid.
+PD_EMA_RHOS = (0.7, 0.75, 0.8, 0.825, 0.85, 0.875, 0.9, 0.95)
 PD_RULES = ("min-power", "min-power+lookahead", "static-peak", "threshold-hpa",
-            *(f"threshold-hpa:{t:g}" for t in PD_HPA_TARGETS), *(f"min-power+forecast:{r:g}" for r in PD_RHOS))
+            *(f"threshold-hpa:{t:g}" for t in PD_HPA_TARGETS), *(f"min-power+forecast:{r:g}" for r in PD_RHOS),
+            *(f"min-power+ema:{r:g}" for r in PD_EMA_RHOS))
 NPU_RULES = ("base", "neuscale")  # the family's shipped rules (benchmarks/strongest_by_verdict.py)
 FAMILY_RULES: dict[str, tuple[str, ...]] = {"geo": RULES, "pd": PD_RULES, "npu": NPU_RULES}
 #: Rows beside the causal candidates that a causal policy cannot reach, labelled as such: pd's rule given the

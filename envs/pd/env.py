@@ -74,6 +74,13 @@ scale of each entry (rates / peak_rate_rps, counts / pool maxima, log1p backlog 
 hold what the baselines read: the reference's suggested (n_P, n_D), the capacity of the suggestion, the IT
 power of the active and suggested deployments at the reference's demand rate, mu / lambda, the last
 period's utilizations, the backlog over its limit, the suggestion's place on the front and the steps left.
+With ``rate_ema_periods`` = T > 0 (the stress tracks set 30) three entries follow (``Box(-1, 10, (40,))``;
+:data:`~servegym.envs.pd.observations.LEVEL_FIELDS`), the day's level so far: ``rate_level_ema``, an exponential
+moving average of the observed rate / the period's smooth mean rate, level <- level + (rate / smooth - level) / T
+after each period (at reset the first period's rate / smooth, as the rate history starts), and the level forecast
+smooth mean x level of the coming period and its maximum over the forecast's periods (``info``: ``rate_level_ema``,
+``level_forecast_rps``, ``level_forecast_max_rps``). With ``reference = "min-power+ema:RHO"`` the reference sizes
+for that maximum (:class:`servegym.baselines.pd.MinPowerEmaForecast`; allowed only with the level entries).
 
 **Info** (every step; reset gives the state keys): ``power_w`` (mean facility power of the period, W),
 ``it_power_w``, ``energy_kwh`` (facility), ``carbon_g``, ``cost_usd``, ``slo_violation_pct`` (% of the
@@ -144,7 +151,8 @@ for old results only). A named split draws ``ci_start_utc``, ``start_hour``, ``p
 and ``mix_knots`` itself (setting them too is a ConfigError) and scales the configured ``peak_rate_rps``
 (observations stay scaled by the configured peak, so the draw is visible). The draw is ``env.scenario`` and
 ``info["scenario"]`` at reset; ``env.day`` is the episode's exact :class:`~servegym.envs.pd.sim.scenario.DayScenario`.
-**Stress tracks** (``track``; :mod:`servegym.envs.pd.tracks`): ``stress-delay`` / ``stress-long-delay`` (x2 load, 300 / 600-s start-up, 12 GPUs).
+**Stress tracks** (``track``; :mod:`servegym.envs.pd.tracks`): ``stress-delay`` / ``stress-long-delay`` (x2 load, 300 / 600-s start-up, 12 GPUs,
+the level entries).
 
 Configuration: :class:`PDEnvConfig` (frozen dataclass); ``PDProvisionEnv(config=dict)`` takes highway-env
 style overrides of :meth:`PDProvisionEnv.default_config` (nested ``"scenario"`` dict allowed).
@@ -173,11 +181,11 @@ from servegym.envs.pd.env_config import (  # the config's names are re-exported:
     pinned_stage,
     with_id_action_mode,
 )
-from servegym.envs.pd.observations import OBS_FIELDS, observe, render, state_info
+from servegym.envs.pd.observations import OBS_FIELDS, obs_fields, observe, render, state_info
 from servegym.envs.pd.rewards import period_reward, step_bound
 from servegym.envs.pd.sim.fluid import steady_slo
 from servegym.envs.pd.sim.pareto import DEFAULT_RHO_BAR, max_capacity_under_power, min_power_deployment
-from servegym.envs.pd.sim.provisioning import MinPowerRule, parse_reference
+from servegym.envs.pd.sim.provisioning import MinPowerRule, parse_reference, reference_uses_level
 from servegym.envs.pd.sim.scenario import DayScenario, DaySignals, build_signals, draw_scenario, episode_rates
 from servegym.envs.pd.sim.state import RATE_HISTORY, PDParams, PDState, draw_arrivals
 from servegym.envs.pd.sim.tables import MixTables, mix_tables
@@ -229,12 +237,14 @@ class PDProvisionEnv(gym.Env):
             lookahead=math.ceil(cfg.startup_delay_s / cfg.scenario.period_s) + 1,
             ref_horizon=parse_reference(cfg.reference)[0],
             budget_power_w=cfg.gpu_budget * max(cal.prefill_ramp.p_sat_w, cal.decode_ramp.p_sat_w) * cfg.pue,
-            backlog_limit=cfg.backlog_limit_s * cfg.scenario.peak_rate_rps, front_slots=self.front_slots)
+            backlog_limit=cfg.backlog_limit_s * cfg.scenario.peak_rate_rps, front_slots=self.front_slots,
+            level_alpha=1.0 / cfg.rate_ema_periods if cfg.rate_ema_periods else 0.0,
+            ref_level=reference_uses_level(cfg.reference))
         # the action mode is a class (actions.py): its space, mask, decoding and reference action
         self.action_type = pd_action_type(cfg, self.front_slots)
         self.action_space = self.action_type.space()
         self.dynamics = DYNAMICS[cfg.mode](cfg, self.params)  # fluid or request-level periods (dynamics.py)
-        self.observation_space = spaces.Box(-1.0, 10.0, shape=(len(OBS_FIELDS),), dtype=np.float32)
+        self.observation_space = spaces.Box(-1.0, 10.0, shape=(len(obs_fields(cfg)),), dtype=np.float32)
         self._episodes = 0  # resets of this instance (the curriculum stage follows it)
         self._set_episode(0, self.signals.base_rate_rps.size, 0)
         self._was_reset = False  # step() before the first reset() is refused (the state above is a placeholder)
@@ -359,6 +369,7 @@ class PDProvisionEnv(gym.Env):
         self._set_episode(start, steps, stage)
         r0 = float(rates[start])
         st.hist = [r0] * RATE_HISTORY  # the episode starts in steady state at its first mean rate
+        st.start_level(r0)
         n_p, n_d = self.config.initial_deployment or self._initial_deployment(r0, start)
         st.active = [int(n_p), int(n_d)]
         st.target = [int(n_p), int(n_d)]
@@ -437,6 +448,8 @@ class PDProvisionEnv(gym.Env):
         r = period_reward(cfg, st, m, limit)  # pops m["slo_violation"]
         reward, viol_share = r.reward, r.viol_share
         st.hist = [arrived / period, *st.hist[:-1]]
+        if self.params.level_alpha:
+            st.update_level(arrived / period, self.params.level_alpha)
         st.last_power_w = m["power_w"]
         st.last_viol = viol_share
         st.last_util = (m["prefill_util"], m["decode_util"], m["demand_util"])
@@ -518,6 +531,11 @@ class PDProvisionEnv(gym.Env):
         mean times the last completed period's realized / smooth ratio
         (:func:`~servegym.envs.pd.sim.scenario.persistence_forecast`)."""
         return self.state.forecast_rates(steps)
+
+    def obs_fields(self) -> tuple[str, ...]:
+        """The names of this env's observation entries (:data:`OBS_FIELDS`, and the level entries when
+        ``rate_ema_periods`` is on)."""
+        return obs_fields(self.config)
 
     @property
     def step_index(self) -> int:

@@ -10,7 +10,13 @@ from typing import Any, ClassVar
 import numpy as np
 from servegym.envs.pd.actions import ACTION_TYPES
 from servegym.envs.pd.sim.catalog import PDSystem, paper_system
-from servegym.envs.pd.sim.provisioning import REFERENCE_FORECAST, REFERENCE_PAPER, parse_reference
+from servegym.envs.pd.sim.provisioning import (
+    REFERENCE_EMA,
+    REFERENCE_FORECAST,
+    REFERENCE_PAPER,
+    parse_reference,
+    reference_uses_level,
+)
 from servegym.envs.pd.sim.scenario import DayScenario, check_split_fields
 
 from servegym.errors import (
@@ -38,7 +44,8 @@ class PDEnvConfig:
     #: the values of each string field, which a value of another type is told (errors.check_field_types)
     FIELD_CHOICES: ClassVar[dict[str, Any]] = {
         "mode": MODES, "arrivals": ARRIVALS, "objective": OBJECTIVES, "action_mode": ACTION_MODES,
-        "reference": (REFERENCE_PAPER, REFERENCE_FORECAST, f"{REFERENCE_FORECAST}:RHO"),
+        "reference": (REFERENCE_PAPER, REFERENCE_FORECAST, f"{REFERENCE_FORECAST}:RHO", REFERENCE_EMA,
+                      f"{REFERENCE_EMA}:RHO"),
         "split": lambda: splits_of("pd"), "track": lambda: tracks_of("pd")}
 
     scenario: DayScenario = field(default_factory=DayScenario)
@@ -63,6 +70,8 @@ class PDEnvConfig:
     residual_levels: int = 2  # residual mode: per-pool change in {-L..L} around the reference
     # the rule every mode's observation reads and the residual mode acts around (module docstring)
     reference: str = "min-power+lookahead"
+    # the day's level in the observation (env module docstring): an EMA of observed / smooth rate and its forecast
+    rate_ema_periods: float = 0.0  # the EMA's time constant, periods; 0: off (37 entries; the stress tracks: 30)
     front_eps: float = 0.03  # front mode: epsilon of the Pareto front (the paper's App. C value)
     curriculum: tuple[tuple[int, int], ...] = ()  # (episode_steps, episodes) stages; () = full horizon
     random_start: bool = False  # episodes shorter than the scenario start at a uniformly drawn period
@@ -105,7 +114,13 @@ class PDEnvConfig:
             raise ConfigError(f"residual_levels = {self.residual_levels!r}; allowed: an integer in [1, 8]")
         check_range("residual_levels", self.residual_levels, 1, 8)
         check_range("front_eps", self.front_eps, 0.0, 1.0, low_inclusive=False)
+        check_range("rate_ema_periods", self.rate_ema_periods, 0.0, 1e6)
+        if 0.0 < self.rate_ema_periods < 1.0:
+            raise ConfigError(f"rate_ema_periods = {self.rate_ema_periods!r}; allowed: 0 (off) or >= 1 period")
         parse_reference(self.reference)
+        if reference_uses_level(self.reference) and not self.rate_ema_periods:
+            raise ConfigError(f"reference = {self.reference!r} sizes for the level forecast; allowed with "
+                              "rate_ema_periods > 0 (the stress tracks set 30)")
         check_range("backlog_limit_s", self.backlog_limit_s, 0.0, 86_400.0, low_inclusive=False)
         if self.termination_penalty is not None:
             check_range("termination_penalty", self.termination_penalty, 0.0, 1e9)

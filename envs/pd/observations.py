@@ -46,10 +46,22 @@ OBS_FIELDS: tuple[str, ...] = (
     "front_size / front_slots",  # points on the coming mix's eps-Pareto front
     "steps_left / episode_steps",  # time limit made observable (truncation is not a terminal state)
 )
+#: Entries appended when the config's ``rate_ema_periods`` is on (the pd stress tracks): the day's level so far.
+LEVEL_FIELDS: tuple[str, ...] = (
+    "rate_level_ema",  # EMA (time constant rate_ema_periods) of observed rate / smooth rate: the day's level
+    "level_forecast_next / peak",  # smooth mean rate of the coming period x rate_level_ema
+    "level_forecast_max / peak",  # max of smooth mean rate x rate_level_ema over the forecast's periods
+)
+
+
+def obs_fields(cfg: PDEnvConfig) -> tuple[str, ...]:
+    """The observation's entries under ``cfg``: :data:`OBS_FIELDS`, then :data:`LEVEL_FIELDS` if
+    ``rate_ema_periods`` is on."""
+    return OBS_FIELDS + LEVEL_FIELDS if cfg.rate_ema_periods else OBS_FIELDS
 
 
 def observe(cfg: PDEnvConfig, params: PDParams, state: PDState) -> NDArray[np.float32]:
-    """The observation vector (:data:`OBS_FIELDS`, clipped to [-1, 10])."""
+    """The observation vector (:func:`obs_fields`, clipped to [-1, 10])."""
     k = min(state.k, state.signals.base_rate_rps.size - 1)
     mix = int(state.signals.mix_index[k])
     peak = cfg.scenario.peak_rate_rps
@@ -73,8 +85,16 @@ def observe(cfg: PDEnvConfig, params: PDParams, state: PDState) -> NDArray[np.fl
         float(state.signals.price_usd_per_kwh[k]) / state.max_price,
         math.sin(ang), math.cos(ang), state.last_viol,
         *reference_obs(cfg, params, state, mix, n_p, n_d, peak),
+        *(level_obs(params, state, peak) if params.level_alpha else ()),
     ], dtype=np.float32)
     return np.clip(obs, -1.0, 10.0)
+
+
+def level_obs(params: PDParams, state: PDState, peak: float) -> tuple[float, ...]:
+    """The :data:`LEVEL_FIELDS` entries."""
+    fc = state.level_forecast_rates(params.lookahead)
+    return (state.level, (float(fc[0]) if fc.size else 0.0) / peak, (float(fc.max()) if fc.size else 0.0) / peak)
+
 
 def reference_obs(cfg: PDEnvConfig, params: PDParams, state: PDState, mix: int, n_p: int, n_d: int, peak: float
                   ) -> tuple[float, ...]:
@@ -103,7 +123,7 @@ def state_info(cfg: PDEnvConfig, params: PDParams, state: PDState) -> dict[str, 
     mix = int(state.signals.mix_index[k])
     n_p, n_d = state.active
     fc = state.forecast_rates(params.lookahead)
-    return {
+    out = {
         "step": state.k, "time_s": float(state.k * cfg.scenario.period_s),
         "hour": float(state.signals.hour[k]), "n_p": n_p, "n_d": n_d,
         "pending_p": len(state.pending[0]), "pending_d": len(state.pending[1]),
@@ -116,6 +136,11 @@ def state_info(cfg: PDEnvConfig, params: PDParams, state: PDState) -> dict[str, 
         "reference_p": state.ref.n_p, "reference_d": state.ref.n_d,
         "reference_capacity_rps": state.ref.capacity_rps, "steps_left": state.end - state.k,
     }
+    if params.level_alpha:  # the level entries (config rate_ema_periods), what min-power+ema reads
+        lf = state.level_forecast_rates(params.lookahead)
+        out.update(rate_level_ema=state.level, level_forecast_rps=float(lf[0]) if lf.size else 0.0,
+                   level_forecast_max_rps=float(lf.max()) if lf.size else 0.0)
+    return out
 
 
 def render(cfg: PDEnvConfig, params: PDParams, state: PDState, render_mode: str | None

@@ -8,12 +8,13 @@ may be left at its default or given the track's own value (which makes applying 
 else is a one-line ConfigError. Units in the field names.
 
 - ``stress-delay``: the split's days at twice the default peak rate (28 req/s), the plotted per-minute band at
-  full amplitude (burstiness 1), a 300-s instance start-up delay, a 12-GPU budget and a persistence forecast
-  in the observation (shift-forecast's) instead of the exact rates. Why: an instance ordered now serves in 5
-  min, so a rule must provision ahead, and the persistence forecast carries the last minute's i.i.d. draw into
-  the next 6: the persistence rules need a low utilization target, the reactive HPA (target tuned to 0.8) is
-  the strongest and reaches the budget on a few days, while the day's expected rate (its smooth shape and
-  band, estimable from history) is the best causal forecast
+  full amplitude (burstiness 1), a 300-s instance start-up delay, a 12-GPU budget, a persistence forecast in the
+  observation (shift-forecast's) instead of the exact rates and the day's level so far (a 30-period moving average
+  of observed / smooth rate). Why: an instance ordered now serves in 5 min, so a rule must provision ahead, and
+  the persistence forecast carries the last minute's i.i.d. draw into the next 6: the persistence rules need a
+  low utilization target, the reactive HPA (target tuned to 0.8) reaches the budget on a few days, while the
+  day's expected rate (its smooth shape and band) is the best causal forecast: the level entries let a policy and
+  the rules estimate it from the day's history
 - ``stress-long-delay``: stress-delay with a 600-s instance start-up delay (a model pulled from remote
   storage). Why: 10 periods of lead make the carried per-minute draw and the reactive rules' lag costlier than
   at 300 s (a 10-episode validation scout put the expected-rate rule 4-7 % below the tuned HPA at about equal
@@ -22,8 +23,10 @@ else is a one-line ConfigError. Units in the field names.
 ``stress-delay`` (why: :data:`~servegym.splits.FAMILY_TRACKS`): the base splits' draws at ``peak_rate_rps`` 28
 (twice the default 14; the splits' x U[0.85, 1.15] draw still applies), ``burstiness`` 1 (each minute uniform in
 the plotted band), ``startup_delay_s`` 300 (an instance serves 5 periods after it is ordered; the oracle is exact
-up to 11), ``gpu_budget`` 12 and the persistence forecast of ``shift-forecast``
-(:func:`~servegym.envs.pd.sim.scenario.persistence_forecast`). Chosen on validation episodes (8 to scout the load
+up to 11), ``gpu_budget`` 12, the persistence forecast of ``shift-forecast``
+(:func:`~servegym.envs.pd.sim.scenario.persistence_forecast`) and ``rate_ema_periods`` 30 (the observation's
+level entries, :data:`~servegym.envs.pd.observations.LEVEL_FIELDS`: the same day-level estimate for the agents and
+for the rule fed it, ``min-power+ema:<rho>``, which competes for the strongest). Chosen on validation episodes (8 to scout the load
 and budget, 30 to check): at x 2.5 the demand-response caps (5.5 kW, 6.5 kW) push every causal rule to ~2 % SLO
 violation while the oracle keeps 0 %; at x 2 every rule plays a full day (none terminated) and the 12-GPU budget
 binds only at the reactive rules' peaks (the strongest, ``threshold-hpa:0.8``, reaches 12 GPUs in 4 of 30
@@ -41,9 +44,9 @@ from servegym.errors import ConfigError
 #: Track -> {config field: value}; ``scenario.<field>`` names a field of the nested DayScenario.
 TRACK_FIELDS: dict[str, dict[str, Any]] = {
     "stress-delay": {"scenario.peak_rate_rps": 28.0, "scenario.burstiness": 1.0, "startup_delay_s": 300.0,
-                     "gpu_budget": 12},
+                     "gpu_budget": 12, "rate_ema_periods": 30.0},
     "stress-long-delay": {"scenario.peak_rate_rps": 28.0, "scenario.burstiness": 1.0, "startup_delay_s": 600.0,
-                          "gpu_budget": 12},
+                          "gpu_budget": 12, "rate_ema_periods": 30.0},
 }
 #: Tracks whose forecast (observation, info, reference, baselines) is the persistence forecast.
 PERSISTENCE_FORECAST_TRACKS: tuple[str, ...] = ("stress-delay", "stress-long-delay")

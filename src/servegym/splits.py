@@ -104,13 +104,15 @@ FAMILY_TRACKS: dict[str, dict[str, tuple[str, str]]] = {
     },
     "pd": {
         "stress-delay": ("the split's days at twice the default peak rate (28 req/s), the plotted per-minute band at "
-                         "full amplitude (burstiness 1), a 300-s instance start-up delay, a 12-GPU budget and a "
-                         "persistence forecast in the observation (shift-forecast's) instead of the exact rates",
+                         "full amplitude (burstiness 1), a 300-s instance start-up delay, a 12-GPU budget, a "
+                         "persistence forecast in the observation (shift-forecast's) instead of the exact rates and "
+                         "the day's level so far (a 30-period moving average of observed / smooth rate)",
                          "an instance ordered now serves in 5 min, so a rule must provision ahead, and the "
                          "persistence forecast carries the last minute's i.i.d. draw into the next 6: the "
                          "persistence rules need a low utilization target, the reactive HPA (target tuned to 0.8) "
-                         "is the strongest and reaches the budget on a few days, while the day's expected rate (its "
-                         "smooth shape and band, estimable from history) is the best causal forecast"),
+                         "reaches the budget on a few days, while the day's expected rate (its smooth shape and band) "
+                         "is the best causal forecast: the level entries let a policy and the rules estimate it from "
+                         "the day's history"),
         "stress-long-delay": ("stress-delay with a 600-s instance start-up delay (a model pulled from remote storage)",
                               "10 periods of lead make the carried per-minute draw and the reactive rules' lag costlier "
                               "than at 300 s (a 10-episode validation scout put the expected-rate rule 4-7 % below the "

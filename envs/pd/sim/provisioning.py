@@ -104,24 +104,27 @@ def check_rule(rho_bar: float, lookahead: int, drain_s: float | None) -> None:
 
 
 #: The references the environment's ``reference`` config key names: the paper's rule with one period of
-#: lookahead (the default), or the rule sized for the forecast maximum over the start-up horizon at a
-#: utilization target (``"min-power+forecast:0.97"``; :class:`servegym.baselines.pd.MinPowerForecast`).
+#: lookahead (the default), the rule sized for the forecast maximum over the start-up horizon at a
+#: utilization target (``"min-power+forecast:0.97"``; :class:`servegym.baselines.pd.MinPowerForecast`), or the
+#: rule sized for the level forecast's maximum over that horizon (``"min-power+ema:0.875"``; needs the config's
+#: ``rate_ema_periods``; :class:`servegym.baselines.pd.MinPowerEmaForecast`).
 REFERENCE_PAPER = "min-power+lookahead"
 REFERENCE_FORECAST = "min-power+forecast"
+REFERENCE_EMA = "min-power+ema"
 
 
 def parse_reference(name: str) -> tuple[bool, float]:
     """(sizes for the start-up horizon's forecast maximum, rho_bar) of a ``reference`` name, or a ConfigError
-    naming the allowed forms: ``"min-power+lookahead"``, ``"min-power+forecast"`` (rho_bar 0.85) or
-    ``"min-power+forecast:RHO"`` with RHO in (0, 1]."""
+    naming the allowed forms: ``"min-power+lookahead"``, ``"min-power+forecast"`` / ``"min-power+ema"`` (rho_bar
+    0.85) or ``"min-power+forecast:RHO"`` / ``"min-power+ema:RHO"`` with RHO in (0, 1]."""
     allowed = (f"allowed: {REFERENCE_PAPER!r}, {REFERENCE_FORECAST!r} or '{REFERENCE_FORECAST}:RHO' "
-               "with RHO in (0, 1]")
+               f"with RHO in (0, 1], {REFERENCE_EMA!r} or '{REFERENCE_EMA}:RHO' (with rate_ema_periods > 0)")
     if not isinstance(name, str) or len(name) > 64:
         raise ConfigError(f"reference = {str(name)[:64]!r}; {allowed}")
     if name == REFERENCE_PAPER:
         return False, DEFAULT_RHO_BAR
     head, sep, arg = name.partition(":")
-    if head != REFERENCE_FORECAST:
+    if head not in (REFERENCE_FORECAST, REFERENCE_EMA):
         raise ConfigError(f"reference = {name!r}; {allowed}")
     if not sep:
         return True, DEFAULT_RHO_BAR
@@ -132,6 +135,11 @@ def parse_reference(name: str) -> tuple[bool, float]:
     if not 0.0 < rho <= 1.0:  # also refuses nan
         raise ConfigError(f"reference = {name!r}: RHO = {arg}; {allowed}")
     return True, rho
+
+
+def reference_uses_level(name: str) -> bool:
+    """Whether the ``reference`` name (valid by :func:`parse_reference`) sizes for the level forecast."""
+    return name.partition(":")[0] == REFERENCE_EMA
 
 
 class MinPowerRule:

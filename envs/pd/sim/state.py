@@ -48,6 +48,8 @@ class PDParams:
     budget_power_w: float  # facility power of the GPU budget at saturation (the observation's scale)
     backlog_limit: float  # requests above which an episode terminates
     front_slots: int  # slots of the front action mode (the largest eps-Pareto front)
+    level_alpha: float = 0.0  # weight of the newest period in the day-level EMA (1 / rate_ema_periods; 0: off)
+    ref_level: bool = False  # the reference sizes for the level forecast (``min-power+ema``), not the forecast
 
 
 def _placeholder_suggestion() -> Suggestion:
@@ -87,6 +89,9 @@ class PDState:
     last_power_w: float = 0.0
     last_viol: float = 0.0
     last_util: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    # the day's level so far: an exponential moving average of observed rate / smooth rate (config
+    # ``rate_ema_periods``; stays 1 when off)
+    level: float = 1.0
     last_info: dict[str, Any] = field(default_factory=dict)
     done: bool = False  # terminated or truncated
     adjusted_actions: int = 0  # this episode's actions changed before they were applied
@@ -147,6 +152,23 @@ class PDState:
             return persistence_forecast(self.signals.base_rate_rps, self.rates, self.k, stop)
         return np.asarray(self.rates[self.k: stop], dtype=float)
 
+    def level_forecast_rates(self, steps: int) -> NDArray[np.float64]:
+        """The level forecast of the next ``steps`` periods from the coming one (fewer at the episode end), req/s:
+        each period's smooth mean rate times :attr:`level`, the day's level estimated from the observed rates."""
+        stop = min(self.k + int(steps), self.end)
+        return np.asarray(self.signals.base_rate_rps[self.k: stop], dtype=float) * self.level
+
+    def start_level(self, rate_rps: float) -> None:
+        """The level at the episode's first period: ``rate_rps`` (the rate the history starts at) over its smooth
+        rate."""
+        self.level = _ratio(rate_rps, float(self.signals.base_rate_rps[self.k]), 1.0)
+
+    def update_level(self, rate_rps: float, alpha: float) -> None:
+        """Fold the observed rate ``rate_rps`` of the period :attr:`k` just run into :attr:`level`:
+        level <- (1 - alpha) level + alpha rate / smooth rate (a period with no smooth rate leaves it)."""
+        k = min(self.k, self.signals.base_rate_rps.size - 1)
+        self.level += alpha * (_ratio(rate_rps, float(self.signals.base_rate_rps[k]), self.level) - self.level)
+
     def front_rows(self, mix: int, slots: int) -> NDArray[np.int64]:
         """Grid rows of ``mix``'s eps-Pareto front, capacity ascending (evenly thinned to ``slots``)."""
         f = self.rule.mix_cache(mix).front
@@ -159,6 +181,12 @@ class PDState:
         """The reference's suggestion for the coming period: min-power with one period of lookahead, or with
         ``params.ref_horizon`` sized for the forecast maximum over the start-up horizon."""
         k = min(self.k, self.signals.base_rate_rps.size - 1)
+        if params.ref_level:  # the day's level over the start-up horizon, whatever the last period showed
+            fc = self.level_forecast_rates(params.lookahead)
+            forecast = float(fc.max()) if fc.size else 0.0
+            self.ref, self.ref_power = self.rule.suggest(
+                forecast, forecast, self.backlog, int(self.signals.mix_index[k]), float(self.signals.cap_w[k]))
+            return
         if params.ref_horizon:
             fc = self.forecast_rates(params.lookahead)
             forecast = float(fc.max()) if fc.size else 0.0
@@ -167,6 +195,10 @@ class PDState:
             forecast = float(fc[0]) if fc.size else 0.0
         self.ref, self.ref_power = self.rule.suggest(
             self.hist[0], forecast, self.backlog, int(self.signals.mix_index[k]), float(self.signals.cap_w[k]))
+
+
+def _ratio(rate: float, smooth: float, default: float) -> float:
+    return rate / smooth if smooth > 0.0 else default
 
 
 def draw_arrivals(params: PDParams, rates: NDArray[np.float64], rng: np.random.Generator, k: int) -> float:
