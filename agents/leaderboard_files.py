@@ -96,9 +96,14 @@ def _kpi_headroom(sub: pd.DataFrame) -> str:
     if not len(row):
         return ""
     r, kpi, parts = row.iloc[0], row.iloc[0]["kpi"], []
-    # pd's causal reference is a perfect forecast; the geo tracks' feeds a rule what a causal controller computes
-    causal = ("causal reference (a perfect forecast of the next periods)" if family_for(r["env"]).name == "pd"
-              else "causal reference (a rule fed what a causal controller computes)")
+    # pd's causal reference is a perfect forecast on the base splits and the day's expected rates on its stress
+    # tracks; the geo tracks' feeds a rule what a causal controller computes
+    on_track = isinstance(r.get("track"), str) and bool(r.get("track"))
+    if family_for(r["env"]).name == "pd":
+        causal = ("causal reference (the rule sized for the day's expected rates)" if on_track
+                  else "causal reference (a perfect forecast of the next periods)")
+    else:
+        causal = "causal reference (a rule fed what a causal controller computes)"
     for role, what in (("oracle", "oracle"), ("causal", causal)):
         v = r.get(f"{role}_minus_strongest", math.nan)
         if isinstance(v, float) and math.isfinite(v):
