@@ -35,6 +35,7 @@ def test_track_is_documented_with_its_reason() -> None:
     assert all(q["NPU-C"] == q["NPU-D"] // 2 for m, q in quotas.items() if m != "Llama-3-8B")
 
 
+@pytest.mark.slow  # builds the DSE catalog of every model (~5 s each); the track's fast tests cover one
 def test_every_models_quota_leaves_every_group_a_configuration() -> None:
     for m in MODELS:
         env = _env("train", split_models=[m], hours=0.5)
@@ -42,6 +43,7 @@ def test_every_models_quota_leaves_every_group_a_configuration() -> None:
         assert env.cluster_config.quota_chips == tracks.TRACK_QUOTAS["stress-quota"][m]
 
 
+@pytest.mark.slow  # builds the DSE catalog of every model (~5 s each); the track's fast tests cover one
 def test_track_sets_versions_and_the_drawn_models_quota_on_the_splits_draws() -> None:
     for split in ("train", "test"):
         env, plain = _env(split, hours=0.5), _env(split, None, hours=0.5)
